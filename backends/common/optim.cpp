@@ -1,0 +1,55 @@
+// optim.cpp — flat AdamW, LR schedule, global-norm clipping (see optim.hpp).
+#include "backends/common/optim.hpp"
+
+#include <cmath>
+
+namespace zb::backends::common {
+
+AdamWOptions adamw_options(const TrainConfig& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
+
+FlatAdamW::FlatAdamW(at::Tensor param, AdamWOptions opts)
+    : param_(std::move(param)), exp_avg_(at::zeros_like(param_)), exp_avg_sq_(at::zeros_like(param_)), opts_(opts) {}
+
+void FlatAdamW::step(const at::Tensor& grad_in, double lr) {
+  at::NoGradGuard no_grad;
+  ++step_;
+  const auto grad = grad_in.scalar_type() == param_.scalar_type() ? grad_in : grad_in.to(param_.scalar_type());
+  // torch/csrc/api/src/optim/adamw.cpp, in the same order.
+  if (opts_.weight_decay != 0) param_.mul_(1 - lr * opts_.weight_decay);
+  exp_avg_.mul_(opts_.beta1).add_(grad, 1 - opts_.beta1);
+  exp_avg_sq_.mul_(opts_.beta2).addcmul_(grad, grad, 1 - opts_.beta2);
+  const double bias_correction1 = 1 - std::pow(opts_.beta1, double(step_));
+  const double bias_correction2 = 1 - std::pow(opts_.beta2, double(step_));
+  auto denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
+  param_.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+}
+
+double lr_at(const TrainConfig& t, int64_t step) {
+  if (t.lr_warmup_steps > 0 && step < t.lr_warmup_steps) return t.lr * double(step + 1) / double(t.lr_warmup_steps);
+  if (t.lr_schedule == "constant") return t.lr;
+  const int64_t decay_steps = std::max<int64_t>(1, t.steps - t.lr_warmup_steps - 1);
+  const double progress = std::min(1.0, double(step - t.lr_warmup_steps) / double(decay_steps));
+  const double min_lr = t.min_lr_ratio * t.lr;
+  return min_lr + (t.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated) {
+  at::NoGradGuard no_grad;
+  at::Tensor sq;
+  for (const auto& g : local_grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    auto s = g.to(at::kFloat).pow(2).sum();
+    sq = sq.defined() ? sq + s : s;
+  }
+  if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(comm.world().device));
+  sq = sq.reshape({1}).contiguous();
+  if (!replicated) comm.all_reduce_sum(sq);
+  return std::sqrt(sq.item<double>());
+}
+
+double clip_coefficient(double total_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+}  // namespace zb::backends::common

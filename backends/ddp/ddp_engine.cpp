@@ -1,0 +1,158 @@
+// ddp_engine.cpp — see ddp_engine.hpp. Semantics follow torch/nn/parallel/distributed.py and
+// torch/csrc/distributed/c10d/reducer.cpp: parameters broadcast from rank 0 at construction,
+// gradients divided by W then all-reduced in buckets of bucket_cap_mb (default 25 MiB).
+#include "backends/ddp/ddp_engine.hpp"
+
+#include <torch/csrc/autograd/variable.h>
+
+#include "backends/common/optim.hpp"
+#include "models/llama.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends::ddp {
+
+namespace {
+
+struct Dtypes {
+  at::ScalarType storage, compute;
+};
+Dtypes dtypes_for(const std::string& precision) {
+  if (precision == "fp32") return {at::kFloat, at::kFloat};
+  if (precision == "low") return {at::kBFloat16, at::kBFloat16};
+  if (precision == "mixed") return {at::kFloat, at::kBFloat16};
+  throw UsageError("--precision for ddp must be fp32, low or mixed, got '" + precision + "'");
+}
+
+double bucket_cap_mb(const EngineSpec& spec) { return spec.options.value("bucket_cap_mb", 25.0); }
+
+class DdpEngine final : public Engine, public models::UnitParamSource {
+ public:
+  DdpEngine(const EngineSpec& spec, const runtime::World& world)
+      : spec_(spec), comm_(world), dtypes_(dtypes_for(spec.precision)) {
+    at::NoGradGuard no_grad;
+    const auto& cfg = spec_.model;
+    const auto dev = world.device;
+    const int64_t units = models::unit_count(cfg);
+    std::vector<at::Tensor> init;
+    for (int u = 0; u < units; ++u) init.push_back(models::init_unit_flat(cfg, u, spec_.train.seed));
+    flat_params_ = at::cat(init).to(dev, dtypes_.storage);  // [N]
+    comm_.broadcast(flat_params_, 0);                       // DDP's _sync_module_states
+    flat_grads_ = at::zeros_like(flat_params_);              // [N]
+    int64_t offset = 0;
+    for (int u = 0; u < units; ++u) {
+      const int64_t n = init[size_t(u)].numel();
+      auto pviews = models::unflatten_unit(cfg, u, flat_params_.narrow(0, offset, n));
+      auto gviews = models::unflatten_unit(cfg, u, flat_grads_.narrow(0, offset, n));
+      std::vector<at::Tensor> leaves;
+      for (size_t i = 0; i < pviews.size(); ++i) {
+        auto leaf = pviews[i].detach().requires_grad_(true);
+        leaf.mutable_grad() = gviews[i];  // autograd accumulates in place into the flat buffer
+        leaves.push_back(leaf);
+      }
+      leaves_.push_back(std::move(leaves));
+      unit_offsets_.push_back(offset);
+      offset += n;
+    }
+    optimizer_ = std::make_unique<common::FlatAdamW>(flat_params_, common::adamw_options(spec_.train));
+    rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute, dev);
+    comm_.reset_stats();
+  }
+
+  std::string name() const override { return "ddp"; }
+  common::Comm& comm() override { return comm_; }
+
+  std::vector<at::Tensor> unit_weights(int unit) override {
+    if (dtypes_.compute == dtypes_.storage) return leaves_[size_t(unit)];
+    std::vector<at::Tensor> cast;
+    for (const auto& w : leaves_[size_t(unit)]) cast.push_back(w.to(dtypes_.compute));  // differentiable
+    return cast;
+  }
+
+  at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
+    models::ForwardOptions fo;
+    fo.activation_checkpointing = spec_.train.activation_checkpointing;
+    auto loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
+    (loss * loss_scale).backward();
+    if (last_micro_batch) all_reduce_gradients();
+    return loss.detach();
+  }
+
+  double optimizer_step(double lr) override {
+    at::NoGradGuard no_grad;
+    const double norm = common::global_grad_norm({flat_grads_}, comm_, /*replicated=*/true);
+    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
+    if (coef < 1.0) flat_grads_.mul_(coef);
+    optimizer_->step(flat_grads_, lr);
+    flat_grads_.zero_();
+    return norm;
+  }
+
+  ModelStateBytes model_state_bytes() const override {
+    ModelStateBytes b;
+    b.params = int64_t(flat_params_.nbytes());
+    b.grads = int64_t(flat_grads_.nbytes());
+    b.optimizer = optimizer_->state_bytes();
+    return b;
+  }
+
+  nlohmann::json resolved_options() const override {
+    return {{"bucket_cap_mb", bucket_cap_mb(spec_)},
+            {"gradient_as_bucket_view", true},
+            {"param_dtype", std::string(c10::toString(dtypes_.compute))},
+            {"storage_dtype", std::string(c10::toString(dtypes_.storage))}};
+  }
+
+  std::vector<at::Tensor> full_parameters() override {
+    std::vector<at::Tensor> out;
+    const int64_t units = models::unit_count(spec_.model);
+    for (int u = 0; u < units; ++u) {
+      const int64_t end = u + 1 < units ? unit_offsets_[size_t(u + 1)] : flat_params_.numel();
+      out.push_back(flat_params_.narrow(0, unit_offsets_[size_t(u)], end - unit_offsets_[size_t(u)]).to(at::kFloat).cpu());
+    }
+    return out;
+  }
+
+ private:
+  // Buckets walk the flat buffer from the end (parameters whose gradients are ready first).
+  void all_reduce_gradients() {
+    at::NoGradGuard no_grad;
+    const int64_t bucket_elems =
+        std::max<int64_t>(1, int64_t(bucket_cap_mb(spec_) * 1024 * 1024) / int64_t(flat_grads_.element_size()));
+    flat_grads_.div_(comm_.size());
+    for (int64_t end = flat_grads_.numel(); end > 0; end -= bucket_elems) {
+      const int64_t begin = std::max<int64_t>(0, end - bucket_elems);
+      auto bucket = flat_grads_.narrow(0, begin, end - begin);
+      comm_.all_reduce_sum(bucket);
+    }
+  }
+
+  EngineSpec spec_;
+  common::Comm comm_;
+  Dtypes dtypes_;
+  at::Tensor flat_params_, flat_grads_;
+  std::vector<std::vector<at::Tensor>> leaves_;
+  std::vector<int64_t> unit_offsets_;
+  std::unique_ptr<common::FlatAdamW> optimizer_;
+  models::RopeCache rope_;
+};
+
+ModelStateBytes expected_bytes(const EngineSpec& spec, int /*world*/, int /*rank*/) {
+  const auto d = dtypes_for(spec.precision);
+  const int64_t n = models::count_params(spec.model).total;
+  const int64_t e = int64_t(c10::elementSize(d.storage));
+  return {n * e, 0, n * e, 2 * n * e};
+}
+
+}  // namespace
+
+BackendInfo backend_info() {
+  BackendInfo info;
+  info.name = "ddp";
+  info.description = "plain data parallel: full replica per rank, bucketed gradient all-reduce";
+  info.precisions = {"fp32", "low", "mixed"};
+  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
+  info.expected_bytes = expected_bytes;
+  return info;
+}
+
+}  // namespace zb::backends::ddp

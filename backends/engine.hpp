@@ -1,0 +1,97 @@
+// engine.hpp — the one interface every training backend implements (ddp, fsdp, zero3).
+// Owns: the Engine contract, the training/run configuration it receives, the model-state byte
+// categories of DESIGN §8 and the backend registry. Must not: run the training loop
+// (bench/trainer) or know a particular backend's internals.
+#pragma once
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/common/comm.hpp"
+#include "models/data.hpp"
+#include "models/model_config.hpp"
+
+namespace zb::backends {
+
+struct TrainConfig {
+  int64_t micro_batch = 4;   // samples per rank per micro-batch
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;    // micro-batches per optimizer step
+  int64_t steps = 10;        // optimizer steps in total (warm-up included)
+  int64_t warmup = 2;        // steps excluded from timing statistics
+  double lr = 3e-3;
+  std::string lr_schedule = "cosine";  // constant | cosine (linear warm-up, cosine to min_lr)
+  int64_t lr_warmup_steps = 0;
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.0;  // HF Trainer's default
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double grad_clip = 1.0;     // max global grad norm; 0 disables
+  uint64_t seed = 1234;
+  bool activation_checkpointing = false;
+  std::string data = "markov";
+};
+
+// Storage the engine owns, per rank, in bytes (DESIGN §8).
+struct ModelStateBytes {
+  int64_t params = 0;         // sharded or kept-whole parameter storage
+  int64_t master_params = 0;  // a separate fp32 copy, if any
+  int64_t grads = 0;          // gradient storage
+  int64_t optimizer = 0;      // optimizer states
+  int64_t total() const { return params + master_params + grads + optimizer; }
+  bool operator==(const ModelStateBytes& o) const {
+    return params == o.params && master_params == o.master_params && grads == o.grads && optimizer == o.optimizer;
+  }
+};
+nlohmann::json to_json(const ModelStateBytes& b);
+
+struct EngineSpec {
+  models::ModelConfig model;
+  TrainConfig train;
+  std::string precision = "fp32";  // backend-specific names (fp32|low|mixed, zero3: fp32|bf16)
+  nlohmann::json options = nlohmann::json::object();  // backend options, framework-named
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string name() const = 0;
+  // Forward + backward of one micro-batch; the loss is multiplied by loss_scale (1/grad_accum)
+  // before backward. last_micro_batch: gradients are synchronised after this one.
+  // Returns the unscaled loss (fp32 scalar, detached).
+  virtual at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) = 0;
+  // Clip to train.grad_clip by global norm, AdamW at `lr`, zero gradients.
+  // Returns the global gradient norm before clipping.
+  virtual double optimizer_step(double lr) = 0;
+  // Storage owned now (call at the end of the last micro-batch's backward).
+  virtual ModelStateBytes model_state_bytes() const = 0;
+  // Every option as resolved (defaults filled in), named as the framework names it.
+  virtual nlohmann::json resolved_options() const = 0;
+  // Collective: the full parameters of each unit as fp32 flat tensors [unit numel] (tests,
+  // checkpoints). Every rank gets them.
+  virtual std::vector<at::Tensor> full_parameters() = 0;
+  virtual common::Comm& comm() = 0;
+};
+
+// What a backend registers: its name, precisions and the closed-form bytes per rank.
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  std::vector<std::string> precisions;
+  std::function<std::unique_ptr<Engine>(const EngineSpec&, const runtime::World&)> create;
+  // Closed-form engine-owned bytes per rank for `rank` of `world_size` (padding included).
+  std::function<ModelStateBytes(const EngineSpec&, int world_size, int rank)> expected_bytes;
+};
+
+const std::vector<BackendInfo>& registered_backends();
+// The dtype matmuls run in for a backend's precision mode: fp32 for "fp32", bf16 otherwise.
+at::ScalarType compute_dtype(const std::string& backend, const std::string& precision);
+const BackendInfo& backend(const std::string& name);  // throws UsageError naming it
+// Throws UsageError unless `backend` is registered and `precision` is one of its modes.
+void validate_precision(const std::string& backend, const std::string& precision);
+std::unique_ptr<Engine> create_engine(const std::string& name, const EngineSpec& spec, const runtime::World& world);
+
+}  // namespace zb::backends

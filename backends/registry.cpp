@@ -1,0 +1,45 @@
+// registry.cpp — the list of backends zerobench knows, by name. A new backend adds one line.
+#include "backends/ddp/ddp_engine.hpp"
+#include "backends/engine.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends {
+
+nlohmann::json to_json(const ModelStateBytes& b) {
+  return {{"params", b.params}, {"master_params", b.master_params}, {"grads", b.grads}, {"optimizer", b.optimizer}};
+}
+
+const std::vector<BackendInfo>& registered_backends() {
+  static const std::vector<BackendInfo> all = {ddp::backend_info()};
+  return all;
+}
+
+at::ScalarType compute_dtype(const std::string& /*backend*/, const std::string& precision) {
+  return precision == "fp32" ? at::kFloat : at::kBFloat16;
+}
+
+const BackendInfo& backend(const std::string& name) {
+  std::string known;
+  for (const auto& b : registered_backends()) {
+    if (b.name == name) return b;
+    known += (known.empty() ? "" : ", ") + b.name;
+  }
+  throw UsageError("unknown --backend '" + name + "' (known: " + known + ")");
+}
+
+void validate_precision(const std::string& name, const std::string& precision) {
+  const auto& info = backend(name);
+  std::string list;
+  for (const auto& p : info.precisions) {
+    if (p == precision) return;
+    list += (list.empty() ? "" : "|") + p;
+  }
+  throw UsageError("--precision '" + precision + "' is not valid for --backend " + name + " (" + list + ")");
+}
+
+std::unique_ptr<Engine> create_engine(const std::string& name, const EngineSpec& spec, const runtime::World& world) {
+  validate_precision(name, spec.precision);
+  return backend(name).create(spec, world);
+}
+
+}  // namespace zb::backends

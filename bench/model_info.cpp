@@ -1,0 +1,57 @@
+// model_info.cpp — `zerobench model-info`: what a model costs, without allocating it.
+#include <cstdio>
+#include <iostream>
+
+#include "backends/engine.hpp"
+#include "bench/commands.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::bench {
+
+int model_info_command(const ModelInfoOptions& o) {
+  const auto cfg = o.run.model_config();
+  const auto n = models::count_params(cfg);
+  const auto f = models::flops_per_token(cfg, o.seq_len, false);
+  const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
+  nlohmann::json modes = nlohmann::json::object();
+  for (const auto& b : backends::registered_backends()) {
+    for (const auto& p : b.precisions) {
+      backends::EngineSpec spec;
+      spec.model = cfg;
+      spec.precision = p;
+      // Per rank; ranks differ only by padding ownership, so report rank 0 and the max.
+      const auto r0 = b.expected_bytes(spec, o.world_size, 0);
+      modes[b.name + ":" + p] = backends::to_json(r0);
+      modes[b.name + ":" + p]["total"] = r0.total();
+    }
+  }
+  nlohmann::json j = {{"model", cfg.preset},
+                      {"dims",
+                       {{"layers", cfg.layers}, {"hidden", cfg.hidden}, {"heads", cfg.heads}, {"kv_heads", cfg.kv_heads},
+                        {"ffn", cfg.ffn}, {"vocab", cfg.vocab}, {"head_dim", cfg.head_dim()}}},
+                      {"params", {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding},
+                                  {"per_block", n.per_block}, {"root", n.root}}},
+                      {"seq_len", o.seq_len},
+                      {"flops_per_token", {{"six_n", f.six_n}, {"palm", f.palm}, {"palm_recompute", f_ac.palm_recompute}}},
+                      {"world_size", o.world_size},
+                      {"model_state_bytes_per_rank", modes}};
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%s: %lld parameters (%lld non-embedding), L=%lld H=%lld heads=%lld kv=%lld ffn=%lld vocab=%lld\n",
+              cfg.preset.c_str(), (long long)n.total, (long long)n.non_embedding, (long long)cfg.layers,
+              (long long)cfg.hidden, (long long)cfg.heads, (long long)cfg.kv_heads, (long long)cfg.ffn,
+              (long long)cfg.vocab);
+  std::printf("FLOPs/token at T=%lld: 6N %.4g, PaLM %.4g, PaLM+recompute %.4g\n", (long long)o.seq_len, f.six_n, f.palm,
+              f_ac.palm_recompute);
+  std::printf("model-state bytes per rank at W=%d:\n", o.world_size);
+  for (const auto& [mode, b] : modes.items())
+    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f)\n", mode.c_str(),
+                b["total"].get<double>() / (1 << 30), b["params"].get<double>() / (1 << 30),
+                b["master_params"].get<double>() / (1 << 30), b["grads"].get<double>() / (1 << 30),
+                b["optimizer"].get<double>() / (1 << 30));
+  return kExitOk;
+}
+
+}  // namespace zb::bench

@@ -1,0 +1,49 @@
+// peak.cpp — peak FLOP/s resolution and the GEMM probe (see peak.hpp).
+#include "bench/peak.hpp"
+
+#include <chrono>
+
+#include "runtime/device.hpp"
+
+namespace zb::bench {
+
+double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
+  at::NoGradGuard no_grad;
+  auto a = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
+  auto b = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
+  auto c = at::mm(a, b);  // warm-up
+  auto timer = runtime::make_region_timer(device);
+  int64_t reps = 0;
+  double elapsed = 0;
+  while (elapsed < 0.3 || reps < 3) {
+    timer->start();
+    at::mm_out(c, a, b);
+    elapsed += timer->stop_s();
+    ++reps;
+  }
+  return 2.0 * double(n) * double(n) * double(n) * double(reps) / elapsed / 1e12;
+}
+
+Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype) {
+  Peak p;
+  if (flag_tflops > 0) {
+    p.tflops = flag_tflops;
+    p.source = "flag";
+    return p;
+  }
+  const std::string name = runtime::device_name(device);
+  if (device.is_cuda()) {
+    if (auto dt = runtime::datasheet_peak_tflops(name)) {
+      p.tflops = *dt;
+      p.source = "datasheet: " + name + " dense bf16";
+      return p;
+    }
+  }
+  const int64_t n = device.is_cuda() ? 8192 : (compute_dtype == at::kFloat ? 1024 : 512);
+  p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
+  p.tflops = p.measured_gemm_tflops;
+  p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name;
+  return p;
+}
+
+}  // namespace zb::bench

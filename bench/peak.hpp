@@ -1,0 +1,21 @@
+// peak.hpp — the peak FLOP/s that MFU divides by. Owns: choosing it (flag > datasheet for a
+// known GPU > a GEMM measured here, in the run's compute dtype) and saying which it used.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace zb::bench {
+
+struct Peak {
+  double tflops = 0;
+  std::string source;              // "flag", "datasheet: NVIDIA A100...", "measured: bf16 GEMM 1024^3"
+  double measured_gemm_tflops = 0; // 0 if not measured
+};
+
+// Dense square GEMM throughput on `device` in `dtype` (warm-up, then ~0.3 s of repeats).
+double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n);
+
+Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype);
+
+}  // namespace zb::bench

@@ -1,0 +1,248 @@
+// run_command.cpp — `zerobench run`: process roles (launcher / rank), the report's assembly.
+#include <ATen/Parallel.h>
+#include <torch/headeronly/version.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "backends/engine.hpp"
+#include "bench/commands.hpp"
+#include "bench/peak.hpp"
+#include "bench/trainer.hpp"
+#include "models/llama.hpp"
+#include "reports/metrics.hpp"
+#include "reports/report.hpp"
+#include "reports/table.hpp"
+#include "runtime/device.hpp"
+#include "runtime/dist_env.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/launcher.hpp"
+#include "runtime/memory.hpp"
+#include "runtime/world.hpp"
+
+#ifndef ZEROBENCH_GIT_SHA
+#define ZEROBENCH_GIT_SHA "unknown"
+#endif
+
+namespace zb::bench {
+
+namespace {
+using json = nlohmann::json;
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string make_run_id(const RunOptions& o, int world) {
+  std::ostringstream s;
+  s << o.backend << "-" << o.precision << "-" << o.model << "-w" << world << "-"
+    << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return s.str();
+}
+
+json distribution_json(const reports::Distribution& d) {
+  return {{"median", d.median}, {"p10", d.p10}, {"p90", d.p90}, {"min", d.min}, {"max", d.max}, {"mean", d.mean}, {"n", d.n}};
+}
+
+json model_json(const models::ModelConfig& m) {
+  const auto n = models::count_params(m);
+  return {{"preset", m.preset},   {"layers", m.layers}, {"hidden", m.hidden},   {"heads", m.heads},
+          {"kv_heads", m.kv_heads}, {"ffn", m.ffn},     {"vocab", m.vocab},     {"rope_theta", m.rope_theta},
+          {"norm_eps", m.norm_eps},
+          {"params", {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding}}}};
+}
+
+json train_json(const backends::TrainConfig& t) {
+  return {{"micro_batch", t.micro_batch},
+          {"seq_len", t.seq_len},
+          {"grad_accum", t.grad_accum},
+          {"steps", t.steps},
+          {"warmup", t.warmup},
+          {"lr", t.lr},
+          {"lr_schedule", t.lr_schedule},
+          {"lr_warmup_steps", t.lr_warmup_steps},
+          {"min_lr_ratio", t.min_lr_ratio},
+          {"weight_decay", t.weight_decay},
+          {"betas", {t.beta1, t.beta2}},
+          {"eps", t.eps},
+          {"grad_clip", t.grad_clip},
+          {"seed", t.seed},
+          {"activation_checkpointing", t.activation_checkpointing}};
+}
+
+json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved, double entropy_floor) {
+  return {{"model", model_json(spec.model)},
+          {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", resolved}}},
+          {"train", train_json(spec.train)},
+          {"data", {{"kind", spec.train.data}, {"entropy_floor_nats", entropy_floor}}},
+          {"device", o.device}};
+}
+
+int set_threads(const RunOptions& o, int local_size) {
+  int threads = o.threads;
+  if (threads <= 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, local_size));
+  at::set_num_threads(threads);
+  return threads;
+}
+
+// Runs this process as one rank of the job and returns its exit code.
+int run_rank(const RunOptions& o) {
+  runtime::install_counting_cpu_allocator();
+  const auto env = runtime::discover_dist_env(runtime::process_env());
+  const auto spec = o.engine_spec();
+  const auto device = runtime::pick_device(o.device, env.local_rank);
+  const int threads = set_threads(o, env.local_world_size);
+  auto world = runtime::init_world(env, device, std::chrono::minutes(10));
+  backends::common::Comm side(world.side_channel());
+
+  const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
+  const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
+  auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
+  auto engine = backends::create_engine(o.backend, spec, world);
+  const auto result = run_training(*engine, spec, *data, side, o.fault());
+
+  // This rank's part of the report, handed to rank 0 through the store.
+  std::vector<double> step_times;
+  for (const auto& s : result.steps)
+    if (s.measured) step_times.push_back(s.time_s);
+  const auto cuda = runtime::cuda_memory_stats(device);
+  json rank_json = {
+      {"rank", world.rank},
+      {"host", hostname()},
+      {"memory",
+       {{"model_states_bytes", backends::to_json(result.model_state_bytes)},
+        {"model_states_total_bytes", result.model_state_bytes.total()},
+        {"tracked_after_init_bytes", result.tracked_after_init_bytes},
+        {"peak_tracked_bytes", result.peak_tracked_bytes},
+        {"peak_rss_bytes", runtime::peak_rss_bytes()},
+        {"cuda",
+         {{"allocated_bytes", cuda.allocated_bytes},
+          {"peak_allocated_bytes", cuda.peak_allocated_bytes},
+          {"reserved_bytes", cuda.reserved_bytes},
+          {"peak_reserved_bytes", cuda.peak_reserved_bytes}}}}},
+      {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
+      {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
+      {"step_times_s", step_times}};
+  const std::string key = "report/rank/" + std::to_string(world.rank);
+  const auto payload = rank_json.dump();
+  world.store->set(key, std::vector<uint8_t>(payload.begin(), payload.end()));
+  if (world.rank != 0) {
+    world.store->wait({"report/done"});
+    return kExitOk;
+  }
+
+  json ranks = json::array();
+  std::set<std::string> hosts;
+  for (int r = 0; r < world.size; ++r) {
+    auto bytes = world.store->get("report/rank/" + std::to_string(r));
+    ranks.push_back(json::parse(std::string(bytes.begin(), bytes.end())));
+    hosts.insert(ranks.back()["host"].get<std::string>());
+  }
+  world.store->set("report/done", std::vector<uint8_t>{1});
+
+  const auto& t = spec.train;
+  const int64_t tokens_per_step = t.micro_batch * t.seq_len * t.grad_accum;
+  std::vector<double> tps;
+  for (double s : step_times) tps.push_back(reports::tokens_per_gpu_per_s(tokens_per_step, s));
+  const auto step_dist = reports::summarize(step_times);
+  const double tps_median = reports::tokens_per_gpu_per_s(tokens_per_step, step_dist.median);
+  const auto flops = models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing);
+
+  json steps = json::array();
+  for (const auto& s : result.steps)
+    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"time_s", s.time_s},
+                     {"measured", s.measured}});
+
+  json report = {
+      {"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
+      {"run_id", make_run_id(o, world.size)},
+      {"created", now_iso8601()},
+      {"status", {{"state", "ok"}, {"error", ""}}},
+      {"env",
+       {{"device", runtime::device_name(device)},
+        {"device_count", runtime::device_count(device)},
+        {"peak_tflops", peak.tflops},
+        {"peak_source", peak.source},
+        {"measured_gemm_tflops", peak.measured_gemm_tflops},
+        {"cuda", runtime::cuda_runtime_version()},
+        {"driver", runtime::gpu_driver_version()},
+        {"nccl", runtime::nccl_version()},
+        {"torch", TORCH_VERSION},
+        {"compiler", std::string("g++ ") + __VERSION__},
+        {"git_sha", ZEROBENCH_GIT_SHA},
+        {"host", hostname()},
+        {"world_size", world.size},
+        {"nodes", int(hosts.size())},
+        {"pg_backend", world.pg_backend},
+        {"launcher", env.source},
+        {"threads_per_rank", threads}}},
+      {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats())},
+      {"summary",
+       {{"tokens_per_gpu_per_s", distribution_json(reports::summarize(tps))},
+        {"step_time_s", distribution_json(step_dist)},
+        {"tokens_per_rank_per_step", tokens_per_step},
+        {"measured_steps", step_dist.n},
+        {"flops_per_token", {{"six_n", flops.six_n}, {"palm", flops.palm}, {"palm_recompute", flops.palm_recompute}}},
+        {"mfu", reports::flops_utilisation(flops.palm, tps_median, peak.tflops)},
+        {"mfu_6n", reports::flops_utilisation(flops.six_n, tps_median, peak.tflops)},
+        {"hfu", reports::flops_utilisation(flops.palm_recompute, tps_median, peak.tflops)},
+        {"final_loss", result.steps.back().loss},
+        {"entropy_floor_nats", data->entropy_floor_nats()}}},
+      {"ranks", ranks},
+      {"steps", steps},
+      {"profile", nullptr}};
+  const auto problems = reports::validate_report(report);
+  if (!problems.empty()) throw RunError("internal: report does not match its schema: " + problems.front());
+  const std::string out = o.out.empty() ? o.default_out(world.size) : o.out;
+  reports::write_json_atomic(out, report);
+  if (!o.quiet) {
+    std::cout << reports::markdown_table({report});
+    std::cout << "report: " << out << "\n";
+  }
+  return kExitOk;
+}
+}  // namespace
+
+int run_command(const RunOptions& o, const std::vector<std::string>& argv) {
+  const auto spec = o.engine_spec();  // usage errors surface here, before anything starts
+  const bool in_job = runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
+  if (in_job || o.nproc == 1) {
+    if (!in_job) {
+      // A lone process still rendezvouses (world of 1 on a private port).
+      setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+    }
+    return run_rank(o);
+  }
+  runtime::LaunchOptions lo;
+  lo.nproc = o.nproc;
+  lo.argv = argv;
+  lo.timeout = std::chrono::milliseconds(int64_t(o.timeout_s * 1000));
+  const auto res = runtime::launch_local(lo);
+  if (res.exit_code == 0) return kExitOk;
+  const std::string state = res.exit_code == 124 ? "timeout" : "failed";
+  std::cerr << "zerobench: run failed: " << res.message << "\n";
+  // Leave a report that says so (never a half-written one): a failed run is a result too.
+  const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
+  json config = {{"model", model_json(spec.model)},
+                 {"backend", {{"name", o.backend}, {"precision", o.precision}, {"options", spec.options}}},
+                 {"train", train_json(spec.train)},
+                 {"world_size", o.nproc}};
+  reports::write_json_atomic(out, reports::failed_report(state, res.message, config));
+  return res.exit_code == kExitUsage ? kExitUsage : kExitFailed;
+}
+
+}  // namespace zb::bench

@@ -1,0 +1,120 @@
+// run_options.cpp — CLI11 registration and validation of run options (see run_options.hpp).
+#include "bench/run_options.hpp"
+
+#include "runtime/errors.hpp"
+
+namespace zb::bench {
+
+void add_model_options(CLI::App& app, RunOptions& o) {
+  app.add_option("--model", o.model, "model preset: granite-7b, llama2-7b, llama2-13b, llama2-70b, small, tiny")
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "override: decoder blocks")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", o.hidden, "override: hidden size")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "override: attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", o.kv_heads, "override: key/value heads (GQA)")->check(CLI::PositiveNumber);
+  app.add_option("--ffn", o.ffn, "override: SwiGLU inner size")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", o.vocab, "override: vocabulary size")->check(CLI::PositiveNumber);
+}
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  auto& t = o.train;
+  app.add_option("--nproc", o.nproc, "ranks to launch on this machine (built-in launcher)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  add_model_options(app, o);
+  app.add_option("--backend", o.backend, "training engine: ddp")->capture_default_str();
+  app.add_option("--precision", o.precision, "ddp: fp32|low|mixed")->capture_default_str();
+  app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seq-len", t.seq_len, "tokens per sample")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", t.steps, "optimizer steps (warm-up included)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", t.warmup, "steps excluded from timing statistics")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--lr", t.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr-schedule", t.lr_schedule, "constant|cosine")
+      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->capture_default_str();
+  app.add_option("--lr-warmup-steps", t.lr_warmup_steps, "linear LR warm-up steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--grad-clip", t.grad_clip, "max global gradient norm (0 = off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
+  app.add_option("--data", t.data, "random|markov")->check(CLI::IsMember({"random", "markov"}))->capture_default_str();
+  app.add_option("--seed", t.seed, "seed for weights and data")->capture_default_str();
+  app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--out", o.out, "report path (default out/<backend>-<precision>-<model>-w<W>.json)");
+  app.add_option("--peak-tflops", o.peak_tflops, "peak dense TFLOP/s for MFU (default: datasheet or measured GEMM)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "intra-op threads per rank (default cores / local ranks)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", o.timeout_s, "stop all ranks after this many seconds (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient all-reduce bucket size in MiB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "print only errors");
+  app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
+}
+
+models::ModelConfig RunOptions::model_config() const {
+  auto cfg = models::preset(model);
+  if (layers) cfg.layers = layers;
+  if (hidden) cfg.hidden = hidden;
+  if (heads) cfg.heads = heads;
+  if (kv_heads) cfg.kv_heads = kv_heads;
+  if (ffn) cfg.ffn = ffn;
+  if (vocab) cfg.vocab = vocab;
+  if (layers || hidden || heads || kv_heads || ffn || vocab) cfg.preset = model + "+overrides";
+  cfg.validate();
+  return cfg;
+}
+
+backends::EngineSpec RunOptions::engine_spec() const {
+  backends::EngineSpec spec;
+  spec.model = model_config();
+  spec.train = train;
+  spec.precision = precision;
+  if (train.warmup >= train.steps)
+    throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +
+                     " (no step would be measured)");
+  if (backend == "ddp") spec.options["bucket_cap_mb"] = bucket_cap_mb;
+  backends::validate_precision(backend, precision);  // validates both names
+  fault();                     // validates the hook
+  return spec;
+}
+
+FaultInjection RunOptions::fault() const {
+  FaultInjection f;
+  if (fault_inject.empty()) return f;
+  auto first = fault_inject.find(':'), second = fault_inject.rfind(':');
+  try {
+    if (first == std::string::npos || second == first) throw std::invalid_argument(fault_inject);
+    f.kind = fault_inject.substr(0, first);
+    f.rank = std::stoi(fault_inject.substr(first + 1, second - first - 1));
+    f.step = std::stoll(fault_inject.substr(second + 1));
+  } catch (const std::exception&) {
+    throw UsageError("--fault-inject '" + fault_inject + "' is not KIND:RANK:STEP");
+  }
+  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang")
+    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash or hang");
+  return f;
+}
+
+std::string RunOptions::default_out(int world_size) const {
+  return "out/" + backend + "-" + precision + "-" + model + "-w" + std::to_string(world_size) + ".json";
+}
+
+}  // namespace zb::bench

@@ -1,0 +1,46 @@
+// run_options.hpp — everything `zerobench run` can be told, as one plain struct with defaults,
+// registered on a CLI11 app in one place. Owns: flag names, defaults and validation. Must not:
+// run anything.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "backends/engine.hpp"
+
+namespace zb::bench {
+
+struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang:RANK:STEP
+  std::string kind;      // empty = none
+  int rank = -1;
+  int64_t step = -1;
+};
+
+struct RunOptions {
+  int nproc = 1;
+  std::string model = "tiny";
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;  // 0 = preset's
+  std::string backend = "ddp";
+  std::string precision = "fp32";
+  backends::TrainConfig train;
+  std::string device = "cpu";
+  std::string out;            // default: out/<backend>-<precision>-<model>-w<W>.json
+  double peak_tflops = 0;     // 0 = datasheet (GPU) or a measured GEMM (CPU)
+  int threads = 0;            // intra-op threads per rank; 0 = cores / local ranks
+  double timeout_s = 0;       // launcher wall limit; 0 = none
+  bool quiet = false;
+  std::string fault_inject;
+  double bucket_cap_mb = 25;  // ddp
+
+  models::ModelConfig model_config() const;  // preset + overrides, validated
+  backends::EngineSpec engine_spec() const;  // validated (throws UsageError)
+  FaultInjection fault() const;
+  std::string default_out(int world_size) const;
+};
+
+void add_run_options(CLI::App& app, RunOptions& o);
+
+// The model-shape flags only (for model-info).
+void add_model_options(CLI::App& app, RunOptions& o);
+
+}  // namespace zb::bench

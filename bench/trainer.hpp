@@ -1,0 +1,38 @@
+// trainer.hpp — the training loop every backend runs under: data, micro-batches, LR schedule,
+// timing, loss/grad-norm records, memory and comm snapshots. Owns: what a "step" is and when
+// each measurement is taken. Must not: know how an engine shards or communicates.
+#pragma once
+#include <array>
+#include <vector>
+
+#include "backends/engine.hpp"
+#include "bench/run_options.hpp"
+#include "models/data.hpp"
+
+namespace zb::bench {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;       // mean over ranks and micro-batches
+  double grad_norm = 0;  // global, before clipping
+  double lr = 0;
+  double time_s = 0;     // forward + backward + optimizer, device-synchronised
+  bool measured = false; // false for warm-up steps
+};
+
+using CommSnapshot = std::array<backends::common::CollectiveStats, size_t(backends::common::CollectiveKind::kCount)>;
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  backends::ModelStateBytes model_state_bytes;  // at the end of the last micro-batch's backward
+  int64_t tracked_after_init_bytes = 0;
+  int64_t peak_tracked_bytes = 0;               // over all steps
+  CommSnapshot comm_last_step{};                // one step's traffic (the last)
+  CommSnapshot comm_total{};                    // every step
+};
+
+// Runs spec.train.steps optimizer steps. `side` is an uncounted group for averaging the loss.
+TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
+                         backends::common::Comm& side, const FaultInjection& fault = {});
+
+}  // namespace zb::bench

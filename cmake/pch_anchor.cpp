@@ -1,0 +1,1 @@
+// pch_anchor.cpp — gives the precompiled-header target one translation unit.

@@ -1,0 +1,142 @@
+// llama.cpp — forward pass, checkpointing and init of the Llama-2/Granite decoder.
+#include "models/llama.hpp"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+
+namespace zb::models {
+
+namespace {
+
+enum BlockIndex { kAttnNorm, kWq, kWk, kWv, kWo, kMlpNorm, kWGate, kWUp, kWDown, kBlockTensors };
+enum RootIndex { kEmbedding, kFinalNorm, kLmHead };
+
+// HF LlamaRMSNorm: normalise in fp32, cast back, then scale. x [..., H], w [H].
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  auto xf = x.to(at::kFloat);
+  auto normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return w * normed.to(x.scalar_type());
+}
+
+// x [B, nh, T, hd] -> rotate-half RoPE with cos/sin [T, hd].
+at::Tensor apply_rope(const at::Tensor& x, const RopeCache& rope) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  return x * rope.cos + rotated * rope.sin;
+}
+
+// Recomputes a block in backward instead of keeping its activations (torch.utils.checkpoint,
+// non-reentrant semantics seen from outside: inputs x and the 9 weights, output y).
+struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w,
+                            const ModelConfig* cfg, const RopeCache* rope) {
+    ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
+    ctx->saved_data["cos"] = rope->cos;
+    ctx->saved_data["sin"] = rope->sin;
+    ctx->saved_data["x"] = x;
+    // Weights are kept as plain references (no version check): an engine may free and refill
+    // their storage between forward and backward, exactly what FSDP does with its flat buffer.
+    ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
+    at::NoGradGuard no_grad;
+    return block_forward(*cfg, w, x, *rope);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* cfg = reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt());
+    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
+    auto x = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
+    std::vector<at::Tensor> w;
+    for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) w.push_back(t.detach().requires_grad_(true));
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = block_forward(*cfg, w, x, rope);
+    }
+    std::vector<at::Tensor> inputs{x};
+    inputs.insert(inputs.end(), w.begin(), w.end());
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
+    grads.push_back(at::Tensor());  // cfg
+    grads.push_back(at::Tensor());  // rope
+    return grads;
+  }
+};
+
+}  // namespace
+
+RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarType dtype, at::Device device) {
+  const int64_t hd = cfg.head_dim();
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  // inv_freq[i] = theta^(-2i/hd), i < hd/2; angles [T, hd/2] duplicated to [T, hd].
+  auto inv_freq = at::pow(cfg.rope_theta, -at::arange(0, hd, 2, opts) / double(hd));
+  auto angles = at::outer(at::arange(seq_len, opts), inv_freq);
+  auto emb = at::cat({angles, angles}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope) {
+  const int64_t B = x.size(0), T = x.size(1), hd = cfg.head_dim();
+  // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd]; SDPA broadcasts kv heads (GQA).
+  auto h = rms_norm(x, w[kAttnNorm], cfg.norm_eps);
+  auto q = at::linear(h, w[kWq]).view({B, T, cfg.heads, hd}).transpose(1, 2);
+  auto k = at::linear(h, w[kWk]).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto v = at::linear(h, w[kWv]).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  q = apply_rope(q, rope);
+  k = apply_rope(k, rope);
+  auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                               /*scale=*/std::nullopt, /*enable_gqa=*/cfg.kv_heads != cfg.heads);
+  auto x1 = x + at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w[kWo]);
+  // SwiGLU MLP: down(silu(gate(h)) * up(h)).
+  auto h2 = rms_norm(x1, w[kMlpNorm], cfg.norm_eps);
+  auto mlp = at::linear(at::silu(at::linear(h2, w[kWGate])) * at::linear(h2, w[kWUp]), w[kWDown]);
+  return x1 + mlp;
+}
+
+at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
+  auto root = params.unit_weights(kRootUnit);
+  auto x = at::embedding(root[kEmbedding], tokens);  // [B, T, H]
+  for (int unit = 1; unit <= cfg.layers; ++unit) {
+    auto w = params.unit_weights(unit);
+    if (opts.activation_checkpointing && at::GradMode::is_enabled())
+      x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
+    else
+      x = block_forward(cfg, w, x, rope);
+    x = params.after_unit_forward(unit, x);
+  }
+  auto logits = at::linear(rms_norm(x, root[kFinalNorm], cfg.norm_eps), root[kLmHead]);  // [B, T, V]
+  auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
+  return params.after_unit_forward(kRootUnit, loss);
+}
+
+at::Tensor init_unit_flat(const ModelConfig& cfg, int unit, uint64_t seed) {
+  const auto specs = unit_param_specs(cfg)[unit];
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].is_norm) {
+      parts.push_back(at::ones({specs[i].numel()}, at::kFloat));
+      continue;
+    }
+    // A generator per weight, seeded from (seed, unit, index): layout- and world-independent.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ULL + uint64_t(unit) * 101ULL + i);
+    parts.push_back(at::normal(0.0, 0.02, {specs[i].numel()}, gen, at::TensorOptions().dtype(at::kFloat)));
+  }
+  return at::cat(parts);
+}
+
+std::vector<at::Tensor> unflatten_unit(const ModelConfig& cfg, int unit, const at::Tensor& flat) {
+  std::vector<at::Tensor> out;
+  int64_t offset = 0;
+  const auto specs = unit_param_specs(cfg)[size_t(unit)];
+  for (const auto& spec : specs) {
+    out.push_back(flat.narrow(0, offset, spec.numel()).view(spec.shape));
+    offset += spec.numel();
+  }
+  return out;
+}
+
+}  // namespace zb::models

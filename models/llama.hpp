@@ -1,0 +1,53 @@
+// llama.hpp — the Llama-2/Granite decoder as plain functions over weights it is handed.
+// Owns: RMSNorm, RoPE, GQA attention (SDPA, causal), SwiGLU, the LM loss, per-block activation
+// checkpointing, deterministic initialisation. Must not: own parameters or know how they are
+// sharded — an engine implements UnitParamSource and decides where weights live.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model_config.hpp"
+
+namespace zb::models {
+
+// The engine side of the forward pass (FSDP's pre/post-forward hooks, seen from the model):
+// the model asks for a unit's weights right before it runs the unit and reports its output.
+class UnitParamSource {
+ public:
+  virtual ~UnitParamSource() = default;
+  // Weights of `unit` in unit_param_specs order, shaped as the specs say, ready for compute.
+  virtual std::vector<at::Tensor> unit_weights(int unit) = 0;
+  // Called with the unit's output once its forward is done; may register backward hooks on it
+  // and must return the tensor the model continues with (the output itself or a view of it).
+  virtual at::Tensor after_unit_forward(int unit, at::Tensor output) { return output; }
+};
+
+// cos/sin tables [T, head_dim] for rotate-half RoPE (HF Llama), in the compute dtype.
+struct RopeCache {
+  at::Tensor cos, sin;
+};
+RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarType dtype, at::Device device);
+
+struct ForwardOptions {
+  bool activation_checkpointing = false;  // recompute each block in backward
+};
+
+// tokens, targets: [B, T] int64. Returns the mean next-token cross-entropy over B*T (fp32 scalar).
+// Logits are upcast to fp32 for the loss, as HF's LlamaForCausalLM does.
+at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts);
+
+// One decoder block: x [B, T, H] -> [B, T, H]. `w` in unit_param_specs order (9 tensors).
+at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope);
+
+// Deterministic fp32 initial weights of one unit, concatenated in spec order: [unit numel].
+// Depends only on (cfg, unit, seed) — never on world size or rank — so every backend starts
+// from bit-identical weights. Linears ~ N(0, 0.02) (HF initializer_range), norms = 1.
+at::Tensor init_unit_flat(const ModelConfig& cfg, int unit, uint64_t seed);
+
+// Views of a flat unit buffer as the unit's weights (spec order). flat: [>= unit numel].
+std::vector<at::Tensor> unflatten_unit(const ModelConfig& cfg, int unit, const at::Tensor& flat);
+
+}  // namespace zb::models

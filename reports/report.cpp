@@ -1,0 +1,174 @@
+// report.cpp — schema validation, atomic write, read (see report.hpp and SCHEMA.md).
+#include "reports/report.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/errors.hpp"
+
+namespace zb::reports {
+
+namespace {
+using json = nlohmann::json;
+
+enum class Type { Object, Array, Number, String, Bool };
+
+bool has_type(const json& v, Type t) {
+  switch (t) {
+    case Type::Object: return v.is_object();
+    case Type::Array: return v.is_array();
+    case Type::Number: return v.is_number();
+    case Type::String: return v.is_string();
+    case Type::Bool: return v.is_boolean();
+  }
+  return false;
+}
+const char* type_name(Type t) {
+  static const char* names[] = {"object", "array", "number", "string", "bool"};
+  return names[int(t)];
+}
+
+// Checks `path` (a/b/c) under `root`; appends a problem if it is missing or mistyped.
+void require(const json& root, const std::string& where, const std::string& path, Type t,
+             std::vector<std::string>& problems) {
+  const json* cur = &root;
+  std::stringstream ss(path);
+  std::string key;
+  while (std::getline(ss, key, '/')) {
+    if (!cur->is_object() || !cur->contains(key)) {
+      problems.push_back(where + path + ": missing");
+      return;
+    }
+    cur = &(*cur)[key];
+  }
+  if (!has_type(*cur, t)) problems.push_back(where + path + ": expected " + type_name(t));
+}
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+}  // namespace
+
+std::vector<std::string> validate_report(const json& r) {
+  std::vector<std::string> p;
+  if (!r.is_object()) return {"report is not a JSON object"};
+  require(r, "", "schema/name", Type::String, p);
+  require(r, "", "schema/version", Type::Number, p);
+  if (p.empty() && (r["schema"]["name"] != kSchemaName || r["schema"]["version"] != kSchemaVersion))
+    p.push_back("schema: expected " + std::string(kSchemaName) + " v" + std::to_string(kSchemaVersion) + ", got " +
+                r["schema"]["name"].dump() + " v" + r["schema"]["version"].dump());
+  require(r, "", "run_id", Type::String, p);
+  require(r, "", "created", Type::String, p);
+  require(r, "", "status/state", Type::String, p);
+  require(r, "", "status/error", Type::String, p);
+  if (r.contains("status") && r["status"].is_object() && r["status"].contains("state")) {
+    const auto s = r["status"]["state"];
+    if (s != "ok" && s != "oom" && s != "failed" && s != "timeout")
+      p.push_back("status/state: must be ok, oom, failed or timeout, got " + s.dump());
+  }
+  require(r, "", "config", Type::Object, p);
+  const bool ok = r.contains("status") && r["status"].value("state", "") == "ok";
+  if (!ok) return p;  // a failed run carries what it has; the rest is optional
+  for (const char* k : {"env/device", "env/torch", "env/compiler", "env/host", "env/git_sha", "env/peak_source",
+                        "config/backend/name", "config/backend/precision", "config/model/preset"})
+    require(r, "", k, Type::String, p);
+  for (const char* k : {"env/world_size", "env/nodes", "env/device_count", "env/peak_tflops",
+                        "summary/tokens_per_gpu_per_s/median", "summary/tokens_per_gpu_per_s/p10",
+                        "summary/tokens_per_gpu_per_s/p90", "summary/tokens_per_gpu_per_s/min",
+                        "summary/tokens_per_gpu_per_s/max", "summary/step_time_s/median", "summary/mfu",
+                        "summary/mfu_6n", "summary/hfu", "summary/tokens_per_rank_per_step",
+                        "config/model/params/total", "config/train/steps"})
+    require(r, "", k, Type::Number, p);
+  require(r, "", "config/backend/options", Type::Object, p);
+  require(r, "", "ranks", Type::Array, p);
+  require(r, "", "steps", Type::Array, p);
+  if (!p.empty()) return p;
+  if (r["ranks"].size() != r["env"]["world_size"].get<size_t>()) p.push_back("ranks: one entry per rank expected");
+  for (size_t i = 0; i < r["ranks"].size(); ++i) {
+    const auto where = "ranks[" + std::to_string(i) + "]/";
+    const auto& rk = r["ranks"][i];
+    for (const char* k : {"rank", "memory/model_states_bytes/params", "memory/model_states_bytes/master_params",
+                          "memory/model_states_bytes/grads", "memory/model_states_bytes/optimizer",
+                          "memory/peak_tracked_bytes", "memory/peak_rss_bytes"})
+      require(rk, where, k, Type::Number, p);
+    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"}) {
+      require(rk, where, std::string("comm/") + kind + "/count", Type::Number, p);
+      require(rk, where, std::string("comm/") + kind + "/bytes", Type::Number, p);
+    }
+  }
+  for (size_t j = 0; j < r["steps"].size(); ++j) {
+    const auto where = "steps[" + std::to_string(j) + "]/";
+    for (const char* k : {"step", "loss", "grad_norm", "lr", "time_s"}) require(r["steps"][j], where, k, Type::Number, p);
+  }
+  return p;
+}
+
+// mkdir -p with POSIX calls: libtorch.so exports its own std::filesystem symbols, which
+// interpose the C++ runtime's and crash, so the project stays off std::filesystem.
+void make_directories(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos == dir.size() || dir[pos] == '/') {
+      const std::string prefix = dir.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+        throw RunError("cannot create directory " + prefix + ": " + std::strerror(errno));
+    }
+  }
+}
+
+void write_json_atomic(const std::string& path, const json& value) {
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) make_directories(path.substr(0, slash));
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw RunError("cannot write " + tmp);
+    out << value.dump(2) << "\n";
+    out.flush();
+    if (!out) throw RunError("write to " + tmp + " failed");
+  }
+  int fd = ::open(tmp.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw RunError("cannot rename " + tmp + " to " + path);
+  }
+}
+
+json read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read report " + path);
+  json r;
+  try {
+    in >> r;
+  } catch (const std::exception& e) {
+    throw UsageError("report " + path + " is not valid JSON: " + e.what());
+  }
+  auto problems = validate_report(r);
+  if (!problems.empty()) throw UsageError("report " + path + " does not match the schema: " + problems.front());
+  return r;
+}
+
+json failed_report(const std::string& state, const std::string& error, const json& config) {
+  return {{"schema", {{"name", kSchemaName}, {"version", kSchemaVersion}}},
+          {"run_id", "failed-" + std::to_string(std::chrono::system_clock::now().time_since_epoch().count())},
+          {"created", now_iso8601()},
+          {"status", {{"state", state}, {"error", error}}},
+          {"config", config}};
+}
+
+}  // namespace zb::reports

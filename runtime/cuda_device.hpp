@@ -1,0 +1,26 @@
+// cuda_device.hpp — internal: the CUDA half of device.hpp/memory.hpp, compiled only when
+// ZEROBENCH_WITH_CUDA is on. Other files call these through device.hpp and memory.hpp.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+
+#include "runtime/device.hpp"
+#include "runtime/memory.hpp"
+
+namespace zb::runtime::cuda {
+
+bool available();
+int count();
+void set_device(int index);
+void synchronize(int index);
+std::string name(int index);
+std::unique_ptr<RegionTimer> make_event_timer();
+CudaMemoryStats memory_stats(int index);
+void reset_peaks(int index);
+std::string runtime_version();
+std::string nccl_version();
+std::string driver_version();
+
+}  // namespace zb::runtime::cuda

@@ -1,0 +1,142 @@
+// device.cpp — device choice, sync, timing and names (see device.hpp).
+#include "runtime/device.hpp"
+
+#include <fstream>
+
+#include "runtime/errors.hpp"
+#include "runtime/memory.hpp"
+#ifdef ZEROBENCH_WITH_CUDA
+#include "runtime/cuda_device.hpp"
+#endif
+
+namespace zb::runtime {
+
+namespace {
+class SteadyClockTimer final : public RegionTimer {
+ public:
+  explicit SteadyClockTimer(at::Device d) : device_(d) {}
+  void start() override {
+    synchronize(device_);
+    t0_ = std::chrono::steady_clock::now();
+  }
+  double stop_s() override {
+    synchronize(device_);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  at::Device device_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+}  // namespace
+
+bool cuda_built() {
+#ifdef ZEROBENCH_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() {
+#ifdef ZEROBENCH_WITH_CUDA
+  return cuda::available();
+#else
+  return false;
+#endif
+}
+
+at::Device pick_device(const std::string& kind, int local_rank) {
+  if (kind == "cpu") return at::kCPU;
+  if (kind != "cuda") throw UsageError("--device must be cpu or cuda, got '" + kind + "'");
+  if (!cuda_built()) throw UsageError("--device cuda: this build has no CUDA path (rebuild with -DZEROBENCH_CUDA=ON)");
+  if (!cuda_available()) throw UsageError("--device cuda: no CUDA device is visible");
+#ifdef ZEROBENCH_WITH_CUDA
+  const int index = local_rank % cuda::count();
+  cuda::set_device(index);
+  return at::Device(at::kCUDA, c10::DeviceIndex(index));
+#else
+  return at::kCPU;
+#endif
+}
+
+void synchronize(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize(device.index());
+#endif
+}
+
+std::string device_name(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::name(device.index());
+#endif
+  return "cpu: " + cpu_model_name();
+}
+
+int device_count(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::count();
+#endif
+  return 1;
+}
+
+std::optional<double> datasheet_peak_tflops(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("A100")) return 312.0;
+  if (has("H200")) return 989.0;
+  if (has("H100") && has("PCIe")) return 756.0;
+  if (has("H100")) return 989.0;
+  return std::nullopt;
+}
+
+std::unique_ptr<RegionTimer> make_region_timer(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::make_event_timer();
+#endif
+  return std::make_unique<SteadyClockTimer>(device);
+}
+
+CudaMemoryStats cuda_memory_stats(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::memory_stats(device.index());
+#endif
+  return {};
+}
+
+void reset_cuda_peaks(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) cuda::reset_peaks(device.index());
+#endif
+}
+
+std::string cuda_runtime_version() {
+#ifdef ZEROBENCH_WITH_CUDA
+  return cuda::runtime_version();
+#else
+  return "";
+#endif
+}
+std::string nccl_version() {
+#ifdef ZEROBENCH_WITH_CUDA
+  return cuda::nccl_version();
+#else
+  return "";
+#endif
+}
+std::string gpu_driver_version() {
+#ifdef ZEROBENCH_WITH_CUDA
+  return cuda_available() ? cuda::driver_version() : "";
+#else
+  return "";
+#endif
+}
+
+}  // namespace zb::runtime

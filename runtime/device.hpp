@@ -1,0 +1,39 @@
+// device.hpp — the device a rank computes on. Owns: choosing it, synchronising it, timing a
+// region device-synchronised (CUDA events on GPU, a steady clock after a sync on CPU), naming
+// it, and the peak-FLOP/s table. Everything CUDA-specific lives in cuda_device.cpp, compiled
+// only with -DZEROBENCH_CUDA=ON/auto; the CPU build gets clear errors instead.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace zb::runtime {
+
+bool cuda_built();       // this binary has the CUDA path compiled in
+bool cuda_available();   // ... and a GPU is visible
+at::Device pick_device(const std::string& kind, int local_rank);  // "cpu" | "cuda"
+void synchronize(at::Device device);
+std::string device_name(at::Device device);  // "NVIDIA H100 80GB HBM3", "cpu: <model name>"
+int device_count(at::Device device);
+
+// Dense bf16 peak TFLOP/s from the datasheet (DESIGN §4), by device name; nullopt if unknown.
+std::optional<double> datasheet_peak_tflops(const std::string& device_name);
+
+// Times a region on the device: start() ... stop() returns seconds.
+class RegionTimer {
+ public:
+  virtual ~RegionTimer() = default;
+  virtual void start() = 0;
+  virtual double stop_s() = 0;
+};
+std::unique_ptr<RegionTimer> make_region_timer(at::Device device);
+
+// Versions for the report's env section.
+std::string cuda_runtime_version();  // "" without CUDA
+std::string nccl_version();          // "" without NCCL
+std::string gpu_driver_version();    // "" without a GPU
+
+}  // namespace zb::runtime

@@ -1,0 +1,154 @@
+// launcher.cpp — fork/exec of N ranks with torchrun's variables; failure propagation.
+#include "runtime/launcher.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "runtime/errors.hpp"
+
+namespace zb::runtime {
+
+namespace {
+volatile sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw RunError("launcher: cannot resolve /proc/self/exe");
+  buf[n] = 0;
+  return buf;
+}
+
+std::string describe(int rank, int status) {
+  if (WIFEXITED(status)) return "rank " + std::to_string(rank) + " exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return "rank " + std::to_string(rank) + " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "rank " + std::to_string(rank) + " ended with status " + std::to_string(status);
+}
+
+bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+}  // namespace
+
+bool launched_by_zerobench() { return std::getenv("ZEROBENCH_LAUNCHED") != nullptr; }
+
+int find_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw RunError("launcher: socket() failed: " + std::string(strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw RunError("launcher: cannot find a free port: " + std::string(strerror(errno)));
+  }
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+LaunchResult launch_local(const LaunchOptions& opts) {
+  const std::string exe = self_exe();
+  const int port = find_free_port();
+  const pid_t launcher_pid = getpid();
+
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_interrupted = 0;
+
+  std::map<pid_t, int> rank_of;
+  for (int rank = 0; rank < opts.nproc; ++rank) {
+    pid_t pid = fork();
+    if (pid < 0) throw RunError("launcher: fork failed: " + std::string(strerror(errno)));
+    if (pid == 0) {
+      // Child: die with the launcher, take torchrun's variables, exec ourselves.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
+      setenv("MASTER_ADDR", opts.master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("ZEROBENCH_LAUNCHED", "1", 1);
+      std::vector<char*> args;
+      std::string arg0 = exe;
+      args.push_back(arg0.data());
+      std::vector<std::string> rest(opts.argv.begin() + (opts.argv.empty() ? 0 : 1), opts.argv.end());
+      for (auto& a : rest) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(exe.c_str(), args.data());
+      _exit(127);
+    }
+    rank_of[pid] = rank;
+  }
+
+  LaunchResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto signal_all = [&](int sig) {
+    for (const auto& [pid, rank] : rank_of) kill(pid, sig);
+  };
+  auto begin_stop = [&]() {
+    if (stopping) return;
+    stopping = true;
+    signal_all(SIGTERM);
+    stop_deadline = std::chrono::steady_clock::now() + opts.grace;
+  };
+
+  while (!rank_of.empty()) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0 && rank_of.count(pid)) {
+      const int rank = rank_of[pid];
+      rank_of.erase(pid);
+      if (failed(status) && result.failed_rank < 0 && !stopping) {
+        result.failed_rank = rank;
+        result.message = describe(rank, status);
+        result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed;
+        begin_stop();
+      }
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (g_interrupted && !stopping) {
+      result.exit_code = 130;
+      result.message = "interrupted; stopped all ranks";
+      begin_stop();
+    }
+    if (opts.timeout.count() > 0 && now - t0 > opts.timeout && !stopping) {
+      result.exit_code = 124;
+      result.message = "timed out after " + std::to_string(opts.timeout.count() / 1000) + " s; stopped all ranks";
+      begin_stop();
+    }
+    if (stopping && now > stop_deadline) signal_all(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  return result;
+}
+
+}  // namespace zb::runtime

@@ -1,0 +1,35 @@
+// launcher.hpp — the built-in local launcher behind `zerobench run --nproc N`.
+// Owns: spawning N ranks of this very binary with torchrun's environment on a free port,
+// watching them, and tearing the whole group down when one fails. Must not: know what the
+// ranks do (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set).
+#pragma once
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace zb::runtime {
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> argv;                    // argv[0] is replaced by this executable
+  std::chrono::milliseconds grace{3000};            // SIGTERM → SIGKILL delay for survivors
+  std::chrono::milliseconds timeout{0};             // 0 = none; else whole-job wall limit
+  std::string master_addr = "127.0.0.1";
+};
+
+struct LaunchResult {
+  int exit_code = 0;      // 0 ok; the failed rank's exit code (1 if killed by a signal); 124 timeout
+  int failed_rank = -1;   // first rank that failed, -1 if none
+  std::string message;    // "rank 1 exited with code 1" / "rank 0 was killed by signal 9 (Killed)"
+};
+
+// True inside a rank that the launcher started.
+bool launched_by_zerobench();
+
+// Runs the job and returns once every rank has exited; nothing is left running.
+LaunchResult launch_local(const LaunchOptions& opts);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int find_free_port();
+
+}  // namespace zb::runtime

@@ -1,0 +1,35 @@
+// memory.hpp — per-rank memory measurement. Owns: the counting CPU allocator (current/peak
+// bytes of every CPU tensor), peak and current RSS, and the CUDA caching-allocator peaks.
+// Must not: decide what the engine owns (engines report their own model-state bytes).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace zb::runtime {
+
+// Installs the counting allocator as c10's CPU allocator (idempotent). Call before creating
+// tensors you want counted.
+void install_counting_cpu_allocator();
+bool counting_cpu_allocator_installed();
+int64_t tracked_cpu_bytes();       // live bytes now
+int64_t tracked_cpu_peak_bytes();  // high-water mark since the last reset
+void reset_tracked_cpu_peak();     // peak := current
+
+int64_t peak_rss_bytes();     // getrusage max RSS of this process
+int64_t current_rss_bytes();  // /proc/self/statm
+
+struct CudaMemoryStats {
+  int64_t allocated_bytes = 0, peak_allocated_bytes = 0;
+  int64_t reserved_bytes = 0, peak_reserved_bytes = 0;
+};
+// Zeros on a CPU device or a build without CUDA.
+CudaMemoryStats cuda_memory_stats(at::Device device);
+void reset_cuda_peaks(at::Device device);
+
+// Bytes currently tracked for `device`: the counting allocator on CPU, allocated bytes on CUDA.
+int64_t tracked_bytes(at::Device device);
+int64_t tracked_peak_bytes(at::Device device);
+void reset_tracked_peak(at::Device device);
+
+}  // namespace zb::runtime

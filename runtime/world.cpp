@@ -1,0 +1,97 @@
+// world.cpp — c10d process groups over a TCPStore (see world.hpp).
+#include "runtime/world.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+
+#include "runtime/errors.hpp"
+
+namespace zb::runtime {
+
+namespace {
+std::chrono::milliseconds g_timeout{std::chrono::minutes(5)};
+std::string g_master_addr = "127.0.0.1";
+
+c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                          at::Device device, std::string& backend_name) {
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    backend_name = "nccl";
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = g_timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+#else
+    throw UsageError("--device cuda: this build has no NCCL (rebuild with -DZEROBENCH_CUDA=ON)");
+#endif
+  }
+  backend_name = "gloo";
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = g_timeout;
+  const bool local = g_master_addr == "127.0.0.1" || g_master_addr == "localhost";
+  opts->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                : c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+}  // namespace
+
+std::vector<int> World::all_ranks() const {
+  std::vector<int> r(static_cast<size_t>(size), 0);
+  for (int i = 0; i < size; ++i) r[size_t(i)] = i;
+  return r;
+}
+
+World World::subgroup(const std::string& name, const std::vector<int>& ranks) const {
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  if (it == ranks.end()) throw RunError("rank " + std::to_string(rank) + " is not in subgroup " + name);
+  std::string key = "group/" + name;
+  for (int r : ranks) key += "/" + std::to_string(r);
+  World sub = *this;
+  sub.rank = int(it - ranks.begin());
+  sub.size = int(ranks.size());
+  sub.store = c10::make_intrusive<c10d::PrefixStore>(key, store);
+  sub.pg = make_pg(sub.store, sub.rank, sub.size, device, sub.pg_backend);
+  return sub;
+}
+
+World init_world_on_store(c10::intrusive_ptr<c10d::Store> store, int rank, int size, at::Device device,
+                          std::chrono::milliseconds timeout) {
+  g_timeout = timeout;
+  World w;
+  w.rank = rank;
+  w.size = size;
+  w.local_rank = rank;
+  w.local_size = size;
+  w.device = device;
+  w.store = c10::make_intrusive<c10d::PrefixStore>("world", store);
+  w.pg = make_pg(w.store, rank, size, device, w.pg_backend);
+  return w;
+}
+
+World init_world(const DistEnv& env, at::Device device, std::chrono::milliseconds timeout) {
+  g_timeout = timeout;
+  g_master_addr = env.master_addr;
+  c10d::TCPStoreOptions opts;
+  opts.port = uint16_t(env.master_port);
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = size_t(env.world_size);
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    throw RunError("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " failed: " + e.what());
+  }
+  World w = init_world_on_store(store, env.rank, env.world_size, device, timeout);
+  w.local_rank = env.local_rank;
+  w.local_size = env.local_world_size;
+  return w;
+}
+
+}  // namespace zb::runtime

@@ -1,0 +1,41 @@
+// world.hpp — one rank's view of the job: its rank, the store, the c10d process group, its device.
+// Owns: rendezvous (TCPStore) and creating Gloo (CPU) or NCCL (CUDA) groups, including subgroups.
+// Must not: count or time collectives (backends/common/comm does that).
+#pragma once
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "runtime/dist_env.hpp"
+
+namespace zb::runtime {
+
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  at::Device device = at::kCPU;
+  std::string pg_backend;  // "gloo" or "nccl"
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> pg;
+
+  // A new group over `ranks` (this rank must be among them), e.g. HYBRID_SHARD's shard and
+  // replicate groups. Every rank must call it with the same `name` and group list order.
+  World subgroup(const std::string& name, const std::vector<int>& ranks) const;
+  // A second group over the same ranks for uncounted bookkeeping (loss averaging, reports).
+  World side_channel() const { return subgroup("side", all_ranks()); }
+  std::vector<int> all_ranks() const;
+};
+
+// Rendezvous through a TCPStore at env.master_addr:master_port (rank 0 hosts it).
+World init_world(const DistEnv& env, at::Device device, std::chrono::milliseconds timeout);
+// A rank of an in-process world (tests): every rank shares one store (e.g. a c10d::HashStore).
+World init_world_on_store(c10::intrusive_ptr<c10d::Store> store, int rank, int size, at::Device device,
+                          std::chrono::milliseconds timeout);
+
+}  // namespace zb::runtime

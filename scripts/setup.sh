@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# setup.sh — installs everything zerobench needs to build and test, idempotently.
+# Owns: Debian build dependencies, the torch venv (outside the clone), the ccache dir.
+# A second run checks and installs nothing. Overrides:
+#   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
+#   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
+#   CCACHE_DIR       ccache store (default $HOME/.cache/zerobench/ccache)
+set -euo pipefail
+
+cache_root="${HOME}/.cache/zerobench"
+venv="${ZEROBENCH_VENV:-${cache_root}/venv}"
+torch_version="${ZEROBENCH_TORCH:-2.11.0}"
+export CCACHE_DIR="${CCACHE_DIR:-${cache_root}/ccache}"
+
+debian_packages=(cmake ninja-build g++ ccache nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+                 libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev python3-venv)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+have_torch() {
+  [ -x "${venv}/bin/python" ] &&
+    "${venv}/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='${torch_version}' else 1)" 2>/dev/null
+}
+if ! have_torch; then
+  echo "[setup] creating venv ${venv} with torch==${torch_version} (one-off, large download)"
+  mkdir -p "$(dirname "${venv}")"
+  [ -x "${venv}/bin/python" ] || python3 -m venv "${venv}"
+  "${venv}/bin/python" -m pip install -q --upgrade pip
+  "${venv}/bin/python" -m pip install -q "torch==${torch_version}" numpy
+fi
+mkdir -p "${CCACHE_DIR}"
+echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv}"
