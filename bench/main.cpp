@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  run.nproc_given = run_cmd->count("--nproc") > 0;
+  run.precision_given = run_cmd->count("--precision") > 0;
   const char* rank = std::getenv("RANK");
   const std::string who = rank && std::getenv("WORLD_SIZE") ? "rank " + std::string(rank) + ": " : "";
   try {

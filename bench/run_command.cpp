@@ -216,8 +216,15 @@ int run_rank(const RunOptions& o) {
 }
 }  // namespace
 
-int run_command(const RunOptions& o, const std::vector<std::string>& argv) {
-  const auto spec = o.engine_spec();  // usage errors surface here, before anything starts
+int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
+  RunOptions o = o_in;
+  o.nproc = o.world_size_hint();
+  std::vector<std::string> warnings;
+  const auto spec = o.engine_spec(&warnings);  // usage errors surface here, before anything starts
+  o.precision = spec.precision;  // a config file may have chosen it
+  o.precision_given = true;
+  if (!runtime::launched_by_zerobench() && !o.quiet)
+    for (const auto& w : warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const bool in_job = runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
   if (in_job || o.nproc == 1) {
     if (!in_job) {
@@ -238,7 +245,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& argv) {
   // Leave a report that says so (never a half-written one): a failed run is a result too.
   const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
   json config = {{"model", model_json(spec.model)},
-                 {"backend", {{"name", o.backend}, {"precision", o.precision}, {"options", spec.options}}},
+                 {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
                  {"train", train_json(spec.train)},
                  {"world_size", o.nproc}};
   reports::write_json_atomic(out, reports::failed_report(state, res.message, config));

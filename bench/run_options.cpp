@@ -1,6 +1,7 @@
 // run_options.cpp — CLI11 registration and validation of run options (see run_options.hpp).
 #include "bench/run_options.hpp"
 
+#include "backends/fsdp/fsdp_options.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench {
@@ -22,8 +23,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
-  app.add_option("--backend", o.backend, "training engine: ddp")->capture_default_str();
-  app.add_option("--precision", o.precision, "ddp: fp32|low|mixed")->capture_default_str();
+  app.add_option("--backend", o.backend, "training engine: ddp|fsdp")->capture_default_str();
+  app.add_option("--precision", o.precision, "ddp, fsdp: fp32|low|mixed")->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -65,6 +66,17 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient all-reduce bucket size in MiB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--accelerate-config", o.accelerate_config, "fsdp: accelerate config YAML (fsdp_config: keys)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--sharding-strategy", o.sharding_strategy, "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)");
+  app.add_option("--backward-prefetch", o.backward_prefetch, "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH");
+  app.add_flag("--forward-prefetch", o.forward_prefetch, "fsdp: prefetch the next unit's all-gather in forward");
+  app.add_option("--limit-all-gathers", o.limit_all_gathers, "fsdp: true|false (default true)")
+      ->check(CLI::IsMember({"true", "false"}));
+  app.add_option("--hsdp-shard-size", o.hsdp_shard_size, "fsdp HYBRID_SHARD: ranks per shard group (default: per node)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp mixed: gradient reduce dtype bf16|fp32 (default bf16)")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
 }
@@ -82,16 +94,45 @@ models::ModelConfig RunOptions::model_config() const {
   return cfg;
 }
 
-backends::EngineSpec RunOptions::engine_spec() const {
+int RunOptions::world_size_hint() const {
+  if (nproc_given || accelerate_config.empty()) return nproc;
+  const auto cfg = backends::fsdp::read_accelerate_config(accelerate_config);
+  return cfg.num_processes > 0 ? cfg.num_processes : nproc;
+}
+
+backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings) const {
   backends::EngineSpec spec;
   spec.model = model_config();
   spec.train = train;
   spec.precision = precision;
+  if (!accelerate_config.empty() && backend != "fsdp")
+    throw UsageError("--accelerate-config configures --backend fsdp, not '" + backend + "'");
+  if (backend == "fsdp") {
+    backends::fsdp::FsdpOptions f;
+    if (!accelerate_config.empty()) {
+      auto cfg = backends::fsdp::read_accelerate_config(accelerate_config);
+      f = cfg.fsdp;
+      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
+      if (warnings) *warnings = cfg.warnings;
+    }
+    // Command-line flags override the file.
+    if (!sharding_strategy.empty()) f.sharding_strategy = backends::fsdp::parse_sharding_strategy(sharding_strategy);
+    if (!backward_prefetch.empty()) f.backward_prefetch = backends::fsdp::parse_backward_prefetch(backward_prefetch);
+    if (forward_prefetch) f.forward_prefetch = true;
+    if (!limit_all_gathers.empty()) f.limit_all_gathers = limit_all_gathers == "true";
+    if (hsdp_shard_size > 0) f.hybrid_shard_group_size = hsdp_shard_size;
+    if (!reduce_dtype.empty()) f.reduce_dtype = reduce_dtype;
+    spec.options = backends::fsdp::to_json(f);
+    if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+  } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
+             !reduce_dtype.empty() || !limit_all_gathers.empty()) {
+    throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
+  }
   if (train.warmup >= train.steps)
     throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +
                      " (no step would be measured)");
   if (backend == "ddp") spec.options["bucket_cap_mb"] = bucket_cap_mb;
-  backends::validate_precision(backend, precision);  // validates both names
+  backends::validate_precision(backend, spec.precision);  // validates both names
   fault();                     // validates the hook
   return spec;
 }

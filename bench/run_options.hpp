@@ -31,9 +31,19 @@ struct RunOptions {
   bool quiet = false;
   std::string fault_inject;
   double bucket_cap_mb = 25;  // ddp
+  // fsdp (empty = the config file's value or PyTorch's default)
+  std::string accelerate_config;
+  std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
+  bool forward_prefetch = false;
+  int hsdp_shard_size = 0;
+  bool nproc_given = false, precision_given = false;  // set by the CLI layer
 
   models::ModelConfig model_config() const;  // preset + overrides, validated
-  backends::EngineSpec engine_spec() const;  // validated (throws UsageError)
+  // Validated (throws UsageError). Reads backend config files; `warnings` gets the keys a
+  // config file set that zerobench cannot honour, by name.
+  backends::EngineSpec engine_spec(std::vector<std::string>* warnings = nullptr) const;
+  // World size: --nproc, else a config file's num_processes, else 1.
+  int world_size_hint() const;
   FaultInjection fault() const;
   std::string default_out(int world_size) const;
 };

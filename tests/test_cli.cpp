@@ -9,27 +9,11 @@
 #include <fstream>
 
 #include "reports/report.hpp"
+#include "tests/run_binary.hpp"
 
 namespace {
-struct Result {
-  int exit_code;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(ZEROBENCH_BIN) + " " + args + " 2>&1";
-  Result r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), int(buf.size()), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string temp_path(const std::string& name) {
-  return "/tmp/zb_cli_" + std::to_string(getpid()) + "_" + name;
-}
+using zb::test_support::temp_path;
+zb::test_support::BinaryResult run(const std::string& args) { return zb::test_support::run_zerobench(args); }
 
 // Processes whose command line mentions `marker` (the unique --out path of a run).
 int processes_mentioning(const std::string& marker) {

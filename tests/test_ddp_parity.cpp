@@ -16,9 +16,9 @@ TEST_P(DdpParity, MatchesSingleProcessReference) {
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
-  EXPECT_LE(test_support::max_relative_param_diff(got.params, ref.params), 1e-5);
+  EXPECT_LE(test_support::relative_param_error(got.params, ref.params), 1e-5);
   // The run really trained: parameters moved away from init.
-  EXPECT_GT(test_support::max_relative_param_diff(got.params, test_support::train_reference([&] {
+  EXPECT_GT(test_support::relative_param_error(got.params, test_support::train_reference([&] {
               auto s = spec;
               s.train.steps = 0;
               return s;

@@ -122,14 +122,14 @@ inline TrainedRun train_reference(const backends::EngineSpec& spec, int w, at::S
   return out;
 }
 
-// max |a - b| / max |b| over all units.
-inline double max_relative_param_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+// ||a - b|| / ||b|| over all parameters (Frobenius norms, in fp64).
+inline double relative_param_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   double num = 0, den = 0;
   for (size_t u = 0; u < b.size(); ++u) {
-    num = std::max(num, (a[u].to(at::kFloat) - b[u]).abs().max().item<double>());
-    den = std::max(den, b[u].abs().max().item<double>());
+    num += (a[u].to(at::kDouble) - b[u].to(at::kDouble)).pow(2).sum().item<double>();
+    den += b[u].to(at::kDouble).pow(2).sum().item<double>();
   }
-  return num / den;
+  return std::sqrt(num / den);
 }
 
 inline backends::EngineSpec small_spec(int64_t grad_accum) {

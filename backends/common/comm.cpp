@@ -31,57 +31,63 @@ double busbw_factor(CollectiveKind kind, int w) {
   }
 }
 
-void Comm::record(CollectiveKind kind, int64_t bytes, double seconds) {
+void Comm::record(CollectiveKind kind, int64_t bytes, double seconds, const std::string& label) {
+  if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
   auto& s = stats_[size_t(kind)];
   s.count += 1;
   s.bytes += bytes;
   s.time_s += seconds;
 }
 
-void Comm::all_gather(at::Tensor& out, at::Tensor& in) {
-  TORCH_CHECK(out.numel() == in.numel() * size(), "all_gather: output numel ", out.numel(), " != ", size(), " x ",
+void Comm::all_gather(at::Tensor& out, at::Tensor& in, const std::string& label, const runtime::World* group) {
+  const auto& g = group ? *group : world_;
+  TORCH_CHECK(out.numel() == in.numel() * g.size, "all_gather: output numel ", out.numel(), " != ", g.size, " x ",
               in.numel());
   const double t0 = now_s();
-  if (size() == 1) {
+  if (g.size == 1) {
     out.copy_(in);
   } else {
-    world_.pg->_allgather_base(out, in)->wait();
+    g.pg->_allgather_base(out, in)->wait();
   }
-  record(CollectiveKind::kAllGather, int64_t(out.nbytes()), now_s() - t0);
+  record(CollectiveKind::kAllGather, int64_t(out.nbytes()), now_s() - t0, label);
 }
 
-void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in) {
-  TORCH_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: input numel ", in.numel(), " != ", size(), " x ",
+void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string& label,
+                              const runtime::World* group) {
+  const auto& g = group ? *group : world_;
+  TORCH_CHECK(in.numel() == out.numel() * g.size, "reduce_scatter: input numel ", in.numel(), " != ", g.size, " x ",
               out.numel());
   const double t0 = now_s();
-  if (size() == 1) {
+  if (g.size == 1) {
     out.copy_(in);
   } else {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    world_.pg->_reduce_scatter_base(out, in, opts)->wait();
+    g.pg->_reduce_scatter_base(out, in, opts)->wait();
   }
-  record(CollectiveKind::kReduceScatter, int64_t(in.nbytes()), now_s() - t0);
+  record(CollectiveKind::kReduceScatter, int64_t(in.nbytes()), now_s() - t0, label);
 }
 
-void Comm::all_reduce_sum(at::Tensor& t) {
+void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
+  const auto& g = group ? *group : world_;
   const double t0 = now_s();
-  if (size() > 1) {
+  if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
-    world_.pg->allreduce(ts)->wait();
+    g.pg->allreduce(ts)->wait();
   }
-  record(CollectiveKind::kAllReduce, int64_t(t.nbytes()), now_s() - t0);
+  record(CollectiveKind::kAllReduce, int64_t(t.nbytes()), now_s() - t0, label);
 }
 
-void Comm::broadcast(at::Tensor& t, int root) {
+void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
+  const auto& g = group ? *group : world_;
   const double t0 = now_s();
-  if (size() > 1) {
+  if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    world_.pg->broadcast(ts, opts)->wait();
+    g.pg->broadcast(ts, opts)->wait();
   }
-  record(CollectiveKind::kBroadcast, int64_t(t.nbytes()), now_s() - t0);
+  record(CollectiveKind::kBroadcast, int64_t(t.nbytes()), now_s() - t0, label);
 }
 
 nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }

@@ -32,11 +32,20 @@ class Comm {
   const runtime::World& world() const { return world_; }
 
   // out [size * n] <- concat over ranks of in [n]; same dtype, contiguous.
-  void all_gather(at::Tensor& out, at::Tensor& in);
+  // `label` names what is communicated (e.g. "unit3") in the trace. `group` runs the
+  // collective on a subgroup (HYBRID_SHARD's shard/replicate groups) counted with the rest.
+  void all_gather(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                  const runtime::World* group = nullptr);
   // out [n] <- sum over ranks of in[rank*n : (rank+1)*n]; in [size * n].
-  void reduce_scatter_sum(at::Tensor& out, at::Tensor& in);
-  void all_reduce_sum(at::Tensor& t);
-  void broadcast(at::Tensor& t, int root);
+  void reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                          const runtime::World* group = nullptr);
+  void all_reduce_sum(at::Tensor& t, const std::string& label = "", const runtime::World* group = nullptr);
+  void broadcast(at::Tensor& t, int root, const std::string& label = "", const runtime::World* group = nullptr);
+
+  // Order of collectives as "all_gather:unit3" entries, while tracing is on (tests, debugging).
+  void set_tracing(bool on) { tracing_ = on; }
+  const std::vector<std::string>& trace() const { return trace_; }
+  void clear_trace() { trace_.clear(); }
 
   const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
@@ -44,8 +53,10 @@ class Comm {
   nlohmann::json stats_json() const;
 
  private:
-  void record(CollectiveKind kind, int64_t bytes, double seconds);
+  void record(CollectiveKind kind, int64_t bytes, double seconds, const std::string& label);
   runtime::World world_;
+  bool tracing_ = false;
+  std::vector<std::string> trace_;
   std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_{};
 };
 

@@ -33,7 +33,8 @@ double lr_at(const TrainConfig& t, int64_t step) {
   return min_lr + (t.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated) {
+double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated,
+                        const runtime::World* group) {
   at::NoGradGuard no_grad;
   at::Tensor sq;
   for (const auto& g : local_grads) {
@@ -43,7 +44,7 @@ double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, 
   }
   if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(comm.world().device));
   sq = sq.reshape({1}).contiguous();
-  if (!replicated) comm.all_reduce_sum(sq);
+  if (!replicated) comm.all_reduce_sum(sq, "grad_norm", group);
   return std::sqrt(sq.item<double>());
 }
 

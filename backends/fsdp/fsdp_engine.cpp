@@ -1,0 +1,394 @@
+// fsdp_engine.cpp — see fsdp_engine.hpp for the semantics and the upstream files followed.
+#include "backends/fsdp/fsdp_engine.hpp"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include "backends/common/optim.hpp"
+#include "backends/common/storage.hpp"
+#include "models/llama.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends::fsdp {
+
+namespace {
+
+struct Dtypes {
+  at::ScalarType storage;  // the flat shard, its gradient and AdamW states
+  at::ScalarType param;    // all-gather and compute
+  at::ScalarType reduce;   // gradient reduce-scatter / all-reduce
+};
+
+Dtypes dtypes_for(const std::string& precision, const FsdpOptions& o) {
+  if (precision == "fp32") return {at::kFloat, at::kFloat, at::kFloat};
+  if (precision == "low") return {at::kBFloat16, at::kBFloat16, at::kBFloat16};
+  if (precision == "mixed")
+    return {at::kFloat, at::kBFloat16, o.reduce_dtype == "fp32" ? at::kFloat : at::kBFloat16};
+  throw UsageError("--precision for fsdp must be fp32, low or mixed, got '" + precision + "'");
+}
+
+// FSDP1 (_init_utils.py, via DefaultState._get_gradient_predivide_factor): pre-divide by f,
+// post-divide by W/f, with W the whole data-parallel size.
+double predivide_factor(int world) {
+  int f = 1;
+  while (world % f == 0 && world / f > f) f *= 2;
+  return double(f);
+}
+
+bool is_sharded(ShardingStrategy s) { return s != ShardingStrategy::kNoShard; }
+bool reshard_after_forward(ShardingStrategy s) {
+  return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+}
+
+// Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
+int shard_group_size(const FsdpOptions& o, int world, int local_size) {
+  if (o.sharding_strategy == ShardingStrategy::kNoShard) return 1;
+  if (o.sharding_strategy != ShardingStrategy::kHybridShard) return world;
+  const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
+  if (s <= 0 || world % s != 0)
+    throw UsageError("HYBRID_SHARD shard group size " + std::to_string(s) + " does not divide world size " +
+                     std::to_string(world));
+  return s;
+}
+
+struct Layout {  // one unit's FlatParameter geometry
+  int64_t numel = 0, padded = 0, shard_numel = 0, offset = 0;
+};
+
+std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool sharded) {
+  std::vector<Layout> out;
+  int64_t offset = 0;
+  for (const auto& unit : models::unit_param_specs(cfg)) {
+    Layout l;
+    for (const auto& p : unit) l.numel += p.numel();
+    // _flat_param.py: pad to a multiple of the shard world size only when sharding.
+    l.padded = sharded ? (l.numel + shard_size - 1) / shard_size * shard_size : l.numel;
+    l.shard_numel = l.padded / (sharded ? shard_size : 1);
+    l.offset = offset;
+    offset += l.shard_numel;
+    out.push_back(l);
+  }
+  return out;
+}
+
+class FsdpEngine;
+
+// The autograd edge between a unit's sharded storage and its unsharded parameters: forward
+// hands out an alias of the gathered buffer, backward receives the summed gradient of the
+// whole flat parameter (every view's gradient accumulated) — FSDP's post-backward hook point.
+struct UnitGather : public torch::autograd::Function<UnitGather> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& anchor, FsdpEngine* engine,
+                            int64_t unit);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads);
+};
+
+class FsdpEngine final : public Engine, public models::UnitParamSource {
+ public:
+  FsdpEngine(const EngineSpec& spec, const runtime::World& world)
+      : spec_(spec), opts_(fsdp_options_from_json(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
+    at::NoGradGuard no_grad;
+    const auto& cfg = spec_.model;
+    const auto dev = world.device;
+    const int W = world.size;
+    shard_size_ = shard_group_size(opts_, W, world.local_size);
+    if (opts_.sharding_strategy == ShardingStrategy::kHybridShard) {
+      // Shard groups are consecutive blocks of S ranks; replicate groups take the same
+      // position in every block (FSDP's _init_intra_and_inter_node_groups).
+      const int block = world.rank / shard_size_, pos = world.rank % shard_size_;
+      std::vector<int> shard_ranks, replicate_ranks;
+      for (int i = 0; i < shard_size_; ++i) shard_ranks.push_back(block * shard_size_ + i);
+      for (int b = 0; b < W / shard_size_; ++b) replicate_ranks.push_back(b * shard_size_ + pos);
+      shard_group_ = world.subgroup("fsdp_shard", shard_ranks);
+      replicate_group_ = world.subgroup("fsdp_replicate", replicate_ranks);
+    } else {
+      shard_group_ = world;
+    }
+    shard_rank_ = is_sharded(opts_.sharding_strategy) ? shard_group_.rank : 0;
+    layout_ = layouts(cfg, shard_size_, is_sharded(opts_.sharding_strategy));
+    const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
+    local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
+    local_grads_ = at::zeros_like(local_params_);
+    for (int u = 0; u < int(layout_.size()); ++u) {
+      const auto& l = layout_[size_t(u)];
+      auto full = at::zeros({l.padded}, at::kFloat);
+      full.narrow(0, 0, l.numel).copy_(models::init_unit_flat(cfg, u, spec_.train.seed));
+      full = full.to(dev);
+      if (opts_.sync_module_states) comm_.broadcast(full, 0, "unit" + std::to_string(u));
+      Unit unit;
+      unit.shard = local_params_.narrow(0, l.offset, l.shard_numel);
+      unit.grad_shard = local_grads_.narrow(0, l.offset, l.shard_numel);
+      // _get_shard: this rank's chunk of the padded flat parameter.
+      unit.shard.copy_(full.narrow(0, int64_t(shard_rank_) * l.shard_numel, l.shard_numel));
+      if (!is_sharded(opts_.sharding_strategy) && dtypes_.param == dtypes_.storage) {
+        unit.full = unit.shard;  // NO_SHARD in one dtype: the flat parameter is its own storage
+        unit.owns_full = false;
+        unit.unsharded = true;
+      } else {
+        unit.full = at::empty({l.padded}, at::TensorOptions().dtype(dtypes_.param).device(dev));
+        common::free_storage(unit.full);  // _full_param_padded starts freed
+      }
+      unit.anchor = at::zeros({}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true);
+      units_.push_back(std::move(unit));
+    }
+    optimizer_ = std::make_unique<common::FlatAdamW>(local_params_, common::adamw_options(spec_.train));
+    rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.param, dev);
+    comm_.reset_stats();
+  }
+
+  std::string name() const override { return "fsdp"; }
+  common::Comm& comm() override { return comm_; }
+  void set_observer(FsdpObserver o) { observer_ = std::move(o); }
+
+  // ---- forward (models::UnitParamSource) ----
+  std::vector<at::Tensor> unit_weights(int u) override {
+    if (u == models::kRootUnit) begin_forward();
+    unshard(u);  // no-op when prefetched
+    if (opts_.forward_prefetch && u + 1 < int(units_.size())) unshard(u + 1);  // _prefetch_handles(FORWARD)
+    auto& unit = units_[size_t(u)];
+    unit.needs_pre_backward_unshard = false;
+    at::Tensor flat = at::GradMode::is_enabled()
+                          ? UnitGather::apply(unit.anchor, this, int64_t(u))
+                          : common::storage_alias(unit.full);
+    return models::unflatten_unit(spec_.model, u, flat);
+  }
+
+  at::Tensor after_unit_forward(int u, at::Tensor output) override {
+    auto& unit = units_[size_t(u)];
+    // _post_forward_reshard: the root is never resharded after forward (its parameters are
+    // needed first in backward); other units reshard under FULL_SHARD/HYBRID_SHARD.
+    if (u != models::kRootUnit && reshard_after_forward(opts_.sharding_strategy)) {
+      reshard(u);
+      unit.needs_pre_backward_unshard = true;
+    }
+    notify("post_forward", u);
+    if (output.requires_grad()) {
+      output.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+    }
+    return output;
+  }
+
+  // ---- backward hooks ----
+  void pre_backward(int u) {  // _pre_backward_hook
+    auto& unit = units_[size_t(u)];
+    if (unit.ran_pre_backward) return;
+    if (u == models::kRootUnit && !final_callback_queued_) {
+      final_callback_queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { post_backward_final(); });
+    }
+    if (unit.needs_pre_backward_unshard) unshard(u);
+    unit.needs_pre_backward_unshard = false;
+    notify("pre_backward", u);
+    if (opts_.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch_backward(u);
+    unit.ran_pre_backward = true;
+  }
+
+  void post_backward(int u, const at::Tensor& unsharded_grad) {  // _post_backward_hook
+    at::NoGradGuard no_grad;
+    auto& unit = units_[size_t(u)];
+    const auto& l = layout_[size_t(u)];
+    if (is_sharded(opts_.sharding_strategy)) reshard(u);  // _should_free_in_backward (sync_gradients)
+    notify("post_backward", u);
+    if (opts_.backward_prefetch == BackwardPrefetch::kBackwardPost) prefetch_backward(u);
+    const std::string label = "unit" + std::to_string(u);
+    const int W = comm_.size();
+    const double pre = predivide_factor(W), post = double(W) / pre;
+    auto grad = unsharded_grad.to(dtypes_.reduce).contiguous();  // [padded]
+    if (pre > 1) grad.div_(pre);
+    at::Tensor reduced;
+    if (is_sharded(opts_.sharding_strategy)) {
+      reduced = at::empty({l.shard_numel}, grad.options());
+      comm_.reduce_scatter_sum(reduced, grad, label, &shard_group_);
+      if (opts_.sharding_strategy == ShardingStrategy::kHybridShard)
+        comm_.all_reduce_sum(reduced, label, &replicate_group_);
+    } else {
+      reduced = grad;
+      comm_.all_reduce_sum(reduced, label);
+    }
+    if (post > 1) reduced.div_(post);
+    unit.grad_shard.add_(reduced.to(dtypes_.storage));  // _cast_grad_to_param_dtype + accumulate
+    if (!is_sharded(opts_.sharding_strategy) && unit.owns_full) reshard(u);  // drop NO_SHARD's bf16 copy
+  }
+
+  void post_backward_final() {  // _post_backward_final_callback: catch-all reshard, reset state
+    for (int u = 0; u < int(units_.size()); ++u) {
+      if (is_sharded(opts_.sharding_strategy) || units_[size_t(u)].owns_full) reshard(u);
+      units_[size_t(u)].ran_pre_backward = false;
+      units_[size_t(u)].needs_pre_backward_unshard = false;
+    }
+    final_callback_queued_ = false;
+  }
+
+  // ---- Engine ----
+  at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
+    models::ForwardOptions fo;
+    fo.activation_checkpointing = spec_.train.activation_checkpointing || opts_.activation_checkpointing;
+    auto loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
+    (loss * loss_scale).backward();
+    return loss.detach();
+  }
+
+  double optimizer_step(double lr) override {
+    at::NoGradGuard no_grad;
+    // Each element of the gradient lives on one rank of the shard group (replicated across
+    // HYBRID_SHARD's replicas, everywhere under NO_SHARD).
+    const bool replicated = !is_sharded(opts_.sharding_strategy);
+    const double norm = common::global_grad_norm({local_grads_}, comm_, replicated, &shard_group_);
+    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
+    if (coef < 1.0) local_grads_.mul_(coef);
+    optimizer_->step(local_grads_, lr);
+    local_grads_.zero_();
+    return norm;
+  }
+
+  ModelStateBytes model_state_bytes() const override {
+    ModelStateBytes b;
+    b.params = int64_t(local_params_.nbytes());
+    for (const auto& u : units_)
+      if (u.owns_full) b.params += common::storage_bytes(u.full);  // unsharded buffers still held
+    b.grads = int64_t(local_grads_.nbytes());
+    b.optimizer = optimizer_->state_bytes();
+    return b;
+  }
+
+  nlohmann::json resolved_options() const override {
+    auto j = to_json(opts_);
+    j["param_dtype"] = std::string(c10::toString(dtypes_.param));
+    j["reduce_dtype"] = std::string(c10::toString(dtypes_.reduce));
+    j["flat_param_dtype"] = std::string(c10::toString(dtypes_.storage));
+    j["shard_group_size"] = shard_size_;
+    j["gradient_predivide_factor"] = predivide_factor(comm_.size());
+    j["gradient_postdivide_factor"] = double(comm_.size()) / predivide_factor(comm_.size());
+    return j;
+  }
+
+  std::vector<at::Tensor> full_parameters() override {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> out;
+    for (int u = 0; u < int(units_.size()); ++u) {
+      const auto& l = layout_[size_t(u)];
+      auto shard = units_[size_t(u)].shard.contiguous();
+      at::Tensor full = shard;
+      if (is_sharded(opts_.sharding_strategy)) {
+        full = at::empty({l.padded}, shard.options());
+        comm_.all_gather(full, shard, "full_parameters", &shard_group_);
+      }
+      out.push_back(full.narrow(0, 0, l.numel).to(at::kFloat).cpu());
+    }
+    return out;
+  }
+
+  at::Tensor gathered_alias(int u) { return common::storage_alias(units_[size_t(u)].full); }
+
+ private:
+  struct Unit {
+    at::Tensor shard, grad_shard;  // views into local_params_ / local_grads_ [shard_numel]
+    at::Tensor full;               // _full_param_padded [padded], param dtype; storage freed when resharded
+    bool owns_full = true;
+    bool unsharded = false;
+    bool needs_pre_backward_unshard = false;
+    bool ran_pre_backward = false;
+    at::Tensor anchor;             // a leaf that makes UnitGather part of the graph
+  };
+
+  void begin_forward() {
+    for (auto& u : units_) u.ran_pre_backward = false;
+  }
+
+  void unshard(int u) {  // _unshard: all-gather (after _use_low_precision_shard) into _full_param_padded
+    auto& unit = units_[size_t(u)];
+    if (unit.unsharded) return;
+    at::NoGradGuard no_grad;
+    const auto& l = layout_[size_t(u)];
+    common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
+    if (!is_sharded(opts_.sharding_strategy)) {
+      unit.full.copy_(unit.shard);  // NO_SHARD + mixed: the bf16 compute copy
+    } else {
+      at::Tensor src = unit.shard.scalar_type() == dtypes_.param ? unit.shard.contiguous()
+                                                                 : unit.shard.to(dtypes_.param);  // _mp_shard
+      comm_.all_gather(unit.full, src, "unit" + std::to_string(u), &shard_group_);
+    }
+    unit.unsharded = true;
+    notify("unshard", u);
+  }
+
+  void reshard(int u) {
+    auto& unit = units_[size_t(u)];
+    if (!unit.unsharded || !unit.owns_full) return;
+    notify("reshard_begin", u);
+    common::free_storage(unit.full);
+    unit.unsharded = false;
+    notify("reshard", u);
+  }
+
+  // _get_handles_to_prefetch(BACKWARD): the unit before `u` in forward order, if it still
+  // needs a pre-backward unshard (i.e. was resharded after forward).
+  void prefetch_backward(int u) {
+    const int target = u == models::kRootUnit ? int(units_.size()) - 1 : u - 1;
+    if (target <= models::kRootUnit || target == u) return;
+    auto& t = units_[size_t(target)];
+    if (!t.needs_pre_backward_unshard || t.unsharded) return;
+    unshard(target);
+  }
+
+  void notify(const char* event, int u) {
+    if (observer_) observer_(event, u, common::storage_bytes(units_[size_t(u)].full));
+  }
+
+  EngineSpec spec_;
+  FsdpOptions opts_;
+  common::Comm comm_;
+  Dtypes dtypes_;
+  runtime::World shard_group_, replicate_group_;
+  int shard_size_ = 1, shard_rank_ = 0;
+  std::vector<Layout> layout_;
+  std::vector<Unit> units_;
+  at::Tensor local_params_, local_grads_;  // every unit's shard, contiguous: one AdamW pass
+  std::unique_ptr<common::FlatAdamW> optimizer_;
+  models::RopeCache rope_;
+  bool final_callback_queued_ = false;
+  FsdpObserver observer_;
+};
+
+at::Tensor UnitGather::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& /*anchor*/, FsdpEngine* engine,
+                               int64_t unit) {
+  ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
+  ctx->saved_data["unit"] = unit;
+  return engine->gathered_alias(int(unit));
+}
+
+torch::autograd::variable_list UnitGather::backward(torch::autograd::AutogradContext* ctx,
+                                                    torch::autograd::variable_list grads) {
+  auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
+  engine->post_backward(int(ctx->saved_data["unit"].toInt()), grads[0]);
+  return {at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) {
+  const auto opts = fsdp_options_from_json(spec.options);
+  const auto d = dtypes_for(spec.precision, opts);
+  // Closed form: every rank holds sum_u ceil(numel_u / S) (padding included) elements of the
+  // flat shard, the same of gradient, twice that of AdamW state, all in the flat-param dtype.
+  const int S = shard_group_size(opts, world, opts.hybrid_shard_group_size > 0 ? opts.hybrid_shard_group_size : world);
+  int64_t elems = 0;
+  for (const auto& l : layouts(spec.model, S, is_sharded(opts.sharding_strategy))) elems += l.shard_numel;
+  const int64_t e = int64_t(c10::elementSize(d.storage));
+  return {elems * e, 0, elems * e, 2 * elems * e};
+}
+
+}  // namespace
+
+void set_observer(Engine& engine, FsdpObserver observer) {
+  if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));
+}
+
+BackendInfo backend_info() {
+  BackendInfo info;
+  info.name = "fsdp";
+  info.description = "FSDP-mode: one flat parameter per unit, PyTorch FSDP1 semantics";
+  info.precisions = {"fp32", "low", "mixed"};
+  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
+  info.expected_bytes = expected_bytes;
+  return info;
+}
+
+}  // namespace zb::backends::fsdp

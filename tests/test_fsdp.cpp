@@ -1,0 +1,349 @@
+// FSDP-mode: exactness against the single-process reference, precision modes, engine-owned
+// bytes and comm bytes against closed forms, real freeing of unsharded storage, prefetch order,
+// and the accelerate config reader.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp/fsdp_options.hpp"
+#include "reports/report.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/memory.hpp"
+#include "tests/run_binary.hpp"
+#include "tests/thread_world.hpp"
+
+using namespace zb;
+using backends::fsdp::FsdpOptions;
+using backends::fsdp::ShardingStrategy;
+using test_support::relative_param_error;
+
+namespace {
+backends::EngineSpec fsdp_spec(const std::string& precision, int64_t accum, const FsdpOptions& o = {}) {
+  auto s = test_support::small_spec(accum);
+  s.precision = precision;
+  s.options = backends::fsdp::to_json(o);
+  return s;
+}
+
+FsdpOptions strategy(ShardingStrategy st, int hybrid = 0) {
+  FsdpOptions o;
+  o.sharding_strategy = st;
+  o.hybrid_shard_group_size = hybrid;
+  return o;
+}
+
+void expect_matches_reference(const backends::EngineSpec& spec, int w) {
+  const auto ref = test_support::train_reference(spec, w);
+  const auto got = test_support::train_backend("fsdp", spec, w);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
+  EXPECT_LE(relative_param_error(got.params, ref.params), 1e-5);
+}
+}  // namespace
+
+class FsdpFp32Parity : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(FsdpFp32Parity, FullShardMatchesSingleProcessReference) {
+  const auto [w, accum] = GetParam();
+  expect_matches_reference(fsdp_spec("fp32", accum), w);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizesAndAccumulation, FsdpFp32Parity,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_accum" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(FsdpFp32Parity, EveryStrategyAndPrefetchModeMatchesTheReference) {
+  {
+    SCOPED_TRACE("SHARD_GRAD_OP W=3 accum 2");
+    expect_matches_reference(fsdp_spec("fp32", 2, strategy(ShardingStrategy::kShardGradOp)), 3);
+  }
+  {
+    SCOPED_TRACE("NO_SHARD W=3 accum 2");
+    expect_matches_reference(fsdp_spec("fp32", 2, strategy(ShardingStrategy::kNoShard)), 3);
+  }
+  {
+    SCOPED_TRACE("HYBRID_SHARD W=4 S=2");
+    expect_matches_reference(fsdp_spec("fp32", 1, strategy(ShardingStrategy::kHybridShard, 2)), 4);
+  }
+  {
+    SCOPED_TRACE("BACKWARD_POST + forward_prefetch W=3");
+    FsdpOptions post;
+    post.backward_prefetch = backends::fsdp::BackwardPrefetch::kBackwardPost;
+    post.forward_prefetch = true;
+    expect_matches_reference(fsdp_spec("fp32", 1, post), 3);
+  }
+  {
+    SCOPED_TRACE("activation checkpointing W=2");
+    auto ckpt = fsdp_spec("fp32", 1);
+    ckpt.train.activation_checkpointing = true;
+    expect_matches_reference(ckpt, 2);
+  }
+}
+
+TEST(FsdpPrecision, MixedTracksTheFp32MasterReferenceWhileLowDeparts) {
+  // A small lr: AdamW steps of ~1e-5 are below half an ulp of bf16 weights (|w| ~ 0.02 has
+  // ulp 2^-13 ~ 1.2e-4), so bf16 flat parameters (low) swallow them; fp32 ones (mixed) keep them.
+  auto spec = fsdp_spec("mixed", 1);
+  spec.train.steps = 8;
+  spec.train.lr = 1e-5;
+  spec.train.grad_clip = 0;
+  const int w = 2;
+  const auto ref = test_support::train_reference(spec, w, at::kBFloat16);
+  auto init_spec = spec;
+  init_spec.train.steps = 0;
+  const auto init = test_support::train_reference(init_spec, w).params;
+  const auto mixed = test_support::train_backend("fsdp", spec, w);
+  spec.precision = "low";
+  const auto low = test_support::train_backend("fsdp", spec, w);
+  const double moved = relative_param_error(ref.params, init);  // how far the reference travelled
+  const double mixed_err = relative_param_error(mixed.params, ref.params);
+  const double low_err = relative_param_error(low.params, ref.params);
+  std::cout << "reference moved " << moved << ", mixed error " << mixed_err << ", low error " << low_err << "\n";
+  ASSERT_GT(moved, 1e-4);
+  EXPECT_LT(mixed_err, 0.05 * moved) << "mixed should track the fp32-master reference";
+  EXPECT_GT(low_err, 0.5 * moved) << "low precision should lose most of the updates";
+  for (size_t i = 0; i < ref.losses.size(); ++i) EXPECT_NEAR(mixed.losses[i], ref.losses[i], 2e-3) << "step " << i;
+}
+
+TEST(FsdpMemory, EngineOwnedBytesEqualTheClosedFormAtW3WithUnevenUnits) {
+  // vocab 251: root = 251*128*2 + 128 = 64384 and block = 184576 elements, neither divisible by 3.
+  for (const std::string precision : {"fp32", "low", "mixed"}) {
+    for (auto st : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard}) {
+      auto spec = fsdp_spec(precision, 1, strategy(st));
+      spec.model.vocab = 251;
+      spec.train.steps = 1;
+      spec.train.warmup = 0;
+      const bool sharded = st != ShardingStrategy::kNoShard;
+      const int64_t root = sharded ? (64384 + 2) / 3 : 64384, block = sharded ? (184576 + 2) / 3 : 184576;
+      const int64_t elems = root + 2 * block;  // ceil(numel / 3) per unit: padding included
+      const int64_t e = precision == "low" ? 2 : 4;
+      const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e};
+      EXPECT_EQ(backends::backend("fsdp").expected_bytes(spec, 3, 0), expected);
+      test_support::run_ranks(3, [&](runtime::World& world) {
+        auto engine = backends::create_engine("fsdp", spec, world);
+        auto data = models::make_data_source("random", spec.model.vocab, 1);
+        backends::common::Comm side(world.side_channel());
+        auto r = bench::run_training(*engine, spec, *data, side);
+        EXPECT_EQ(r.model_state_bytes, expected) << precision << " " << backends::fsdp::to_string(st);
+      });
+    }
+  }
+}
+
+TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
+  const int64_t root = (64384 + 2) / 3 * 3, block = (184576 + 2) / 3 * 3;  // padded numel at W=3
+  const int64_t L = 2, accum = 2;
+  struct Case {
+    std::string precision;
+    ShardingStrategy st;
+    int64_t ag_count, ag_elems, rs_count, rs_elems, ar_count, ar_bytes;
+    int64_t param_bytes, reduce_bytes;
+  };
+  const std::vector<Case> cases = {
+      // FULL_SHARD: per micro-batch every unit gathered in forward, blocks again before backward
+      // (the root stays unsharded in between, as FSDP's root does); one reduce-scatter per unit.
+      {"fp32", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), accum * (L + 1),
+       accum * (root + L * block), 1, 4, 4, 4},
+      {"mixed", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), accum * (L + 1),
+       accum * (root + L * block), 1, 4, 2, 2},
+      // SHARD_GRAD_OP: gathered once per micro-batch, kept through backward.
+      {"low", ShardingStrategy::kShardGradOp, accum * (L + 1), accum * (root + L * block), accum * (L + 1),
+       accum * (root + L * block), 1, 4, 2, 2},
+  };
+  for (const auto& c : cases) {
+    auto spec = fsdp_spec(c.precision, accum, strategy(c.st));
+    spec.model.vocab = 251;
+    spec.train.steps = 2;
+    spec.train.warmup = 0;
+    test_support::run_ranks(3, [&](runtime::World& world) {
+      auto engine = backends::create_engine("fsdp", spec, world);
+      auto data = models::make_data_source("random", spec.model.vocab, 1);
+      backends::common::Comm side(world.side_channel());
+      auto r = bench::run_training(*engine, spec, *data, side);
+      using K = backends::common::CollectiveKind;
+      const auto& ag = r.comm_last_step[size_t(K::kAllGather)];
+      const auto& rs = r.comm_last_step[size_t(K::kReduceScatter)];
+      const auto& ar = r.comm_last_step[size_t(K::kAllReduce)];
+      EXPECT_EQ(ag.count, c.ag_count) << c.precision;
+      EXPECT_EQ(ag.bytes, c.ag_elems * c.param_bytes) << c.precision;
+      EXPECT_EQ(rs.count, c.rs_count) << c.precision;
+      EXPECT_EQ(rs.bytes, c.rs_elems * c.reduce_bytes) << c.precision;
+      EXPECT_EQ(ar.count, c.ar_count) << c.precision;  // the global grad norm
+      EXPECT_EQ(ar.bytes, c.ar_bytes) << c.precision;
+    });
+  }
+  // NO_SHARD: no gathers; one all-reduce of the unpadded flat gradient per unit per micro-batch.
+  auto spec = fsdp_spec("fp32", accum, strategy(ShardingStrategy::kNoShard));
+  spec.model.vocab = 251;
+  spec.train.steps = 1;
+  spec.train.warmup = 0;
+  test_support::run_ranks(3, [&](runtime::World& world) {
+    auto engine = backends::create_engine("fsdp", spec, world);
+    auto data = models::make_data_source("random", spec.model.vocab, 1);
+    backends::common::Comm side(world.side_channel());
+    auto r = bench::run_training(*engine, spec, *data, side);
+    const auto& ar = r.comm_last_step[size_t(backends::common::CollectiveKind::kAllReduce)];
+    EXPECT_EQ(r.comm_last_step[0].count, 0);
+    EXPECT_EQ(ar.count, accum * (L + 1));
+    EXPECT_EQ(ar.bytes, accum * (64384 + L * 184576) * 4);
+  });
+}
+
+TEST(FsdpMemory, FullShardReallyFreesUnshardedStorageAfterForward) {
+  runtime::install_counting_cpu_allocator();
+  for (auto st : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp}) {
+    auto spec = fsdp_spec("fp32", 1, strategy(st));
+    spec.train.steps = 1;
+    spec.train.warmup = 0;
+    test_support::run_ranks(1, [&](runtime::World& world) {
+      auto engine = backends::create_engine("fsdp", spec, world);
+      int64_t before_free = -1, freed_checks = 0, post_forward_checks = 0;
+      const auto units = models::unit_param_specs(spec.model);
+      backends::fsdp::set_observer(*engine, [&](const std::string& event, int unit, int64_t bytes) {
+        if (event == "reshard_begin") before_free = runtime::tracked_cpu_bytes();
+        if (event == "reshard") {
+          // The counting allocator saw exactly the unit's unsharded bytes go away.
+          int64_t numel = 0;
+          for (const auto& p : units[size_t(unit)]) numel += p.numel();
+          EXPECT_EQ(before_free - runtime::tracked_cpu_bytes(), numel * 4) << "unit " << unit;
+          ++freed_checks;
+        }
+        if (event == "post_forward" && unit != models::kRootUnit) {
+          if (st == ShardingStrategy::kFullShard)
+            EXPECT_EQ(bytes, 0) << "unit " << unit << " still holds its unsharded storage after forward";
+          else
+            EXPECT_GT(bytes, 0) << "SHARD_GRAD_OP keeps unit " << unit << " until backward";
+          ++post_forward_checks;
+        }
+      });
+      auto data = models::make_data_source("random", spec.model.vocab, 1);
+      backends::common::Comm side(world.side_channel());
+      bench::run_training(*engine, spec, *data, side);
+      EXPECT_EQ(post_forward_checks, spec.model.layers);
+      EXPECT_GE(freed_checks, spec.model.layers + 1);
+    });
+  }
+}
+
+TEST(FsdpMemory, PeakTrackedBytesOrderFullShardBelowShardGradOpBelowNoShard) {
+  std::map<std::string, int64_t> peak;
+  for (const std::string st : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) {
+    const auto out = test_support::temp_path("peak_" + st + ".json");
+    auto r = test_support::run_zerobench("run --nproc 2 --backend fsdp --precision fp32 --model small --layers 4 "
+                                         "--micro-batch 1 --seq-len 32 --steps 2 --warmup 1 --sharding-strategy " +
+                                         st + " --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto report = reports::read_report(out);
+    peak[st] = report["ranks"][0]["memory"]["peak_tracked_bytes"].get<int64_t>();
+    std::remove(out.c_str());
+  }
+  std::cout << "peak tracked bytes: FULL_SHARD " << peak["FULL_SHARD"] << ", SHARD_GRAD_OP " << peak["SHARD_GRAD_OP"]
+            << ", NO_SHARD " << peak["NO_SHARD"] << "\n";
+  EXPECT_LT(peak["FULL_SHARD"], peak["SHARD_GRAD_OP"]);
+  EXPECT_LT(peak["SHARD_GRAD_OP"], peak["NO_SHARD"]);
+}
+
+namespace {
+// Collective trace of rank 0 for one step, with the trace length at each observer event.
+struct Traced {
+  std::vector<std::string> trace;
+  std::map<std::string, size_t> at_event;  // "post_backward:3" -> trace length then
+};
+Traced trace_one_step(FsdpOptions o, int layers) {
+  auto spec = fsdp_spec("fp32", 1, o);
+  spec.model.layers = layers;
+  spec.train.steps = 1;
+  spec.train.warmup = 0;
+  Traced t;
+  test_support::run_ranks(2, [&](runtime::World& world) {
+    auto engine = backends::create_engine("fsdp", spec, world);
+    if (world.rank == 0) {
+      engine->comm().set_tracing(true);
+      backends::fsdp::set_observer(*engine, [&](const std::string& event, int unit, int64_t) {
+        t.at_event[event + ":" + std::to_string(unit)] = engine->comm().trace().size();
+      });
+    }
+    auto data = models::make_data_source("random", spec.model.vocab, 1);
+    backends::common::Comm side(world.side_channel());
+    bench::run_training(*engine, spec, *data, side);
+    if (world.rank == 0) t.trace = engine->comm().trace();
+  });
+  return t;
+}
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) {
+    const auto unit = x.find("unit");
+    s += (s.empty() ? "" : " ") + x.substr(0, x.find(':')) + (unit == std::string::npos ? "" : x.substr(unit + 4));
+  }
+  return s;
+}
+}  // namespace
+
+TEST(FsdpPrefetch, BackwardPrefetchModesChangeWhenTheNextUnitIsGathered) {
+  using backends::fsdp::BackwardPrefetch;
+  FsdpOptions pre, post, none;
+  post.backward_prefetch = BackwardPrefetch::kBackwardPost;
+  none.backward_prefetch = BackwardPrefetch::kNone;
+  const auto p = trace_one_step(pre, 3), q = trace_one_step(post, 3), n = trace_one_step(none, 3);
+  // Forward: units 0..3 in order. Backward: the root pre-backward prefetches unit 3.
+  const std::string prefetched = "all_gather0 all_gather1 all_gather2 all_gather3 all_gather3 all_gather2 "
+                                 "reduce_scatter3 all_gather1 reduce_scatter2 reduce_scatter1 reduce_scatter0 all_reduce";
+  EXPECT_EQ(join(p.trace), prefetched);
+  EXPECT_EQ(join(q.trace), prefetched);
+  // Without prefetch each block is gathered only in its own pre-backward, after the previous
+  // unit's reduce-scatter.
+  EXPECT_EQ(join(n.trace), "all_gather0 all_gather1 all_gather2 all_gather3 all_gather3 reduce_scatter3 all_gather2 "
+                           "reduce_scatter2 all_gather1 reduce_scatter1 reduce_scatter0 all_reduce");
+  // BACKWARD_PRE issues unit 2's gather before unit 3's gradient is computed (in unit 3's
+  // pre-backward); BACKWARD_POST only after (in unit 3's post-backward).
+  EXPECT_EQ(p.at_event.at("post_backward:3"), 6u);  // ..., all_gather3, all_gather2 already issued
+  EXPECT_EQ(q.at_event.at("post_backward:3"), 5u);  // only all_gather3 so far
+}
+
+TEST(FsdpPrefetch, ForwardPrefetchGathersTheNextUnitBeforeTheCurrentOneRuns) {
+  FsdpOptions on, off;
+  on.forward_prefetch = true;
+  const auto a = trace_one_step(on, 3), b = trace_one_step(off, 3);
+  EXPECT_EQ(a.at_event.at("post_forward:1"), 3u);  // units 0, 1 and the prefetched 2
+  EXPECT_EQ(b.at_event.at("post_forward:1"), 2u);
+}
+
+TEST(AccelerateConfig, ReadsTheBlogConfigAndWarnsAboutUnhonouredKeys) {
+  const auto cfg = backends::fsdp::read_accelerate_config(std::string(ZEROBENCH_SOURCE_DIR) +
+                                                          "/bench/configs/accelerate_fsdp_blog.yaml");
+  EXPECT_EQ(cfg.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(cfg.fsdp.backward_prefetch, backends::fsdp::BackwardPrefetch::kBackwardPre);
+  EXPECT_EQ(cfg.precision, "mixed");
+  EXPECT_EQ(cfg.num_processes, 4);
+  std::string all;
+  for (const auto& w : cfg.warnings) all += w + "\n";
+  for (const char* key : {"fsdp_state_dict_type", "fsdp_use_orig_params", "fsdp_cpu_ram_efficient_loading"})
+    EXPECT_NE(all.find(key), std::string::npos) << key << " not warned about:\n" << all;
+}
+
+TEST(AccelerateConfig, NumberSpellingsAndBadValues) {
+  const auto path = test_support::temp_path("acc.yaml");
+  std::ofstream(path) << "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_sharding_strategy: 2\n"
+                         "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_state_dict_type: 1\n";
+  auto cfg = backends::fsdp::read_accelerate_config(path);
+  EXPECT_EQ(cfg.fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(cfg.fsdp.state_dict_type, "FULL_STATE_DICT");
+  EXPECT_EQ(cfg.precision, "");
+  std::ofstream(path) << "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: QUARTER_SHARD\n";
+  try {
+    backends::fsdp::read_accelerate_config(path);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("QUARTER_SHARD"), std::string::npos) << e.what();
+  }
+  auto r = test_support::run_zerobench("run --backend fsdp --accelerate-config " + path);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("QUARTER_SHARD"), std::string::npos) << r.output;
+  std::remove(path.c_str());
+}
