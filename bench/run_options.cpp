@@ -2,6 +2,7 @@
 #include "bench/run_options.hpp"
 
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench {
@@ -23,8 +24,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
-  app.add_option("--backend", o.backend, "training engine: ddp|fsdp")->capture_default_str();
-  app.add_option("--precision", o.precision, "ddp, fsdp: fp32|low|mixed")->capture_default_str();
+  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|zero3")->capture_default_str();
+  app.add_option("--precision", o.precision, "ddp, fsdp: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -77,6 +78,24 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp mixed: gradient reduce dtype bf16|fp32 (default bf16)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_option("--deepspeed-config", o.deepspeed_config, "zero3: DeepSpeed JSON config (zero_optimization stage 3)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--reduce-bucket-size", o.reduce_bucket_size, "zero3: gradient reduce bucket (elements)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prefetch-bucket-size", o.prefetch_bucket_size, "zero3: stage3_prefetch_bucket_size (elements)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--persistence-threshold", o.persistence_threshold, "zero3: stage3_param_persistence_threshold")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-live-parameters", o.max_live_parameters, "zero3: stage3_max_live_parameters")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-reuse-distance", o.max_reuse_distance, "zero3: stage3_max_reuse_distance")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sub-group-size", o.sub_group_size, "zero3: sub_group_size (fp32 master granularity)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--communication-data-type", o.communication_data_type, "zero3: gradient reduce dtype bf16|fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_option("--grad-accum-dtype", o.grad_accum_dtype, "zero3: gradient partition dtype bf16|fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
 }
@@ -127,6 +146,33 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
   } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
              !reduce_dtype.empty() || !limit_all_gathers.empty()) {
     throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
+  }
+  if (!deepspeed_config.empty() && backend != "zero3")
+    throw UsageError("--deepspeed-config configures --backend zero3, not '" + backend + "'");
+  if (backend == "zero3") {
+    backends::zero3::Zero3Options z;
+    if (!deepspeed_config.empty()) {
+      auto cfg = backends::zero3::read_deepspeed_config(deepspeed_config, spec.model.hidden);
+      z = cfg.zero;
+      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
+      if (!micro_batch_given && cfg.micro_batch > 0) spec.train.micro_batch = cfg.micro_batch;
+      if (!grad_accum_given && cfg.grad_accum > 0) spec.train.grad_accum = cfg.grad_accum;
+      if (!grad_clip_given && cfg.grad_clip >= 0) spec.train.grad_clip = cfg.grad_clip;
+      if (warnings) warnings->insert(warnings->end(), cfg.warnings.begin(), cfg.warnings.end());
+    }
+    if (reduce_bucket_size >= 0) z.reduce_bucket_size = reduce_bucket_size;
+    if (prefetch_bucket_size >= 0) z.stage3_prefetch_bucket_size = prefetch_bucket_size;
+    if (persistence_threshold >= 0) z.stage3_param_persistence_threshold = persistence_threshold;
+    if (max_live_parameters >= 0) z.stage3_max_live_parameters = max_live_parameters;
+    if (max_reuse_distance >= 0) z.stage3_max_reuse_distance = max_reuse_distance;
+    if (sub_group_size >= 0) z.sub_group_size = sub_group_size;
+    if (!communication_data_type.empty()) z.communication_data_type = communication_data_type;
+    if (!grad_accum_dtype.empty()) z.grad_accum_dtype = grad_accum_dtype;
+    spec.options = backends::zero3::to_json(z);
+  } else if (reduce_bucket_size >= 0 || prefetch_bucket_size >= 0 || persistence_threshold >= 0 ||
+             max_live_parameters >= 0 || max_reuse_distance >= 0 || sub_group_size >= 0 ||
+             !communication_data_type.empty() || !grad_accum_dtype.empty()) {
+    throw UsageError("ZeRO-3 options (--reduce-bucket-size, --prefetch-bucket-size, ...) need --backend zero3");
   }
   if (train.warmup >= train.steps)
     throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +

@@ -36,7 +36,14 @@ struct RunOptions {
   std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
   bool forward_prefetch = false;
   int hsdp_shard_size = 0;
-  bool nproc_given = false, precision_given = false;  // set by the CLI layer
+  // zero3 (-1 / empty = the config file's value or DeepSpeed's default)
+  std::string deepspeed_config;
+  int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;
+  int64_t max_live_parameters = -1, max_reuse_distance = -1, sub_group_size = -1;
+  std::string communication_data_type, grad_accum_dtype;
+  // Which flags the command line gave (set by the CLI layer; config files fill the rest).
+  bool nproc_given = false, precision_given = false, micro_batch_given = false, grad_accum_given = false,
+       grad_clip_given = false;
 
   models::ModelConfig model_config() const;  // preset + overrides, validated
   // Validated (throws UsageError). Reads backend config files; `warnings` gets the keys a

@@ -79,42 +79,59 @@ RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarTyp
 }
 
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope) {
+  return block_forward(cfg, [&](int i) { return w[size_t(i)]; }, x, rope);
+}
+
+at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope) {
+  // Each weight is requested in its own statement, in execution order: a per-module source
+  // (ZeRO-3) releases the previous module's weight when the next is requested, and C++ leaves
+  // the evaluation order of function arguments unspecified.
   const int64_t B = x.size(0), T = x.size(1), hd = cfg.head_dim();
   // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd]; SDPA broadcasts kv heads (GQA).
-  auto h = rms_norm(x, w[kAttnNorm], cfg.norm_eps);
-  auto q = at::linear(h, w[kWq]).view({B, T, cfg.heads, hd}).transpose(1, 2);
-  auto k = at::linear(h, w[kWk]).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
-  auto v = at::linear(h, w[kWv]).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto h = rms_norm(x, w(kAttnNorm), cfg.norm_eps);
+  auto q = at::linear(h, w(kWq)).view({B, T, cfg.heads, hd}).transpose(1, 2);
+  auto k = at::linear(h, w(kWk)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto v = at::linear(h, w(kWv)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
   auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                /*scale=*/std::nullopt, /*enable_gqa=*/cfg.kv_heads != cfg.heads);
-  auto x1 = x + at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w[kWo]);
+  auto attn_out = at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w(kWo));
+  auto x1 = x + attn_out;
   // SwiGLU MLP: down(silu(gate(h)) * up(h)).
-  auto h2 = rms_norm(x1, w[kMlpNorm], cfg.norm_eps);
-  auto mlp = at::linear(at::silu(at::linear(h2, w[kWGate])) * at::linear(h2, w[kWUp]), w[kWDown]);
+  auto h2 = rms_norm(x1, w(kMlpNorm), cfg.norm_eps);
+  auto gate = at::silu(at::linear(h2, w(kWGate)));
+  auto up = at::linear(h2, w(kWUp));
+  auto mlp = at::linear(gate * up, w(kWDown));
   return x1 + mlp;
 }
 
 at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
                         const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
-  auto root = params.unit_weights(kRootUnit);
-  auto x = at::embedding(root[kEmbedding], tokens);  // [B, T, H]
+  const bool per_module = params.per_module();
+  std::vector<at::Tensor> root;
+  if (!per_module) root = params.unit_weights(kRootUnit);
+  auto root_weight = [&](int i) { return per_module ? params.module_weight(kRootUnit, i) : root[size_t(i)]; };
+  auto x = at::embedding(root_weight(kEmbedding), tokens);  // [B, T, H]
   for (int unit = 1; unit <= cfg.layers; ++unit) {
-    auto w = params.unit_weights(unit);
-    if (opts.activation_checkpointing && at::GradMode::is_enabled())
+    if (opts.activation_checkpointing && at::GradMode::is_enabled()) {
+      auto w = params.unit_weights(unit);
       x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
-    else
-      x = block_forward(cfg, w, x, rope);
+    } else if (per_module) {
+      x = block_forward(cfg, [&](int i) { return params.module_weight(unit, i); }, x, rope);
+    } else {
+      x = block_forward(cfg, at::TensorList(params.unit_weights(unit)), x, rope);
+    }
     x = params.after_unit_forward(unit, x);
   }
-  auto logits = at::linear(rms_norm(x, root[kFinalNorm], cfg.norm_eps), root[kLmHead]);  // [B, T, V]
+  auto normed = rms_norm(x, root_weight(kFinalNorm), cfg.norm_eps);
+  auto logits = at::linear(normed, root_weight(kLmHead));  // [B, T, V]
   auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
   return params.after_unit_forward(kRootUnit, loss);
 }
 
 at::Tensor init_unit_flat(const ModelConfig& cfg, int unit, uint64_t seed) {
-  const auto specs = unit_param_specs(cfg)[unit];
+  const auto specs = unit_specs(cfg, unit);
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].is_norm) {
@@ -131,7 +148,7 @@ at::Tensor init_unit_flat(const ModelConfig& cfg, int unit, uint64_t seed) {
 std::vector<at::Tensor> unflatten_unit(const ModelConfig& cfg, int unit, const at::Tensor& flat) {
   std::vector<at::Tensor> out;
   int64_t offset = 0;
-  const auto specs = unit_param_specs(cfg)[size_t(unit)];
+  const auto specs = unit_specs(cfg, unit);
   for (const auto& spec : specs) {
     out.push_back(flat.narrow(0, offset, spec.numel()).view(spec.shape));
     offset += spec.numel();

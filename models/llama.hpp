@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "models/model_config.hpp"
@@ -19,6 +20,11 @@ class UnitParamSource {
   virtual ~UnitParamSource() = default;
   // Weights of `unit` in unit_param_specs order, shaped as the specs say, ready for compute.
   virtual std::vector<at::Tensor> unit_weights(int unit) = 0;
+  // Module granularity (DeepSpeed ZeRO-3 fetches per Linear/Embedding/Norm): when true the
+  // model calls module_weight(unit, i) right before it uses weight i, in execution order,
+  // instead of unit_weights(unit) once. Checkpointed blocks still take all weights at once.
+  virtual bool per_module() const { return false; }
+  virtual at::Tensor module_weight(int unit, int index) { return unit_weights(unit)[size_t(index)]; }
   // Called with the unit's output once its forward is done; may register backward hooks on it
   // and must return the tensor the model continues with (the output itself or a view of it).
   virtual at::Tensor after_unit_forward(int unit, at::Tensor output) { return output; }
@@ -39,7 +45,10 @@ struct ForwardOptions {
 at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
                         const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts);
 
-// One decoder block: x [B, T, H] -> [B, T, H]. `w` in unit_param_specs order (9 tensors).
+// One decoder block: x [B, T, H] -> [B, T, H]. `w(i)` returns weight i in unit_param_specs
+// order (9 tensors); it is called once per weight, in the order the block uses them.
+using WeightFn = std::function<at::Tensor(int index)>;
+at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope);
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope);
 
 // Deterministic fp32 initial weights of one unit, concatenated in spec order: [unit numel].

@@ -78,6 +78,11 @@ int64_t ParamSpec::numel() const {
 
 int64_t unit_count(const ModelConfig& cfg) { return cfg.layers + 1; }
 
+std::vector<ParamSpec> unit_specs(const ModelConfig& cfg, int unit) {
+  auto all = unit_param_specs(cfg);
+  return all.at(size_t(unit));
+}
+
 std::vector<std::vector<ParamSpec>> unit_param_specs(const ModelConfig& cfg) {
   const int64_t H = cfg.hidden, V = cfg.vocab, F = cfg.ffn, KV = cfg.kv_dim();
   std::vector<std::vector<ParamSpec>> units;

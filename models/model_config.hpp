@@ -43,6 +43,8 @@ struct ParamSpec {
 //        w_gate [F,H], w_up [F,H], w_down [H,F]            (KV = kv_heads*head_dim)
 std::vector<std::vector<ParamSpec>> unit_param_specs(const ModelConfig& cfg);
 int64_t unit_count(const ModelConfig& cfg);
+// One unit's specs, by value (safe to iterate directly).
+std::vector<ParamSpec> unit_specs(const ModelConfig& cfg, int unit);
 inline constexpr int kRootUnit = 0;
 
 struct ParamCounts {

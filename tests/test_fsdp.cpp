@@ -96,7 +96,7 @@ TEST(FsdpPrecision, MixedTracksTheFp32MasterReferenceWhileLowDeparts) {
   const auto ref = test_support::train_reference(spec, w, at::kBFloat16);
   auto init_spec = spec;
   init_spec.train.steps = 0;
-  const auto init = test_support::train_reference(init_spec, w).params;
+  const auto init = test_support::train_reference(init_spec, w, at::kBFloat16).params;
   const auto mixed = test_support::train_backend("fsdp", spec, w);
   spec.precision = "low";
   const auto low = test_support::train_backend("fsdp", spec, w);

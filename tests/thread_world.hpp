@@ -65,8 +65,9 @@ inline TrainedRun train_backend(const std::string& backend, const backends::Engi
 }
 
 // One process, the whole global batch (W x micro_batch samples per micro-batch), leaf
-// parameters, torch's clip_grad_norm_ and torch::optim::AdamW. compute_dtype bf16 = fp32 master
-// weights cast to bf16 for compute (the "mixed" reference of the precision study).
+// parameters, torch's clip_grad_norm_ and torch::optim::AdamW. compute_dtype bf16 = the model
+// loaded in bf16, fp32 master weights upcast from it and cast to bf16 for compute (the "mixed"
+// reference of the precision study).
 inline TrainedRun train_reference(const backends::EngineSpec& spec, int w, at::ScalarType compute_dtype = at::kFloat) {
   const auto& cfg = spec.model;
   const auto& t = spec.train;
@@ -84,7 +85,9 @@ inline TrainedRun train_reference(const backends::EngineSpec& spec, int w, at::S
   std::vector<at::Tensor> all;
   for (int u = 0; u < models::unit_count(cfg); ++u) {
     std::vector<at::Tensor> ws;
-    for (auto& x : models::unflatten_unit(cfg, u, models::init_unit_flat(cfg, u, t.seed))) {
+    auto init = models::init_unit_flat(cfg, u, t.seed);
+    if (compute_dtype == at::kBFloat16) init = init.to(at::kBFloat16).to(at::kFloat);
+    for (auto& x : models::unflatten_unit(cfg, u, init)) {
       ws.push_back(x.clone().requires_grad_(true));
       all.push_back(ws.back());
     }

@@ -112,6 +112,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       const auto& l = layout_[size_t(u)];
       auto full = at::zeros({l.padded}, at::kFloat);
       full.narrow(0, 0, l.numel).copy_(models::init_unit_flat(cfg, u, spec_.train.seed));
+      // The blog's setting loads the model in bf16 for every mode: mixed upcasts the loaded
+      // bf16 weights to fp32 at prepare (accelerate >= 0.30), so its master starts bf16-exact.
+      if (spec_.precision == "mixed") full = full.to(at::kBFloat16).to(at::kFloat);
       full = full.to(dev);
       if (opts_.sync_module_states) comm_.broadcast(full, 0, "unit" + std::to_string(u));
       Unit unit;
