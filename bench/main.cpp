@@ -5,7 +5,36 @@
 #include <iostream>
 
 #include "bench/commands.hpp"
+#include "bench/matrix.hpp"
+#include "reports/regress.hpp"
+#include "reports/report.hpp"
+#include "reports/table.hpp"
 #include "runtime/errors.hpp"
+
+namespace {
+// `zerobench table`: render reports as Markdown, CSV or HTML.
+int table_command(const std::vector<std::string>& inputs, const zb::reports::TableOptions& opts, const std::string& out) {
+  const auto reports = zb::reports::load_reports(inputs);
+  const auto text = zb::reports::render_table(reports, opts);
+  if (out.empty()) {
+    std::cout << text;
+    return zb::kExitOk;
+  }
+  zb::reports::write_text_atomic(out, text);
+  std::cerr << "table: " << out << "\n";
+  return zb::kExitOk;
+}
+
+// `zerobench regress`: 0 pass, 1 regression, 2 bad input.
+int regress_command(const std::string& baseline, const std::string& current, const zb::reports::RegressOptions& o,
+                    bool as_json) {
+  const auto b = zb::reports::load_reports({baseline});
+  const auto c = zb::reports::load_reports({current});
+  const auto result = zb::reports::compare_reports(b, c, o);
+  std::cout << (as_json ? result.to_json().dump(2) + "\n" : result.to_text());
+  return result.regression() ? zb::kExitFailed : zb::kExitOk;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace zb;
@@ -24,6 +53,42 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--world-size", info.world_size, "ranks to shard over")->check(CLI::PositiveNumber);
   info_cmd->add_option("--seq-len", info.seq_len, "sequence length for the attention FLOPs")->check(CLI::PositiveNumber);
   info_cmd->add_flag("--json", info.json, "print JSON");
+
+  bench::MatrixOptions matrix;
+  auto* matrix_cmd = app.add_subcommand("matrix", "run every cell of a benchmark matrix (resumable)");
+  matrix_cmd->add_option("file", matrix.file, "matrix YAML (see bench/matrices/)")->required()->check(CLI::ExistingFile);
+  matrix_cmd->add_option("--out", matrix.out_dir, "directory for <cell>.json reports and index.json")->required();
+  matrix_cmd->add_flag("--force", matrix.force, "re-run cells that already have a report");
+  matrix_cmd->add_flag("--retry-failed", matrix.retry_failed, "re-run cells whose report is failed/oom/timeout");
+  matrix_cmd->add_option("--timeout", matrix.timeout_s, "per-cell timeout in seconds (overrides the file)")
+      ->check(CLI::PositiveNumber);
+  matrix_cmd->add_flag("--dry-run", matrix.dry_run, "list the cells and their commands");
+
+  std::vector<std::string> table_inputs;
+  reports::TableOptions table;
+  std::string table_out;
+  auto* table_cmd = app.add_subcommand("table", "tables (Markdown, CSV, HTML with SVG plots) from reports");
+  table_cmd->add_option("inputs", table_inputs, "report files or matrix directories")->required();
+  table_cmd->add_option("--format", table.format, "md|csv|html")->check(CLI::IsMember({"md", "csv", "html"}));
+  table_cmd->add_option("--out", table_out, "write to this file instead of stdout");
+  table_cmd->add_option("--baseline", table.baseline, "cell to compare every row against");
+
+  std::string regress_baseline, regress_current;
+  reports::RegressOptions regress;
+  bool regress_json = false;
+  std::string regress_timing = "gate";
+  auto* regress_cmd = app.add_subcommand("regress", "compare reports with baselines; exit 1 on a regression");
+  regress_cmd->add_option("--baseline", regress_baseline, "baseline report file or directory")->required();
+  regress_cmd->add_option("--current", regress_current, "current report file or directory")->required();
+  regress_cmd->add_option("--threshold", regress.threshold, "timing: relative median change that counts (0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  regress_cmd->add_option("--alpha", regress.alpha, "timing: Mann-Whitney significance level (0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  regress_cmd->add_option("--memory-threshold", regress.memory_threshold, "allocator peaks: allowed growth (0.05)")
+      ->check(CLI::Range(0.0, 10.0));
+  regress_cmd->add_option("--timing", regress_timing, "gate|report: whether slower timings fail the check")
+      ->check(CLI::IsMember({"gate", "report"}));
+  regress_cmd->add_flag("--json", regress_json, "print the verdict as JSON");
 
   try {
     app.parse(argc, argv);
@@ -46,6 +111,12 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return bench::run_command(run, args);
     if (*info_cmd) return bench::model_info_command(info);
+    if (*matrix_cmd) return bench::matrix_command(matrix);
+    if (*table_cmd) return table_command(table_inputs, table, table_out);
+    if (*regress_cmd) {
+      regress.gate_timing = regress_timing == "gate";
+      return regress_command(regress_baseline, regress_current, regress, regress_json);
+    }
   } catch (const UsageError& e) {
     std::cerr << "zerobench: " << who << "error: " << e.what() << "\n";
     return kExitUsage;

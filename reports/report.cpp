@@ -127,14 +127,16 @@ void make_directories(const std::string& dir) {
   }
 }
 
-void write_json_atomic(const std::string& path, const json& value) {
+void write_json_atomic(const std::string& path, const json& value) { write_text_atomic(path, value.dump(2) + "\n"); }
+
+void write_text_atomic(const std::string& path, const std::string& text) {
   const auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) make_directories(path.substr(0, slash));
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) throw RunError("cannot write " + tmp);
-    out << value.dump(2) << "\n";
+    out << text;
     out.flush();
     if (!out) throw RunError("write to " + tmp + " failed");
   }

@@ -18,6 +18,7 @@ std::vector<std::string> validate_report(const nlohmann::json& report);
 // Writes `path` so that it is either the old file or the complete new one: temp file in the
 // same directory, flush + fsync, rename. Creates parent directories.
 void write_json_atomic(const std::string& path, const nlohmann::json& value);
+void write_text_atomic(const std::string& path, const std::string& text);
 
 // mkdir -p (POSIX; see report.cpp for why not std::filesystem).
 void make_directories(const std::string& dir);

@@ -1,52 +1,271 @@
-// table.cpp — Markdown rendering of reports (see table.hpp).
+// table.cpp — report tables and the HTML page (see table.hpp).
 #include "reports/table.hpp"
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <limits>
 #include <sstream>
+
+#include "reports/report.hpp"
+#include "reports/svg.hpp"
+#include "runtime/errors.hpp"
 
 namespace zb::reports {
 
 namespace {
+using json = nlohmann::json;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+const char* kCategories[] = {"params", "master_params", "grads", "optimizer"};
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string stem(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".json") name.resize(name.size() - 5);
+  return name;
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
 }
-double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// One row's numbers, taken from a report (max over ranks where per-rank).
+struct Row {
+  std::string cell, backend, precision, state, error;
+  int world = 0;
+  double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
+  double cat_mib[4] = {0, 0, 0, 0};
+  double states_mib() const { return cat_mib[0] + cat_mib[1] + cat_mib[2] + cat_mib[3]; }
+};
+
+Row row_of(const json& r) {
+  Row row;
+  row.cell = r.value("_cell", r.value("run_id", "?"));
+  const auto& cfg = r["config"];
+  if (cfg.contains("backend")) {
+    row.backend = cfg["backend"].value("name", "?");
+    row.precision = cfg["backend"].value("precision", "?");
+  } else if (cfg.contains("options")) {
+    row.backend = cfg["options"].value("backend", "?");
+    row.precision = cfg["options"].value("precision", "?");
+  }
+  row.state = r["status"]["state"];
+  row.error = r["status"]["error"];
+  if (row.state != "ok") return row;
+  row.world = r["env"]["world_size"];
+  const auto& s = r["summary"];
+  row.tps = s["tokens_per_gpu_per_s"]["median"];
+  row.step_s = s["step_time_s"]["median"];
+  row.mfu = s["mfu"];
+  row.mfu_6n = s["mfu_6n"];
+  row.final_loss = s.value("final_loss", NAN);
+  for (const auto& rk : r["ranks"]) {
+    for (int c = 0; c < 4; ++c)
+      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"][kCategories[c]].get<double>() / kMiB);
+    row.peak_mib = std::max(row.peak_mib, rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB);
+    double comm = 0;
+    for (const auto& [k, v] : rk["comm"].items()) comm += v["bytes"].get<double>();
+    row.comm_mib = std::max(row.comm_mib, comm / kMiB);
+  }
+  if (r.contains("profile") && r["profile"].is_object() && r["profile"].contains("overlap_ratio"))
+    row.overlap = r["profile"]["overlap_ratio"];
+  return row;
+}
+
+std::vector<std::string> header(bool with_baseline) {
+  std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
+                                "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
+                                "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
+                                "peak tracked MiB", "comm MiB/step", "overlap",       "final loss",
+                                "status"};
+  if (with_baseline) {
+    h.insert(h.end() - 1, "tokens/GPU/s vs base");
+    h.insert(h.end() - 1, "peak MiB vs base");
+  }
+  return h;
+}
+
+std::string relative(double v, double base) {
+  if (!(base > 0) || !std::isfinite(v)) return "-";
+  return fmt("%+.1f%%", (v / base - 1) * 100);
+}
+
+std::vector<std::string> cells_of(const Row& r, const Row* base) {
+  auto dash_if_failed = [&](const std::string& s) { return r.state == "ok" ? s : std::string("-"); };
+  std::vector<std::string> c = {r.cell,
+                                r.backend,
+                                r.precision,
+                                dash_if_failed(std::to_string(r.world)),
+                                dash_if_failed(fmt("%.1f", r.tps)),
+                                dash_if_failed(fmt("%.4f", r.step_s)),
+                                dash_if_failed(fmt("%.3f", r.mfu)),
+                                dash_if_failed(fmt("%.3f", r.mfu_6n))};
+  for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
+  c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
+  c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
+  c.push_back(std::isfinite(r.overlap) ? fmt("%.2f", r.overlap) : "-");
+  c.push_back(std::isfinite(r.final_loss) ? fmt("%.4f", r.final_loss) : "-");
+  if (base) {
+    c.push_back(r.state == "ok" ? relative(r.tps, base->tps) : "-");
+    c.push_back(r.state == "ok" ? relative(r.peak_mib, base->peak_mib) : "-");
+  }
+  c.push_back(r.state == "ok" ? "ok" : r.state + ": " + r.error);
+  return c;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string render_html(const std::vector<json>& reports, const std::vector<Row>& rows, const Row* base,
+                        const std::vector<std::string>& head) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>zerobench report</title>\n"
+    << "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
+       "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}"
+       "td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}td.bad{color:#b00020;text-align:left}"
+       "figure{display:inline-block;margin:12px}figcaption{font-size:12px;color:#555;max-width:760px}</style>"
+       "</head><body>\n"
+    << "<h1>zerobench results</h1>\n<p>" << rows.size()
+    << " runs. Throughput and MFU are medians over measured steps; memory is the maximum over ranks; comm is one "
+       "step's bytes per rank.";
+  if (base) o << " Relative columns compare with cell <b>" << svg::escape(base->cell) << "</b>.";
+  o << "</p>\n<table><thead><tr>";
+  for (const auto& h : head) o << "<th>" << svg::escape(h) << "</th>";
+  o << "</tr></thead><tbody>\n";
+  for (const auto& r : rows) {
+    o << "<tr>";
+    const auto c = cells_of(r, base);
+    for (size_t i = 0; i < c.size(); ++i)
+      o << (i + 1 == c.size() && r.state != "ok" ? "<td class=\"bad\">" : "<td>") << svg::escape(c[i]) << "</td>";
+    o << "</tr>\n";
+  }
+  o << "</tbody></table>\n";
+  std::vector<std::string> labels;
+  std::vector<double> tps;
+  std::vector<std::pair<std::string, std::vector<double>>> mem = {
+      {"params", {}}, {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"other (peak - states)", {}}};
+  std::vector<svg::Series> loss, gnorm;
+  double floor = NAN;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    if (r.state != "ok") continue;
+    labels.push_back(r.cell);
+    tps.push_back(r.tps);
+    for (int c = 0; c < 4; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
+    mem[4].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
+    svg::Series l{r.cell, {}, {}}, g{r.cell, {}, {}};
+    for (const auto& s : reports[i]["steps"]) {
+      l.x.push_back(s["step"]);
+      l.y.push_back(s["loss"]);
+      g.x.push_back(s["step"]);
+      g.y.push_back(s["grad_norm"]);
+    }
+    loss.push_back(l);
+    gnorm.push_back(g);
+    floor = reports[i]["summary"].value("entropy_floor_nats", NAN);
+  }
+  auto figure = [&](const std::string& svg_text, const std::string& caption) {
+    o << "<figure>" << svg_text << "<figcaption>" << svg::escape(caption) << "</figcaption></figure>\n";
+  };
+  figure(svg::bar_chart("Throughput", labels, tps, "tokens/GPU/s"),
+         "Median tokens per GPU per second (higher is better).");
+  figure(svg::stacked_bar_chart("Per-rank memory by category", labels, mem, "MiB"),
+         "Engine-owned model states by category (max over ranks); 'other' is the allocator peak above them "
+         "(activations, gathered parameters, buffers).");
+  figure(svg::line_chart("Loss", loss, "step", "loss (nats)", floor, "entropy floor"),
+         "Training loss per step; the dashed line is the data's best achievable loss.");
+  figure(svg::line_chart("Gradient norm", gnorm, "step", "global grad norm", NAN, ""),
+         "Global gradient norm before clipping.");
+  o << "</body></html>\n";
+  return o.str();
+}
 }  // namespace
 
-std::string markdown_table(const std::vector<nlohmann::json>& reports) {
+std::vector<json> load_reports(const std::vector<std::string>& paths) {
+  std::vector<json> out;
+  for (const auto& p : paths) {
+    std::vector<std::string> files;
+    if (is_dir(p)) {
+      std::ifstream index(p + "/index.json");
+      if (index) {
+        json idx;
+        try {
+          index >> idx;
+          for (const auto& c : idx.at("cells")) files.push_back(p + "/" + c.at("report").get<std::string>());
+        } catch (const std::exception& e) {
+          throw UsageError("index " + p + "/index.json is unreadable: " + e.what());
+        }
+      } else {
+        DIR* d = opendir(p.c_str());
+        while (dirent* e = d ? readdir(d) : nullptr) {
+          const std::string name = e->d_name;
+          if (name.size() > 5 && name.substr(name.size() - 5) == ".json" && name != "index.json")
+            files.push_back(p + "/" + name);
+        }
+        if (d) closedir(d);
+        std::sort(files.begin(), files.end());
+      }
+      if (files.empty()) throw UsageError("no reports in directory " + p);
+    } else {
+      files.push_back(p);
+    }
+    for (const auto& f : files) {
+      auto r = read_report(f);
+      r["_cell"] = stem(f);
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::string render_table(const std::vector<json>& reports, const TableOptions& opts) {
+  std::vector<Row> rows;
+  for (const auto& r : reports) rows.push_back(row_of(r));
+  const Row* base = nullptr;
+  if (!opts.baseline.empty()) {
+    for (const auto& r : rows)
+      if (r.cell == opts.baseline) base = &r;
+    if (!base) throw UsageError("--baseline cell '" + opts.baseline + "' is not among the reports");
+  }
+  const auto head = header(base != nullptr);
+  if (opts.format == "html") return render_html(reports, rows, base, head);
   std::ostringstream o;
-  o << "| backend | precision | W | tokens/GPU/s | s/step | MFU | mfu_6n | model states MiB/rank | peak tracked MiB "
-       "| comm MiB/step | final loss | status |\n";
-  o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
-  for (const auto& r : reports) {
-    const auto& cfg = r.value("config", nlohmann::json::object());
-    const auto backend = cfg.contains("backend") ? cfg["backend"].value("name", "?") : std::string("?");
-    const auto precision = cfg.contains("backend") ? cfg["backend"].value("precision", "?") : std::string("?");
-    const auto state = r["status"].value("state", "?");
-    if (state != "ok") {
-      o << "| " << backend << " | " << precision << " | - | - | - | - | - | - | - | - | - | " << state << ": "
-        << r["status"].value("error", "") << " |\n";
-      continue;
+  if (opts.format == "csv") {
+    for (size_t i = 0; i < head.size(); ++i) o << (i ? "," : "") << csv_field(head[i]);
+    o << "\n";
+    for (const auto& r : rows) {
+      const auto c = cells_of(r, base);
+      for (size_t i = 0; i < c.size(); ++i) o << (i ? "," : "") << csv_field(c[i]);
+      o << "\n";
     }
-    double states = 0, peak = 0, comm = 0;
-    for (const auto& rk : r["ranks"]) {
-      double s = 0;
-      for (const auto& [k, v] : rk["memory"]["model_states_bytes"].items()) s += v.get<double>();
-      states = std::max(states, s);
-      peak = std::max(peak, rk["memory"]["peak_tracked_bytes"].get<double>());
-      double c = 0;
-      for (const auto& [k, v] : rk["comm"].items()) c += v["bytes"].get<double>();
-      comm = std::max(comm, c);
-    }
-    const auto& s = r["summary"];
-    o << "| " << backend << " | " << precision << " | " << r["env"]["world_size"].get<int>() << " | "
-      << fmt("%.1f", s["tokens_per_gpu_per_s"]["median"].get<double>()) << " | "
-      << fmt("%.4f", s["step_time_s"]["median"].get<double>()) << " | " << fmt("%.3f", s["mfu"].get<double>()) << " | "
-      << fmt("%.3f", s["mfu_6n"].get<double>()) << " | " << fmt("%.2f", mib(states)) << " | " << fmt("%.2f", mib(peak))
-      << " | " << fmt("%.2f", mib(comm)) << " | " << fmt("%.4f", s.value("final_loss", 0.0)) << " | " << state << " |\n";
+    return o.str();
+  }
+  if (opts.format != "md") throw UsageError("--format must be md, csv or html, got '" + opts.format + "'");
+  o << "|";
+  for (const auto& h : head) o << " " << h << " |";
+  o << "\n|";
+  for (size_t i = 0; i < head.size(); ++i) o << (i < 3 || i + 1 == head.size() ? "---|" : "---:|");
+  o << "\n";
+  for (const auto& r : rows) {
+    o << "|";
+    for (const auto& c : cells_of(r, base)) o << " " << c << " |";
+    o << "\n";
   }
   return o.str();
 }

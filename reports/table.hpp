@@ -1,5 +1,7 @@
-// table.hpp — human tables rendered from reports (the JSON is the contract; this is a view).
-// Owns: column choice and formatting in the shape of the FSDP vs DeepSpeed blog's Table 3.
+// table.hpp — human views rendered from reports (the JSON is the contract; this is a view):
+// Markdown, CSV and a self-contained HTML page with SVG plots, in the shape of the FSDP vs
+// DeepSpeed blog's Table 3 plus memory by category, comm, overlap and relative columns.
+// Owns: loading report sets, column choice and formatting. Must not: compute new metrics.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -8,8 +10,18 @@
 
 namespace zb::reports {
 
-// One row per report: backend, precision, W, tokens/GPU/s, s/step, MFU, mfu_6n, model-state
-// MiB per rank (max over ranks), peak tracked MiB, comm MiB per step, final loss, status.
-std::string markdown_table(const std::vector<nlohmann::json>& reports);
+// Files, or directories (their index.json order if present, else every *.json by name).
+// Each loaded report gets "_cell": the file name without ".json". Throws UsageError.
+std::vector<nlohmann::json> load_reports(const std::vector<std::string>& paths);
+
+struct TableOptions {
+  std::string format = "md";  // md | csv | html
+  std::string baseline;       // cell name for relative columns ("" = none)
+};
+
+std::string render_table(const std::vector<nlohmann::json>& reports, const TableOptions& opts);
+
+// Backwards-compatible one-liner used by `zerobench run`.
+inline std::string markdown_table(const std::vector<nlohmann::json>& reports) { return render_table(reports, {}); }
 
 }  // namespace zb::reports

@@ -1,0 +1,164 @@
+// regress.cpp — baseline comparison (see regress.hpp).
+#include "reports/regress.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "reports/metrics.hpp"
+#include "reports/stats.hpp"
+
+namespace zb::reports {
+
+namespace {
+using json = nlohmann::json;
+
+std::string fmt(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+std::string pct(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.2f%%", (ratio - 1) * 100);
+  return buf;
+}
+
+std::string cell_name(const json& r) { return r.value("_cell", r.value("run_id", "?")); }
+
+std::vector<double> tokens_per_s_samples(const json& r) {
+  std::vector<double> out;
+  const double tokens = r["summary"]["tokens_per_rank_per_step"];
+  for (const auto& t : r["ranks"][0]["step_times_s"]) out.push_back(tokens_per_gpu_per_s(int64_t(tokens), t.get<double>()));
+  return out;
+}
+
+void exact(RegressResult& res, const std::string& cell, const std::string& metric, const json& b, const json& c) {
+  if (b == c) return;  // matching deterministic metrics are not listed
+  res.checks.push_back({cell, metric, b.dump(), c.dump(), "changed", true, "deterministic metric must match exactly"});
+}
+
+void compare_cell(RegressResult& res, const json& b, const json& c, const RegressOptions& o) {
+  const auto cell = cell_name(c);
+  const std::string bs = b["status"]["state"], cs = c["status"]["state"];
+  if (bs != "ok" || cs != "ok") {
+    const bool worse = bs == "ok" && cs != "ok";
+    res.checks.push_back({cell, "status", bs, cs, bs == cs ? "same" : "changed", worse,
+                          worse ? c["status"].value("error", "") : ""});
+    return;
+  }
+  // Throughput: flag only if the median is beyond the threshold AND the U test says slower.
+  const auto bt = tokens_per_s_samples(b), ct = tokens_per_s_samples(c);
+  const double bm = b["summary"]["tokens_per_gpu_per_s"]["median"], cm = c["summary"]["tokens_per_gpu_per_s"]["median"];
+  const double ratio = bm > 0 ? cm / bm : 1.0;
+  const double p = mann_whitney_greater_p(bt, ct);  // baseline faster than current?
+  const bool slower = ratio < 1 - o.threshold && p < o.alpha;
+  char note[96];
+  std::snprintf(note, sizeof(note), "U-test p=%.3g%s", p, o.gate_timing ? "" : " (timing not gated)");
+  res.checks.push_back({cell, "tokens_per_gpu_per_s.median", fmt(bm), fmt(cm), pct(ratio), slower && o.gate_timing, note});
+  const double bst = b["summary"]["step_time_s"]["median"], cst = c["summary"]["step_time_s"]["median"];
+  res.checks.push_back({cell, "step_time_s.median", fmt(bst), fmt(cst), pct(bst > 0 ? cst / bst : 1.0),
+                        slower && o.gate_timing, note});
+  // Deterministic metrics.
+  exact(res, cell, "summary.flops_per_token", b["summary"]["flops_per_token"], c["summary"]["flops_per_token"]);
+  exact(res, cell, "config.model.params", b["config"]["model"]["params"], c["config"]["model"]["params"]);
+  const size_t ranks = std::min(b["ranks"].size(), c["ranks"].size());
+  if (b["ranks"].size() != c["ranks"].size())
+    exact(res, cell, "ranks", json(b["ranks"].size()), json(c["ranks"].size()));
+  for (size_t i = 0; i < ranks; ++i) {
+    const auto& br = b["ranks"][i];
+    const auto& cr = c["ranks"][i];
+    const std::string r = "ranks[" + std::to_string(i) + "].";
+    for (const auto& [k, v] : br["memory"]["model_states_bytes"].items())
+      exact(res, cell, r + "memory.model_states_bytes." + k, v, cr["memory"]["model_states_bytes"].value(k, json()));
+    for (const auto& [kind, v] : br["comm"].items()) {
+      exact(res, cell, r + "comm." + kind + ".count", v["count"], cr["comm"][kind]["count"]);
+      exact(res, cell, r + "comm." + kind + ".bytes", v["bytes"], cr["comm"][kind]["bytes"]);
+    }
+    const double bp = br["memory"]["peak_tracked_bytes"], cp = cr["memory"]["peak_tracked_bytes"];
+    const bool grew = cp > bp * (1 + o.memory_threshold);
+    if (grew || i == 0)
+      res.checks.push_back({cell, r + "memory.peak_tracked_bytes", fmt(bp), fmt(cp), pct(bp > 0 ? cp / bp : 1.0), grew,
+                            "allowed +" + fmt(o.memory_threshold * 100) + "%"});
+  }
+}
+}  // namespace
+
+bool RegressResult::regression() const {
+  if (!missing.empty()) return true;
+  return std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.regression; });
+}
+
+json RegressResult::to_json() const {
+  json j = {{"verdict", regression() ? "regression" : "pass"}, {"missing", missing}, {"extra", extra},
+            {"checks", json::array()}};
+  for (const auto& c : checks)
+    j["checks"].push_back({{"cell", c.cell}, {"metric", c.metric}, {"baseline", c.baseline}, {"current", c.current},
+                           {"change", c.change}, {"regression", c.regression}, {"note", c.note}});
+  return j;
+}
+
+std::string RegressResult::to_text() const {
+  std::ostringstream o;
+  o << "| cell | metric | baseline | current | change | verdict | note |\n|---|---|---:|---:|---:|---|---|\n";
+  for (const auto& c : checks)
+    o << "| " << c.cell << " | " << c.metric << " | " << c.baseline << " | " << c.current << " | " << c.change << " | "
+      << (c.regression ? "REGRESSION" : "ok") << " | " << c.note << " |\n";
+  for (const auto& m : missing) o << "missing in current: " << m << "\n";
+  for (const auto& e : extra) o << "new in current (not gated): " << e << "\n";
+  o << (regression() ? "verdict: REGRESSION\n" : "verdict: pass\n");
+  return o.str();
+}
+
+std::string config_key(const json& r) {
+  json k;
+  const auto& cfg = r["config"];
+  if (cfg.contains("cell")) return "cell:" + cfg["cell"].get<std::string>();  // a failed matrix cell
+  json model = cfg.value("model", json::object());
+  model.erase("params");
+  k["model"] = model;
+  k["backend"] = cfg.value("backend", json::object());
+  k["train"] = cfg.value("train", json::object());
+  k["data"] = cfg.contains("data") ? cfg["data"].value("kind", "") : "";
+  k["world_size"] = r.contains("env") ? r["env"].value("world_size", 0) : cfg.value("world_size", 0);
+  return k.dump();  // nlohmann orders object keys: canonical
+}
+
+RegressResult compare_reports(const std::vector<json>& baseline, const std::vector<json>& current,
+                              const RegressOptions& o) {
+  RegressResult res;
+  // Cells are matched by configuration; a failed cell carries only its name, so fall back to it.
+  auto key_of = [](const json& r) {
+    return r["status"]["state"] == "ok" ? config_key(r) : "cell:" + cell_name(r);
+  };
+  std::map<std::string, const json*> cur_by_key, cur_by_cell;
+  for (const auto& c : current) {
+    cur_by_key[key_of(c)] = &c;
+    cur_by_cell[cell_name(c)] = &c;
+  }
+  std::map<std::string, bool> used;
+  for (const auto& b : baseline) {
+    const json* c = nullptr;
+    if (auto it = cur_by_key.find(key_of(b)); it != cur_by_key.end()) c = it->second;
+    if (!c)  // same cell name, different status or config: compare what can be compared
+      if (auto it = cur_by_cell.find(cell_name(b)); it != cur_by_cell.end()) c = it->second;
+    if (!c) {
+      res.missing.push_back(cell_name(b));
+      continue;
+    }
+    used[cell_name(*c)] = true;
+    if (c->at("status").at("state") == "ok" && b["status"]["state"] == "ok" && config_key(*c) != config_key(b)) {
+      res.checks.push_back({cell_name(*c), "config", "", "", "changed", true,
+                            "same cell name, different configuration: refresh the baseline on purpose"});
+      continue;
+    }
+    compare_cell(res, b, *c, o);
+  }
+  for (const auto& c : current)
+    if (!used.count(cell_name(c))) res.extra.push_back(cell_name(c));
+  return res;
+}
+
+}  // namespace zb::reports

@@ -1,0 +1,43 @@
+// regress.hpp — `zerobench regress`: compare current reports with committed baselines.
+// Owns: matching cells by their configuration, and the verdict rules: timing flagged only when
+// the median ratio passes the threshold AND a Mann-Whitney U test says worse; deterministic
+// metrics (engine-owned bytes, comm counts and bytes, FLOPs, parameter counts) must match
+// exactly; allocator peaks within a small threshold; a cell that was ok and is not, or that
+// is missing, is a regression. Must not: run anything.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace zb::reports {
+
+struct RegressOptions {
+  double threshold = 0.05;         // timing: median ratio beyond 5%
+  double alpha = 0.05;             // timing: U-test significance
+  double memory_threshold = 0.05;  // allocator peaks: 5% above baseline
+  bool gate_timing = true;         // false: timings are reported, never a regression (shared CPU CI)
+};
+
+struct Check {
+  std::string cell, metric, baseline, current, change;
+  bool regression = false;
+  std::string note;
+};
+
+struct RegressResult {
+  std::vector<Check> checks;
+  std::vector<std::string> missing, extra;  // cells only in the baseline / only in current
+  bool regression() const;
+  nlohmann::json to_json() const;
+  std::string to_text() const;
+};
+
+// The configuration a cell is matched by: model dims, backend, precision, options, train
+// settings, world size (canonical JSON text).
+std::string config_key(const nlohmann::json& report);
+
+RegressResult compare_reports(const std::vector<nlohmann::json>& baseline, const std::vector<nlohmann::json>& current,
+                              const RegressOptions& opts);
+
+}  // namespace zb::reports

@@ -1,0 +1,205 @@
+// Tables (Markdown, CSV, HTML with SVG plots) from fixture reports; the regression gate's
+// verdicts; the matrix runner's failure recording and resume.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "reports/regress.hpp"
+#include "reports/report.hpp"
+#include "reports/stats.hpp"
+#include "reports/table.hpp"
+#include "runtime/errors.hpp"
+#include "tests/run_binary.hpp"
+
+using namespace zb;
+using nlohmann::json;
+
+namespace {
+// A schema-valid report with chosen throughput samples and engine-owned bytes.
+json fixture(const std::string& cell, const std::string& backend, const std::string& precision,
+             const std::vector<double>& step_times, int64_t params_bytes = 1000000) {
+  std::vector<double> sorted = step_times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const int64_t tokens = 512;
+  json dist = {{"median", 0}, {"p10", 0}, {"p90", 0}, {"min", 0}, {"max", 0}, {"mean", 0}, {"n", step_times.size()}};
+  json tps = dist, st = dist;
+  tps["median"] = double(tokens) / median;
+  st["median"] = median;
+  json rank = {{"rank", 0},
+               {"memory",
+                {{"model_states_bytes", {{"params", params_bytes}, {"master_params", 0}, {"grads", 1000}, {"optimizer", 2000}}},
+                 {"peak_tracked_bytes", 5000000},
+                 {"peak_rss_bytes", 9000000}}},
+               {"comm",
+                {{"all_gather", {{"count", 5}, {"bytes", 4096}}},
+                 {"reduce_scatter", {{"count", 3}, {"bytes", 2048}}},
+                 {"all_reduce", {{"count", 1}, {"bytes", 4}}},
+                 {"broadcast", {{"count", 0}, {"bytes", 0}}}}},
+               {"step_times_s", step_times}};
+  json steps = json::array();
+  for (size_t i = 0; i < step_times.size(); ++i)
+    steps.push_back({{"step", i}, {"loss", 7.0 - 0.1 * double(i)}, {"grad_norm", 1.0}, {"lr", 1e-3}, {"time_s", step_times[i]}});
+  return {{"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
+          {"run_id", cell},
+          {"created", "2026-11-21T00:00:00Z"},
+          {"status", {{"state", "ok"}, {"error", ""}}},
+          {"env",
+           {{"device", "cpu"}, {"device_count", 1}, {"peak_tflops", 0.1}, {"peak_source", "flag"}, {"torch", "2.11.0"},
+            {"compiler", "g++"}, {"git_sha", "x"}, {"host", "h"}, {"world_size", 1}, {"nodes", 1}}},
+          {"config",
+           {{"model", {{"preset", "tiny"}, {"layers", 2}, {"params", {{"total", 123}}}}},
+            {"backend", {{"name", backend}, {"precision", precision}, {"options", json::object()}}},
+            {"train", {{"steps", step_times.size()}, {"micro_batch", 4}}}}},
+          {"summary",
+           {{"tokens_per_gpu_per_s", tps}, {"step_time_s", st}, {"mfu", 0.3}, {"mfu_6n", 0.4}, {"hfu", 0.3},
+            {"tokens_per_rank_per_step", tokens}, {"final_loss", 6.5}, {"entropy_floor_nats", 1.25},
+            {"flops_per_token", {{"six_n", 600.0}, {"palm", 500.0}}}}},
+          {"ranks", json::array({rank})},
+          {"steps", steps},
+          {"_cell", cell}};
+}
+
+std::vector<double> times(double base, double jitter, unsigned seed, int n = 12) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-jitter, jitter);
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) t.push_back(base * (1 + u(gen)));
+  return t;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
+  const std::vector<json> rs = {fixture("fsdp_mixed", "fsdp", "mixed", {0.1, 0.1, 0.1}),
+                                fixture("zero3_bf16", "zero3", "bf16", {0.2, 0.2, 0.2})};
+  const auto md = reports::render_table(rs, {"md", "fsdp_mixed"});
+  EXPECT_NE(md.find("| cell | backend | precision | W | tokens/GPU/s | s/step | MFU | mfu_6n |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| zero3_bf16 | zero3 | bf16 | 1 | 2560.0 | 0.2000 | 0.300 | 0.400 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
+  const auto csv = reports::render_table(rs, {"csv", ""});
+  EXPECT_EQ(count(csv, "\n"), 3);
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,4.77,0.01,-,6.5000,ok"),
+            std::string::npos)
+      << csv;
+  auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
+  failed["_cell"] = "big";
+  EXPECT_NE(reports::render_table({failed}, {}).find("oom: CUDA out of memory"), std::string::npos);
+  EXPECT_THROW(reports::render_table(rs, {"md", "nope"}), UsageError);
+}
+
+TEST(Table, HtmlIsOneWellFormedPageWithOneSvgPerPlot) {
+  const std::vector<json> rs = {fixture("a<b", "fsdp", "mixed", {0.1, 0.1}), fixture("b", "zero3", "bf16", {0.2, 0.2})};
+  const auto html = reports::render_table(rs, {"html", ""});
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), 4);  // throughput, memory, loss, grad norm
+  EXPECT_EQ(count(html, "</svg>"), 4);
+  EXPECT_EQ(count(html, "<figure>"), count(html, "</figure>"));
+  EXPECT_EQ(count(html, "<tr>"), count(html, "</tr>"));
+  EXPECT_EQ(html.find("a<b"), std::string::npos) << "cell names must be escaped";
+  EXPECT_NE(html.find("a&lt;b"), std::string::npos);
+}
+
+TEST(Stats, MannWhitneySeparatesShiftedSamplesAndNotNoise) {
+  EXPECT_LT(reports::mann_whitney_greater_p(times(1.1, 0.02, 1), times(1.0, 0.02, 2)), 0.001);
+  EXPECT_GT(reports::mann_whitney_greater_p(times(1.0, 0.02, 3), times(1.0, 0.02, 4)), 0.05);
+  EXPECT_GT(reports::mann_whitney_greater_p({1, 1, 1}, {1, 1, 1}), 0.4);  // all ties
+}
+
+TEST(Regress, IdenticalAndNoisyReportsPass) {
+  const std::vector<json> base = {fixture("c", "fsdp", "mixed", times(0.1, 0.02, 5))};
+  EXPECT_FALSE(reports::compare_reports(base, base, {}).regression());
+  const std::vector<json> noisy = {fixture("c", "fsdp", "mixed", times(0.101, 0.02, 6))};
+  const auto r = reports::compare_reports(base, noisy, {});
+  EXPECT_FALSE(r.regression()) << r.to_text();
+}
+
+TEST(Regress, FlagsAPlantedTenPercentThroughputDrop) {
+  const std::vector<json> base = {fixture("c", "fsdp", "mixed", times(0.1, 0.02, 7))};
+  const std::vector<json> slow = {fixture("c", "fsdp", "mixed", times(0.1 / 0.9, 0.02, 8))};
+  const auto r = reports::compare_reports(base, slow, {});
+  EXPECT_TRUE(r.regression()) << r.to_text();
+  // On a shared CPU runner timings are reported, not gated.
+  reports::RegressOptions report_only;
+  report_only.gate_timing = false;
+  EXPECT_FALSE(reports::compare_reports(base, slow, report_only).regression());
+  // A big median change without statistical support (2 samples) is not flagged either.
+  const std::vector<json> b2 = {fixture("c", "fsdp", "mixed", {0.1, 0.3})}, c2 = {fixture("c", "fsdp", "mixed", {0.12, 0.35})};
+  EXPECT_FALSE(reports::compare_reports(b2, c2, {}).regression());
+}
+
+TEST(Regress, FlagsAOneByteChangeInEngineOwnedMemoryAndMissingCells) {
+  const std::vector<json> base = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1}, 1000000)};
+  const std::vector<json> plus_one = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1}, 1000001)};
+  const auto r = reports::compare_reports(base, plus_one, {});
+  ASSERT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("model_states_bytes.params"), std::string::npos) << r.to_text();
+  const std::vector<json> two = {base[0], fixture("d", "zero3", "bf16", {0.1, 0.1, 0.1})};
+  auto missing = reports::compare_reports(two, base, {});
+  EXPECT_TRUE(missing.regression());
+  EXPECT_EQ(missing.missing, std::vector<std::string>{"d"});
+  auto extra = reports::compare_reports(base, two, {});
+  EXPECT_FALSE(extra.regression());
+  EXPECT_EQ(extra.extra, std::vector<std::string>{"d"});
+  EXPECT_EQ(extra.to_json()["verdict"], "pass");
+}
+
+TEST(Regress, BadInputExits2AndARegressionExits1) {
+  const auto dir = test_support::temp_path("regress");
+  reports::write_json_atomic(dir + "/base/c.json", fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1}, 1000000));
+  reports::write_json_atomic(dir + "/cur/c.json", fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1}, 1000001));
+  auto r = test_support::run_zerobench("regress --baseline " + dir + "/base --current " + dir + "/cur --json");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(json::parse(r.output)["verdict"], "regression");
+  r = test_support::run_zerobench("regress --baseline " + dir + "/base --current " + dir + "/base");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(dir + "/trunc.json") << R"({"schema": {"name": "zerobench.report", "vers)";
+  r = test_support::run_zerobench("regress --baseline " + dir + "/base --current " + dir + "/trunc.json");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("trunc.json"), std::string::npos) << r.output;
+  auto wrong = fixture("c", "fsdp", "mixed", {0.1});
+  wrong["schema"]["version"] = 99;
+  reports::write_json_atomic(dir + "/wrong.json", wrong);
+  r = test_support::run_zerobench("regress --baseline " + dir + "/base --current " + dir + "/wrong.json");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("v99"), std::string::npos) << r.output;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(Matrix, AFailingCellIsRecordedTheNextRunsAndARerunResumes) {
+  const auto dir = test_support::temp_path("matrix");
+  const auto file = dir + ".yaml";
+  std::ofstream(file) << "name: t\ntimeout_s: 8\nbase: {model: tiny, nproc: 2, steps: 2, warmup: 1, seq-len: 16, "
+                         "micro-batch: 1, layers: 1}\n"
+                         "axes:\n  backend: [ddp, fsdp]\n"
+                         "include:\n  - {backend: ddp, fault-inject: 'exit:1:0'}\n  - {backend: ddp, fault-inject: 'hang:0:0'}\n";
+  auto r = test_support::run_zerobench("matrix " + file + " --out " + dir);
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // some cells failed
+  const auto index = json::parse(std::ifstream(dir + "/index.json"));
+  ASSERT_EQ(index["cells"].size(), 4u) << index.dump(2);
+  EXPECT_EQ(index["cells"][0]["status"], "ok");
+  EXPECT_EQ(index["cells"][1]["status"], "ok");
+  EXPECT_EQ(index["cells"][2]["status"], "failed");
+  EXPECT_NE(index["cells"][2]["error"].get<std::string>().find("rank 1"), std::string::npos) << index.dump(2);
+  EXPECT_EQ(index["cells"][3]["status"], "timeout");
+  EXPECT_EQ(reports::read_report(dir + "/" + index["cells"][3]["report"].get<std::string>())["status"]["state"], "timeout");
+  EXPECT_NE(r.output.find("[4/4]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ETA"), std::string::npos);
+  // Re-running skips every finished cell.
+  r = test_support::run_zerobench("matrix " + file + " --out " + dir);
+  const auto again = json::parse(std::ifstream(dir + "/index.json"));
+  for (const auto& c : again["cells"]) EXPECT_TRUE(c["skipped"].get<bool>()) << c.dump();
+  // A bad option in any cell fails the whole matrix up front.
+  std::ofstream(file) << "base: {model: tiny}\naxes:\n  backend: [ddp, megatron]\n";
+  r = test_support::run_zerobench("matrix " + file + " --out " + dir + "2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("megatron"), std::string::npos) << r.output;
+  std::system(("rm -rf " + dir + " " + dir + "2 " + file).c_str());
+}
