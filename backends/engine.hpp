@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/common/comm.hpp"
+#include "backends/common/lost_updates.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
 
@@ -33,6 +34,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   bool activation_checkpointing = false;
   std::string data = "markov";
+  bool measure_lost_updates = false;  // the precision study's rounding diagnostic
 };
 
 // Storage the engine owns, per rank, in bytes (DESIGN §8).
@@ -74,6 +76,9 @@ class Engine {
   // checkpoints). Every rank gets them.
   virtual std::vector<at::Tensor> full_parameters() = 0;
   virtual common::Comm& comm() = 0;
+  // This rank's count of updates lost to rounding in the last optimizer step (all zero
+  // unless train.measure_lost_updates).
+  virtual common::LostUpdates lost_updates() const = 0;
 };
 
 // What a backend registers: its name, precisions and the closed-form bytes per rank.

@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <sstream>
 
 #include "bench/commands.hpp"
 #include "bench/matrix.hpp"
+#include "bench/study.hpp"
 #include "reports/regress.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
@@ -90,6 +92,23 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"gate", "report"}));
   regress_cmd->add_flag("--json", regress_json, "print the verdict as JSON");
 
+  bench::PrecisionStudyOptions study;
+  std::string study_lrs;
+  auto* study_cmd = app.add_subcommand("study", "studies built from many runs");
+  study_cmd->require_subcommand(1);
+  auto* precision_cmd = study_cmd->add_subcommand("precision", "the blog's convergence finding: bf16 weights vs fp32 masters");
+  precision_cmd->add_option("--out", study.out_dir, "directory for reports, summary and figures")->capture_default_str();
+  precision_cmd->add_option("--lrs", study_lrs, "comma-separated learning rates (default 1e-4,3e-3)");
+  precision_cmd->add_option("--steps", study.steps, "optimizer steps per run")->check(CLI::PositiveNumber)->capture_default_str();
+  precision_cmd->add_option("--nproc", study.nproc, "ranks per run")->check(CLI::Range(1, 64))->capture_default_str();
+  precision_cmd->add_option("--model", study.model, "model preset")->capture_default_str();
+  precision_cmd->add_option("--micro-batch", study.micro_batch, "samples per rank")->check(CLI::PositiveNumber);
+  precision_cmd->add_option("--seq-len", study.seq_len, "tokens per sample")->check(CLI::PositiveNumber);
+  precision_cmd->add_option("--seed", study.seed, "seed for weights and data");
+  precision_cmd->add_flag("--scale-lr-by-world-size", study.scale_lr_by_world_size,
+                          "also run FSDP low with lr x W (the blog's observation)");
+  precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -112,6 +131,23 @@ int main(int argc, char** argv) {
     if (*run_cmd) return bench::run_command(run, args);
     if (*info_cmd) return bench::model_info_command(info);
     if (*matrix_cmd) return bench::matrix_command(matrix);
+    if (*precision_cmd) {
+      if (!study_lrs.empty()) {
+        study.lrs.clear();
+        std::stringstream ss(study_lrs);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          try {
+            size_t pos = 0;
+            study.lrs.push_back(std::stod(item, &pos));
+            if (pos != item.size()) throw std::invalid_argument(item);
+          } catch (const std::exception&) {
+            throw UsageError("--lrs: '" + item + "' is not a number");
+          }
+        }
+      }
+      return bench::precision_study_command(study);
+    }
     if (*table_cmd) return table_command(table_inputs, table, table_out);
     if (*regress_cmd) {
       regress.gate_timing = regress_timing == "gate";

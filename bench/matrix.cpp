@@ -219,8 +219,9 @@ MatrixSpec load_matrix(const std::string& path) {
   return spec;
 }
 
-int matrix_command(const MatrixOptions& o) {
-  const auto spec = load_matrix(o.file);
+int matrix_command(const MatrixOptions& o) { return run_matrix(load_matrix(o.file), o); }
+
+int run_matrix(const MatrixSpec& spec, const MatrixOptions& o) {
   const double timeout_s = o.timeout_s > 0 ? o.timeout_s : spec.timeout_s;
   const std::string exe = runtime::self_executable();
   if (o.dry_run) {
@@ -234,7 +235,7 @@ int matrix_command(const MatrixOptions& o) {
   reports::make_directories(o.out_dir);
   json index = {{"schema", {{"name", "zerobench.matrix-index"}, {"version", 1}}},
                 {"matrix", spec.name},
-                {"file", o.file},
+                {"file", o.file.empty() ? spec.name : o.file},
                 {"created", now_iso8601()},
                 {"cells", json::array()}};
   const auto t0 = std::chrono::steady_clock::now();

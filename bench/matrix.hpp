@@ -38,5 +38,7 @@ struct MatrixOptions {
 
 // Exit 0 if every cell is ok, 1 if any failed, 2 for a bad file, 130 if interrupted.
 int matrix_command(const MatrixOptions& opts);
+// Runs an already expanded matrix (the precision study builds its own); same exit codes.
+int run_matrix(const MatrixSpec& spec, const MatrixOptions& opts);
 
 }  // namespace zb::bench

@@ -80,7 +80,8 @@ json train_json(const backends::TrainConfig& t) {
           {"eps", t.eps},
           {"grad_clip", t.grad_clip},
           {"seed", t.seed},
-          {"activation_checkpointing", t.activation_checkpointing}};
+          {"activation_checkpointing", t.activation_checkpointing},
+          {"measure_lost_updates", t.measure_lost_updates}};
 }
 
 json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved, double entropy_floor) {
@@ -162,9 +163,11 @@ int run_rank(const RunOptions& o) {
   const auto flops = models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing);
 
   json steps = json::array();
-  for (const auto& s : result.steps)
+  for (const auto& s : result.steps) {
     steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"time_s", s.time_s},
                      {"measured", s.measured}});
+    if (s.lost_update_fraction >= 0) steps.back()["lost_update_fraction"] = s.lost_update_fraction;
+  }
 
   json report = {
       {"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
@@ -209,7 +212,9 @@ int run_rank(const RunOptions& o) {
   const std::string out = o.out.empty() ? o.default_out(world.size) : o.out;
   reports::write_json_atomic(out, report);
   if (!o.quiet) {
-    std::cout << reports::markdown_table({report});
+    json view = report;
+    view["_cell"] = o.backend + "-" + spec.precision + "-" + o.model + "-w" + std::to_string(world.size);
+    std::cout << reports::markdown_table({view});
     std::cout << "report: " << out << "\n";
   }
   return kExitOk;

@@ -54,6 +54,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
+  app.add_flag("--measure-lost-updates", t.measure_lost_updates,
+               "record per step the fraction of weights whose AdamW update rounded away");
   app.add_option("--data", t.data, "random|markov")->check(CLI::IsMember({"random", "markov"}))->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data")->capture_default_str();
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();

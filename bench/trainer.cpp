@@ -54,6 +54,15 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     result.comm_last_step = backends::common::stats_delta(comm.stats(), before);
 
     side.all_reduce_sum(loss_sum);  // uncounted bookkeeping
+    double lost_fraction = -1;
+    if (t.measure_lost_updates) {
+      const auto lu = engine.lost_updates();
+      auto counts = at::tensor({double(lu.lost), double(lu.counted)}, at::TensorOptions().dtype(at::kDouble)).to(device);
+      side.all_reduce_sum(counts);
+      counts = counts.cpu();
+      const double counted = counts[1].item<double>();
+      lost_fraction = counted > 0 ? counts[0].item<double>() / counted : 0.0;
+    }
     StepRecord rec;
     rec.step = step;
     rec.loss = loss_sum.item<double>() / double(t.grad_accum * world);
@@ -61,6 +70,7 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     rec.lr = lr;
     rec.time_s = step_time;
     rec.measured = step >= t.warmup;
+    rec.lost_update_fraction = lost_fraction;
     result.steps.push_back(rec);
   }
   result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);

@@ -18,6 +18,7 @@ struct StepRecord {
   double lr = 0;
   double time_s = 0;     // forward + backward + optimizer, device-synchronised
   bool measured = false; // false for warm-up steps
+  double lost_update_fraction = -1;  // over all ranks; -1 unless train.measure_lost_updates
 };
 
 using CommSnapshot = std::array<backends::common::CollectiveStats, size_t(backends::common::CollectiveKind::kCount)>;

@@ -175,7 +175,13 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
         yhi = std::max(yhi, s.y[i]);
       }
     }
-  if (std::isfinite(reference_y)) {
+  // A reference far outside the data would flatten every curve: name it instead of drawing it.
+  bool reference_on_scale = std::isfinite(reference_y);
+  if (reference_on_scale && ylo <= yhi) {
+    const double span = std::max(yhi - ylo, 1e-12);
+    reference_on_scale = reference_y >= ylo - 0.5 * span && reference_y <= yhi + 0.5 * span;
+  }
+  if (reference_on_scale) {
     ylo = std::min(ylo, reference_y);
     yhi = std::max(yhi, reference_y);
   }
@@ -192,7 +198,11 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
     << kTop + plot_h() << "\" stroke=\"#333\"/>\n"
     << "<text x=\"" << kLeft + plot_w() / 2 << "\" y=\"" << kTop + plot_h() + 34 << "\" text-anchor=\"middle\">"
     << escape(x_label) << "</text>\n";
-  if (std::isfinite(reference_y)) {
+  if (std::isfinite(reference_y) && !reference_on_scale) {
+    o << "<text x=\"" << kLeft + plot_w() - 4 << "\" y=\"" << kTop + 14 << "\" text-anchor=\"end\" fill=\"#555\">"
+      << escape(reference_label) << " = " << num(reference_y) << " (off scale)</text>\n";
+  }
+  if (reference_on_scale) {
     const double y = ypos(ya, reference_y);
     o << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + plot_w() << "\" y1=\"" << y << "\" y2=\"" << y
       << "\" stroke=\"#555\" stroke-dasharray=\"6 4\"/>\n"

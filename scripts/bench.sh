@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# bench.sh — set-up if needed, build, run the default benchmark (tiny model, 2 ranks, CPU, Gloo)
-# and print its table and where the JSON report went. Extra arguments go to `zerobench run`.
+# bench.sh — set-up if needed, build, and run the default benchmark: the cpu-smoke matrix
+# (tiny model, 2 ranks, CPU with Gloo, every backend and precision mode). Prints the comparison
+# table and where the JSON reports and the HTML page went.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "${root}/scripts/setup.sh"
 "${root}/scripts/build.sh"
 cd "${root}"
-exec "${BUILD_DIR:-${root}/build}/bin/zerobench" run --nproc 2 --model tiny --backend ddp --precision fp32 \
-  --steps 20 --warmup 3 --data markov --out out/bench-default.json "$@"
+bin="${BUILD_DIR:-${root}/build}/bin/zerobench"
+out="${ZEROBENCH_BENCH_OUT:-out/bench}"
+"${bin}" matrix bench/matrices/cpu-smoke.yaml --out "${out}" --force
+"${bin}" table "${out}" --format html --out "${out}/table.html"
+echo
+"${bin}" table "${out}" --baseline fsdp_mixed
+echo
+echo "reports: ${out}/<cell>.json (index: ${out}/index.json); page: ${out}/table.html"

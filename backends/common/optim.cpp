@@ -20,8 +20,27 @@ void FlatAdamW::step(const at::Tensor& grad_in, double lr) {
   exp_avg_sq_.mul_(opts_.beta2).addcmul_(grad, grad, 1 - opts_.beta2);
   const double bias_correction1 = 1 - std::pow(opts_.beta1, double(step_));
   const double bias_correction2 = 1 - std::pow(opts_.beta2, double(step_));
+  if (measure_) {
+    // The update this step intends, in fp32: decoupled decay then the Adam step.
+    auto w = param_.to(at::kFloat);
+    auto denom32 = (exp_avg_sq_.to(at::kFloat).sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
+    auto delta = exp_avg_.to(at::kFloat) / denom32 * (-lr / bias_correction1);
+    if (opts_.weight_decay != 0) delta -= w * (lr * opts_.weight_decay);
+    lost_ = count_lost_updates(param_, delta);
+  }
   auto denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
   param_.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+}
+
+LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {
+  at::NoGradGuard no_grad;
+  // ulp(w) = 2^(floor(log2|w|) - mantissa bits): 7 for bf16, 10 for fp16, 23 for fp32.
+  const int mantissa = w.scalar_type() == at::kBFloat16 ? 7 : w.scalar_type() == at::kHalf ? 10 : 23;
+  auto a = w.to(at::kFloat).abs();
+  auto nonzero = a > 0;
+  auto half_ulp = at::exp2(at::floor(at::log2(a.clamp_min(1e-30))) - double(mantissa)) * 0.5;
+  auto lost = nonzero & (delta != 0) & (delta.abs() < half_ulp);
+  return {lost.sum().item<int64_t>(), nonzero.sum().item<int64_t>()};
 }
 
 double lr_at(const TrainConfig& t, int64_t step) {

@@ -28,11 +28,22 @@ class FlatAdamW {
   int64_t state_bytes() const { return int64_t(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
   int64_t steps_taken() const { return step_; }
 
+  // The precision diagnostic: when on, each step also counts the elements whose update
+  // (computed in fp32 from the step's states) is smaller than half an ulp of the weight in the
+  // stored dtype, i.e. lost to rounding. Zero weights (padding) are not counted.
+  void set_measure_lost_updates(bool on) { measure_ = on; }
+  LostUpdates last_lost_updates() const { return lost_; }
+
  private:
   at::Tensor param_, exp_avg_, exp_avg_sq_;
   AdamWOptions opts_;
   int64_t step_ = 0;
+  bool measure_ = false;
+  LostUpdates lost_;
 };
+
+// Elements of `w` (in its own dtype) for which |delta| < ulp(w)/2 while delta != 0.
+LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta_fp32);
 
 // Learning rate at optimizer step `step` (0-based): linear warm-up over lr_warmup_steps, then
 // constant or cosine decay to min_lr_ratio * lr at the last step.

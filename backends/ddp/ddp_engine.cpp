@@ -54,12 +54,14 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
       offset += n;
     }
     optimizer_ = std::make_unique<common::FlatAdamW>(flat_params_, common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute, dev);
     comm_.reset_stats();
   }
 
   std::string name() const override { return "ddp"; }
   common::Comm& comm() override { return comm_; }
+  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
 
   std::vector<at::Tensor> unit_weights(int unit) override {
     if (dtypes_.compute == dtypes_.storage) return leaves_[size_t(unit)];

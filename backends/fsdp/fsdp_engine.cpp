@@ -134,12 +134,14 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       units_.push_back(std::move(unit));
     }
     optimizer_ = std::make_unique<common::FlatAdamW>(local_params_, common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.param, dev);
     comm_.reset_stats();
   }
 
   std::string name() const override { return "fsdp"; }
   common::Comm& comm() override { return comm_; }
+  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(FsdpObserver o) { observer_ = std::move(o); }
 
   // ---- forward (models::UnitParamSource) ----

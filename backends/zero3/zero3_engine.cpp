@@ -133,6 +133,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
       sg.numel = end - begin;
       sg.master = partitions_.narrow(0, begin, sg.numel).to(at::kFloat).clone();
       sg.optimizer = std::make_unique<common::FlatAdamW>(sg.master, common::adamw_options(spec_.train));
+      sg.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
       sub_groups_.push_back(std::move(sg));
     }
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.model, dev);
@@ -141,6 +142,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   std::string name() const override { return "zero3"; }
   common::Comm& comm() override { return comm_; }
+  common::LostUpdates lost_updates() const override {
+    common::LostUpdates total;
+    for (const auto& sg : sub_groups_) total += sg.optimizer->last_lost_updates();
+    return total;
+  }
 
   // ---- forward: one module (weight) at a time ----
   bool per_module() const override { return true; }

@@ -1,0 +1,44 @@
+// The precision study, fast version (60 steps): the blog's ordering must show — at the small lr
+// FSDP mixed and ZeRO3 bf16 agree and beat FSDP low, whose bf16 weights lose most updates to
+// rounding; at the large lr FSDP low catches up.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "tests/run_binary.hpp"
+
+using nlohmann::json;
+
+TEST(PrecisionStudy, FastVersionShowsTheBlogOrdering) {
+  const auto dir = zb::test_support::temp_path("precision");
+  auto r = zb::test_support::run_zerobench("study precision --steps 60 --lrs 3e-5,3e-3 --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto summary = json::parse(std::ifstream(dir + "/summary.json"));
+  std::map<std::string, json> at_small, at_large;
+  for (const auto& run : summary["runs"]) {
+    ASSERT_EQ(run["status"], "ok") << run.dump();
+    (run["lr"].get<double>() < 1e-4 ? at_small : at_large)[run["mode"]] = run;
+  }
+  const double low = at_small["fsdp_low"]["final_loss"], mixed = at_small["fsdp_mixed"]["final_loss"],
+               zero3 = at_small["zero3_bf16"]["final_loss"], fp32 = at_small["fp32"]["final_loss"];
+  std::cout << "small lr final loss: fp32 " << fp32 << ", fsdp mixed " << mixed << ", zero3 bf16 " << zero3
+            << ", fsdp low " << low << "\n";
+  EXPECT_NEAR(mixed, zero3, 1e-3);   // fp32 masters: the two backends agree
+  EXPECT_NEAR(mixed, fp32, 5e-3);    // ... and track the fp32 reference
+  EXPECT_GT(low - mixed, 0.03);      // bf16 weights fall behind
+  EXPECT_LT(at_small["fsdp_low"]["progress_vs_fp32"].get<double>(), 0.6);
+  // Lost-update fraction: most of low's updates round away, none of mixed's or ZeRO3's.
+  EXPECT_GT(at_small["fsdp_low"]["mean_lost_update_fraction"].get<double>(), 0.5);
+  EXPECT_LT(at_small["fsdp_mixed"]["mean_lost_update_fraction"].get<double>(), 0.01);
+  EXPECT_LT(at_small["zero3_bf16"]["mean_lost_update_fraction"].get<double>(), 0.01);
+  // At the large lr the gap mostly closes.
+  EXPECT_GT(at_large["fsdp_low"]["progress_vs_fp32"].get<double>(), 0.85);
+  EXPECT_LT(at_large["fsdp_low"]["mean_lost_update_fraction"].get<double>(), 0.2);
+  // Figures exist and are SVG.
+  std::ifstream svg(dir + "/loss_lr3e-05.svg");
+  std::string head(5, ' ');
+  svg.read(head.data(), 5);
+  EXPECT_EQ(head, "<svg ");
+  std::system(("rm -rf " + dir).c_str());
+}
