@@ -48,7 +48,7 @@ std::string now_iso8601() {
 
 std::string make_run_id(const RunOptions& o, int world) {
   std::ostringstream s;
-  s << o.backend << "-" << o.precision << "-" << o.model << "-w" << world << "-"
+  s << o.backend << "-" << o.precision << "-" << o.model << "-w" << world << (o.emulate_world_size ? "emu" : "") << "-"
     << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return s.str();
 }
@@ -102,11 +102,13 @@ int set_threads(const RunOptions& o, int local_size) {
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
-  const auto env = runtime::discover_dist_env(runtime::process_env());
+  const bool emulated = o.emulate_world_size > 0;
+  const auto env = emulated ? runtime::DistEnv{} : runtime::discover_dist_env(runtime::process_env());
   const auto spec = o.engine_spec();
   const auto device = runtime::pick_device(o.device, env.local_rank);
   const int threads = set_threads(o, env.local_world_size);
-  auto world = runtime::init_world(env, device, std::chrono::minutes(10));
+  auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
+                        : runtime::init_world(env, device, std::chrono::minutes(10));
   backends::common::Comm side(world.side_channel());
 
   const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
@@ -126,6 +128,9 @@ int run_rank(const RunOptions& o) {
       {"memory",
        {{"model_states_bytes", backends::to_json(result.model_state_bytes)},
         {"model_states_total_bytes", result.model_state_bytes.total()},
+        // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
+        {"model_states_expected_bytes",
+         backends::to_json(backends::backend(o.backend).expected_bytes(spec, world.size, world.rank))},
         {"tracked_after_init_bytes", result.tracked_after_init_bytes},
         {"peak_tracked_bytes", result.peak_tracked_bytes},
         {"peak_rss_bytes", runtime::peak_rss_bytes()},
@@ -137,17 +142,17 @@ int run_rank(const RunOptions& o) {
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"step_times_s", step_times}};
-  const std::string key = "report/rank/" + std::to_string(world.rank);
+  const std::string key = "report/rank/" + std::to_string(world.emulated ? 0 : world.rank);
   const auto payload = rank_json.dump();
   world.store->set(key, std::vector<uint8_t>(payload.begin(), payload.end()));
-  if (world.rank != 0) {
+  if (world.rank != 0 && !world.emulated) {  // an emulated rank writes its own report
     world.store->wait({"report/done"});
     return kExitOk;
   }
 
   json ranks = json::array();
   std::set<std::string> hosts;
-  for (int r = 0; r < world.size; ++r) {
+  for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
     auto bytes = world.store->get("report/rank/" + std::to_string(r));
     ranks.push_back(json::parse(std::string(bytes.begin(), bytes.end())));
     hosts.insert(ranks.back()["host"].get<std::string>());
@@ -190,8 +195,10 @@ int run_rank(const RunOptions& o) {
         {"world_size", world.size},
         {"nodes", int(hosts.size())},
         {"pg_backend", world.pg_backend},
-        {"launcher", env.source},
-        {"threads_per_rank", threads}}},
+        {"launcher", emulated ? std::string("emulated") : env.source},
+        {"threads_per_rank", threads},
+        {"emulated", emulated},
+        {"emulated_rank", emulated ? o.emulate_rank : -1}}},
       {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats())},
       {"summary",
        {{"tokens_per_gpu_per_s", distribution_json(reports::summarize(tps))},
@@ -203,6 +210,9 @@ int run_rank(const RunOptions& o) {
         {"mfu_6n", reports::flops_utilisation(flops.six_n, tps_median, peak.tflops)},
         {"hfu", reports::flops_utilisation(flops.palm_recompute, tps_median, peak.tflops)},
         {"final_loss", result.steps.back().loss},
+        {"throughput_note", emulated ? "emulated world: collectives are local copies, so tokens/GPU/s and MFU "
+                                       "exclude real communication time (compute and memory are the real rank's)"
+                                     : ""},
         {"entropy_floor_nats", data->entropy_floor_nats()}}},
       {"ranks", ranks},
       {"steps", steps},
@@ -231,6 +241,10 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   if (!runtime::launched_by_zerobench() && !o.quiet)
     for (const auto& w : warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const bool in_job = runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
+  if (o.emulate_world_size > 0) {
+    if (in_job) throw UsageError("--emulate-world-size runs one process; do not launch it with torchrun/srun");
+    return run_rank(o);
+  }
   if (in_job || o.nproc == 1) {
     if (!in_job) {
       // A lone process still rendezvouses (world of 1 on a private port).

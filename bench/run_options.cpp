@@ -98,6 +98,11 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_option("--grad-accum-dtype", o.grad_accum_dtype, "zero3: gradient partition dtype bf16|fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  app.add_option("--emulate-world-size", o.emulate_world_size,
+                 "one process plays one rank of a job of this many ranks (shapes and bytes exact, no data moved)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--emulate-rank", o.emulate_rank, "with --emulate-world-size: the rank to play (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
 }
@@ -176,6 +181,11 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
              !communication_data_type.empty() || !grad_accum_dtype.empty()) {
     throw UsageError("ZeRO-3 options (--reduce-bucket-size, --prefetch-bucket-size, ...) need --backend zero3");
   }
+  if (emulate_world_size > 0 && nproc_given && nproc > 1)
+    throw UsageError("--emulate-world-size runs one process; drop --nproc " + std::to_string(nproc));
+  if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
+    throw UsageError("--emulate-rank " + std::to_string(emulate_rank) + " must be below --emulate-world-size " +
+                     std::to_string(emulate_world_size));
   if (train.warmup >= train.steps)
     throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +
                      " (no step would be measured)");

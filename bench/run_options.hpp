@@ -29,6 +29,8 @@ struct RunOptions {
   int threads = 0;            // intra-op threads per rank; 0 = cores / local ranks
   double timeout_s = 0;       // launcher wall limit; 0 = none
   bool quiet = false;
+  int emulate_world_size = 0;  // > 0: this one process plays rank emulate_rank of that many
+  int emulate_rank = 0;
   std::string fault_inject;
   double bucket_cap_mb = 25;  // ddp
   // fsdp (empty = the config file's value or PyTorch's default)

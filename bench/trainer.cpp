@@ -8,6 +8,7 @@
 #include "backends/common/optim.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
+#include "runtime/nvtx.hpp"
 
 namespace zb::bench {
 
@@ -31,16 +32,22 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   runtime::reset_tracked_peak(device);
   auto timer = runtime::make_region_timer(device);
 
+  uint64_t measured_range = 0;  // nsys --capture-range=nvtx keys on "measured@zerobench"
   for (int64_t step = 0; step < t.steps; ++step) {
     maybe_inject(fault, rank, step);
+    if (step == t.warmup) measured_range = runtime::nvtx::start("measured");
+    runtime::nvtx::Range step_range("step " + std::to_string(step));
     const double lr = backends::common::lr_at(t, step);
     const CommSnapshot before = comm.stats();
     // Data are made before the timer starts: the benchmark times training, not the generator.
     std::vector<models::Batch> batches;
-    for (int64_t a = 0; a < t.grad_accum; ++a) {
-      auto b = data.samples(models::first_sample_index(step, a, t.grad_accum, rank, world, t.micro_batch), t.micro_batch,
-                            t.seq_len);
-      batches.push_back({b.tokens.to(device), b.targets.to(device)});
+    {
+      runtime::nvtx::Range data_range("data");
+      for (int64_t a = 0; a < t.grad_accum; ++a) {
+        auto b = data.samples(models::first_sample_index(step, a, t.grad_accum, rank, world, t.micro_batch),
+                              t.micro_batch, t.seq_len);
+        batches.push_back({b.tokens.to(device), b.targets.to(device)});
+      }
     }
     timer->start();
     at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -49,7 +56,11 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
       loss_sum += engine.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
       if (last && step + 1 == t.steps) result.model_state_bytes = engine.model_state_bytes();
     }
-    const double grad_norm = engine.optimizer_step(lr);
+    double grad_norm = 0;
+    {
+      runtime::nvtx::Range opt_range("optimizer_step");
+      grad_norm = engine.optimizer_step(lr);
+    }
     const double step_time = timer->stop_s();
     result.comm_last_step = backends::common::stats_delta(comm.stats(), before);
 
@@ -65,7 +76,8 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     }
     StepRecord rec;
     rec.step = step;
-    rec.loss = loss_sum.item<double>() / double(t.grad_accum * world);
+    // An emulated world has no peers to average with: the loss is this rank's.
+    rec.loss = loss_sum.item<double>() / double(t.grad_accum * (side.world().emulated ? 1 : world));
     rec.grad_norm = grad_norm;
     rec.lr = lr;
     rec.time_s = step_time;
@@ -73,6 +85,7 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     rec.lost_update_fraction = lost_fraction;
     result.steps.push_back(rec);
   }
+  runtime::nvtx::end(measured_range);
   result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
   result.comm_total = comm.stats();
   return result;

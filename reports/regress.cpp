@@ -126,32 +126,42 @@ std::string config_key(const json& r) {
   return k.dump();  // nlohmann orders object keys: canonical
 }
 
+// Two configurations agree when every setting both of them record is equal: a field added in a
+// newer version (present on one side only) does not make a cell incomparable.
+bool configs_compatible(const json& a, const json& b) {
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items())
+      if (b.contains(k) && !configs_compatible(v, b[k])) return false;
+    return true;
+  }
+  return a == b;
+}
+
 RegressResult compare_reports(const std::vector<json>& baseline, const std::vector<json>& current,
                               const RegressOptions& o) {
   RegressResult res;
-  // Cells are matched by configuration; a failed cell carries only its name, so fall back to it.
-  auto key_of = [](const json& r) {
-    return r["status"]["state"] == "ok" ? config_key(r) : "cell:" + cell_name(r);
-  };
-  std::map<std::string, const json*> cur_by_key, cur_by_cell;
+  // Cells are matched by name (a matrix's cell id, a file's stem), else by configuration.
+  std::map<std::string, const json*> cur_by_cell, cur_by_key;
   for (const auto& c : current) {
-    cur_by_key[key_of(c)] = &c;
     cur_by_cell[cell_name(c)] = &c;
+    if (c["status"]["state"] == "ok") cur_by_key[config_key(c)] = &c;
   }
   std::map<std::string, bool> used;
   for (const auto& b : baseline) {
     const json* c = nullptr;
-    if (auto it = cur_by_key.find(key_of(b)); it != cur_by_key.end()) c = it->second;
-    if (!c)  // same cell name, different status or config: compare what can be compared
-      if (auto it = cur_by_cell.find(cell_name(b)); it != cur_by_cell.end()) c = it->second;
+    if (auto it = cur_by_cell.find(cell_name(b)); it != cur_by_cell.end()) c = it->second;
+    if (!c && b["status"]["state"] == "ok")
+      if (auto it = cur_by_key.find(config_key(b)); it != cur_by_key.end()) c = it->second;
     if (!c) {
       res.missing.push_back(cell_name(b));
       continue;
     }
     used[cell_name(*c)] = true;
-    if (c->at("status").at("state") == "ok" && b["status"]["state"] == "ok" && config_key(*c) != config_key(b)) {
+    const bool both_ok = c->at("status").at("state") == "ok" && b["status"]["state"] == "ok";
+    if (both_ok && (!configs_compatible(b["config"], c->at("config")) ||
+                    b["env"].value("world_size", 0) != c->at("env").value("world_size", 0))) {
       res.checks.push_back({cell_name(*c), "config", "", "", "changed", true,
-                            "same cell name, different configuration: refresh the baseline on purpose"});
+                            "same cell, different configuration: refresh the baseline on purpose"});
       continue;
     }
     compare_cell(res, b, *c, o);

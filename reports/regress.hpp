@@ -33,9 +33,11 @@ struct RegressResult {
   std::string to_text() const;
 };
 
-// The configuration a cell is matched by: model dims, backend, precision, options, train
-// settings, world size (canonical JSON text).
+// The configuration a cell is matched by when names do not match: model dims, backend,
+// precision, options, train settings, world size (canonical JSON text).
 std::string config_key(const nlohmann::json& report);
+// Every setting both configurations record is equal (fields only one side has are ignored).
+bool configs_compatible(const nlohmann::json& a, const nlohmann::json& b);
 
 RegressResult compare_reports(const std::vector<nlohmann::json>& baseline, const std::vector<nlohmann::json>& current,
                               const RegressOptions& opts);

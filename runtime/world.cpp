@@ -1,6 +1,7 @@
 // world.cpp — c10d process groups over a TCPStore (see world.hpp).
 #include "runtime/world.hpp"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 
+#include "runtime/emulated_backend.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::runtime {
@@ -19,7 +21,11 @@ std::chrono::milliseconds g_timeout{std::chrono::minutes(5)};
 std::string g_master_addr = "127.0.0.1";
 
 c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                          at::Device device, std::string& backend_name) {
+                                          at::Device device, std::string& backend_name, bool emulated = false) {
+  if (emulated) {
+    backend_name = "emulated";
+    return c10::make_intrusive<EmulatedBackend>(rank, size);
+  }
   if (device.is_cuda()) {
 #ifdef USE_C10D_NCCL
     backend_name = "nccl";
@@ -55,7 +61,7 @@ World World::subgroup(const std::string& name, const std::vector<int>& ranks) co
   sub.rank = int(it - ranks.begin());
   sub.size = int(ranks.size());
   sub.store = c10::make_intrusive<c10d::PrefixStore>(key, store);
-  sub.pg = make_pg(sub.store, sub.rank, sub.size, device, sub.pg_backend);
+  sub.pg = make_pg(sub.store, sub.rank, sub.size, device, sub.pg_backend, emulated);
   return sub;
 }
 
@@ -70,6 +76,20 @@ World init_world_on_store(c10::intrusive_ptr<c10d::Store> store, int rank, int s
   w.device = device;
   w.store = c10::make_intrusive<c10d::PrefixStore>("world", store);
   w.pg = make_pg(w.store, rank, size, device, w.pg_backend);
+  return w;
+}
+
+World init_emulated_world(int rank, int size, at::Device device) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw UsageError("--emulate-rank " + std::to_string(rank) + " is not a rank of an emulated world of " +
+                     std::to_string(size));
+  World w;
+  w.rank = rank;
+  w.size = size;
+  w.device = device;
+  w.emulated = true;
+  w.store = c10::make_intrusive<c10d::HashStore>();
+  w.pg = make_pg(w.store, rank, size, device, w.pg_backend, true);
   return w;
 }
 

@@ -20,7 +20,8 @@ struct World {
   int local_rank = 0;
   int local_size = 1;
   at::Device device = at::kCPU;
-  std::string pg_backend;  // "gloo" or "nccl"
+  std::string pg_backend;  // "gloo", "nccl" or "emulated"
+  bool emulated = false;   // one process playing `rank` of `size` (--emulate-world-size)
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
 
@@ -34,6 +35,9 @@ struct World {
 
 // Rendezvous through a TCPStore at env.master_addr:master_port (rank 0 hosts it).
 World init_world(const DistEnv& env, at::Device device, std::chrono::milliseconds timeout);
+// One process playing rank `rank` of a `size`-rank job on `device`, with an EmulatedBackend
+// (collectives keep shapes and bytes, move nothing across ranks) and an in-process store.
+World init_emulated_world(int rank, int size, at::Device device);
 // A rank of an in-process world (tests): every rank shares one store (e.g. a c10d::HashStore).
 World init_world_on_store(c10::intrusive_ptr<c10d::Store> store, int rank, int size, at::Device device,
                           std::chrono::milliseconds timeout);

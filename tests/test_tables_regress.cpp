@@ -151,6 +151,18 @@ TEST(Regress, FlagsAOneByteChangeInEngineOwnedMemoryAndMissingCells) {
   EXPECT_EQ(extra.to_json()["verdict"], "pass");
 }
 
+TEST(Regress, ANewConfigFieldStillMatchesButAChangedSettingIsFlagged) {
+  const std::vector<json> base = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1})};
+  auto newer = base;
+  newer[0]["config"]["train"]["a_new_setting"] = true;
+  EXPECT_FALSE(reports::compare_reports(base, newer, {}).regression());
+  auto changed = base;
+  changed[0]["config"]["train"]["micro_batch"] = 8;
+  const auto r = reports::compare_reports(base, changed, {});
+  ASSERT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("different configuration"), std::string::npos) << r.to_text();
+}
+
 TEST(Regress, BadInputExits2AndARegressionExits1) {
   const auto dir = test_support::temp_path("regress");
   reports::write_json_atomic(dir + "/base/c.json", fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1}, 1000000));

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "runtime/nvtx.hpp"
+
 namespace zb::backends::common {
 
 namespace {
@@ -43,6 +45,7 @@ void Comm::all_gather(at::Tensor& out, at::Tensor& in, const std::string& label,
   const auto& g = group ? *group : world_;
   TORCH_CHECK(out.numel() == in.numel() * g.size, "all_gather: output numel ", out.numel(), " != ", g.size, " x ",
               in.numel());
+  runtime::nvtx::Range range(std::string("all_gather ") + label);
   const double t0 = now_s();
   if (g.size == 1) {
     out.copy_(in);
@@ -57,6 +60,7 @@ void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string
   const auto& g = group ? *group : world_;
   TORCH_CHECK(in.numel() == out.numel() * g.size, "reduce_scatter: input numel ", in.numel(), " != ", g.size, " x ",
               out.numel());
+  runtime::nvtx::Range range(std::string("reduce_scatter ") + label);
   const double t0 = now_s();
   if (g.size == 1) {
     out.copy_(in);
@@ -70,6 +74,7 @@ void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string
 
 void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
+  runtime::nvtx::Range range(std::string("all_reduce ") + label);
   const double t0 = now_s();
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
@@ -80,6 +85,7 @@ void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
+  runtime::nvtx::Range range(std::string("broadcast ") + label);
   const double t0 = now_s();
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};

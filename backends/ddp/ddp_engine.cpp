@@ -8,6 +8,7 @@
 #include "backends/common/optim.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/nvtx.hpp"
 
 namespace zb::backends::ddp {
 
@@ -73,8 +74,15 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     models::ForwardOptions fo;
     fo.activation_checkpointing = spec_.train.activation_checkpointing;
-    auto loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
-    (loss * loss_scale).backward();
+    at::Tensor loss;
+    {
+      runtime::nvtx::Range range("forward");
+      loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
+    }
+    {
+      runtime::nvtx::Range range("backward");
+      (loss * loss_scale).backward();
+    }
     if (last_micro_batch) all_reduce_gradients();
     return loss.detach();
   }
@@ -124,7 +132,7 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
     for (int64_t end = flat_grads_.numel(); end > 0; end -= bucket_elems) {
       const int64_t begin = std::max<int64_t>(0, end - bucket_elems);
       auto bucket = flat_grads_.narrow(0, begin, end - begin);
-      comm_.all_reduce_sum(bucket);
+      comm_.all_reduce_sum(bucket, "grads");
     }
   }
 

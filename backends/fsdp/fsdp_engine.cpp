@@ -7,6 +7,7 @@
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/nvtx.hpp"
 
 namespace zb::backends::fsdp {
 
@@ -147,6 +148,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   // ---- forward (models::UnitParamSource) ----
   std::vector<at::Tensor> unit_weights(int u) override {
     if (u == models::kRootUnit) begin_forward();
+    units_[size_t(u)].forward_range = runtime::nvtx::start("forward unit" + std::to_string(u));
     unshard(u);  // no-op when prefetched
     if (opts_.forward_prefetch && u + 1 < int(units_.size())) unshard(u + 1);  // _prefetch_handles(FORWARD)
     auto& unit = units_[size_t(u)];
@@ -166,6 +168,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       unit.needs_pre_backward_unshard = true;
     }
     notify("post_forward", u);
+    runtime::nvtx::end(unit.forward_range);
     if (output.requires_grad()) {
       output.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
     }
@@ -180,6 +183,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       final_callback_queued_ = true;
       torch::autograd::Engine::get_default_engine().queue_callback([this] { post_backward_final(); });
     }
+    unit.backward_range = runtime::nvtx::start("backward unit" + std::to_string(u));
     if (unit.needs_pre_backward_unshard) unshard(u);
     unit.needs_pre_backward_unshard = false;
     notify("pre_backward", u);
@@ -212,6 +216,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     if (post > 1) reduced.div_(post);
     unit.grad_shard.add_(reduced.to(dtypes_.storage));  // _cast_grad_to_param_dtype + accumulate
     if (!is_sharded(opts_.sharding_strategy) && unit.owns_full) reshard(u);  // drop NO_SHARD's bf16 copy
+    runtime::nvtx::end(unit.backward_range);
   }
 
   void post_backward_final() {  // _post_backward_final_callback: catch-all reshard, reset state
@@ -227,8 +232,15 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     models::ForwardOptions fo;
     fo.activation_checkpointing = spec_.train.activation_checkpointing || opts_.activation_checkpointing;
-    auto loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
-    (loss * loss_scale).backward();
+    at::Tensor loss;
+    {
+      runtime::nvtx::Range range("forward");
+      loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
+    }
+    {
+      runtime::nvtx::Range range("backward");
+      (loss * loss_scale).backward();
+    }
     return loss.detach();
   }
 
@@ -293,6 +305,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     bool needs_pre_backward_unshard = false;
     bool ran_pre_backward = false;
     at::Tensor anchor;             // a leaf that makes UnitGather part of the graph
+    uint64_t forward_range = 0, backward_range = 0;  // NVTX start/end ranges of this unit
   };
 
   void begin_forward() {

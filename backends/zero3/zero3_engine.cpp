@@ -9,6 +9,7 @@
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/nvtx.hpp"
 
 namespace zb::backends::zero3 {
 
@@ -219,8 +220,15 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     models::ForwardOptions fo;
     fo.activation_checkpointing = spec_.train.activation_checkpointing;
-    auto loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
-    (loss * loss_scale).backward();
+    at::Tensor loss;
+    {
+      runtime::nvtx::Range range("forward");
+      loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
+    }
+    {
+      runtime::nvtx::Range range("backward");
+      (loss * loss_scale).backward();
+    }
     return loss.detach();
   }
 
