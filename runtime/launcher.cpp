@@ -15,20 +15,13 @@
 #include <thread>
 
 #include "runtime/errors.hpp"
+#include "runtime/subprocess.hpp"
 
 namespace zb::runtime {
 
 namespace {
 volatile sig_atomic_t g_interrupted = 0;
 void on_interrupt(int) { g_interrupted = 1; }
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) throw RunError("launcher: cannot resolve /proc/self/exe");
-  buf[n] = 0;
-  return buf;
-}
 
 std::string describe(int rank, int status) {
   if (WIFEXITED(status)) return "rank " + std::to_string(rank) + " exited with code " + std::to_string(WEXITSTATUS(status));
@@ -63,7 +56,7 @@ int find_free_port() {
 }
 
 LaunchResult launch_local(const LaunchOptions& opts) {
-  const std::string exe = self_exe();
+  const std::string exe = self_executable();
   const int port = find_free_port();
   const pid_t launcher_pid = getpid();
 

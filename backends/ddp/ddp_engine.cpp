@@ -5,10 +5,10 @@
 
 #include <torch/csrc/autograd/variable.h>
 
+#include "backends/common/forward_backward.hpp"
 #include "backends/common/optim.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
-#include "runtime/nvtx.hpp"
 
 namespace zb::backends::ddp {
 
@@ -72,19 +72,10 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   }
 
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
-    models::ForwardOptions fo;
-    fo.activation_checkpointing = spec_.train.activation_checkpointing;
-    at::Tensor loss;
-    {
-      runtime::nvtx::Range range("forward");
-      loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
-    }
-    {
-      runtime::nvtx::Range range("backward");
-      (loss * loss_scale).backward();
-    }
+    auto loss =
+        common::forward_backward(spec_.model, *this, batch, rope_, spec_.train.activation_checkpointing, loss_scale);
     if (last_micro_batch) all_reduce_gradients();
-    return loss.detach();
+    return loss;
   }
 
   double optimizer_step(double lr) override {

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 
+#include "backends/common/forward_backward.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
-#include "runtime/nvtx.hpp"
 
 namespace zb::backends::zero3 {
 
@@ -218,18 +218,9 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   // ---- Engine ----
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
-    models::ForwardOptions fo;
-    fo.activation_checkpointing = spec_.train.activation_checkpointing;
-    at::Tensor loss;
-    {
-      runtime::nvtx::Range range("forward");
-      loss = models::forward_loss(spec_.model, *this, batch.tokens, batch.targets, rope_, fo);
-    }
-    {
-      runtime::nvtx::Range range("backward");
-      (loss * loss_scale).backward();
-    }
-    return loss.detach();
+    auto loss =
+        common::forward_backward(spec_.model, *this, batch, rope_, spec_.train.activation_checkpointing, loss_scale);
+    return loss;
   }
 
   double optimizer_step(double lr) override {
