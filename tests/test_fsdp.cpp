@@ -34,12 +34,7 @@ FsdpOptions strategy(ShardingStrategy st, int hybrid = 0) {
 }
 
 void expect_matches_reference(const backends::EngineSpec& spec, int w) {
-  const auto ref = test_support::train_reference(spec, w);
-  const auto got = test_support::train_backend("fsdp", spec, w);
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i)
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
-  EXPECT_LE(relative_param_error(got.params, ref.params), 1e-5);
+  test_support::expect_matches_reference("fsdp", spec, w);
 }
 }  // namespace
 

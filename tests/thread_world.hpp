@@ -3,6 +3,7 @@
 // torch::optim::AdamW — an implementation independent of zerobench's own FlatAdamW.
 #pragma once
 #include <ATen/Parallel.h>
+#include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -133,6 +134,17 @@ inline double relative_param_error(const std::vector<at::Tensor>& a, const std::
     den += b[u].to(at::kDouble).pow(2).sum().item<double>();
   }
   return std::sqrt(num / den);
+}
+
+// `backend` trained on W ranks equals the single-process fp32 reference: loss per step and all
+// parameters to 1e-5 relative.
+inline void expect_matches_reference(const std::string& backend, const backends::EngineSpec& spec, int w) {
+  const auto ref = train_reference(spec, w);
+  const auto got = train_backend(backend, spec, w);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
+  EXPECT_LE(relative_param_error(got.params, ref.params), 1e-5);
 }
 
 inline backends::EngineSpec small_spec(int64_t grad_accum) {
