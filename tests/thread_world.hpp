@@ -8,6 +8,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -22,6 +23,10 @@ namespace zb::test_support {
 
 // Runs fn(world) on `w` threads; rethrows the first exception.
 inline void run_ranks(int w, const std::function<void(runtime::World&)>& fn) {
+  // c10d's process-wide FlightRecorder is not safe for several ranks enqueueing from threads of
+  // one process (it corrupts its map); real runs have one rank per process. Off before the first
+  // group is created (the singleton reads this once).
+  setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
@@ -39,6 +44,25 @@ inline void run_ranks(int w, const std::function<void(runtime::World&)>& fn) {
     });
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+// One engine trained on this rank with random tokens (seed 1): the engine and what it measured.
+struct EngineRun {
+  std::unique_ptr<backends::Engine> engine;
+  bench::TrainResult result;
+};
+inline EngineRun train_on(runtime::World& world, const std::string& backend, const backends::EngineSpec& spec) {
+  EngineRun run;
+  run.engine = backends::create_engine(backend, spec, world);
+  auto data = models::make_data_source("random", spec.model.vocab, 1);
+  backends::common::Comm side(world.side_channel());
+  run.result = bench::run_training(*run.engine, spec, *data, side);
+  return run;
+}
+
+// Names "W<w>_accum<a>" for suites parameterised by (world size, grad-accum).
+inline std::string world_accum_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return "W" + std::to_string(std::get<0>(info.param)) + "_accum" + std::to_string(std::get<1>(info.param));
 }
 
 struct TrainedRun {
