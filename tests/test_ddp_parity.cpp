@@ -28,10 +28,7 @@ TEST_P(DdpParity, MatchesSingleProcessReference) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesAndAccumulation, DdpParity,
                          ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2)),
-                         [](const auto& info) {
-                           return "W" + std::to_string(std::get<0>(info.param)) + "_accum" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         test_support::world_accum_name);
 
 TEST(DdpMemory, EngineOwnedBytesEqualTheClosedForm) {
   for (const std::string precision : {"fp32", "low", "mixed"}) {
@@ -40,10 +37,7 @@ TEST(DdpMemory, EngineOwnedBytesEqualTheClosedForm) {
     spec.train.steps = 1;
     spec.train.warmup = 0;
     test_support::run_ranks(2, [&](runtime::World& world) {
-      auto engine = backends::create_engine("ddp", spec, world);
-      auto data = models::make_data_source("random", spec.model.vocab, 1);
-      backends::common::Comm side(world.side_channel());
-      auto r = bench::run_training(*engine, spec, *data, side);
+      auto [engine, r] = test_support::train_on(world, "ddp", spec);
       EXPECT_EQ(r.model_state_bytes, backends::backend("ddp").expected_bytes(spec, 2, world.rank)) << precision;
       // Comm per step: the flat gradient all-reduced once (one bucket: far below 25 MiB).
       const auto& ar = r.comm_last_step[size_t(backends::common::CollectiveKind::kAllReduce)];

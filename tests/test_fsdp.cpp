@@ -47,10 +47,7 @@ TEST_P(FsdpFp32Parity, FullShardMatchesSingleProcessReference) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesAndAccumulation, FsdpFp32Parity,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2)),
-                         [](const auto& info) {
-                           return "W" + std::to_string(std::get<0>(info.param)) + "_accum" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         test_support::world_accum_name);
 
 TEST(FsdpFp32Parity, EveryStrategyAndPrefetchModeMatchesTheReference) {
   {
@@ -120,10 +117,7 @@ TEST(FsdpMemory, EngineOwnedBytesEqualTheClosedFormAtW3WithUnevenUnits) {
       const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e};
       EXPECT_EQ(backends::backend("fsdp").expected_bytes(spec, 3, 0), expected);
       test_support::run_ranks(3, [&](runtime::World& world) {
-        auto engine = backends::create_engine("fsdp", spec, world);
-        auto data = models::make_data_source("random", spec.model.vocab, 1);
-        backends::common::Comm side(world.side_channel());
-        auto r = bench::run_training(*engine, spec, *data, side);
+        auto [engine, r] = test_support::train_on(world, "fsdp", spec);
         EXPECT_EQ(r.model_state_bytes, expected) << precision << " " << backends::fsdp::to_string(st);
       });
     }
@@ -156,10 +150,7 @@ TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
     spec.train.steps = 2;
     spec.train.warmup = 0;
     test_support::run_ranks(3, [&](runtime::World& world) {
-      auto engine = backends::create_engine("fsdp", spec, world);
-      auto data = models::make_data_source("random", spec.model.vocab, 1);
-      backends::common::Comm side(world.side_channel());
-      auto r = bench::run_training(*engine, spec, *data, side);
+      auto [engine, r] = test_support::train_on(world, "fsdp", spec);
       using K = backends::common::CollectiveKind;
       const auto& ag = r.comm_last_step[size_t(K::kAllGather)];
       const auto& rs = r.comm_last_step[size_t(K::kReduceScatter)];
@@ -178,10 +169,7 @@ TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
   spec.train.steps = 1;
   spec.train.warmup = 0;
   test_support::run_ranks(3, [&](runtime::World& world) {
-    auto engine = backends::create_engine("fsdp", spec, world);
-    auto data = models::make_data_source("random", spec.model.vocab, 1);
-    backends::common::Comm side(world.side_channel());
-    auto r = bench::run_training(*engine, spec, *data, side);
+    auto [engine, r] = test_support::train_on(world, "fsdp", spec);
     const auto& ar = r.comm_last_step[size_t(backends::common::CollectiveKind::kAllReduce)];
     EXPECT_EQ(r.comm_last_step[0].count, 0);
     EXPECT_EQ(ar.count, accum * (L + 1));

@@ -39,10 +39,7 @@ struct StepComm {
 StepComm one_run(const backends::EngineSpec& spec, int w) {
   StepComm out;
   test_support::run_ranks(w, [&](runtime::World& world) {
-    auto engine = backends::create_engine("zero3", spec, world);
-    auto data = models::make_data_source("random", spec.model.vocab, 1);
-    backends::common::Comm side(world.side_channel());
-    auto r = bench::run_training(*engine, spec, *data, side);
+    auto [engine, r] = test_support::train_on(world, "zero3", spec);
     if (world.rank == 0) {
       using K = backends::common::CollectiveKind;
       out.ag = r.comm_last_step[size_t(K::kAllGather)];
@@ -71,10 +68,7 @@ TEST_P(Zero3Fp32Parity, WithDefaultPersistenceMatchesTooSoPersistedCopiesStayCon
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesAndAccumulation, Zero3Fp32Parity,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2)),
-                         [](const auto& info) {
-                           return "W" + std::to_string(std::get<0>(info.param)) + "_accum" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         test_support::world_accum_name);
 
 TEST(Zero3Fp32Parity, PrefetchReuseSubGroupsAndSmallBucketsKeepExactness) {
   Zero3Options o = no_persistence();
@@ -154,10 +148,7 @@ TEST(Zero3Memory, EngineOwnedBytesEqualTheClosedFormAtW3) {
     }
     EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 3, 0), expected) << precision;
     test_support::run_ranks(3, [&](runtime::World& world) {
-      auto engine = backends::create_engine("zero3", spec, world);
-      auto data = models::make_data_source("random", spec.model.vocab, 1);
-      backends::common::Comm side(world.side_channel());
-      auto r = bench::run_training(*engine, spec, *data, side);
+      auto [engine, r] = test_support::train_on(world, "zero3", spec);
       EXPECT_EQ(r.model_state_bytes, expected) << precision;
       // _create_fp16_sub_groups: consecutive partitions until >= sub_group_size elements.
       int64_t groups = 0, acc = 0;
