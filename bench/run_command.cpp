@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -14,6 +15,8 @@
 #include "bench/peak.hpp"
 #include "bench/trainer.hpp"
 #include "models/llama.hpp"
+#include "profiler/analysis.hpp"
+#include "profiler/chrome_trace.hpp"
 #include "reports/metrics.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
@@ -99,6 +102,36 @@ int set_threads(const RunOptions& o, int local_size) {
   return threads;
 }
 
+// The report's profile section: each rank's analysis, the median over ranks of each rank's
+// per-step medians, and the tracer's overhead (traced vs untraced step time, rank 0's view).
+json profile_section(const json& ranks, const std::vector<double>& untraced_step_times, const std::string& source) {
+  json per_rank = json::array();
+  std::map<std::string, std::vector<double>> cols;
+  for (const auto& r : ranks) {
+    if (!r.contains("profile")) continue;
+    per_rank.push_back(r["profile"]);
+    for (const auto& [k, v] : r["profile"]["median"].items()) cols[k].push_back(v.get<double>());
+  }
+  json summary = json::object();
+  for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
+  const auto& traced = per_rank.front()["traced_step_times_s"];
+  const double traced_median = reports::summarize(traced.get<std::vector<double>>()).median;
+  const double untraced_median = reports::summarize(untraced_step_times).median;
+  return {{"source", source},
+          {"steps_traced", traced.size()},
+          {"overlap_ratio", summary.value("overlap_ratio", 0.0)},
+          {"exposed_comm_s", summary.value("exposed_comm_s", 0.0)},
+          {"summary", summary},
+          {"tracer_overhead",
+           {{"traced_step_time_s", traced_median},
+            {"untraced_step_time_s", untraced_median},
+            {"overhead_pct", untraced_median > 0 ? 100.0 * (traced_median / untraced_median - 1.0) : 0.0},
+            {"buffer_processing_s", per_rank.front()["buffer_processing_s"]},
+            {"dropped_records", per_rank.front()["dropped_records"]}}},
+          {"trace_file", ""},
+          {"ranks", per_rank}};
+}
+
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
@@ -115,7 +148,8 @@ int run_rank(const RunOptions& o) {
   const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
   auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
   auto engine = backends::create_engine(o.backend, spec, world);
-  const auto result = run_training(*engine, spec, *data, side, o.fault());
+  const bool profiling = o.profile || !o.trace.empty();
+  const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0);
 
   // This rank's part of the report, handed to rank 0 through the store.
   std::vector<double> step_times;
@@ -142,6 +176,20 @@ int run_rank(const RunOptions& o) {
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"step_times_s", step_times}};
+  if (result.profile) {
+    const auto& p = *result.profile;
+    auto prof = profiler::rank_profile_json(p.activities, p.windows);
+    prof["rank"] = world.rank;
+    prof["traced_step_times_s"] = p.step_times_s;
+    prof["dropped_records"] = p.dropped_records;
+    prof["buffer_processing_s"] = p.processing_s;
+    rank_json["profile"] = prof;
+    if (!o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced step
+      const auto events = profiler::trace_events(p.activities, world.rank, p.windows.front().start_ns).dump();
+      world.store->set("trace/rank/" + std::to_string(world.emulated ? 0 : world.rank),
+                       std::vector<uint8_t>(events.begin(), events.end()));
+    }
+  }
   const std::string key = "report/rank/" + std::to_string(world.emulated ? 0 : world.rank);
   const auto payload = rank_json.dump();
   world.store->set(key, std::vector<uint8_t>(payload.begin(), payload.end()));
@@ -216,7 +264,20 @@ int run_rank(const RunOptions& o) {
         {"entropy_floor_nats", data->entropy_floor_nats()}}},
       {"ranks", ranks},
       {"steps", steps},
-      {"profile", nullptr}};
+      {"profile", result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr)}};
+  if (!o.trace.empty()) {
+    json events = json::array();
+    for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
+      auto bytes = world.store->get("trace/rank/" + std::to_string(r));
+      for (auto& e : json::parse(std::string(bytes.begin(), bytes.end()))) events.push_back(std::move(e));
+    }
+    reports::write_json_atomic(o.trace, profiler::trace_document(std::move(events),
+                                                                  {{"run_id", report["run_id"]},
+                                                                   {"source", result.profile->source},
+                                                                   {"note", "each rank's time starts at its first "
+                                                                            "profiled step"}}));
+    report["profile"]["trace_file"] = o.trace;
+  }
   const auto problems = reports::validate_report(report);
   if (!problems.empty()) throw RunError("internal: report does not match its schema: " + problems.front());
   const std::string out = o.out.empty() ? o.default_out(world.size) : o.out;

@@ -103,6 +103,13 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--emulate-rank", o.emulate_rank, "with --emulate-world-size: the rank to play (default 0)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--profile", o.profile,
+               "trace extra steps after the measured ones (CUPTI on CUDA, collectives and the training thread on "
+               "CPU): overlap, exposed communication, temporal breakdown, top kernels in the report's profile");
+  app.add_option("--profile-steps", o.profile_steps, "with --profile: how many steps to trace")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--trace", o.trace, "write a Chrome/Perfetto trace of the profiled steps to FILE (implies --profile)");
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
 }

@@ -32,6 +32,11 @@ struct RunOptions {
   int emulate_world_size = 0;  // > 0: this one process plays rank emulate_rank of that many
   int emulate_rank = 0;
   std::string fault_inject;
+  // Profiling: extra steps after the measured ones, traced (CUPTI on CUDA, the host source on
+  // CPU); they are not in steps[] or the summary. --trace implies --profile.
+  bool profile = false;
+  int profile_steps = 3;
+  std::string trace;
   double bucket_cap_mb = 25;  // ddp
   // fsdp (empty = the config file's value or PyTorch's default)
   std::string accelerate_config;

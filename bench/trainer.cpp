@@ -6,6 +6,9 @@
 #include <thread>
 
 #include "backends/common/optim.hpp"
+#include "profiler/host_source.hpp"
+#include "profiler/nvtx_capture.hpp"
+#include "profiler/tracer.hpp"
 #include "runtime/device.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/nvtx.hpp"
@@ -19,57 +22,58 @@ void maybe_inject(const FaultInjection& f, int rank, int64_t step) {
   if (f.kind == "crash") std::abort();
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // "hang"
 }
-}  // namespace
 
-TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
-                         backends::common::Comm& side, const FaultInjection& fault) {
-  const auto& t = spec.train;
-  auto& comm = engine.comm();
-  const auto device = comm.world().device;
-  const int rank = comm.rank(), world = comm.size();
-  TrainResult result;
-  result.tracked_after_init_bytes = runtime::tracked_bytes(device);
-  runtime::reset_tracked_peak(device);
-  auto timer = runtime::make_region_timer(device);
+// One optimizer step: data (untimed), forward/backward per micro-batch, optimizer; the timed
+// region's host-clock bounds go to `window` (the profiler's step window).
+class StepRunner {
+ public:
+  StepRunner(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
+             backends::common::Comm& side)
+      : engine_(engine), spec_(spec), data_(data), side_(side), comm_(engine.comm()),
+        timer_(runtime::make_region_timer(comm_.world().device)) {}
 
-  uint64_t measured_range = 0;  // nsys --capture-range=nvtx keys on "measured@zerobench"
-  for (int64_t step = 0; step < t.steps; ++step) {
-    maybe_inject(fault, rank, step);
-    if (step == t.warmup) measured_range = runtime::nvtx::start("measured");
+  StepRecord run(int64_t step, TrainResult& result, profiler::StepWindow* window) {
+    const auto& t = spec_.train;
+    const auto device = comm_.world().device;
+    const int rank = comm_.rank(), world = comm_.size();
     runtime::nvtx::Range step_range("step " + std::to_string(step));
     const double lr = backends::common::lr_at(t, step);
-    const CommSnapshot before = comm.stats();
+    const CommSnapshot before = comm_.stats();
     // Data are made before the timer starts: the benchmark times training, not the generator.
     std::vector<models::Batch> batches;
     {
       runtime::nvtx::Range data_range("data");
       for (int64_t a = 0; a < t.grad_accum; ++a) {
-        auto b = data.samples(models::first_sample_index(step, a, t.grad_accum, rank, world, t.micro_batch),
-                              t.micro_batch, t.seq_len);
+        auto b = data_.samples(models::first_sample_index(step, a, t.grad_accum, rank, world, t.micro_batch),
+                               t.micro_batch, t.seq_len);
         batches.push_back({b.tokens.to(device), b.targets.to(device)});
       }
     }
-    timer->start();
+    runtime::synchronize(device);  // the window starts with the device idle
+    const int64_t window_start = profiler::now_ns();
+    timer_->start();
     at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
     for (int64_t a = 0; a < t.grad_accum; ++a) {
       const bool last = a + 1 == t.grad_accum;
-      loss_sum += engine.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
-      if (last && step + 1 == t.steps) result.model_state_bytes = engine.model_state_bytes();
+      loss_sum += engine_.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
+      if (last && step + 1 == t.steps) result.model_state_bytes = engine_.model_state_bytes();
     }
     double grad_norm = 0;
     {
       runtime::nvtx::Range opt_range("optimizer_step");
-      grad_norm = engine.optimizer_step(lr);
+      grad_norm = engine_.optimizer_step(lr);
     }
-    const double step_time = timer->stop_s();
-    result.comm_last_step = backends::common::stats_delta(comm.stats(), before);
+    const double step_time = timer_->stop_s();  // device-synchronised
+    if (window) *window = {step, window_start, profiler::now_ns()};
+    comm_.collect_device_times();
+    result.comm_last_step = backends::common::stats_delta(comm_.stats(), before);
 
-    side.all_reduce_sum(loss_sum);  // uncounted bookkeeping
+    side_.all_reduce_sum(loss_sum);  // uncounted bookkeeping
     double lost_fraction = -1;
     if (t.measure_lost_updates) {
-      const auto lu = engine.lost_updates();
+      const auto lu = engine_.lost_updates();
       auto counts = at::tensor({double(lu.lost), double(lu.counted)}, at::TensorOptions().dtype(at::kDouble)).to(device);
-      side.all_reduce_sum(counts);
+      side_.all_reduce_sum(counts);
       counts = counts.cpu();
       const double counted = counts[1].item<double>();
       lost_fraction = counted > 0 ? counts[0].item<double>() / counted : 0.0;
@@ -77,17 +81,89 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     StepRecord rec;
     rec.step = step;
     // An emulated world has no peers to average with: the loss is this rank's.
-    rec.loss = loss_sum.item<double>() / double(t.grad_accum * (side.world().emulated ? 1 : world));
+    rec.loss = loss_sum.item<double>() / double(t.grad_accum * (side_.world().emulated ? 1 : world));
     rec.grad_norm = grad_norm;
     rec.lr = lr;
     rec.time_s = step_time;
     rec.measured = step >= t.warmup;
     rec.lost_update_fraction = lost_fraction;
-    result.steps.push_back(rec);
+    return rec;
+  }
+
+ private:
+  backends::Engine& engine_;
+  const backends::EngineSpec& spec_;
+  const models::DataSource& data_;
+  backends::common::Comm& side_;
+  backends::common::Comm& comm_;
+  std::unique_ptr<runtime::RegionTimer> timer_;
+};
+
+// The traced steps: CUPTI on CUDA; on CPU the host source built from the collectives' intervals.
+ProfileResult run_profiled_steps(StepRunner& runner, backends::common::Comm& comm, int64_t first_step, int n,
+                                 TrainResult& result) {
+  ProfileResult p;
+  const bool cuda = comm.world().device.is_cuda();
+  p.source = cuda ? "cupti" : "host";
+  std::unique_ptr<profiler::ActivityTracer> tracer;
+  if (cuda) tracer = profiler::make_cupti_tracer();
+  profiler::NvtxCapture ranges;
+  runtime::synchronize(comm.world().device);
+  ranges.set_enabled(true);
+  comm.set_interval_recording(true);
+  if (tracer) tracer->start();
+  for (int i = 0; i < n; ++i) {
+    profiler::StepWindow w;
+    const auto rec = runner.run(first_step + i, result, &w);
+    p.windows.push_back(w);
+    p.step_times_s.push_back(rec.time_s);
+  }
+  if (tracer) {
+    tracer->stop();
+    p.activities = tracer->take();
+    p.dropped_records = tracer->dropped_records();
+    p.processing_s = tracer->processing_s();
+  }
+  comm.set_interval_recording(false);
+  ranges.set_enabled(false);
+  if (!cuda) {
+    std::vector<profiler::HostCollective> collectives;
+    for (const auto& c : comm.take_intervals())
+      collectives.push_back({std::string(backends::common::collective_name(c.kind)) + " " + c.label, c.start_ns,
+                             c.end_ns, c.wait_start_ns, c.wait_end_ns, c.bytes});
+    p.activities = profiler::host_activities(collectives, p.windows);
+  } else {
+    comm.take_intervals();
+  }
+  for (auto& r : ranges.take()) p.activities.push_back(std::move(r));
+  return p;
+}
+}  // namespace
+
+TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
+                         backends::common::Comm& side, const FaultInjection& fault, int profile_steps) {
+  const auto& t = spec.train;
+  auto& comm = engine.comm();
+  const auto device = comm.world().device;
+  TrainResult result;
+  result.tracked_after_init_bytes = runtime::tracked_bytes(device);
+  runtime::reset_tracked_peak(device);
+  StepRunner runner(engine, spec, data, side);
+
+  uint64_t measured_range = 0;  // nsys --capture-range=nvtx keys on "measured@zerobench"
+  for (int64_t step = 0; step < t.steps; ++step) {
+    maybe_inject(fault, comm.rank(), step);
+    if (step == t.warmup) measured_range = runtime::nvtx::start("measured");
+    result.steps.push_back(runner.run(step, result, nullptr));
   }
   runtime::nvtx::end(measured_range);
   result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
   result.comm_total = comm.stats();
+  if (profile_steps > 0) {
+    const auto last_step_comm = result.comm_last_step;
+    result.profile = run_profiled_steps(runner, comm, t.steps, profile_steps, result);
+    result.comm_last_step = last_step_comm;  // the report's traffic is the last measured step's
+  }
   return result;
 }
 

@@ -3,11 +3,15 @@
 // each measurement is taken. Must not: know how an engine shards or communicates.
 #pragma once
 #include <array>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/engine.hpp"
 #include "bench/run_options.hpp"
 #include "models/data.hpp"
+#include "profiler/activity.hpp"
+#include "profiler/analysis.hpp"
 
 namespace zb::bench {
 
@@ -23,6 +27,16 @@ struct StepRecord {
 
 using CommSnapshot = std::array<backends::common::CollectiveStats, size_t(backends::common::CollectiveKind::kCount)>;
 
+// What the profiled steps recorded (see RunOptions::profile).
+struct ProfileResult {
+  std::string source;  // "cupti" or "host"
+  std::vector<profiler::Activity> activities;  // device/host activity and NVTX ranges
+  std::vector<profiler::StepWindow> windows;   // each traced step's timed region
+  std::vector<double> step_times_s;            // the traced steps' times (tracer on)
+  int64_t dropped_records = 0;
+  double processing_s = 0;                     // tracer buffer processing, outside the steps
+};
+
 struct TrainResult {
   std::vector<StepRecord> steps;
   backends::ModelStateBytes model_state_bytes;  // at the end of the last micro-batch's backward
@@ -30,10 +44,12 @@ struct TrainResult {
   int64_t peak_tracked_bytes = 0;               // over all steps
   CommSnapshot comm_last_step{};                // one step's traffic (the last)
   CommSnapshot comm_total{};                    // every step
+  std::optional<ProfileResult> profile;         // with profile_steps > 0
 };
 
 // Runs spec.train.steps optimizer steps. `side` is an uncounted group for averaging the loss.
+// With profile_steps > 0, that many more steps run traced after spec.train.steps.
 TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
-                         backends::common::Comm& side, const FaultInjection& fault = {});
+                         backends::common::Comm& side, const FaultInjection& fault = {}, int profile_steps = 0);
 
 }  // namespace zb::bench

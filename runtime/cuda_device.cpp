@@ -26,6 +26,15 @@ class EventTimer final : public RegionTimer {
   at::cuda::CUDAEvent begin_{cudaEventDefault};
   at::cuda::CUDAEvent end_{cudaEventDefault};
 };
+
+class StreamEvent final : public DeviceEvent {
+ public:
+  void record() override { event_.record(at::cuda::getCurrentCUDAStream()); }
+  void synchronize() override { event_.synchronize(); }
+
+ private:
+  at::cuda::CUDAEvent event_{cudaEventDisableTiming};
+};
 }  // namespace
 
 bool available() { return c10::cuda::device_count() > 0; }
@@ -38,6 +47,7 @@ std::string name(int index) {
   return prop.name;
 }
 std::unique_ptr<RegionTimer> make_event_timer() { return std::make_unique<EventTimer>(); }
+std::unique_ptr<DeviceEvent> make_stream_event() { return std::make_unique<StreamEvent>(); }
 
 CudaMemoryStats memory_stats(int index) {
   using c10::CachingDeviceAllocator::StatType;

@@ -17,6 +17,7 @@ void set_device(int index);
 void synchronize(int index);
 std::string name(int index);
 std::unique_ptr<RegionTimer> make_event_timer();
+std::unique_ptr<DeviceEvent> make_stream_event();
 CudaMemoryStats memory_stats(int index);
 void reset_peaks(int index);
 std::string runtime_version();

@@ -104,6 +104,21 @@ std::unique_ptr<RegionTimer> make_region_timer(at::Device device) {
   return std::make_unique<SteadyClockTimer>(device);
 }
 
+namespace {
+class HostEvent final : public DeviceEvent {
+ public:
+  void record() override {}
+  void synchronize() override {}
+};
+}  // namespace
+
+std::unique_ptr<DeviceEvent> make_device_event(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::make_stream_event();
+#endif
+  return std::make_unique<HostEvent>();
+}
+
 CudaMemoryStats cuda_memory_stats(at::Device device) {
 #ifdef ZEROBENCH_WITH_CUDA
   if (device.is_cuda()) return cuda::memory_stats(device.index());

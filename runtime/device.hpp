@@ -31,6 +31,16 @@ class RegionTimer {
 };
 std::unique_ptr<RegionTimer> make_region_timer(at::Device device);
 
+// A marker in the device's current stream (FSDP's rate limiter records one after each
+// reshard). On CPU every kernel has run by the time the host records it, so it is complete.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void record() = 0;
+  virtual void synchronize() = 0;  // blocks the host until the work before record() finished
+};
+std::unique_ptr<DeviceEvent> make_device_event(at::Device device);
+
 // Versions for the report's env section.
 std::string cuda_runtime_version();  // "" without CUDA
 std::string nccl_version();          // "" without NCCL

@@ -24,8 +24,10 @@ class Range {
 uint64_t start(const std::string& name);  // returns an id for end()
 void end(uint64_t id);
 
-// Test hook: called with ("push"|"pop"|"start"|"end", name) for every range. nullptr to stop.
-using Recorder = std::function<void(const char* kind, const std::string& name)>;
+// Hook for tests and the profiler: called on the emitting thread with ("push"|"pop"|"start"|
+// "end", name, id) for every range; `id` pairs a start with its end (0 for push/pop; end's
+// name is empty). nullptr to stop.
+using Recorder = std::function<void(const char* kind, const std::string& name, uint64_t id)>;
 void set_recorder(Recorder recorder);
 
 }  // namespace zb::runtime::nvtx

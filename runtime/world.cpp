@@ -31,7 +31,9 @@ c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>&
     backend_name = "nccl";
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = g_timeout;
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+    pg->enableCollectivesTiming();  // start/end events per collective: Comm's device comm time
+    return pg;
 #else
     throw UsageError("--device cuda: this build has no NCCL (rebuild with -DZEROBENCH_CUDA=ON)");
 #endif

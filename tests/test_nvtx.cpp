@@ -15,7 +15,7 @@ TEST(Nvtx, AnFsdpStepEmitsBalancedRangesForEveryPhaseAndCollective) {
   std::mutex m;
   std::map<std::string, int> kinds;
   std::vector<std::string> names;
-  runtime::nvtx::set_recorder([&](const char* kind, const std::string& name) {
+  runtime::nvtx::set_recorder([&](const char* kind, const std::string& name, uint64_t) {
     std::lock_guard<std::mutex> lock(m);
     ++kinds[kind];
     if (std::string(kind) == "push" || std::string(kind) == "start") names.push_back(name);

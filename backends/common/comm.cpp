@@ -33,67 +33,165 @@ double busbw_factor(CollectiveKind kind, int w) {
   }
 }
 
-void Comm::record(CollectiveKind kind, int64_t bytes, double seconds, const std::string& label) {
-  if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
-  auto& s = stats_[size_t(kind)];
-  s.count += 1;
-  s.bytes += bytes;
-  s.time_s += seconds;
+Comm::Comm(runtime::World world) : world_(std::move(world)) { device_timing_ = world_.pg_backend == "nccl"; }
+
+PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
+  if (this != &other) {
+    if (pending()) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    comm_ = std::exchange(other.comm_, nullptr);
+    work_ = std::move(other.work_);
+    held_ = std::move(other.held_);
+    kind_ = other.kind_;
+    bytes_ = other.bytes_;
+    label_ = std::move(other.label_);
+    issued_s_ = other.issued_s_;
+    completed_s_ = std::move(other.completed_s_);
+  }
+  return *this;
 }
 
-void Comm::all_gather(at::Tensor& out, at::Tensor& in, const std::string& label, const runtime::World* group) {
+PendingCollective::~PendingCollective() {
+  if (!pending()) return;
+  try {
+    wait();
+  } catch (...) {
+  }
+}
+
+void PendingCollective::wait() {
+  if (!pending()) return;
+  const double t0 = now_s();
+  if (work_) work_->wait();
+  comm_->finish(*this, t0, now_s());
+}
+
+PendingCollective Comm::issue(CollectiveKind kind, const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes,
+                              const std::string& label, double issued_s, std::vector<at::Tensor> held) {
+  if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
+  PendingCollective p;
+  p.comm_ = this;
+  p.work_ = work;
+  p.held_ = std::move(held);
+  p.kind_ = kind;
+  p.bytes_ = bytes;
+  p.label_ = label;
+  p.issued_s_ = issued_s;
+  if (work && !device_timing_) {
+    // Gloo completes a collective on its worker thread: stamp the moment it does.
+    auto stamp = std::make_shared<std::atomic<double>>(0.0);
+    try {
+      work->getFuture()->addCallback([stamp](c10::ivalue::Future&) { stamp->store(now_s()); });
+      p.completed_s_ = stamp;
+    } catch (const std::exception&) {
+      // A backend without futures (the emulated one): completion is taken at wait().
+    }
+  }
+  return p;
+}
+
+void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) {
+  auto& s = stats_[size_t(p.kind_)];
+  s.count += 1;
+  s.bytes += p.bytes_;
+  s.wait_s += wait_end_s - wait_start_s;
+  const double completed = p.completed_s_ && p.completed_s_->load() > 0 ? p.completed_s_->load() : wait_end_s;
+  if (device_timing_ && p.work_) {
+    untimed_.emplace_back(p.kind_, p.work_);  // device duration read after the step's sync
+  } else {
+    s.time_s += completed - p.issued_s_;
+  }
+  if (record_intervals_)
+    intervals_.push_back({p.kind_, p.label_, int64_t(p.issued_s_ * 1e9), int64_t(completed * 1e9),
+                          int64_t(wait_start_s * 1e9), int64_t(wait_end_s * 1e9), p.bytes_});
+  p.comm_ = nullptr;
+  p.work_.reset();
+  p.held_.clear();
+  p.completed_s_.reset();
+}
+
+void Comm::collect_device_times() {
+  for (auto& [kind, work] : untimed_) {
+    try {
+      stats_[size_t(kind)].time_s += double(work->getDuration()) / 1e3;
+    } catch (const std::exception&) {
+      // Timing not enabled on this group or the events were not recorded: no device time.
+    }
+  }
+  untimed_.clear();
+}
+
+PendingCollective Comm::all_gather_async(at::Tensor& out, at::Tensor& in, const std::string& label,
+                                         const runtime::World* group) {
   const auto& g = group ? *group : world_;
   TORCH_CHECK(out.numel() == in.numel() * g.size, "all_gather: output numel ", out.numel(), " != ", g.size, " x ",
               in.numel());
   runtime::nvtx::Range range(std::string("all_gather ") + label);
   const double t0 = now_s();
+  c10::intrusive_ptr<c10d::Work> work;
   if (g.size == 1) {
     out.copy_(in);
   } else {
-    g.pg->_allgather_base(out, in)->wait();
+    work = g.pg->_allgather_base(out, in);
   }
-  record(CollectiveKind::kAllGather, int64_t(out.nbytes()), now_s() - t0, label);
+  return issue(CollectiveKind::kAllGather, work, int64_t(out.nbytes()), label, t0, {out, in});
 }
 
-void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string& label,
-                              const runtime::World* group) {
+PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label,
+                                                 const runtime::World* group) {
   const auto& g = group ? *group : world_;
   TORCH_CHECK(in.numel() == out.numel() * g.size, "reduce_scatter: input numel ", in.numel(), " != ", g.size, " x ",
               out.numel());
   runtime::nvtx::Range range(std::string("reduce_scatter ") + label);
   const double t0 = now_s();
+  c10::intrusive_ptr<c10d::Work> work;
   if (g.size == 1) {
     out.copy_(in);
   } else {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    g.pg->_reduce_scatter_base(out, in, opts)->wait();
+    work = g.pg->_reduce_scatter_base(out, in, opts);
   }
-  record(CollectiveKind::kReduceScatter, int64_t(in.nbytes()), now_s() - t0, label);
+  return issue(CollectiveKind::kReduceScatter, work, int64_t(in.nbytes()), label, t0, {out, in});
+}
+
+void Comm::all_gather(at::Tensor& out, at::Tensor& in, const std::string& label, const runtime::World* group) {
+  all_gather_async(out, in, label, group).wait();
+}
+
+void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string& label,
+                              const runtime::World* group) {
+  reduce_scatter_sum_async(out, in, label, group).wait();
 }
 
 void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("all_reduce ") + label);
   const double t0 = now_s();
+  c10::intrusive_ptr<c10d::Work> work;
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
-    g.pg->allreduce(ts)->wait();
+    work = g.pg->allreduce(ts);
   }
-  record(CollectiveKind::kAllReduce, int64_t(t.nbytes()), now_s() - t0, label);
+  issue(CollectiveKind::kAllReduce, work, int64_t(t.nbytes()), label, t0, {t}).wait();
 }
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("broadcast ") + label);
   const double t0 = now_s();
+  c10::intrusive_ptr<c10d::Work> work;
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    g.pg->broadcast(ts, opts)->wait();
+    work = g.pg->broadcast(ts, opts);
   }
-  record(CollectiveKind::kBroadcast, int64_t(t.nbytes()), now_s() - t0, label);
+  issue(CollectiveKind::kBroadcast, work, int64_t(t.nbytes()), label, t0, {t}).wait();
 }
 
 nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }
@@ -106,6 +204,7 @@ std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     d[i].count = after[i].count - before[i].count;
     d[i].bytes = after[i].bytes - before[i].bytes;
     d[i].time_s = after[i].time_s - before[i].time_s;
+    d[i].wait_s = after[i].wait_s - before[i].wait_s;
   }
   return d;
 }
@@ -117,7 +216,8 @@ nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(Collective
     const auto& c = s[i];
     // algbw = bytes / time; busbw = algbw * factor (nccl-tests' PERFORMANCE.md).
     const double busbw = c.time_s > 0 ? double(c.bytes) / c.time_s * busbw_factor(kind, world_size) / 1e9 : 0.0;
-    j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"busbw_gbps", busbw}};
+    j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"wait_s", c.wait_s},
+                                {"busbw_gbps", busbw}};
   }
   return j;
 }

@@ -1,13 +1,24 @@
 // comm.hpp — the collectives every engine calls, each counted (calls, bytes) and timed per kind.
 // Owns: the byte convention (nccl-tests' "size": all-gather = output bytes, reduce-scatter =
-// input bytes, all-reduce/broadcast = tensor bytes) and busbw factors. Must not: choose what to
+// input bytes, all-reduce/broadcast = tensor bytes), busbw factors, and the lifetime of tensors
+// a collective in flight reads or writes (PendingCollective). Must not: choose what to
 // communicate (engines do).
+//
+// Timing. `time_s` is the collective's own duration: on NCCL the device time between its start
+// and end events (ProcessGroupNCCL collective timing, read by collect_device_times() after the
+// step's device sync); on Gloo from issue to completion on Gloo's worker thread. `wait_s` is
+// the time the calling thread spent blocked in wait(): the host-exposed part (on CUDA ~0, the
+// wait is a stream dependency).
 #pragma once
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <atomic>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/world.hpp"
 
@@ -22,11 +33,45 @@ struct CollectiveStats {
   int64_t count = 0;
   int64_t bytes = 0;
   double time_s = 0;
+  double wait_s = 0;
+};
+
+class Comm;
+
+// One collective in flight. Holds references to its input and output until wait() returns —
+// the held-reference approach of FSDP2: the caching allocator cannot hand their blocks to
+// another allocation while the collective may still touch them, and after wait() every later
+// use is ordered after the collective (on CUDA the current stream waits on NCCL's stream; on
+// Gloo the calling thread blocked until completion). No record_stream is used. Destroying an
+// unwaited handle waits (and swallows errors: destructors must not throw).
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(PendingCollective&& other) noexcept { *this = std::move(other); }
+  PendingCollective& operator=(PendingCollective&& other) noexcept;
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+  ~PendingCollective();
+
+  bool pending() const { return comm_ != nullptr; }
+  void wait();  // idempotent
+  const std::string& label() const { return label_; }
+
+ private:
+  friend class Comm;
+  Comm* comm_ = nullptr;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> held_;
+  CollectiveKind kind_ = CollectiveKind::kAllGather;
+  int64_t bytes_ = 0;
+  std::string label_;
+  double issued_s_ = 0;
+  std::shared_ptr<std::atomic<double>> completed_s_;  // set by Gloo's future callback
 };
 
 class Comm {
  public:
-  explicit Comm(runtime::World world) : world_(std::move(world)) {}
+  explicit Comm(runtime::World world);
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
   const runtime::World& world() const { return world_; }
@@ -42,6 +87,27 @@ class Comm {
   void all_reduce_sum(at::Tensor& t, const std::string& label = "", const runtime::World* group = nullptr);
   void broadcast(at::Tensor& t, int root, const std::string& label = "", const runtime::World* group = nullptr);
 
+  // Asynchronous forms: the collective runs while the caller goes on (on Gloo's worker threads
+  // or NCCL's stream); `out` must not be read, nor `in` written, before the handle's wait().
+  PendingCollective all_gather_async(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                                     const runtime::World* group = nullptr);
+  PendingCollective reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                                             const runtime::World* group = nullptr);
+
+  // NCCL: adds the device durations of collectives waited since the last call to time_s. Call
+  // after a device synchronize (the trainer does, at the end of each step). No-op on Gloo.
+  void collect_device_times();
+
+  // Every collective's [issue, completion] interval and the caller's [wait start, wait end]
+  // in steady-clock ns, while recording is on (the profiler's host source on Gloo).
+  struct Interval {
+    CollectiveKind kind;
+    std::string label;
+    int64_t start_ns, end_ns, wait_start_ns, wait_end_ns, bytes;
+  };
+  void set_interval_recording(bool on) { record_intervals_ = on; }
+  std::vector<Interval> take_intervals() { return std::exchange(intervals_, {}); }
+
   // Order of collectives as "all_gather:unit3" entries, while tracing is on (tests, debugging).
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<std::string>& trace() const { return trace_; }
@@ -53,8 +119,15 @@ class Comm {
   nlohmann::json stats_json() const;
 
  private:
-  void record(CollectiveKind kind, int64_t bytes, double seconds, const std::string& label);
+  friend class PendingCollective;
+  PendingCollective issue(CollectiveKind kind, const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes,
+                          const std::string& label, double issued_s, std::vector<at::Tensor> held);
+  void finish(PendingCollective& p, double wait_start_s, double wait_end_s);
   runtime::World world_;
+  bool device_timing_ = false;  // NCCL collective timing is on
+  std::vector<std::pair<CollectiveKind, c10::intrusive_ptr<c10d::Work>>> untimed_;
+  bool record_intervals_ = false;
+  std::vector<Interval> intervals_;
   bool tracing_ = false;
   std::vector<std::string> trace_;
   std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_{};

@@ -3,10 +3,13 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <deque>
+
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
+#include "runtime/device.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
 
@@ -150,8 +153,10 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   std::vector<at::Tensor> unit_weights(int u) override {
     if (u == models::kRootUnit) begin_forward();
     units_[size_t(u)].forward_range = runtime::nvtx::start("forward unit" + std::to_string(u));
-    unshard(u);  // no-op when prefetched
-    if (opts_.forward_prefetch && u + 1 < int(units_.size())) unshard(u + 1);  // _prefetch_handles(FORWARD)
+    unshard(u);  // waits for it when prefetched
+    // _prefetch_handles(FORWARD): issue the next unit's all-gather now; it runs (Gloo worker
+    // threads / NCCL stream) while this unit computes, and is waited for in its own unit_weights.
+    if (opts_.forward_prefetch && u + 1 < int(units_.size())) issue_unshard(u + 1);
     auto& unit = units_[size_t(u)];
     unit.needs_pre_backward_unshard = false;
     at::Tensor flat = at::GradMode::is_enabled()
@@ -200,27 +205,43 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     notify("post_backward", u);
     if (opts_.backward_prefetch == BackwardPrefetch::kBackwardPost) prefetch_backward(u);
     const std::string label = "unit" + std::to_string(u);
-    const int W = comm_.size();
-    const double pre = predivide_factor(W), post = double(W) / pre;
+    const double pre = predivide_factor(comm_.size());
     auto grad = unsharded_grad.to(dtypes_.reduce).contiguous();  // [padded]
     if (pre > 1) grad.div_(pre);
-    at::Tensor reduced;
+    Reduction r;
+    r.unit = u;
     if (is_sharded(opts_.sharding_strategy)) {
-      reduced = at::empty({l.shard_numel}, grad.options());
-      comm_.reduce_scatter_sum(reduced, grad, label, &shard_group_);
-      if (opts_.sharding_strategy == ShardingStrategy::kHybridShard)
-        comm_.all_reduce_sum(reduced, label, &replicate_group_);
+      // Issued asynchronously; finished (post-divide, accumulate) at the next unit's
+      // post-backward or the final callback, so it overlaps the next unit's backward.
+      r.reduced = at::empty({l.shard_numel}, grad.options());
+      r.collective = comm_.reduce_scatter_sum_async(r.reduced, grad, label, &shard_group_);
     } else {
-      reduced = grad;
-      comm_.all_reduce_sum(reduced, label);
+      r.reduced = grad;
+      comm_.all_reduce_sum(r.reduced, label);
     }
-    if (post > 1) reduced.div_(post);
-    unit.grad_shard.add_(reduced.to(dtypes_.storage));  // _cast_grad_to_param_dtype + accumulate
+    finish_reductions();  // the previous unit's
+    reductions_.push_back(std::move(r));
     if (!is_sharded(opts_.sharding_strategy) && unit.owns_full) reshard(u);  // drop NO_SHARD's bf16 copy
     runtime::nvtx::end(unit.backward_range);
   }
 
+  // The reduce-scatters issued so far: wait, HYBRID_SHARD's all-reduce across replicas, the
+  // post-divide, and accumulation into the sharded gradient in the flat-param dtype.
+  void finish_reductions() {
+    at::NoGradGuard no_grad;
+    const double post = double(comm_.size()) / predivide_factor(comm_.size());
+    for (auto& r : reductions_) {
+      r.collective.wait();
+      if (opts_.sharding_strategy == ShardingStrategy::kHybridShard)
+        comm_.all_reduce_sum(r.reduced, "unit" + std::to_string(r.unit), &replicate_group_);
+      if (post > 1) r.reduced.div_(post);
+      units_[size_t(r.unit)].grad_shard.add_(r.reduced.to(dtypes_.storage));  // _cast_grad_to_param_dtype
+    }
+    reductions_.clear();
+  }
+
   void post_backward_final() {  // _post_backward_final_callback: catch-all reshard, reset state
+    finish_reductions();
     for (int u = 0; u < int(units_.size()); ++u) {
       if (is_sharded(opts_.sharding_strategy) || units_[size_t(u)].owns_full) reshard(u);
       units_[size_t(u)].ran_pre_backward = false;
@@ -295,6 +316,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     bool unsharded = false;
     bool needs_pre_backward_unshard = false;
     bool ran_pre_backward = false;
+    common::PendingCollective gather;  // the all-gather into `full` while it is in flight
     at::Tensor anchor;             // a leaf that makes UnitGather part of the graph
     uint64_t forward_range = 0, backward_range = 0;  // NVTX start/end ranges of this unit
   };
@@ -303,10 +325,24 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     for (auto& u : units_) u.ran_pre_backward = false;
   }
 
-  void unshard(int u) {  // _unshard: all-gather (after _use_low_precision_shard) into _full_param_padded
+  // _unshard, then wait: the unit's parameters are ready for the kernels issued after this.
+  void unshard(int u) {
+    issue_unshard(u);
+    units_[size_t(u)].gather.wait();
+  }
+
+  // _unshard: all-gather (after _use_low_precision_shard) into _full_param_padded, in flight
+  // until the handle's wait(). With limit_all_gathers the host first waits for the oldest of
+  // two outstanding reshards (_limiter_utils.py's _FreeEventQueue), capping the unsharded
+  // memory a fast CPU thread can run ahead into.
+  void issue_unshard(int u) {
     auto& unit = units_[size_t(u)];
     if (unit.unsharded) return;
     at::NoGradGuard no_grad;
+    if (opts_.limit_all_gathers && free_events_.size() >= kMaxInflightAllGathers) {
+      free_events_.front()->synchronize();
+      free_events_.pop_front();
+    }
     const auto& l = layout_[size_t(u)];
     common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
     if (!is_sharded(opts_.sharding_strategy)) {
@@ -314,7 +350,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     } else {
       at::Tensor src = unit.shard.scalar_type() == dtypes_.param ? unit.shard.contiguous()
                                                                  : unit.shard.to(dtypes_.param);  // _mp_shard
-      comm_.all_gather(unit.full, src, "unit" + std::to_string(u), &shard_group_);
+      unit.gather = comm_.all_gather_async(unit.full, src, "unit" + std::to_string(u), &shard_group_);
     }
     unit.unsharded = true;
     notify("unshard", u);
@@ -324,8 +360,13 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     auto& unit = units_[size_t(u)];
     if (!unit.unsharded || !unit.owns_full) return;
     notify("reshard_begin", u);
+    unit.gather.wait();  // never free storage a collective may still write
     common::free_storage(unit.full);
     unit.unsharded = false;
+    if (opts_.limit_all_gathers) {
+      free_events_.push_back(runtime::make_device_event(comm_.world().device));
+      free_events_.back()->record();
+    }
     notify("reshard", u);
   }
 
@@ -336,7 +377,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     if (target <= models::kRootUnit || target == u) return;
     auto& t = units_[size_t(target)];
     if (!t.needs_pre_backward_unshard || t.unsharded) return;
-    unshard(target);
+    issue_unshard(target);  // waited for in the target's pre-backward
   }
 
   void notify(const char* event, int u) {
@@ -351,6 +392,14 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   int shard_size_ = 1, shard_rank_ = 0;
   std::vector<Layout> layout_;
   std::vector<Unit> units_;
+  struct Reduction {  // a unit's gradient reduce-scatter in flight
+    int unit = 0;
+    at::Tensor reduced;
+    common::PendingCollective collective;
+  };
+  std::vector<Reduction> reductions_;
+  static constexpr size_t kMaxInflightAllGathers = 2;
+  std::deque<std::unique_ptr<runtime::DeviceEvent>> free_events_;  // recorded after each reshard
   at::Tensor local_params_, local_grads_;  // every unit's shard, contiguous: one AdamW pass
   std::unique_ptr<common::FlatAdamW> optimizer_;
   models::RopeCache rope_;

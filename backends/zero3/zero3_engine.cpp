@@ -10,6 +10,7 @@
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/nvtx.hpp"
 
 namespace zb::backends::zero3 {
 
@@ -155,6 +156,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   at::Tensor module_weight(int unit, int index) override {
     const int id = unit_first_[size_t(unit)] + index;
     if (unit == models::kRootUnit && index == 0) begin_micro_batch();
+    if (index == 0) forward_range_ = runtime::nvtx::start("forward unit" + std::to_string(unit));
     release_held();  // the previous module's post-forward
     fetch(id);
     held_.push_back(id);
@@ -164,6 +166,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   // Activation checkpointing takes a whole block at once: fetch every weight, release them
   // together after the block.
   std::vector<at::Tensor> unit_weights(int unit) override {
+    if (forward_range_ == 0) forward_range_ = runtime::nvtx::start("forward unit" + std::to_string(unit));
     release_held();
     std::vector<at::Tensor> out;
     const int n = int(models::unit_specs(spec_.model, unit).size());
@@ -178,12 +181,16 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   at::Tensor after_unit_forward(int unit, at::Tensor output) override {
     release_held();
+    runtime::nvtx::end(std::exchange(forward_range_, 0));
     if (output.requires_grad()) output.register_hook([this, unit](const at::Tensor&) { pre_backward(unit); });
     return output;
   }
 
   // ---- backward ----
+  // "backward unitN" spans from the unit's pre-backward to the next one's (or the end of backward).
   void pre_backward(int unit) {
+    runtime::nvtx::end(std::exchange(backward_range_, 0));
+    backward_range_ = runtime::nvtx::start("backward unit" + std::to_string(unit));
     if (unit == models::kRootUnit) {
       torch::autograd::Engine::get_default_engine().queue_callback([this] { end_of_backward(); });
       // The LM head and final norm run first in backward; the embedding is fetched when its
@@ -210,6 +217,8 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   void end_of_backward() {  // release_and_reset_all + the final bucket
     flush_bucket();
+    finish_reductions();
+    runtime::nvtx::end(std::exchange(backward_range_, 0));
     for (int id = 0; id < int(params_.size()); ++id)
       if (!layout_[size_t(id)].persistent) release(id);
     if (!trace_complete_) trace_complete_ = true;  // the first micro-batch recorded the trace
@@ -240,7 +249,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     std::vector<int> persistent;
     for (int id = 0; id < int(params_.size()); ++id)
       if (layout_[size_t(id)].persistent && params_[size_t(id)].available) persistent.push_back(id);
-    if (!persistent.empty()) all_gather_coalesced(persistent, "persistent");
+    if (!persistent.empty()) all_gather_coalesced(persistent, "persistent", /*async=*/false);
     return norm;
   }
 
@@ -301,8 +310,20 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   struct Param {
     at::Tensor partition, grad_partition;  // views [part_numel]
     at::Tensor full;                       // [padded], model dtype; storage freed when released
-    bool available = false;
+    bool available = false;  // storage allocated: gathered, or being gathered while inflight
+    bool inflight = false;   // ZeroParamStatus.INFLIGHT: a prefetch all-gather not yet waited for
     at::Tensor anchor;
+  };
+  struct InflightGather {  // one coalesced prefetch all-gather (AllGatherCoalescedHandle)
+    std::vector<int> ids;
+    at::Tensor out;
+    int64_t total = 0;
+    common::PendingCollective collective;
+  };
+  struct InflightReduction {  // one bucket's reduce-scatter on the "reduction stream"
+    std::vector<int> ids;
+    at::Tensor out;
+    common::PendingCollective collective;
   };
   struct SubGroup {
     int64_t offset = 0, numel = 0;
@@ -317,6 +338,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   at::Tensor weight_view(int id) {
     const auto& l = layout_[size_t(id)];
     auto& p = params_[size_t(id)];
+    TORCH_CHECK(!p.inflight, "zero3: parameter ", id, " used before its all-gather was waited for");
     at::Tensor flat = at::GradMode::is_enabled() ? ParamGather::apply(p.anchor, this, int64_t(id)) : gathered_alias(id);
     return flat.narrow(0, 0, l.numel).view(l.shape);
   }
@@ -345,7 +367,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   void fetch(int id) {
     if (!trace_complete_) trace_.push_back(id);
     const size_t step = fetch_step_++;
-    if (!params_[size_t(id)].available) all_gather_coalesced({id}, "module");
+    if (params_[size_t(id)].inflight) {
+      complete_gather_of(id);
+    } else if (!params_[size_t(id)].available) {
+      all_gather_coalesced({id}, "module", /*async=*/false);
+    }
     if (!trace_complete_ || opts_.stage3_prefetch_bucket_size <= 0) return;
     std::vector<int> to_prefetch;
     int64_t prefetching = 0;
@@ -362,32 +388,54 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
       prefetching += n;
     }
     prefetch_pos_ = pos;
-    if (!to_prefetch.empty()) all_gather_coalesced(to_prefetch, "prefetch");
+    if (!to_prefetch.empty()) all_gather_coalesced(to_prefetch, "prefetch", /*async=*/true);
   }
 
   // One _all_gather_base over the concatenated partitions; rank r's slice of the output holds
   // every parameter's r-th partition, copied out into each parameter's padded buffer.
-  void all_gather_coalesced(const std::vector<int>& ids, const std::string& label) {
+  // A prefetch (`async`) stays in flight, its parameters INFLIGHT, until a fetch or release
+  // needs one of them; the full buffers are allocated at issue, as DeepSpeed does.
+  void all_gather_coalesced(const std::vector<int>& ids, const std::string& label, bool async) {
     at::NoGradGuard no_grad;
     const int W = comm_.size();
     std::vector<at::Tensor> parts;
-    int64_t total = 0;
-    for (int id : ids) {
-      parts.push_back(params_[size_t(id)].partition);
-      total += layout_[size_t(id)].part_numel;
-    }
-    auto in = at::cat(parts);                      // [sum P_i]
-    auto out = at::empty({W * total}, in.options());  // [W * sum P_i]
-    comm_.all_gather(out, in, label);
-    int64_t off = 0;
+    InflightGather g;
+    g.ids = ids;
     for (int id : ids) {
       auto& p = params_[size_t(id)];
       const auto& l = layout_[size_t(id)];
+      parts.push_back(p.partition);
+      g.total += l.part_numel;
       if (!p.available) common::allocate_storage(p.full, l.padded * int64_t(c10::elementSize(dtypes_.model)));
-      p.full.view({W, l.part_numel}).copy_(out.view({W, total}).narrow(1, off, l.part_numel));
-      off += l.part_numel;
       p.available = true;
+      p.inflight = true;
     }
+    auto in = at::cat(parts);                           // [sum P_i]
+    g.out = at::empty({W * g.total}, in.options());     // [W * sum P_i]
+    g.collective = comm_.all_gather_async(g.out, in, label);
+    inflight_gathers_.push_back(std::move(g));
+    if (!async) complete_gather_of(ids.front());
+  }
+
+  // Waits for the all-gather that carries `id` and copies each of its parameters out of the
+  // coalesced buffer into its padded full buffer.
+  void complete_gather_of(int id) {
+    at::NoGradGuard no_grad;
+    const int W = comm_.size();
+    auto it = std::find_if(inflight_gathers_.begin(), inflight_gathers_.end(), [id](const InflightGather& g) {
+      return std::find(g.ids.begin(), g.ids.end(), id) != g.ids.end();
+    });
+    TORCH_CHECK(it != inflight_gathers_.end(), "zero3: parameter ", id, " is not in flight");
+    it->collective.wait();
+    int64_t off = 0;
+    for (int pid : it->ids) {
+      auto& p = params_[size_t(pid)];
+      const auto& l = layout_[size_t(pid)];
+      p.full.view({W, l.part_numel}).copy_(it->out.view({W, it->total}).narrow(1, off, l.part_numel));
+      off += l.part_numel;
+      p.inflight = false;
+    }
+    inflight_gathers_.erase(it);
   }
 
   // __params_to_release: never persistent ones; with a complete trace keep a parameter that
@@ -408,6 +456,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   void release(int id) {
     auto& p = params_[size_t(id)];
     if (!p.available) return;
+    if (p.inflight) complete_gather_of(id);  // never free storage a collective may still write
     common::free_storage(p.full);
     p.available = false;
   }
@@ -431,16 +480,32 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     }
     in.div_(W);
     auto flat_in = in.view({-1});
-    auto out = at::empty({total}, in.options());
-    comm_.reduce_scatter_sum(out, flat_in, "bucket");
-    off = 0;
-    for (const auto& e : bucket_) {
-      const auto& l = layout_[size_t(e.id)];
-      params_[size_t(e.id)].grad_partition.add_(out.narrow(0, off, l.part_numel).to(dtypes_.grad_accum));
-      off += l.part_numel;
-    }
+    InflightReduction r;
+    for (const auto& e : bucket_) r.ids.push_back(e.id);
+    r.out = at::empty({total}, in.options());
+    r.collective = comm_.reduce_scatter_sum_async(r.out, flat_in, "bucket");
     bucket_.clear();
     bucket_numel_ = 0;
+    // overlap_comm: the previous bucket is finished now, this one at the next flush or the end
+    // of backward, so each reduce-scatter overlaps the backward compute that follows it.
+    finish_reductions();
+    inflight_reductions_.push_back(std::move(r));
+    if (!opts_.overlap_comm) finish_reductions();
+  }
+
+  // Waits for the buckets in flight and accumulates each partition in grad_accum_dtype.
+  void finish_reductions() {
+    at::NoGradGuard no_grad;
+    for (auto& r : inflight_reductions_) {
+      r.collective.wait();
+      int64_t off = 0;
+      for (int id : r.ids) {
+        const auto& l = layout_[size_t(id)];
+        params_[size_t(id)].grad_partition.add_(r.out.narrow(0, off, l.part_numel).to(dtypes_.grad_accum));
+        off += l.part_numel;
+      }
+    }
+    inflight_reductions_.clear();
   }
 
   EngineSpec spec_;
@@ -460,6 +525,9 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   std::vector<int> held_;  // weights fetched in forward, awaiting their module's post-forward
   std::vector<BucketEntry> bucket_;
   int64_t bucket_numel_ = 0;
+  std::vector<InflightGather> inflight_gathers_;
+  uint64_t forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges
+  std::vector<InflightReduction> inflight_reductions_;
 };
 
 at::Tensor ParamGather::forward(torch::autograd::AutogradContext* ctx, const at::Tensor&, Zero3Engine* engine,

@@ -1,0 +1,173 @@
+// analysis.cpp — interval arithmetic and the profile metrics (see analysis.hpp).
+#include "profiler/analysis.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace zb::profiler {
+
+std::vector<Interval> interval_union(std::vector<Interval> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.second <= i.first; }), v.end());
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& i : v) {
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+int64_t covered_ns(const std::vector<Interval>& d) {
+  int64_t n = 0;
+  for (const auto& i : d) n += i.second - i.first;
+  return n;
+}
+
+int64_t intersection_ns(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  int64_t n = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) n += hi - lo;
+    if (a[i].second < b[j].second) ++i; else ++j;
+  }
+  return n;
+}
+
+std::vector<Interval> subtract(Interval outer, const std::vector<Interval>& holes) {
+  std::vector<Interval> out;
+  int64_t cursor = outer.first;
+  for (const auto& h : holes) {
+    if (h.second <= cursor) continue;
+    if (h.first >= outer.second) break;
+    if (h.first > cursor) out.push_back({cursor, h.first});
+    cursor = std::max(cursor, h.second);
+  }
+  if (cursor < outer.second) out.push_back({cursor, outer.second});
+  return out;
+}
+
+namespace {
+bool clip(const Activity& a, const StepWindow& w, Interval* out) {
+  const int64_t lo = std::max(a.start_ns, w.start_ns), hi = std::min(a.end_ns, w.end_ns);
+  if (hi <= lo) return false;
+  *out = {lo, hi};
+  return true;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+StepProfile analyze_step(const std::vector<Activity>& activities, const StepWindow& w) {
+  StepProfile p;
+  p.step = w.step;
+  p.window_ns = std::max<int64_t>(0, w.end_ns - w.start_ns);
+  std::vector<Interval> all, compute, comm;
+  for (const auto& a : activities) {
+    const auto cls = classify(a);
+    if (cls == KernelClass::kNotKernel) continue;
+    Interval i;
+    if (!clip(a, w, &i)) continue;
+    all.push_back(i);
+    if (is_compute(cls)) compute.push_back(i);
+    if (cls == KernelClass::kCommunication) comm.push_back(i);
+    auto& c = p.by_class[cls];
+    c.count += 1;
+    c.total_ns += i.second - i.first;
+  }
+  const auto all_u = interval_union(std::move(all)), compute_u = interval_union(std::move(compute)),
+             comm_u = interval_union(std::move(comm));
+  p.busy_ns = covered_ns(all_u);
+  p.compute_ns = covered_ns(compute_u);
+  p.non_compute_ns = p.busy_ns - p.compute_ns;
+  p.idle_ns = p.window_ns - p.busy_ns;
+  p.comm_ns = covered_ns(comm_u);
+  p.comm_overlapped_ns = intersection_ns(comm_u, compute_u);
+  p.exposed_comm_ns = p.comm_ns - p.comm_overlapped_ns;
+  return p;
+}
+
+std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                       size_t k) {
+  std::map<std::string, KernelSummary> by_name;
+  for (const auto& a : activities) {
+    const auto cls = classify(a);
+    if (cls == KernelClass::kNotKernel || cls == KernelClass::kHostCompute) continue;
+    for (const auto& w : windows) {
+      Interval i;
+      if (!clip(a, w, &i)) continue;
+      auto& s = by_name[a.name];
+      s.name = a.name;
+      s.cls = cls;
+      s.count += 1;
+      s.total_ns += i.second - i.first;
+      break;
+    }
+  }
+  std::vector<KernelSummary> out;
+  for (auto& [name, s] : by_name) out.push_back(std::move(s));
+  std::sort(out.begin(), out.end(), [](const KernelSummary& a, const KernelSummary& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  if (out.size() > k) out.resize(k);
+  return out;
+}
+
+nlohmann::json step_json(const StepProfile& p) {
+  auto s = [](int64_t ns) { return double(ns) / 1e9; };
+  nlohmann::json by_class = nlohmann::json::object();
+  for (const auto& [cls, t] : p.by_class)
+    by_class[kernel_class_name(cls)] = {{"count", t.count}, {"time_s", s(t.total_ns)}};
+  return {{"step", p.step},
+          {"window_s", s(p.window_ns)},
+          {"compute_s", s(p.compute_ns)},
+          {"non_compute_s", s(p.non_compute_ns)},
+          {"idle_s", s(p.idle_ns)},
+          {"comm_s", s(p.comm_ns)},
+          {"comm_overlapped_s", s(p.comm_overlapped_ns)},
+          {"exposed_comm_s", s(p.exposed_comm_ns)},
+          {"overlap_ratio", p.overlap_ratio()},
+          {"by_class", by_class}};
+}
+
+nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                 size_t top_k) {
+  nlohmann::json steps = nlohmann::json::array();
+  std::map<std::string, std::vector<double>> columns;
+  for (const auto& w : windows) {
+    const auto p = analyze_step(activities, w);
+    auto j = step_json(p);
+    for (const char* key : {"window_s", "compute_s", "non_compute_s", "idle_s", "comm_s", "comm_overlapped_s",
+                            "exposed_comm_s", "overlap_ratio"})
+      columns[key].push_back(j[key].get<double>());
+    steps.push_back(std::move(j));
+  }
+  nlohmann::json med = nlohmann::json::object();
+  for (const auto& [key, values] : columns) med[key] = median(values);
+  const double window = med.value("window_s", 0.0);
+  for (const char* key : {"compute", "non_compute", "idle"})
+    med[std::string(key) + "_pct"] = window > 0 ? 100.0 * med[std::string(key) + "_s"].get<double>() / window : 0.0;
+  int64_t kernel_total = 0;
+  const auto top = top_kernels(activities, windows, std::numeric_limits<size_t>::max());
+  for (const auto& t : top) kernel_total += t.total_ns;
+  nlohmann::json top_j = nlohmann::json::array();
+  for (size_t i = 0; i < std::min(top_k, top.size()); ++i) {
+    const auto& t = top[i];
+    top_j.push_back({{"name", t.name},
+                     {"class", kernel_class_name(t.cls)},
+                     {"count", t.count},
+                     {"time_s", double(t.total_ns) / 1e9},
+                     {"pct_of_kernel_time", kernel_total > 0 ? 100.0 * double(t.total_ns) / double(kernel_total) : 0.0}});
+  }
+  return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}};
+}
+
+}  // namespace zb::profiler

@@ -1,0 +1,68 @@
+// analysis.hpp — what the profile says about a window of activity: Holistic Trace Analysis'
+// temporal breakdown (compute / non-compute / idle) and communication-computation overlap,
+// exposed communication, time per kernel class and the top kernels. Owns: the interval
+// arithmetic and these definitions (docs/profiling.md); one definition per metric.
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "profiler/activity.hpp"
+
+namespace zb::profiler {
+
+using Interval = std::pair<int64_t, int64_t>;  // [start, end) ns
+// Sorted, disjoint cover of `intervals` (empty ones dropped).
+std::vector<Interval> interval_union(std::vector<Interval> intervals);
+int64_t covered_ns(const std::vector<Interval>& disjoint);
+// Length of the intersection of two disjoint covers.
+int64_t intersection_ns(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// `outer` minus the disjoint cover `holes` (for the host source's compute spans).
+std::vector<Interval> subtract(Interval outer, const std::vector<Interval>& holes);
+
+struct StepWindow {
+  int64_t step = 0;
+  int64_t start_ns = 0, end_ns = 0;  // the trainer's timed region of the step
+};
+
+struct ClassTime {
+  int64_t count = 0;
+  int64_t total_ns = 0;  // sum of durations (concurrent kernels both count)
+};
+
+// One step on one rank. Kernels are clipped to the window; "time" means covered time (the
+// union over streams), as HTA computes it, unless the name says sum.
+struct StepProfile {
+  int64_t step = 0;
+  int64_t window_ns = 0;
+  int64_t busy_ns = 0;           // any kernel/memory/communication activity running
+  int64_t compute_ns = 0;        // HTA compute time: a compute kernel running
+  int64_t non_compute_ns = 0;    // busy but no compute kernel: communication/memory only
+  int64_t idle_ns = 0;           // nothing running
+  int64_t comm_ns = 0;           // a communication kernel running
+  int64_t comm_overlapped_ns = 0;  // communication while a compute kernel runs
+  int64_t exposed_comm_ns = 0;   // communication with no compute alongside = comm - overlapped
+  std::map<KernelClass, ClassTime> by_class;
+  double overlap_ratio() const { return comm_ns > 0 ? double(comm_overlapped_ns) / double(comm_ns) : 0.0; }
+};
+
+StepProfile analyze_step(const std::vector<Activity>& activities, const StepWindow& window);
+
+struct KernelSummary {
+  std::string name;
+  KernelClass cls = KernelClass::kElementwiseOther;
+  int64_t count = 0;
+  int64_t total_ns = 0;
+};
+// Kernels (and memory ops, collectives) inside any window, grouped by name, by total time.
+std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                       size_t k);
+
+// The rank's `profile` entry: per-step profiles, their medians, top kernels.
+nlohmann::json step_json(const StepProfile& p);
+nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                 size_t top_k = 10);
+
+}  // namespace zb::profiler

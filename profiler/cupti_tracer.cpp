@@ -1,0 +1,177 @@
+// cupti_tracer.cpp — the CUPTI activity tracer (see tracer.hpp); compiled only in CUDA builds.
+// Buffers are handed to CUPTI on request and parsed when CUPTI completes them (on its worker
+// thread, or in cuptiActivityFlushAll at stop()). Timestamps come from our steady_clock
+// callback, so kernels line up with NVTX ranges and step windows.
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "profiler/nvtx_capture.hpp"
+#include "profiler/tracer.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::profiler {
+
+namespace {
+
+constexpr size_t kBufferBytes = 8u << 20;
+constexpr size_t kAlign = 8;
+
+void check(CUptiResult r, const char* what) {
+  if (r == CUPTI_SUCCESS) return;
+  const char* msg = nullptr;
+  cuptiGetResultString(r, &msg);
+  throw RunError(std::string("CUPTI ") + what + " failed: " + (msg ? msg : "unknown error") +
+                 " (another CUPTI client such as nsys or the torch profiler may be attached)");
+}
+
+uint64_t CUPTIAPI steady_timestamp() { return uint64_t(now_ns()); }
+
+struct Sink {
+  std::mutex mutex;
+  std::vector<Activity> records;
+  std::unordered_map<const char*, std::string> names;  // demangled kernel names by CUPTI's pointer
+  double processing_s = 0;
+};
+Sink* g_sink = nullptr;  // CUPTI's callbacks are plain functions
+
+const std::string& kernel_name(Sink& sink, const char* mangled) {
+  auto it = sink.names.find(mangled);
+  if (it != sink.names.end()) return it->second;
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : (mangled ? mangled : "?");
+  std::free(demangled);
+  return sink.names.emplace(mangled, std::move(name)).first->second;
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (g_sink) {
+    std::lock_guard<std::mutex> lock(g_sink->mutex);
+    CUpti_Activity* record = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+      Activity a;
+      switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        case CUPTI_ACTIVITY_KIND_KERNEL: {
+          auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(record);
+          a.kind = ActivityKind::kKernel;
+          a.name = kernel_name(*g_sink, k->name);
+          a.start_ns = int64_t(k->start);
+          a.end_ns = int64_t(k->end);
+          a.device = int(k->deviceId);
+          a.stream = int64_t(k->streamId);
+          a.correlation = int64_t(k->correlationId);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
+          a.kind = ActivityKind::kMemcpy;
+          a.name = "memcpy";
+          a.start_ns = int64_t(m->start);
+          a.end_ns = int64_t(m->end);
+          a.device = int(m->deviceId);
+          a.stream = int64_t(m->streamId);
+          a.correlation = int64_t(m->correlationId);
+          a.bytes = int64_t(m->bytes);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(record);
+          a.kind = ActivityKind::kMemset;
+          a.name = "memset";
+          a.start_ns = int64_t(m->start);
+          a.end_ns = int64_t(m->end);
+          a.device = int(m->deviceId);
+          a.stream = int64_t(m->streamId);
+          a.correlation = int64_t(m->correlationId);
+          a.bytes = int64_t(m->bytes);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_RUNTIME: {
+          auto* r = reinterpret_cast<CUpti_ActivityAPI*>(record);
+          const char* name = nullptr;
+          cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, r->cbid, &name);
+          a.kind = ActivityKind::kRuntime;
+          a.name = name ? name : "cuda_runtime";
+          a.start_ns = int64_t(r->start);
+          a.end_ns = int64_t(r->end);
+          a.correlation = int64_t(r->correlationId);
+          break;
+        }
+        default: continue;
+      }
+      g_sink->records.push_back(std::move(a));
+    }
+    g_sink->processing_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::free(buffer);
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME};
+
+class CuptiTracer final : public ActivityTracer {
+ public:
+  CuptiTracer() {
+    if (g_sink) throw RunError("only one CUPTI tracer may exist at a time");
+    g_sink = &sink_;
+    try {
+      // Before any kind is enabled, so every record uses our clock.
+      check(cuptiActivityRegisterTimestampCallback(steady_timestamp), "timestamp callback");
+      check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "buffer callbacks");
+    } catch (...) {
+      g_sink = nullptr;
+      throw;
+    }
+  }
+  ~CuptiTracer() override {
+    if (running_) {
+      for (auto k : kKinds) cuptiActivityDisable(k);
+    }
+    cuptiActivityFlushAll(1);
+    g_sink = nullptr;
+  }
+
+  void start() override {
+    for (auto k : kKinds) check(cuptiActivityEnable(k), "activity enable");
+    running_ = true;
+  }
+  void stop() override {
+    for (auto k : kKinds) cuptiActivityDisable(k);
+    running_ = false;
+    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ += int64_t(dropped);
+  }
+  std::vector<Activity> take() override {
+    std::lock_guard<std::mutex> lock(sink_.mutex);
+    return std::exchange(sink_.records, {});
+  }
+  int64_t dropped_records() const override { return dropped_; }
+  double processing_s() const override { return sink_.processing_s; }
+
+ private:
+  Sink sink_;
+  bool running_ = false;
+  int64_t dropped_ = 0;
+};
+
+}  // namespace
+
+bool cupti_built() { return true; }
+std::unique_ptr<ActivityTracer> make_cupti_tracer() { return std::make_unique<CuptiTracer>(); }
+
+}  // namespace zb::profiler

@@ -1,0 +1,231 @@
+// The profiler's GPU-independent logic on recorded activity fixtures: kernel classification
+// (real H100/A100 kernel names), interval arithmetic, HTA's temporal breakdown and overlap,
+// exposed communication, top kernels, the host source, the Chrome/Perfetto export; and
+// `zerobench run --profile --trace` end to end on CPU.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "profiler/activity.hpp"
+#include "profiler/analysis.hpp"
+#include "profiler/chrome_trace.hpp"
+#include "profiler/host_source.hpp"
+#include "tests/run_binary.hpp"
+
+using namespace zb::profiler;
+
+namespace {
+Activity kernel(const std::string& name, int64_t start, int64_t end, int64_t stream, int64_t correlation = 0) {
+  Activity a;
+  a.kind = ActivityKind::kKernel;
+  a.name = name;
+  a.start_ns = start;
+  a.end_ns = end;
+  a.stream = stream;
+  a.correlation = correlation;
+  return a;
+}
+Activity of_kind(ActivityKind kind, const std::string& name, int64_t start, int64_t end, int64_t stream = 7) {
+  Activity a = kernel(name, start, end, stream);
+  a.kind = kind;
+  return a;
+}
+const char* kNccl = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
+const char* kGemm = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT";
+const char* kFlash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+                     "cutlass::bfloat16_t>, false, true, false, false, true, true, false, false>(Flash_fwd_params)";
+const char* kElementwise = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+                           "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)";
+}  // namespace
+
+TEST(KernelClassification, RealKernelNamesFallIntoTheirClasses) {
+  EXPECT_EQ(classify_kernel_name(kNccl), KernelClass::kCommunication);
+  EXPECT_EQ(classify_kernel_name("ncclKernel_ReduceScatter_RING_LL_Sum_bf16"), KernelClass::kCommunication);
+  EXPECT_EQ(classify_kernel_name(kGemm), KernelClass::kGemm);
+  EXPECT_EQ(classify_kernel_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+                                 "execute_segment_k_off_kernel__5x_cublas"),
+            KernelClass::kGemm);
+  EXPECT_EQ(classify_kernel_name("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn"), KernelClass::kGemm);
+  EXPECT_EQ(classify_kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
+                                 "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)"),
+            KernelClass::kGemm);
+  EXPECT_EQ(classify_kernel_name(kFlash), KernelClass::kAttention);
+  EXPECT_EQ(classify_kernel_name("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+                                 "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)"),
+            KernelClass::kAttention);
+  EXPECT_EQ(classify_kernel_name("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1"),
+            KernelClass::kAttention);
+  EXPECT_EQ(classify_kernel_name(kElementwise), KernelClass::kElementwiseOther);
+  EXPECT_EQ(classify_kernel_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous "
+                                 "namespace)::OpaqueType<2u>, unsigned int, 1, 128, 1>(...)"),
+            KernelClass::kElementwiseOther);
+  // "nccl" must start the name (HTA's rule), not appear inside it.
+  EXPECT_EQ(classify_kernel_name("my_nccl_wrapper_kernel"), KernelClass::kElementwiseOther);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kMemcpy, "memcpy", 0, 1)), KernelClass::kMemory);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kMemset, "memset", 0, 1)), KernelClass::kMemory);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 0, 1)), KernelClass::kNotKernel);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kRange, "step 3", 0, 1)), KernelClass::kNotKernel);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kCollective, "all_gather unit1", 0, 1)), KernelClass::kCommunication);
+  EXPECT_EQ(classify(of_kind(ActivityKind::kHostCompute, "training thread", 0, 1)), KernelClass::kHostCompute);
+  EXPECT_TRUE(is_compute(KernelClass::kGemm));
+  EXPECT_TRUE(is_compute(KernelClass::kHostCompute));
+  EXPECT_FALSE(is_compute(KernelClass::kCommunication));
+  EXPECT_FALSE(is_compute(KernelClass::kMemory));
+}
+
+TEST(Intervals, UnionIntersectionAndSubtraction) {
+  EXPECT_EQ(interval_union({{5, 9}, {0, 3}, {2, 4}, {9, 10}, {7, 7}}),
+            (std::vector<Interval>{{0, 4}, {5, 10}}));
+  EXPECT_EQ(covered_ns({{0, 4}, {5, 10}}), 9);
+  EXPECT_EQ(intersection_ns({{0, 4}, {5, 10}}, {{3, 6}, {8, 20}}), 1 + 1 + 2);
+  EXPECT_EQ(intersection_ns({}, {{0, 5}}), 0);
+  EXPECT_EQ(subtract({0, 10}, {{-5, 1}, {3, 4}, {9, 12}}), (std::vector<Interval>{{1, 3}, {4, 9}}));
+  EXPECT_EQ(subtract({0, 10}, {}), (std::vector<Interval>{{0, 10}}));
+}
+
+// Window [0, 100): compute on stream 7 at [0,40) and [50,70); an all-gather on stream 20 at
+// [30,60); a memcpy at [80,90); a runtime call (not device time). Busy = [0,70) + [80,90) = 80,
+// compute 60, non-compute 20, idle 20; comm 30 of which [30,40) and [50,60) overlap compute.
+TEST(StepAnalysis, TemporalBreakdownOverlapAndExposedCommunicationFollowHta) {
+  const std::vector<Activity> acts = {kernel(kGemm, 0, 40, 7), kernel(kFlash, 50, 70, 7), kernel(kNccl, 30, 60, 20),
+                                      of_kind(ActivityKind::kMemcpy, "memcpy", 80, 90),
+                                      of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 0, 100)};
+  const auto p = analyze_step(acts, {3, 0, 100});
+  EXPECT_EQ(p.step, 3);
+  EXPECT_EQ(p.window_ns, 100);
+  EXPECT_EQ(p.busy_ns, 80);
+  EXPECT_EQ(p.compute_ns, 60);
+  EXPECT_EQ(p.non_compute_ns, 20);
+  EXPECT_EQ(p.idle_ns, 20);
+  EXPECT_EQ(p.comm_ns, 30);
+  EXPECT_EQ(p.comm_overlapped_ns, 20);
+  EXPECT_EQ(p.exposed_comm_ns, 10);
+  EXPECT_DOUBLE_EQ(p.overlap_ratio(), 2.0 / 3.0);
+  EXPECT_EQ(p.by_class.at(KernelClass::kGemm).total_ns, 40);
+  EXPECT_EQ(p.by_class.at(KernelClass::kAttention).count, 1);
+  EXPECT_EQ(p.by_class.at(KernelClass::kMemory).total_ns, 10);
+  EXPECT_EQ(p.by_class.count(KernelClass::kNotKernel), 0u);
+}
+
+TEST(StepAnalysis, ActivityIsClippedToTheWindowAndConcurrentComputeCountsOnce) {
+  // Two GEMMs on two streams at the same time cover 10 ns of compute, not 20; a kernel that
+  // straddles the window's end counts only inside it; one outside counts nothing.
+  const std::vector<Activity> acts = {kernel(kGemm, 10, 20, 7), kernel(kGemm, 10, 20, 8), kernel(kNccl, 90, 130, 20),
+                                      kernel(kGemm, 200, 300, 7)};
+  const auto p = analyze_step(acts, {0, 0, 100});
+  EXPECT_EQ(p.compute_ns, 10);
+  EXPECT_EQ(p.by_class.at(KernelClass::kGemm).total_ns, 20);  // summed per kernel
+  EXPECT_EQ(p.comm_ns, 10);
+  EXPECT_EQ(p.exposed_comm_ns, 10);
+  EXPECT_DOUBLE_EQ(p.overlap_ratio(), 0.0);
+  EXPECT_EQ(p.idle_ns, 80);
+  // No communication at all: the ratio is 0, not a division by zero.
+  EXPECT_DOUBLE_EQ(analyze_step({kernel(kGemm, 0, 5, 7)}, {0, 0, 10}).overlap_ratio(), 0.0);
+}
+
+TEST(StepAnalysis, TopKernelsAreGroupedByNameAndOrderedByTime) {
+  const std::vector<Activity> acts = {kernel(kGemm, 0, 10, 7),  kernel(kGemm, 20, 30, 7), kernel(kNccl, 0, 15, 20),
+                                      kernel(kElementwise, 40, 41, 7), kernel(kGemm, 500, 900, 7) /* outside */};
+  const auto top = top_kernels(acts, {{0, 0, 100}}, 2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].name, kGemm);
+  EXPECT_EQ(top[0].count, 2);
+  EXPECT_EQ(top[0].total_ns, 20);
+  EXPECT_EQ(top[1].name, kNccl);
+  EXPECT_EQ(top[1].cls, KernelClass::kCommunication);
+  const auto j = rank_profile_json(acts, {{0, 0, 100}, {1, 100, 200}}, 5);
+  EXPECT_EQ(j["steps"].size(), 2u);
+  EXPECT_EQ(j["top_kernels"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["top_kernels"][0]["pct_of_kernel_time"].get<double>(), 100.0 * 20 / 36);
+  // Step 1 holds only [100,200) of the outside GEMM: nothing; median over the two steps.
+  EXPECT_DOUBLE_EQ(j["steps"][1]["compute_s"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["median"]["window_s"].get<double>(), 100e-9);
+}
+
+TEST(HostSource, TheTrainingThreadComputesExceptWhileBlockedInWait) {
+  // Window [0,100). An all-gather in flight [10,50), waited for [40,50); a reduce-scatter in
+  // flight [60,90), waited for [60,90) (issued and waited at once: fully exposed).
+  const std::vector<HostCollective> cs = {{"all_gather unit1", 10, 50, 40, 50, 64}, {"reduce_scatter unit1", 60, 90, 60, 90, 32}};
+  const auto acts = host_activities(cs, {{0, 0, 100}});
+  const auto p = analyze_step(acts, {0, 0, 100});
+  EXPECT_EQ(p.compute_ns, 100 - 10 - 30);
+  EXPECT_EQ(p.comm_ns, 40 + 30);
+  EXPECT_EQ(p.comm_overlapped_ns, 30);  // [10,40)
+  EXPECT_EQ(p.exposed_comm_ns, 40);     // exactly the time spent in wait()
+  EXPECT_EQ(p.idle_ns, 0);
+}
+
+TEST(ChromeTrace, EventsUseRankAsPidStreamAsTidAndMicrosecondsFromTheOrigin) {
+  std::vector<Activity> acts = {kernel(kGemm, 2000, 5000, 7, 42), kernel(kNccl, 3000, 9000, 20, 43),
+                                of_kind(ActivityKind::kRuntime, "cudaLaunchKernel_v7000", 1500, 1800, 0),
+                                of_kind(ActivityKind::kRange, "forward unit1", 1000, 6000, 0)};
+  acts[2].correlation = 42;
+  const auto events = trace_events(acts, 3, 1000);
+  std::map<std::string, nlohmann::json> by_name;
+  int flows = 0;
+  std::set<std::string> thread_names;
+  for (const auto& e : events) {
+    EXPECT_EQ(e["pid"], 3);
+    if (e["ph"] == "X") by_name[e["name"]] = e;
+    if (e["ph"] == "s" || e["ph"] == "f") ++flows;
+    if (e["ph"] == "M" && e["name"] == "thread_name") thread_names.insert(e["args"]["name"].get<std::string>());
+  }
+  ASSERT_EQ(by_name.size(), 4u);
+  EXPECT_EQ(by_name[kGemm]["tid"], 7);
+  EXPECT_DOUBLE_EQ(by_name[kGemm]["ts"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(by_name[kGemm]["dur"].get<double>(), 3.0);
+  EXPECT_EQ(by_name[kGemm]["cat"], "gemm");
+  EXPECT_EQ(by_name[kNccl]["cat"], "communication");
+  EXPECT_EQ(by_name[kNccl]["tid"], 20);
+  EXPECT_EQ(by_name["forward unit1"]["tid"], kTidNvtx);
+  EXPECT_EQ(by_name["forward unit1"]["cat"], "nvtx");
+  EXPECT_EQ(by_name["cudaLaunchKernel_v7000"]["tid"], kTidRuntime);
+  EXPECT_EQ(flows, 2);  // launch 42 -> its GEMM; the NCCL kernel's launch was not recorded
+  EXPECT_TRUE(thread_names.count("stream 7") && thread_names.count("stream 20") &&
+              thread_names.count("host: NVTX ranges"));
+  const auto doc = trace_document(events, {{"run_id", "x"}});
+  EXPECT_EQ(nlohmann::json::parse(doc.dump())["traceEvents"].size(), events.size());
+}
+
+TEST(ProfileCli, ACpuRunWritesAProfileSectionAndAMergedTwoRankTrace) {
+  using zb::test_support::run_zerobench;
+  using zb::test_support::temp_path;
+  const auto report = temp_path("profile.json"), trace = temp_path("trace.json");
+  const auto r = run_zerobench("run --backend zero3 --precision bf16 --nproc 2 --model tiny --steps 3 --warmup 1 "
+                               "--threads 1 --profile-steps 2 --trace " + trace + " --out " + report + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(std::ifstream(report));
+  EXPECT_EQ(j["steps"].size(), 3u);  // the profiled steps are extra, not in steps[]
+  const auto& p = j["profile"];
+  EXPECT_EQ(p["source"], "host");
+  EXPECT_EQ(p["steps_traced"], 2);
+  EXPECT_EQ(p["ranks"].size(), 2u);
+  EXPECT_EQ(p["ranks"][1]["steps"].size(), 2u);
+  EXPECT_EQ(p["trace_file"], trace);
+  const double ratio = p["overlap_ratio"];
+  EXPECT_GE(ratio, 0.0);
+  EXPECT_LE(ratio, 1.0);
+  const auto& med = p["summary"];
+  EXPECT_NEAR(med["compute_pct"].get<double>() + med["non_compute_pct"].get<double>() + med["idle_pct"].get<double>(),
+              100.0, 1e-6);
+  EXPECT_TRUE(p["tracer_overhead"].contains("overhead_pct"));
+  const auto t = nlohmann::json::parse(std::ifstream(trace));
+  std::set<int> pids;
+  bool saw_collective = false, saw_range = false;
+  for (const auto& e : t["traceEvents"]) {
+    pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "X" && e["cat"] == "communication") saw_collective = true;
+    if (e["ph"] == "X" && e["cat"] == "nvtx") saw_range = true;
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  EXPECT_TRUE(saw_collective);
+  EXPECT_TRUE(saw_range);
+  std::remove(report.c_str());
+  std::remove(trace.c_str());
+}
+
+TEST(ProfileCli, BadProfileStepsIsAUsageError) {
+  const auto r = zb::test_support::run_zerobench("run --profile --profile-steps 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--profile-steps"), std::string::npos) << r.output;
+}
