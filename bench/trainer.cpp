@@ -147,6 +147,7 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   const auto device = comm.world().device;
   TrainResult result;
   result.tracked_after_init_bytes = runtime::tracked_bytes(device);
+  result.cuda_after_init = runtime::cuda_memory_stats(device);
   runtime::reset_tracked_peak(device);
   StepRunner runner(engine, spec, data, side);
 

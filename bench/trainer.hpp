@@ -12,6 +12,7 @@
 #include "models/data.hpp"
 #include "profiler/activity.hpp"
 #include "profiler/analysis.hpp"
+#include "runtime/memory.hpp"
 
 namespace zb::bench {
 
@@ -41,6 +42,7 @@ struct TrainResult {
   std::vector<StepRecord> steps;
   backends::ModelStateBytes model_state_bytes;  // at the end of the last micro-batch's backward
   int64_t tracked_after_init_bytes = 0;
+  runtime::CudaMemoryStats cuda_after_init{};  // caching allocator after init (zeros on CPU)
   int64_t peak_tracked_bytes = 0;               // over all steps
   CommSnapshot comm_last_step{};                // one step's traffic (the last)
   CommSnapshot comm_total{};                    // every step
