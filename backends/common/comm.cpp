@@ -2,6 +2,7 @@
 // reduction is a SUM and engines scale before/after as their framework does.
 #include "backends/common/comm.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/nvtx.hpp"
@@ -99,7 +100,9 @@ void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) 
   s.count += 1;
   s.bytes += p.bytes_;
   s.wait_s += wait_end_s - wait_start_s;
-  const double completed = p.completed_s_ && p.completed_s_->load() > 0 ? p.completed_s_->load() : wait_end_s;
+  // Complete no later than wait() returned (Gloo may stamp its future just after waking us).
+  const double stamped = p.completed_s_ ? p.completed_s_->load() : 0.0;
+  const double completed = stamped > 0 ? std::min(stamped, wait_end_s) : wait_end_s;
   if (device_timing_ && p.work_) {
     untimed_.emplace_back(p.kind_, p.work_);  // device duration read after the step's sync
   } else {
