@@ -7,6 +7,7 @@
 
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
+#include "profiler/nvtx_capture.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/memory.hpp"
@@ -298,6 +299,45 @@ TEST(FsdpPrefetch, ForwardPrefetchGathersTheNextUnitBeforeTheCurrentOneRuns) {
   const auto a = trace_one_step(on, 3), b = trace_one_step(off, 3);
   EXPECT_EQ(a.at_event.at("post_forward:1"), 3u);  // units 0, 1 and the prefetched 2
   EXPECT_EQ(b.at_event.at("post_forward:1"), 2u);
+}
+
+// Collectives stay in flight across compute: a prefetched all-gather is issued before the
+// current unit's post-forward and waited for only after it; a unit's reduce-scatter is
+// finished only after the next unit's backward has run (its post-backward hook fired).
+TEST(FsdpOverlap, PrefetchAndReduceScatterAreWaitedForAfterTheComputeTheyOverlap) {
+  FsdpOptions o;
+  o.forward_prefetch = true;
+  auto spec = fsdp_spec("fp32", 1, o);
+  spec.model.layers = 3;
+  spec.train.steps = 1;
+  spec.train.warmup = 0;
+  std::map<std::string, int64_t> event_ns;
+  std::vector<backends::common::Comm::Interval> intervals;
+  test_support::run_ranks(2, [&](runtime::World& world) {
+    auto engine = backends::create_engine("fsdp", spec, world);
+    if (world.rank == 0) {
+      engine->comm().set_interval_recording(true);
+      backends::fsdp::set_observer(*engine, [&](const std::string& event, int unit, int64_t) {
+        event_ns[event + ":" + std::to_string(unit)] = profiler::now_ns();
+      });
+    }
+    auto data = models::make_data_source("random", spec.model.vocab, 1);
+    backends::common::Comm side(world.side_channel());
+    bench::run_training(*engine, spec, *data, side);
+    if (world.rank == 0) intervals = engine->comm().take_intervals();
+  });
+  auto find = [&](const std::string& kind, const std::string& label) {
+    for (const auto& i : intervals)
+      if (backends::common::collective_name(i.kind) == kind && i.label == label) return i;
+    ADD_FAILURE() << kind << " " << label << " not recorded";
+    return backends::common::Comm::Interval{};
+  };
+  const auto ag2 = find("all_gather", "unit2");  // the first (forward) gather of unit 2
+  EXPECT_LT(ag2.start_ns, event_ns.at("post_forward:1"));
+  EXPECT_GT(ag2.wait_start_ns, event_ns.at("post_forward:1"));
+  const auto rs3 = find("reduce_scatter", "unit3");
+  EXPECT_LT(rs3.start_ns, event_ns.at("post_backward:2"));
+  EXPECT_GT(rs3.wait_start_ns, event_ns.at("post_backward:2"));
 }
 
 TEST(AccelerateConfig, ReadsTheBlogConfigAndWarnsAboutUnhonouredKeys) {

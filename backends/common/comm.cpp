@@ -162,13 +162,19 @@ PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in
   return issue(CollectiveKind::kReduceScatter, work, int64_t(in.nbytes()), label, t0, {out, in});
 }
 
+// A blocking call: the caller is blocked from the issue on, not only inside wait().
+void Comm::wait_from_issue(PendingCollective&& p) {
+  if (p.work_) p.work_->wait();
+  finish(p, p.issued_s_, now_s());
+}
+
 void Comm::all_gather(at::Tensor& out, at::Tensor& in, const std::string& label, const runtime::World* group) {
-  all_gather_async(out, in, label, group).wait();
+  wait_from_issue(all_gather_async(out, in, label, group));
 }
 
 void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string& label,
                               const runtime::World* group) {
-  reduce_scatter_sum_async(out, in, label, group).wait();
+  wait_from_issue(reduce_scatter_sum_async(out, in, label, group));
 }
 
 void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
@@ -180,7 +186,7 @@ void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime
     std::vector<at::Tensor> ts{t};
     work = g.pg->allreduce(ts);
   }
-  issue(CollectiveKind::kAllReduce, work, int64_t(t.nbytes()), label, t0, {t}).wait();
+  wait_from_issue(issue(CollectiveKind::kAllReduce, work, int64_t(t.nbytes()), label, t0, {t}));
 }
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
@@ -194,7 +200,7 @@ void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const ru
     opts.rootRank = root;
     work = g.pg->broadcast(ts, opts);
   }
-  issue(CollectiveKind::kBroadcast, work, int64_t(t.nbytes()), label, t0, {t}).wait();
+  wait_from_issue(issue(CollectiveKind::kBroadcast, work, int64_t(t.nbytes()), label, t0, {t}));
 }
 
 nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }

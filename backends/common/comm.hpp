@@ -123,6 +123,7 @@ class Comm {
   PendingCollective issue(CollectiveKind kind, const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes,
                           const std::string& label, double issued_s, std::vector<at::Tensor> held);
   void finish(PendingCollective& p, double wait_start_s, double wait_end_s);
+  void wait_from_issue(PendingCollective&& p);
   runtime::World world_;
   bool device_timing_ = false;  // NCCL collective timing is on
   std::vector<std::pair<CollectiveKind, c10::intrusive_ptr<c10d::Work>>> untimed_;
