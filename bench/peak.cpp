@@ -33,6 +33,9 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
   }
   const std::string name = runtime::device_name(device);
   if (device.is_cuda()) {
+    // Always probe a large bf16 GEMM on a GPU: MFU against the datasheet and against what
+    // this device's cuBLAS actually reaches are both reported.
+    p.measured_gemm_tflops = measure_gemm_tflops(device, at::kBFloat16, 8192);
     if (auto dt = runtime::datasheet_peak_tflops(name)) {
       p.tflops = *dt;
       p.source = "datasheet: " + name + " dense bf16";

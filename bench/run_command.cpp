@@ -259,6 +259,9 @@ int run_rank(const RunOptions& o) {
         {"mfu", reports::flops_utilisation(flops.palm, tps_median, peak.tflops)},
         {"mfu_6n", reports::flops_utilisation(flops.six_n, tps_median, peak.tflops)},
         {"hfu", reports::flops_utilisation(flops.palm_recompute, tps_median, peak.tflops)},
+        {"mfu_vs_measured_gemm", peak.measured_gemm_tflops > 0
+                                     ? reports::flops_utilisation(flops.palm, tps_median, peak.measured_gemm_tflops)
+                                     : 0.0},
         {"final_loss", result.steps.back().loss},
         {"throughput_note", emulated ? "emulated world: collectives are local copies, so tokens/GPU/s and MFU "
                                        "exclude real communication time (compute and memory are the real rank's)"
