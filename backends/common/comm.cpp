@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 #include "runtime/nvtx.hpp"
 
 namespace zb::backends::common {
@@ -12,6 +16,16 @@ namespace zb::backends::common {
 namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// What collect_device_times() needs of an NCCL work: its start/end events. WorkNCCL's copy
+// constructor copies those but not the output tensors, which must not live until the step ends.
+c10::intrusive_ptr<c10d::Work> timing_handle(const c10::intrusive_ptr<c10d::Work>& work) {
+#ifdef USE_C10D_NCCL
+  if (auto* w = dynamic_cast<c10d::ProcessGroupNCCL::WorkNCCL*>(work.get()))
+    return c10::make_intrusive<c10d::ProcessGroupNCCL::WorkNCCL>(*w);
+#endif
+  return work;
 }
 }  // namespace
 
@@ -104,7 +118,7 @@ void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) 
   const double stamped = p.completed_s_ ? p.completed_s_->load() : 0.0;
   const double completed = stamped > 0 ? std::min(stamped, wait_end_s) : wait_end_s;
   if (device_timing_ && p.work_) {
-    untimed_.emplace_back(p.kind_, p.work_);  // device duration read after the step's sync
+    untimed_.emplace_back(p.kind_, timing_handle(p.work_));  // device duration read after the step's sync
   } else {
     s.time_s += completed - p.issued_s_;
   }
