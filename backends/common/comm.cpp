@@ -96,14 +96,14 @@ PendingCollective Comm::issue(CollectiveKind kind, const c10::intrusive_ptr<c10d
   p.bytes_ = bytes;
   p.label_ = label;
   p.issued_s_ = issued_s;
-  if (work && !device_timing_) {
+  if (work && world_.pg_backend == "gloo") {
     // Gloo completes a collective on its worker thread: stamp the moment it does.
     auto stamp = std::make_shared<std::atomic<double>>(0.0);
     try {
       work->getFuture()->addCallback([stamp](c10::ivalue::Future&) { stamp->store(now_s()); });
       p.completed_s_ = stamp;
     } catch (const std::exception&) {
-      // A backend without futures (the emulated one): completion is taken at wait().
+      // No future on this work: completion is taken at wait().
     }
   }
   return p;
