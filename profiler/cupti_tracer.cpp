@@ -50,6 +50,31 @@ const std::string& kernel_name(Sink& sink, const char* mangled) {
   return sink.names.emplace(mangled, std::move(name)).first->second;
 }
 
+const char* memcpy_name(uint8_t copy_kind) {
+  switch (copy_kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
+    default: return "memcpy";
+  }
+}
+
+// memcpy and memset records share these fields.
+template <typename Record>
+Activity transfer(ActivityKind kind, const char* name, const Record& r) {
+  Activity a;
+  a.kind = kind;
+  a.name = name;
+  a.start_ns = int64_t(r.start);
+  a.end_ns = int64_t(r.end);
+  a.device = int(r.deviceId);
+  a.stream = int64_t(r.streamId);
+  a.correlation = int64_t(r.correlationId);
+  a.bytes = int64_t(r.bytes);
+  return a;
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
   *size = kBufferBytes;
@@ -77,29 +102,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
-          auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
-          a.kind = ActivityKind::kMemcpy;
-          a.name = "memcpy";
-          a.start_ns = int64_t(m->start);
-          a.end_ns = int64_t(m->end);
-          a.device = int(m->deviceId);
-          a.stream = int64_t(m->streamId);
-          a.correlation = int64_t(m->correlationId);
-          a.bytes = int64_t(m->bytes);
+          const auto& m = *reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
+          a = transfer(ActivityKind::kMemcpy, memcpy_name(m.copyKind), m);
           break;
         }
-        case CUPTI_ACTIVITY_KIND_MEMSET: {
-          auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(record);
-          a.kind = ActivityKind::kMemset;
-          a.name = "memset";
-          a.start_ns = int64_t(m->start);
-          a.end_ns = int64_t(m->end);
-          a.device = int(m->deviceId);
-          a.stream = int64_t(m->streamId);
-          a.correlation = int64_t(m->correlationId);
-          a.bytes = int64_t(m->bytes);
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+          a = transfer(ActivityKind::kMemset, "memset", *reinterpret_cast<CUpti_ActivityMemset4*>(record));
           break;
-        }
         case CUPTI_ACTIVITY_KIND_RUNTIME: {
           auto* r = reinterpret_cast<CUpti_ActivityAPI*>(record);
           const char* name = nullptr;
