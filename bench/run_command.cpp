@@ -3,6 +3,7 @@
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -186,8 +187,10 @@ int run_rank(const RunOptions& o) {
     prof["dropped_records"] = p.dropped_records;
     prof["buffer_processing_s"] = p.processing_s;
     rank_json["profile"] = prof;
-    if (!o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced step
-      const auto events = profiler::trace_events(p.activities, world.rank, p.windows.front().start_ns).dump();
+    if (!o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced event
+      int64_t origin = p.windows.front().start_ns;
+      for (const auto& a : p.activities) origin = std::min(origin, a.start_ns);
+      const auto events = profiler::trace_events(p.activities, world.rank, origin).dump();
       world.store->set("trace/rank/" + std::to_string(world.emulated ? 0 : world.rank),
                        std::vector<uint8_t>(events.begin(), events.end()));
     }
@@ -280,7 +283,7 @@ int run_rank(const RunOptions& o) {
                                                                   {{"run_id", report["run_id"]},
                                                                    {"source", result.profile->source},
                                                                    {"note", "each rank's time starts at its first "
-                                                                            "profiled step"}}));
+                                                                            "traced event"}}));
     report["profile"]["trace_file"] = o.trace;
   }
   const auto problems = reports::validate_report(report);
