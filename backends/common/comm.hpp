@@ -55,7 +55,6 @@ class PendingCollective {
 
   bool pending() const { return comm_ != nullptr; }
   void wait();  // idempotent
-  const std::string& label() const { return label_; }
 
  private:
   friend class Comm;
