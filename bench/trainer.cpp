@@ -110,7 +110,7 @@ ProfileResult run_profiled_steps(StepRunner& runner, backends::common::Comm& com
   profiler::NvtxCapture ranges;
   runtime::synchronize(comm.world().device);
   ranges.set_enabled(true);
-  comm.set_interval_recording(true);
+  comm.set_interval_recording(!cuda);  // the host source's input; CUPTI sees NCCL kernels itself
   if (tracer) tracer->start();
   for (int i = 0; i < n; ++i) {
     profiler::StepWindow w;
@@ -132,8 +132,6 @@ ProfileResult run_profiled_steps(StepRunner& runner, backends::common::Comm& com
       collectives.push_back({std::string(backends::common::collective_name(c.kind)) + " " + c.label, c.start_ns,
                              c.end_ns, c.wait_start_ns, c.wait_end_ns, c.bytes});
     p.activities = profiler::host_activities(collectives, p.windows);
-  } else {
-    comm.take_intervals();
   }
   for (auto& r : ranges.take()) p.activities.push_back(std::move(r));
   return p;
