@@ -8,7 +8,8 @@
 namespace zb::backends {
 
 nlohmann::json to_json(const ModelStateBytes& b) {
-  return {{"params", b.params}, {"master_params", b.master_params}, {"grads", b.grads}, {"optimizer", b.optimizer}};
+  return {{"params", b.params},       {"master_params", b.master_params}, {"grads", b.grads},
+          {"optimizer", b.optimizer}, {"buffers", b.buffers}};
 }
 
 const std::vector<BackendInfo>& registered_backends() {

@@ -73,6 +73,7 @@ json train_json(const backends::TrainConfig& t) {
   return {{"micro_batch", t.micro_batch},
           {"seq_len", t.seq_len},
           {"grad_accum", t.grad_accum},
+          {"sync_each_batch", t.sync_each_batch},
           {"steps", t.steps},
           {"warmup", t.warmup},
           {"lr", t.lr},
@@ -175,10 +176,16 @@ int run_rank(const RunOptions& o) {
           {"allocated_bytes", cuda.allocated_bytes},
           {"peak_allocated_bytes", cuda.peak_allocated_bytes},
           {"reserved_bytes", cuda.reserved_bytes},
-          {"peak_reserved_bytes", cuda.peak_reserved_bytes}}}}},
+          {"peak_reserved_bytes", cuda.peak_reserved_bytes},
+          // Device memory in use (cudaMemGetInfo) minus what the caching allocator holds: the
+          // CUDA context, NCCL communicator buffers and other non-allocator memory (device-wide).
+          {"outside_allocator_bytes",
+           cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"step_times_s", step_times}};
+  // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).
+  if (!engine->comm().timing_error().empty()) rank_json["comm_timing_error"] = engine->comm().timing_error();
   if (result.profile) {
     const auto& p = *result.profile;
     auto prof = profiler::rank_profile_json(p.activities, p.windows);

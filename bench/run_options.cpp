@@ -33,6 +33,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--sync-each-batch", t.sync_each_batch,
+               "reduce gradients after every micro-batch (accelerate GradientAccumulationPlugin(sync_each_batch=True)); "
+               "default: only after the last, the others under no_sync (zero3 reduces every micro-batch either way)");
   app.add_option("--steps", t.steps, "optimizer steps (warm-up included)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", t.warmup, "steps excluded from timing statistics")
       ->check(CLI::NonNegativeNumber)

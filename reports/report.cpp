@@ -105,6 +105,10 @@ std::vector<std::string> validate_report(const json& r) {
                           "memory/model_states_bytes/grads", "memory/model_states_bytes/optimizer",
                           "memory/peak_tracked_bytes", "memory/peak_rss_bytes"})
       require(rk, where, k, Type::Number, p);
+    // `buffers` (persistent communication buffers) is optional: reports before it lack it.
+    if (rk.contains("memory") && rk["memory"].contains("model_states_bytes") &&
+        rk["memory"]["model_states_bytes"].contains("buffers"))
+      require(rk, where, "memory/model_states_bytes/buffers", Type::Number, p);
     for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"}) {
       require(rk, where, std::string("comm/") + kind + "/count", Type::Number, p);
       require(rk, where, std::string("comm/") + kind + "/bytes", Type::Number, p);

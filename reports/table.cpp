@@ -21,7 +21,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kMiB = 1024.0 * 1024.0;
-const char* kCategories[] = {"params", "master_params", "grads", "optimizer"};
+const char* kCategories[] = {"params", "master_params", "grads", "optimizer", "buffers"};
+constexpr int kNumCategories = 5;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -46,8 +47,12 @@ struct Row {
   std::string cell, backend, precision, state, error;
   int world = 0;
   double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
-  double cat_mib[4] = {0, 0, 0, 0};
-  double states_mib() const { return cat_mib[0] + cat_mib[1] + cat_mib[2] + cat_mib[3]; }
+  double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
+  double states_mib() const {
+    double sum = 0;
+    for (double m : cat_mib) sum += m;
+    return sum;
+  }
 };
 
 Row row_of(const json& r) {
@@ -72,8 +77,8 @@ Row row_of(const json& r) {
   row.mfu_6n = s["mfu_6n"];
   row.final_loss = s.value("final_loss", NAN);
   for (const auto& rk : r["ranks"]) {
-    for (int c = 0; c < 4; ++c)
-      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"][kCategories[c]].get<double>() / kMiB);
+    for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
+      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
     row.peak_mib = std::max(row.peak_mib, rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB);
     double comm = 0;
     for (const auto& [k, v] : rk["comm"].items()) comm += v["bytes"].get<double>();
@@ -88,7 +93,8 @@ std::vector<std::string> header(bool with_baseline) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "peak tracked MiB", "comm MiB/step", "overlap",       "final loss",
+                                "buffers MiB",   "peak tracked MiB", "comm MiB/step", "overlap",
+                                "final loss",
                                 "status"};
   if (with_baseline) {
     h.insert(h.end() - 1, "tokens/GPU/s vs base");
@@ -159,7 +165,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   std::vector<std::string> labels;
   std::vector<double> tps;
   std::vector<std::pair<std::string, std::vector<double>>> mem = {
-      {"params", {}}, {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"other (peak - states)", {}}};
+      {"params", {}},  {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"buffers", {}},
+      {"other (peak - states)", {}}};
   std::vector<svg::Series> loss, gnorm;
   double floor = NAN;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -167,8 +174,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
     if (r.state != "ok") continue;
     labels.push_back(r.cell);
     tps.push_back(r.tps);
-    for (int c = 0; c < 4; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
-    mem[4].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
+    for (int c = 0; c < kNumCategories; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
+    mem[kNumCategories].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
     svg::Series l{r.cell, {}, {}}, g{r.cell, {}, {}};
     for (const auto& s : reports[i]["steps"]) {
       l.x.push_back(s["step"]);
@@ -186,8 +193,9 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   figure(svg::bar_chart("Throughput", labels, tps, "tokens/GPU/s"),
          "Median tokens per GPU per second (higher is better).");
   figure(svg::stacked_bar_chart("Per-rank memory by category", labels, mem, "MiB"),
-         "Engine-owned model states by category (max over ranks); 'other' is the allocator peak above them "
-         "(activations, gathered parameters, buffers).");
+         "Engine-owned model states by category (max over ranks; buffers = persistent communication "
+         "buffers such as ZeRO-3's IPG bucket); 'other' is the allocator peak above them (activations, gathered "
+         "parameters, transient buffers).");
   figure(svg::line_chart("Loss", loss, "step", "loss (nats)", floor, "entropy floor"),
          "Training loss per step; the dashed line is the data's best achievable loss.");
   figure(svg::line_chart("Gradient norm", gnorm, "step", "global grad norm", NAN, ""),
