@@ -359,3 +359,30 @@ TEST(Zero3Memory, BuffersAreDeepSpeedsIpgBucket) {
   auto spec = zero3_spec("bf16", 1);
   EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 4, 0).buffers, 1000000000);
 }
+
+TEST(Zero3Memory, ASingleParameterIsGatheredInPlace) {
+  // partition_parameters.py _all_gather_sequential (one parameter): the padded buffer is
+  // allocated once and all-gathered into; it becomes the parameter. Nothing else is allocated
+  // (no copy of the partition in, no separate output to copy out of).
+  runtime::install_counting_cpu_allocator();
+  at::set_num_threads(1);
+  Zero3Options o = no_persistence();
+  o.stage3_prefetch_bucket_size = 0;
+  auto spec = zero3_spec("bf16", 1, o);
+  spec.model.vocab = 251;
+  auto world = runtime::init_emulated_world(0, 3, at::kCPU);
+  at::NoGradGuard no_grad;
+  for (const int index : {1, 6}) {  // wq [128,128], w_gate [352,128]: numels not divisible by 3
+    auto engine = backends::create_engine("zero3", spec, world);
+    auto* source = dynamic_cast<models::UnitParamSource*>(engine.get());
+    ASSERT_NE(source, nullptr);
+    const auto specs = models::unit_specs(spec.model, 1);
+    const int64_t numel = specs[size_t(index)].numel(), padded = (numel + 2) / 3 * 3;
+    runtime::reset_tracked_cpu_peak();
+    const int64_t before = runtime::tracked_cpu_bytes();
+    auto w = source->module_weight(1, index);
+    EXPECT_EQ(runtime::tracked_cpu_bytes() - before, padded * 2) << specs[size_t(index)].name;
+    EXPECT_EQ(runtime::tracked_cpu_peak_bytes() - before, padded * 2) << specs[size_t(index)].name;
+    EXPECT_EQ(w.sizes(), at::IntArrayRef(specs[size_t(index)].shape));
+  }
+}

@@ -611,7 +611,12 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     const int W = comm_.size(), rank = comm_.rank();
     std::sort(bucket_.begin(), bucket_.end(), [](const BucketEntry& a, const BucketEntry& b) { return a.id < b.id; });
     int64_t total = 0;
-    for (const auto& e : bucket_) total += layout_[size_t(e.id)].part_numel;
+    for (const auto& e : bucket_) {
+      total += layout_[size_t(e.id)].part_numel;
+      // A gradient that did not go into the IPG buffer is read here, off the stream it was
+      // made on (partition_grads: param.grad.record_stream(current_stream())).
+      if (!(ipg_buffer_.defined() && e.grad.is_alias_of(ipg_buffer_))) s.record_stream(e.grad, rp_stream_, "grad");
+    }
     at::Tensor in;
     bool in_place_on_ipg = false;
     if (bucket_.size() == 1 && layout_[size_t(bucket_[0].id)].numel % W == 0) {
