@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
   precision_cmd->add_option("--micro-batch", study.micro_batch, "samples per rank")->check(CLI::PositiveNumber);
   precision_cmd->add_option("--seq-len", study.seq_len, "tokens per sample")->check(CLI::PositiveNumber);
   precision_cmd->add_option("--seed", study.seed, "seed for weights and data");
+  precision_cmd->add_option("--timeout", study.timeout_s, "per-run timeout in seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   precision_cmd->add_flag("--scale-lr-by-world-size", study.scale_lr_by_world_size,
                           "also run FSDP low with lr x W (the blog's observation)");
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");

@@ -101,6 +101,29 @@ TEST(StreamLog, EnqueuedWorkIsDeferredOnCpuUntilItsStreamIsWaitedFor) {
   EXPECT_EQ(ran, 111);  // the compute stream is the host: it runs at once
 }
 
+TEST(StreamLog, HeldTensorsAreReleasedAfterTheWaitersWaitForTheirEvent) {
+  // FSDP2's AllGatherState: keep the all-gather output until the all-gather streams waited for
+  // the copy-out event, instead of record_stream.
+  Streams s(at::kCPU);
+  s.set_logging(true);
+  const auto copy_in = s.create("all_gather_copy_in"), all_gather = s.create("all_gather");
+  s.op("copy-out");
+  auto out = at::ones({8});
+  backends::common::HeldTensors held{{out}, s.record(s.compute(), "copy-out done")};
+  EXPECT_TRUE(held.held());
+  EXPECT_GT(out.use_count(), 1);
+  held.release(s, {copy_in, all_gather});
+  EXPECT_FALSE(held.held());
+  EXPECT_EQ(out.use_count(), 1);
+  {
+    Streams::Guard g(s, all_gather);
+    s.op("next all-gather");
+  }
+  EXPECT_TRUE(s.happens_before(s.find(Kind::kOp, "compute", "copy-out"), s.find(Kind::kOp, "all_gather", "next")));
+  EXPECT_EQ(s.log()[size_t(s.find(Kind::kWaitEvent, "all_gather_copy_in", ""))].target,
+            s.find(Kind::kRecordEvent, "compute", "copy-out done"));
+}
+
 namespace {
 using backends::fsdp::FsdpOptions;
 

@@ -52,6 +52,13 @@ Comm::Comm(runtime::World world) : world_(std::move(world)), streams_(world_.dev
   device_timing_ = world_.pg_backend == "nccl";
 }
 
+Comm::~Comm() {
+  try {
+    streams_.drain_all();
+  } catch (...) {
+  }
+}
+
 std::string Comm::group_name(const runtime::World& g) {
   if (g.pg.get() == world_.pg.get()) return "world";
   for (const auto& [pg, name] : group_names_)

@@ -84,6 +84,9 @@ class PendingCollective {
 class Comm {
  public:
   explicit Comm(runtime::World world);
+  ~Comm();  // runs work still queued on its streams (it may wait for this Comm's collectives)
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
   const runtime::World& world() const { return world_; }

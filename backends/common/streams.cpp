@@ -169,6 +169,12 @@ void Streams::op(const std::string& label) {
   if (logging()) append(StreamLogEntry::Kind::kOp, current_, label, "", -1);
 }
 
+void HeldTensors::release(Streams& streams, const std::vector<StreamId>& waiters) {
+  for (auto w : waiters) streams.wait_event(w, event);
+  tensors.clear();
+  event = StreamEvent();
+}
+
 void Streams::drain(StreamId s) {
   auto& q = streams_[size_t(s)].deferred;
   while (!q.empty()) {

@@ -76,6 +76,20 @@ class StreamEvent {
   std::shared_ptr<void> device_;    // the c10::Event on CUDA
 };
 
+// FSDP2's held references instead of record_stream (_fsdp_param_group.py AllGatherState /
+// ReduceScatterState, _fsdp_collectives.py): tensors produced or read on one stream are kept
+// alive, with the event recorded after their last use, until the streams that would reuse their
+// memory wait for that event; then they are dropped. Usage:
+//   held = HeldTensors{{all_gather_output}, streams.record(compute)};   // after the copy-out
+//   ... next all-gather: held.release(streams, {copy_in, all_gather});   // wait, then free
+struct HeldTensors {
+  std::vector<at::Tensor> tensors;
+  StreamEvent event;
+  bool held() const { return !tensors.empty(); }
+  // Each of `waiters` waits for the event (stream.wait_event), then the tensors are dropped.
+  void release(Streams& streams, const std::vector<StreamId>& waiters);
+};
+
 class Streams {
  public:
   // `device`'s current stream becomes the compute stream (FSDP1's _default_stream).

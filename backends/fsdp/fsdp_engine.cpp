@@ -174,6 +174,14 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     comm_.reset_stats();
   }
 
+  // Work still queued on a side stream (CPU) touches this engine's members: run it first.
+  ~FsdpEngine() override {
+    try {
+      streams().drain_all();
+    } catch (...) {
+    }
+  }
+
   std::string name() const override { return "fsdp"; }
   common::Comm& comm() override { return comm_; }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }

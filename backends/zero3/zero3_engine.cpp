@@ -168,6 +168,14 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     comm_.reset_stats();
   }
 
+  // Work still queued on a side stream (CPU) touches this engine's members: run it first.
+  ~Zero3Engine() override {
+    try {
+      streams().drain_all();
+    } catch (...) {
+    }
+  }
+
   std::string name() const override { return "zero3"; }
   common::Comm& comm() override { return comm_; }
   common::LostUpdates lost_updates() const override {
