@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   run.micro_batch_given = run_cmd->count("--micro-batch") > 0;
   run.grad_accum_given = run_cmd->count("--grad-accum") > 0;
   run.grad_clip_given = run_cmd->count("--grad-clip") > 0;
+  run.backend_given = run_cmd->count("--backend") > 0;
   const char* rank = std::getenv("RANK");
   const std::string who = rank && std::getenv("WORLD_SIZE") ? "rank " + std::string(rank) + ": " : "";
   try {

@@ -1,5 +1,5 @@
 // study.hpp — `zerobench study precision`: the FSDP vs DeepSpeed blog's convergence finding,
-// measured. Runs FSDP low, FSDP mixed, ZeRO3 bf16 and an fp32 reference on the learnable
+// measured. Runs FSDP low, FSDP mixed, ZeRO3 bf16, FSDP2 low, FSDP2 mixed and an fp32 reference on the learnable
 // Markov language at several learning rates (same seed, data and W), with the lost-update
 // diagnostic on, then writes a summary (final loss vs the entropy floor, steps to a loss target,
 // mean lost-update fraction), per-run reports and SVG/HTML figures.

@@ -114,6 +114,7 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
   auto root_weight = [&](int i) { return per_module ? params.module_weight(kRootUnit, i) : root[size_t(i)]; };
   auto x = at::embedding(root_weight(kEmbedding), tokens);  // [B, T, H]
   for (int unit = 1; unit <= cfg.layers; ++unit) {
+    x = params.before_unit_forward(unit, x);
     if (opts.activation_checkpointing && at::GradMode::is_enabled()) {
       auto w = params.unit_weights(unit);
       x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
