@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   precision_cmd->add_option("--seed", study.seed, "seed for weights and data");
   precision_cmd->add_flag("--scale-lr-by-world-size", study.scale_lr_by_world_size,
                           "also run FSDP low with lr x W (the blog's observation)");
+  precision_cmd->add_option("--modes", study.modes, "only these modes (comma-separated; fp32 always runs)")
+      ->delimiter(',');
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
   try {

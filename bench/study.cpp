@@ -68,6 +68,20 @@ int precision_study_command(const PrecisionStudyOptions& o) {
                              {"fsdp2_low", "fsdp2", "low"},
                              {"fsdp2_mixed", "fsdp2", "mixed"}};
   if (o.scale_lr_by_world_size) modes.push_back({"fsdp_low_lr_x_W", "fsdp", "low", true});
+  if (!o.modes.empty()) {  // a subset; the fp32 reference always runs
+    std::vector<Mode> chosen = {modes.front()};
+    for (const auto& name : o.modes) {
+      if (name == "fp32") continue;
+      auto it = std::find_if(modes.begin(), modes.end(), [&](const Mode& m) { return m.name == name; });
+      if (it == modes.end()) {
+        std::string known;
+        for (const auto& m : modes) known += (known.empty() ? "" : ", ") + m.name;
+        throw UsageError("--modes: unknown mode '" + name + "' (" + known + ")");
+      }
+      chosen.push_back(*it);
+    }
+    modes = chosen;
+  }
 
   MatrixSpec spec;
   spec.name = "precision-study";

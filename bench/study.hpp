@@ -20,6 +20,7 @@ struct PrecisionStudyOptions {
   int64_t seq_len = 128;
   uint64_t seed = 1234;
   bool scale_lr_by_world_size = false;  // also run FSDP low at lr x W (the blog's "fix")
+  std::vector<std::string> modes;       // a subset of the modes (empty = all); fp32 always runs
   bool force = false;
   double timeout_s = 900;
 };

@@ -12,7 +12,8 @@
 # Not part of the build or the tests; the check that zerobench's `--backend fsdp2` bytes equal
 # these (docs/backends/fsdp2.md). Runs as:
 #   python -m torch.distributed.run --nproc-per-node 3 scripts/fsdp2_reference_bytes.py \
-#       --vocab 251 --precision mixed [--layout root|accelerate] [--grad-accum 2]
+#       --vocab 251 --precision mixed [--layout root|accelerate] [--grad-accum 2] \
+#       [--reshard-after-forward true|false|N] [--replicate R]
 import argparse
 import json
 import os
@@ -107,6 +108,7 @@ def main():
     ap.add_argument("--layout", choices=["root", "accelerate"], default="root")
     ap.add_argument("--reshard-after-forward", default="true")
     ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--replicate", type=int, default=1, help="HSDP: mesh (replicate, world / replicate)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -122,7 +124,11 @@ def main():
     raf = {"true": True, "false": False}.get(a.reshard_after_forward.lower(), None)
     if raf is None:
         raf = int(a.reshard_after_forward)
-    mesh = dist.device_mesh.init_device_mesh("cpu", (world,))
+    if a.replicate > 1:
+        mesh = dist.device_mesh.init_device_mesh("cpu", (a.replicate, world // a.replicate),
+                                                 mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = dist.device_mesh.init_device_mesh("cpu", (world,))
     kw = dict(mesh=mesh, mp_policy=mp, reshard_after_forward=raf)
     for b in model.layers:
         fully_shard(b, **kw)
