@@ -211,7 +211,8 @@ TEST(Fsdp2Memory, ReshardAfterForwardFreesOrKeepsOrShrinksTheUnshardedParameters
       bench::run_training(*engine, spec, *data, side);
     });
     int64_t block = 0;
-    for (const auto& p : models::unit_specs(spec.model, 1)) block += (p.shape[0] + 3) / 4 * 4 * (p.numel() / p.shape[0]);
+    for (const auto& p : models::unit_specs(spec.model, 1))
+      block += (p.shape[0] + 3) / 4 * 4 * (p.numel() / p.shape[0]);
     if (raf == kReshardFalse) {
       EXPECT_EQ(seen.post_forward_bytes, block * 4) << "False keeps the unsharded block (padded) after forward";
     } else {
@@ -239,7 +240,8 @@ TEST(Fsdp2Comm, CollectivesPerStepEqualTheClosedFormAndRealFsdp2) {
       // Per micro-batch every group gathered in forward, every block again in backward (the root
       // is not resharded after forward); one reduce-scatter per group, last micro-batch only.
       // Real FSDP2 (accum 1, mixed): 5 all-gathers of 1618962 bytes, 3 reduce-scatters of 874122.
-      {"root mixed accum 1", "mixed", "root", kReshardTrue, false, "", 1, 2 * L + 1, all + L * block_padded, L + 1, all, 2, 2},
+      {"root mixed accum 1", "mixed", "root", kReshardTrue, false, "", 1, 2 * L + 1, all + L * block_padded, L + 1, all,
+       2, 2},
       {"root fp32 accum 2", "fp32", "root", kReshardTrue, false, "", 2, 2 * (2 * L + 1), 2 * (all + L * block_padded),
        L + 1, all, 4, 4},
       {"reshard False", "mixed", "root", kReshardFalse, false, "fp32", 2, 2 * (L + 1), 2 * all, L + 1, all, 2, 4},
@@ -455,6 +457,47 @@ TEST(Fsdp2Precision, MixedTracksZero3Bf16AndFsdpMixedWhileLowDeparts) {
   }
 }
 
+TEST(Fsdp2Options, ResolvedMixedPrecisionPolicyAndDivideFactors) {
+  struct Case {
+    std::string precision;
+    Fsdp2Options o;
+    int w;
+    std::string param, reduce, output, rs_dtype, rs_op;
+    nlohmann::json post;
+  };
+  Fsdp2Options fp32_reduce, force_sum, none_out;
+  fp32_reduce.reduce_dtype = "fp32";
+  force_sum.force_sum_reduction_for_comms = true;
+  none_out.output_dtype = "none";
+  const std::vector<Case> cases = {
+      // accelerate's MixedPrecisionPolicy(bf16, bf16, bf16): reduce_dtype == param_dtype -> None.
+      {"mixed", {}, 2, "BFloat16", "None", "BFloat16", "BFloat16", "AVG", nullptr},
+      {"mixed", fp32_reduce, 2, "BFloat16", "Float", "BFloat16", "Float", "AVG", nullptr},
+      {"mixed", none_out, 2, "BFloat16", "None", "None", "BFloat16", "AVG", nullptr},
+      {"low", {}, 2, "None", "None", "None", "BFloat16", "AVG", nullptr},
+      {"fp32", force_sum, 2, "None", "None", "None", "Float", "SUM", 2.0},
+      {"fp32", {}, 1, "None", "None", "None", "Float", "SUM", nullptr},  // data-parallel size 1
+  };
+  for (const auto& c : cases) {
+    auto spec = fsdp2_spec(c.precision, 1, c.o);
+    test_support::run_ranks(c.w, [&](runtime::World& world) {
+      auto engine = backends::create_engine("fsdp2", spec, world);
+      if (world.rank != 0) return;
+      const auto j = engine->resolved_options();
+      EXPECT_EQ(j["mp_param_dtype"], c.param) << c.precision;
+      EXPECT_EQ(j["mp_reduce_dtype"], c.reduce) << c.precision;
+      EXPECT_EQ(j["mp_output_dtype"], c.output) << c.precision;
+      EXPECT_EQ(j["reduce_scatter_dtype"], c.rs_dtype) << c.precision;
+      EXPECT_EQ(j["reduce_scatter_op"], c.rs_op) << c.precision;
+      EXPECT_EQ(j["gradient_postdivide_factor"], c.post) << c.precision;
+    });
+  }
+  // fp32 precision has no param_dtype: an output_dtype there is refused.
+  Fsdp2Options bad;
+  bad.output_dtype = "bf16";
+  EXPECT_THROW(backends::backend("fsdp2").expected_bytes(fsdp2_spec("fp32", 1, bad), 2, 0), UsageError);
+}
+
 // ---------------------------------------------------------------- configs
 
 namespace {
@@ -533,6 +576,9 @@ TEST(AccelerateFsdp2Config, RefusesWhatAccelerateRefusesOrZerobenchCannotDoWithE
   std::ofstream(path) << "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n";
   r = test_support::run_zerobench("run --backend fsdp2 --accelerate-config " + path);
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test_support::run_zerobench("run --backend fsdp --reshard-after-forward true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--backend fsdp2"), std::string::npos) << r.output;
   r = test_support::run_zerobench("run --backend fsdp2 --nproc 2 --reshard-after-forward 3 --steps 1 --warmup 0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--reshard-after-forward 3"), std::string::npos) << r.output;
@@ -552,7 +598,8 @@ TEST(AccelerateFsdp2Config, AnFsdpVersion2ConfigRunsTheFsdp2Engine) {
   EXPECT_EQ(report["config"]["backend"]["options"]["grouping"], "accelerate");
   EXPECT_EQ(report["config"]["backend"]["options"]["mp_reduce_dtype"], "None");  // bf16 == param dtype: clamped
   EXPECT_EQ(report["env"]["world_size"], 2);
-  EXPECT_EQ(report["ranks"][0]["memory"]["model_states_bytes"], report["ranks"][0]["memory"]["model_states_expected_bytes"]);
+  EXPECT_EQ(report["ranks"][0]["memory"]["model_states_bytes"],
+            report["ranks"][0]["memory"]["model_states_expected_bytes"]);
   std::remove(path.c_str());
   std::remove(out.c_str());
 }

@@ -31,10 +31,10 @@ namespace {
 // ---------------------------------------------------------------- dtypes (init_dtype_attrs)
 
 struct Dtypes {
-  at::ScalarType orig;                        // sharded parameters, sharded gradients, AdamW states
-  std::optional<at::ScalarType> param;        // MixedPrecisionPolicy.param_dtype after clamping
-  std::optional<at::ScalarType> reduce;       // MixedPrecisionPolicy.reduce_dtype after clamping
-  std::optional<at::ScalarType> output;       // MixedPrecisionPolicy.output_dtype
+  at::ScalarType orig;                   // sharded parameters, sharded gradients, AdamW states
+  std::optional<at::ScalarType> param;   // MixedPrecisionPolicy.param_dtype after clamping
+  std::optional<at::ScalarType> reduce;  // MixedPrecisionPolicy.reduce_dtype after clamping
+  std::optional<at::ScalarType> output;  // MixedPrecisionPolicy.output_dtype
   at::ScalarType compute() const { return param.value_or(orig); }  // unsharded params and their grads
   at::ScalarType comm_reduce() const { return reduce.value_or(compute()); }
 };
@@ -164,7 +164,7 @@ struct GroupSpec {
   GroupKind kind = GroupKind::kRoot;
   int unit = 0;  // the block of a kBlock group
   std::string label;
-  std::vector<std::pair<int, int>> params;  // (unit, index), in the module's parameters() order
+  std::vector<std::pair<int, int>> params;   // (unit, index), in the module's parameters() order
   bool reshard_after_forward_false = false;  // root (None -> False in _lazy_init) or accelerate's tail
 };
 
@@ -255,7 +255,10 @@ struct RegisterPostBackward : public torch::autograd::Function<RegisterPostBackw
 class Fsdp2Engine final : public Engine, public models::UnitParamSource {
  public:
   Fsdp2Engine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec), opts_(fsdp2_options_from_json(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
+      : spec_(spec),
+        opts_(fsdp2_options_from_json(spec.options)),
+        comm_(world),
+        dtypes_(dtypes_for(spec.precision, opts_)) {
     at::NoGradGuard no_grad;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
@@ -277,10 +280,12 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     int raf = opts_.reshard_after_forward;
     if (raf > 0) {
       if (raf > mesh_.shard || mesh_.shard % raf != 0)
-        throw UsageError("--reshard-after-forward " + std::to_string(raf) + " must be a factor of the shard group size " +
-                         std::to_string(mesh_.shard));
-      if (raf == 1) raf = kReshardFalse;
-      else if (raf == mesh_.shard) raf = kReshardTrue;
+        throw UsageError("--reshard-after-forward " + std::to_string(raf) +
+                         " must be a factor of the shard group size " + std::to_string(mesh_.shard));
+      if (raf == 1)
+        raf = kReshardFalse;
+      else if (raf == mesh_.shard)
+        raf = kReshardTrue;
     }
     if (raf > 1) {
       std::vector<int> ranks;
@@ -297,7 +302,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (int u = 0; u < units; ++u) {
       auto specs = models::unit_specs(cfg, u);
       if (load_on_rank0 && world.rank != 0) {
-        for (const auto& s : specs) full[size_t(u)].push_back(at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
+        for (const auto& s : specs)
+          full[size_t(u)].push_back(at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
         continue;
       }
       auto flat = models::init_unit_flat(cfg, u, spec_.train.seed);
@@ -330,7 +336,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
         p.sharded_data = at::zeros({p.l.padded_shard_numel()}, orig_opts);
         if (p.l.local_rows > 0)
           p.sharded_data.narrow(0, 0, p.l.local_numel())
-              .copy_(w.reshape({-1}).narrow(0, int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row, p.l.local_numel()));
+              .copy_(
+                  w.reshape({-1}).narrow(0, int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row, p.l.local_numel()));
         p.local = p.sharded_data.narrow(0, 0, p.l.local_numel());
         // The all-gather output of this parameter ([padded dim0 x row] in param dtype) and the
         // unsharded parameter (an autograd leaf over its storage, with its own version counter:
@@ -436,9 +443,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // micro-batches (reduce_grads and all_reduce_grads together), unless sync_each_batch.
     const bool sync = last_micro_batch || opts_.sync_each_batch;
     for (auto& g : groups_) g.reduce_grads = sync;
-    auto loss = common::forward_backward(spec_.model, *this, batch, rope_,
-                                         spec_.train.activation_checkpointing || opts_.activation_checkpointing,
-                                         loss_scale);
+    auto loss =
+        common::forward_backward(spec_.model, *this, batch, rope_,
+                                 spec_.train.activation_checkpointing || opts_.activation_checkpointing, loss_scale);
     return loss.to(at::kFloat);
   }
 
@@ -483,7 +490,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
 
   nlohmann::json resolved_options() const override {
     auto j = to_json(opts_);
-    auto name = [](std::optional<at::ScalarType> t) { return t ? std::string(c10::toString(*t)) : std::string("None"); };
+    auto name = [](std::optional<at::ScalarType> t) {
+      return t ? std::string(c10::toString(*t)) : std::string("None");
+    };
     j["sharded_param_dtype"] = std::string(c10::toString(dtypes_.orig));
     j["mp_param_dtype"] = name(dtypes_.param);
     j["mp_reduce_dtype"] = name(dtypes_.reduce);
@@ -713,7 +722,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
         r.split_sizes.push_back(t.numel());
         total += t.numel();
       }
-      r.output = at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
+      r.output =
+          at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
       auto input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
       r.work = issue_all_gather(r.output, input, g);
     }
@@ -771,7 +781,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (int id : g.params) {
         auto& p = params_[size_t(id)];
         common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
-        p.all_gather_output.copy_(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data : p.sharded_data);
+        p.all_gather_output.copy_(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data
+                                                                                 : p.sharded_data);
       }
     } else {
       r.work.wait();  // STREAM WAIT: the current stream waits the all-gather event
@@ -842,7 +853,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       }
     }
     if (!g.reduce_grads) {
-      reshard(gi);  // reshard_after_backward
+      reshard(gi);               // reshard_after_backward
       for (int id : g.params) {  // to_accumulated_grad_if_needed: upcast to reduce_dtype once
         auto& p = params_[size_t(id)];
         const auto& grad = p.unsharded.grad();
@@ -888,7 +899,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     r.input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
     auto input_2d = r.input.view({S, -1});
     at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
-    grads.clear();  // the unsharded gradients are freed after the copy-in
+    grads.clear();                              // the unsharded gradients are freed after the copy-in
     r.output = at::empty({g.grad_numel}, r.input.options());
     issue_reduce_scatter(r, g);
     notify("reduce_scatter", gi);
@@ -907,7 +918,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   // STREAM ROLE all_reduce_stream (waits the reduce-scatter stream): HSDP's all-reduce of the
   // reduce-scatter output across replicas.
   void issue_all_reduce(Reduction& r) {
-    r.all_reduce = comm_.all_reduce_async(r.output, factors_.ar_op, groups_[size_t(r.group)].spec.label, &replicate_group_);
+    r.all_reduce =
+        comm_.all_reduce_async(r.output, factors_.ar_op, groups_[size_t(r.group)].spec.label, &replicate_group_);
     r.all_reduce_issued = true;
   }
 
@@ -973,9 +985,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
   std::vector<Group> groups_;               // forward order; groups_[0] is the root state
   int embed_group_ = -1, tail_group_ = -1;
-  std::vector<int> post_forward_order_;     // comm_ctx.post_forward_order
-  at::Tensor all_gather_state_;             // comm_ctx.all_gather_state: last forward all-gather output
-  std::deque<Reduction> reductions_;        // reduce_scatter_state and the reductions behind it
+  std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
+  at::Tensor all_gather_state_;          // comm_ctx.all_gather_state: last forward all-gather output
+  std::deque<Reduction> reductions_;     // reduce_scatter_state and the reductions behind it
   bool iter_forward_root_ = false;
   bool final_callback_queued_ = false;
   models::RopeCache rope_;

@@ -118,8 +118,7 @@ Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
   o.state_dict_type = j.value("state_dict_type", o.state_dict_type);
   o.transformer_layer_cls_to_wrap = j.value("transformer_layer_cls_to_wrap", o.transformer_layer_cls_to_wrap);
   o.offload_params = j.value("offload_params", o.offload_params);
-  if (o.offload_params)
-    throw UsageError("fsdp2 offload_params true (CPUOffloadPolicy) is not supported yet");
+  if (o.offload_params) throw UsageError("fsdp2 offload_params true (CPUOffloadPolicy) is not supported yet");
   return o;
 }
 
@@ -146,9 +145,9 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
   // launcher passes when a key is absent (commands/launch.py defaults; FullyShardedDataParallelPlugin
   // __post_init__ reads them from FSDP_* variables).
   o.grouping = "accelerate";
-  o.auto_wrap_policy = "NO_WRAP";        // FSDP_AUTO_WRAP_POLICY unset -> "NO_WRAP"
-  o.cpu_ram_efficient_loading = true;    // --fsdp_cpu_ram_efficient_loading default "true"
-  bool sync_module_states = true;        // --fsdp_sync_module_states default "true"
+  o.auto_wrap_policy = "NO_WRAP";      // FSDP_AUTO_WRAP_POLICY unset -> "NO_WRAP"
+  o.cpu_ram_efficient_loading = true;  // --fsdp_cpu_ram_efficient_loading default "true"
+  bool sync_module_states = true;      // --fsdp_sync_module_states default "true"
   try {
     if (!root.IsMap()) throw UsageError(where + "not a YAML mapping");
     if (root["distributed_type"] && upper(root["distributed_type"].as<std::string>()) != "FSDP")
@@ -163,7 +162,8 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
                          "' is not supported (bf16 or no)");
     }
     if (root["num_processes"]) c.num_processes = root["num_processes"].as<int>();
-    if (const auto d = root["dynamo_config"]; d && d["dynamo_backend"] && upper(d["dynamo_backend"].as<std::string>()) != "NO")
+    if (const auto d = root["dynamo_config"];
+        d && d["dynamo_backend"] && upper(d["dynamo_backend"].as<std::string>()) != "NO")
       throw UsageError(where + "dynamo_config.dynamo_backend '" + d["dynamo_backend"].as<std::string>() +
                        "' (torch.compile) is not supported; set NO");
     if (const auto p = root["parallelism_config"]; p && p.IsMap() && p.size() > 0) {
@@ -184,7 +184,8 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
             throw UsageError(where + "parallelism_config." + key + " " + value +
                              " is not supported (data parallelism only: tp/cp/sp size 1)");
         } else {
-          c.ignored.push_back({"parallelism_config." + key, value, "only dp_replicate_size and dp_shard_size are read"});
+          c.ignored.push_back(
+              {"parallelism_config." + key, value, "only dp_replicate_size and dp_shard_size are read"});
         }
       }
       if (o.dp_replicate_size < 1 || o.dp_shard_size < 1)
@@ -198,8 +199,10 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
       if (key == "distributed_type" || key == "mixed_precision" || key == "num_processes" || key == "fsdp_config" ||
           key == "parallelism_config" || key == "dynamo_config")
         continue;
-      c.ignored.push_back({key, kv.second.IsScalar() ? kv.second.as<std::string>() : "(" + std::to_string(kv.second.size()) + " entries)",
-                           "launcher setting: does not change what a training step does"});
+      c.ignored.push_back(
+          {key,
+           kv.second.IsScalar() ? kv.second.as<std::string>() : "(" + std::to_string(kv.second.size()) + " entries)",
+           "launcher setting: does not change what a training step does"});
     }
     const auto f = root["fsdp_config"];
     if (f && f.IsMap()) {
@@ -227,7 +230,8 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
           else if (p == "SIZE_BASED_WRAP")
             throw UsageError(where + key + " SIZE_BASED_WRAP is not supported yet (TRANSFORMER_BASED_WRAP or NO_WRAP)");
           else
-            throw UsageError(where + key + " '" + value + "' is not one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP");
+            throw UsageError(where + key + " '" + value +
+                             "' is not one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP");
         } else if (key == "fsdp_transformer_layer_cls_to_wrap") {
           o.transformer_layer_cls_to_wrap = value;
           c.ignored.push_back({key, value,
@@ -241,11 +245,13 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
           o.cpu_ram_efficient_loading = str_to_bool(key, value);
         } else if (key == "fsdp_sync_module_states") {
           sync_module_states = str_to_bool(key, value);
-          c.ignored.push_back({key, value, "obsolete in FSDP2: accelerate sets it to None (FullyShardedDataParallel"
-                                           "Plugin.__post_init__); only its launch-time check is applied"});
+          c.ignored.push_back({key, value,
+                               "obsolete in FSDP2: accelerate sets it to None (FullyShardedDataParallel"
+                               "Plugin.__post_init__); only its launch-time check is applied"});
         } else if (key == "fsdp_use_orig_params") {
-          c.ignored.push_back({key, value, "obsolete in FSDP2: fully_shard always uses the original parameters "
-                                           "(accelerate sets it to None)"});
+          c.ignored.push_back({key, value,
+                               "obsolete in FSDP2: fully_shard always uses the original parameters "
+                               "(accelerate sets it to None)"});
         } else if (key == "fsdp_state_dict_type") {
           const auto t = upper(value);
           if (t == "LOCAL_STATE_DICT" || t == "1")
@@ -255,18 +261,19 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
           o.state_dict_type = (t == "FULL_STATE_DICT" || t == "2") ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT";
           c.ignored.push_back({key, value, "checkpoint format only: zerobench saves no checkpoints in a run"});
         } else if (key == "fsdp_offload_params") {
-          if (str_to_bool(key, value))
-            throw UsageError(where + key + " true (CPUOffloadPolicy) is not supported yet");
+          if (str_to_bool(key, value)) throw UsageError(where + key + " true (CPUOffloadPolicy) is not supported yet");
         } else if (key == "fsdp_forward_prefetch") {
-          c.ignored.push_back({key, value, "not read for fsdp_version 2 (FullyShardedDataParallelPlugin reads "
-                                           "FSDP_FORWARD_PREFETCH only for version 1)"});
+          c.ignored.push_back({key, value,
+                               "not read for fsdp_version 2 (FullyShardedDataParallelPlugin reads "
+                               "FSDP_FORWARD_PREFETCH only for version 1)"});
         } else if (key == "fsdp_backward_prefetch") {
           c.ignored.push_back({key, value, "FSDP2 has no backward_prefetch policy: accelerate sets it to None"});
           if (upper(value) != "NO_PREFETCH")
             c.warnings.push_back("backward_prefetch is not supported in FSDP2. Setting backward prefetch to None.");
         } else if (key == "fsdp_sharding_strategy") {
-          c.ignored.push_back({key, value, "not read for fsdp_version 2 (use fsdp_reshard_after_forward; HSDP "
-                                           "comes from parallelism_config)"});
+          c.ignored.push_back({key, value,
+                               "not read for fsdp_version 2 (use fsdp_reshard_after_forward; HSDP "
+                               "comes from parallelism_config)"});
         } else if (key == "fsdp_min_num_params") {
           c.ignored.push_back({key, value, "used only by SIZE_BASED_WRAP"});
         } else if (key == "fsdp_ignored_modules") {
@@ -278,8 +285,9 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
     }
     // accelerate utils/launch.py prepare_multi_gpu_env: raises at launch time.
     if (o.cpu_ram_efficient_loading && !sync_module_states)
-      throw UsageError(where + "fsdp_cpu_ram_efficient_loading true needs fsdp_sync_module_states true "
-                               "(accelerate launch raises ValueError)");
+      throw UsageError(where +
+                       "fsdp_cpu_ram_efficient_loading true needs fsdp_sync_module_states true "
+                       "(accelerate launch raises ValueError)");
   } catch (const YAML::Exception& e) {
     throw UsageError(where + e.what());
   } catch (const UsageError& e) {

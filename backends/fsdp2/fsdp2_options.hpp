@@ -5,7 +5,6 @@
 // validation. Must not: run anything.
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -76,8 +75,8 @@ nlohmann::json to_json(const IgnoredKey& k);
 // What an accelerate config with `fsdp_version: 2` says.
 struct Accelerate2Config {
   Fsdp2Options fsdp2;
-  std::string precision;      // "mixed" for mixed_precision bf16, "" for "no" or absent
-  int num_processes = 0;      // 0 = not given
+  std::string precision;              // "mixed" for mixed_precision bf16, "" for "no" or absent
+  int num_processes = 0;              // 0 = not given
   std::vector<std::string> warnings;  // what accelerate itself would warn about
   std::vector<IgnoredKey> ignored;
 };
