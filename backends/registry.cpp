@@ -1,6 +1,7 @@
 // registry.cpp — the list of backends zerobench knows, by name. A new backend adds one line.
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 #include "backends/engine.hpp"
 #include "runtime/errors.hpp"
@@ -14,7 +15,7 @@ nlohmann::json to_json(const ModelStateBytes& b) {
 
 const std::vector<BackendInfo>& registered_backends() {
   static const std::vector<BackendInfo> all = {ddp::backend_info(), fsdp::backend_info(),
-                                                 zero3::backend_info()};
+                                                 zero3::backend_info(), fsdp2::backend_info()};
   return all;
 }
 

@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   precision_cmd->add_flag("--scale-lr-by-world-size", study.scale_lr_by_world_size,
                           "also run FSDP low with lr x W (the blog's observation)");
+  precision_cmd->add_option("--modes", study.modes, "only these modes (comma-separated; fp32 always runs)")
+      ->delimiter(',');
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
   try {
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
   run.micro_batch_given = run_cmd->count("--micro-batch") > 0;
   run.grad_accum_given = run_cmd->count("--grad-accum") > 0;
   run.grad_clip_given = run_cmd->count("--grad-clip") > 0;
+  run.backend_given = run_cmd->count("--backend") > 0;
   const char* rank = std::getenv("RANK");
   const std::string who = rank && std::getenv("WORLD_SIZE") ? "rank " + std::string(rank) + ": " : "";
   try {

@@ -112,6 +112,7 @@ void validate_cell(const MatrixCell& cell) {
   o.micro_batch_given = app.count("--micro-batch") > 0;
   o.grad_accum_given = app.count("--grad-accum") > 0;
   o.grad_clip_given = app.count("--grad-clip") > 0;
+  o.backend_given = app.count("--backend") > 0;
   try {
     o.engine_spec();
   } catch (const UsageError& e) {

@@ -19,10 +19,27 @@ int model_info_command(const ModelInfoOptions& o) {
       backends::EngineSpec spec;
       spec.model = cfg;
       spec.precision = p;
-      // Per rank; ranks differ only by padding ownership, so report rank 0 and the max.
+      // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
+      // rank's unpadded rows) every run of consecutive ranks with the same bytes.
       const auto r0 = b.expected_bytes(spec, o.world_size, 0);
-      modes[b.name + ":" + p] = backends::to_json(r0);
-      modes[b.name + ":" + p]["total"] = r0.total();
+      auto& m = modes[b.name + ":" + p];
+      m = backends::to_json(r0);
+      m["total"] = r0.total();
+      nlohmann::json ranges = nlohmann::json::array();
+      backends::ModelStateBytes prev = r0;
+      int first = 0;
+      for (int r = 1; r <= o.world_size; ++r) {
+        const auto cur = r < o.world_size ? b.expected_bytes(spec, o.world_size, r) : backends::ModelStateBytes{};
+        if (r < o.world_size && cur == prev) continue;
+        auto range = backends::to_json(prev);
+        range["first_rank"] = first;
+        range["last_rank"] = r - 1;
+        range["total"] = prev.total();
+        ranges.push_back(range);
+        prev = cur;
+        first = r;
+      }
+      if (ranges.size() > 1) m["rank_ranges"] = ranges;
     }
   }
   nlohmann::json j = {{"model", cfg.preset},
@@ -46,11 +63,18 @@ int model_info_command(const ModelInfoOptions& o) {
   std::printf("FLOPs/token at T=%lld: 6N %.4g, PaLM %.4g, PaLM+recompute %.4g\n", (long long)o.seq_len, f.six_n, f.palm,
               f_ac.palm_recompute);
   std::printf("model-state bytes per rank at W=%d:\n", o.world_size);
-  for (const auto& [mode, b] : modes.items())
-    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f, buffers %.2f)\n",
+  for (const auto& [mode, b] : modes.items()) {
+    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f, buffers %.2f)
+",
                 mode.c_str(), b["total"].get<double>() / (1 << 30), b["params"].get<double>() / (1 << 30),
                 b["master_params"].get<double>() / (1 << 30), b["grads"].get<double>() / (1 << 30),
                 b["optimizer"].get<double>() / (1 << 30), b["buffers"].get<double>() / (1 << 30));
+    if (b.contains("rank_ranges"))
+      for (const auto& r : b["rank_ranges"])
+        std::printf("  %-14s   ranks %d-%d: %lld bytes
+", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
+                    (long long)r["total"].get<int64_t>());
+  }
   return kExitOk;
 }
 

@@ -310,6 +310,7 @@ int run_rank(const RunOptions& o) {
 int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   RunOptions o = o_in;
   o.nproc = o.world_size_hint();
+  o.backend = o.resolved_backend();  // fsdp2 for an accelerate config with fsdp_version: 2
   std::vector<std::string> warnings;
   const auto spec = o.engine_spec(&warnings);  // usage errors surface here, before anything starts
   o.precision = spec.precision;  // a config file may have chosen it

@@ -2,6 +2,7 @@
 #include "bench/run_options.hpp"
 
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 
@@ -24,8 +25,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
-  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|zero3")->capture_default_str();
-  app.add_option("--precision", o.precision, "ddp, fsdp: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
+  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|fsdp2|zero3")->capture_default_str();
+  app.add_option("--precision", o.precision, "ddp, fsdp, fsdp2: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -72,7 +73,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient all-reduce bucket size in MiB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--accelerate-config", o.accelerate_config, "fsdp: accelerate config YAML (fsdp_config: keys)")
+  app.add_option("--accelerate-config", o.accelerate_config,
+                 "fsdp: accelerate config YAML (fsdp_config: keys); fsdp_version: 2 selects fsdp2")
       ->check(CLI::ExistingFile);
   app.add_option("--sharding-strategy", o.sharding_strategy, "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)");
   app.add_option("--backward-prefetch", o.backward_prefetch, "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH");
@@ -81,8 +83,35 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--hsdp-shard-size", o.hsdp_shard_size, "fsdp HYBRID_SHARD: ranks per shard group (default: per node)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp mixed: gradient reduce dtype bf16|fp32 (default bf16)")
+  app.add_option("--reduce-dtype", o.reduce_dtype,
+                 "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
+                 "under mixed)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  // fsdp2 (issue 14): fully_shard / FSDPModule / MixedPrecisionPolicy / ParallelismConfig names.
+  app.add_option("--reshard-after-forward", o.reshard_after_forward,
+                 "fsdp2: fully_shard reshard_after_forward true|false|N (N: reshard to groups of N ranks)");
+  app.add_option("--output-dtype", o.output_dtype, "fsdp2: MixedPrecisionPolicy.output_dtype bf16|fp32|none")
+      ->check(CLI::IsMember({"bf16", "fp32", "none"}));
+  app.add_option("--modules-to-forward-prefetch", o.modules_to_forward_prefetch,
+                 "fsdp2: set_modules_to_forward_prefetch with the next N groups (0 = implicit prefetch only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--modules-to-backward-prefetch", o.modules_to_backward_prefetch,
+                 "fsdp2: set_modules_to_backward_prefetch with the next N groups in backward (0 = FSDP2's default)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dp-replicate-size", o.dp_replicate_size, "fsdp2: HSDP replicate mesh dim (ParallelismConfig)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dp-shard-size", o.dp_shard_size, "fsdp2: shard mesh dim (default world / --dp-replicate-size)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--fsdp2-grouping", o.fsdp2_grouping,
+                 "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
+                 "embedding / blocks / [norm, head] groups)")
+      ->check(CLI::IsMember({"root", "accelerate"}));
+  app.add_flag("--sync-each-batch", o.sync_each_batch,
+               "fsdp2: reduce-scatter every micro-batch (accelerate sync_each_batch) instead of no_sync accumulation");
+  app.add_flag("--force-sum-reduction-for-comms", o.force_sum_reduction_for_comms,
+               "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)");
+  app.add_flag("--cpu-ram-efficient-loading", o.cpu_ram_efficient_loading,
+               "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)");
   app.add_option("--deepspeed-config", o.deepspeed_config, "zero3: DeepSpeed JSON config (zero_optimization stage 3)")
       ->check(CLI::ExistingFile);
   app.add_option("--reduce-bucket-size", o.reduce_bucket_size, "zero3: gradient reduce bucket (elements)")
@@ -132,16 +161,35 @@ models::ModelConfig RunOptions::model_config() const {
 
 int RunOptions::world_size_hint() const {
   if (nproc_given || accelerate_config.empty()) return nproc;
-  const auto cfg = backends::fsdp::read_accelerate_config(accelerate_config);
-  return cfg.num_processes > 0 ? cfg.num_processes : nproc;
+  const int n = backends::fsdp2::is_accelerate_fsdp2_config(accelerate_config)
+                    ? backends::fsdp2::read_accelerate_fsdp2_config(accelerate_config).num_processes
+                    : backends::fsdp::read_accelerate_config(accelerate_config).num_processes;
+  return n > 0 ? n : nproc;
 }
+
+// BEGIN fsdp2 (issue 14): an accelerate config with `fsdp_version: 2` runs the FSDP2-mode engine.
+// The --config dispatch (issue 11) takes this decision over at merge.
+std::string RunOptions::resolved_backend() const {
+  if (!accelerate_config.empty() && backends::fsdp2::is_accelerate_fsdp2_config(accelerate_config)) {
+    if (backend_given && backend != "fsdp" && backend != "fsdp2")
+      throw UsageError("--accelerate-config " + accelerate_config + " has fsdp_version 2 (--backend fsdp2), not --backend " +
+                       backend);
+    return "fsdp2";
+  }
+  if (!accelerate_config.empty() && backend == "fsdp2")
+    throw UsageError("--accelerate-config " + accelerate_config + " has no fsdp_config.fsdp_version: 2; --backend fsdp2 "
+                     "reads FSDP2 configs only");
+  return backend;
+}
+// END fsdp2
 
 backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings) const {
   backends::EngineSpec spec;
   spec.model = model_config();
   spec.train = train;
   spec.precision = precision;
-  if (!accelerate_config.empty() && backend != "fsdp")
+  const std::string backend = resolved_backend();  // fsdp2 for an accelerate fsdp_version 2 file
+  if (!accelerate_config.empty() && backend != "fsdp" && backend != "fsdp2")
     throw UsageError("--accelerate-config configures --backend fsdp, not '" + backend + "'");
   if (backend == "fsdp") {
     backends::fsdp::FsdpOptions f;
@@ -161,9 +209,42 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
     spec.options = backends::fsdp::to_json(f);
     if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
   } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
-             !reduce_dtype.empty() || !limit_all_gathers.empty()) {
+             (!reduce_dtype.empty() && backend != "fsdp2") || !limit_all_gathers.empty()) {
     throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
   }
+  // BEGIN fsdp2 (issue 14)
+  if (backend == "fsdp2") {
+    backends::fsdp2::Fsdp2Options f;
+    if (!accelerate_config.empty()) {
+      auto cfg = backends::fsdp2::read_accelerate_fsdp2_config(accelerate_config);
+      f = cfg.fsdp2;
+      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
+      if (warnings) {
+        *warnings = cfg.warnings;
+        for (const auto& k : cfg.ignored) warnings->push_back(k.key + ": " + k.value + " ignored (" + k.reason + ")");
+      }
+    }
+    // Command-line flags override the file.
+    if (!reshard_after_forward.empty())
+      f.reshard_after_forward = backends::fsdp2::parse_reshard_after_forward("--reshard-after-forward", reshard_after_forward);
+    if (!reduce_dtype.empty()) f.reduce_dtype = reduce_dtype;
+    if (!output_dtype.empty()) f.output_dtype = output_dtype;
+    if (!fsdp2_grouping.empty()) f.grouping = fsdp2_grouping;
+    if (modules_to_forward_prefetch >= 0) f.modules_to_forward_prefetch = modules_to_forward_prefetch;
+    if (modules_to_backward_prefetch >= 0) f.modules_to_backward_prefetch = modules_to_backward_prefetch;
+    if (dp_replicate_size >= 0) f.dp_replicate_size = dp_replicate_size;
+    if (dp_shard_size >= 0) f.dp_shard_size = dp_shard_size;
+    if (sync_each_batch) f.sync_each_batch = true;
+    if (force_sum_reduction_for_comms) f.force_sum_reduction_for_comms = true;
+    if (cpu_ram_efficient_loading) f.cpu_ram_efficient_loading = true;
+    spec.options = backends::fsdp2::to_json(backends::fsdp2::fsdp2_options_from_json(backends::fsdp2::to_json(f)));
+    if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+  } else if (!reshard_after_forward.empty() || !output_dtype.empty() || !fsdp2_grouping.empty() ||
+             modules_to_forward_prefetch >= 0 || modules_to_backward_prefetch >= 0 || dp_replicate_size >= 0 ||
+             dp_shard_size >= 0 || sync_each_batch || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
+    throw UsageError("FSDP2 options (--reshard-after-forward, --dp-replicate-size, ...) need --backend fsdp2");
+  }
+  // END fsdp2
   if (!deepspeed_config.empty() && backend != "zero3")
     throw UsageError("--deepspeed-config configures --backend zero3, not '" + backend + "'");
   if (backend == "zero3") {

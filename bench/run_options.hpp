@@ -43,6 +43,11 @@ struct RunOptions {
   std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
   bool forward_prefetch = false;
   int hsdp_shard_size = 0;
+  // fsdp2 (empty / -1 = the config file's value or PyTorch's / accelerate's default)
+  std::string reshard_after_forward, output_dtype, fsdp2_grouping;
+  int modules_to_forward_prefetch = -1, modules_to_backward_prefetch = -1;
+  int dp_replicate_size = -1, dp_shard_size = -1;
+  bool sync_each_batch = false, force_sum_reduction_for_comms = false, cpu_ram_efficient_loading = false;
   // zero3 (-1 / empty = the config file's value or DeepSpeed's default)
   std::string deepspeed_config;
   int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;
@@ -50,7 +55,7 @@ struct RunOptions {
   std::string communication_data_type, grad_accum_dtype;
   // Which flags the command line gave (set by the CLI layer; config files fill the rest).
   bool nproc_given = false, precision_given = false, micro_batch_given = false, grad_accum_given = false,
-       grad_clip_given = false;
+       grad_clip_given = false, backend_given = false;
 
   models::ModelConfig model_config() const;  // preset + overrides, validated
   // Validated (throws UsageError). Reads backend config files; `warnings` gets the keys a
@@ -58,6 +63,8 @@ struct RunOptions {
   backends::EngineSpec engine_spec(std::vector<std::string>* warnings = nullptr) const;
   // World size: --nproc, else a config file's num_processes, else 1.
   int world_size_hint() const;
+  // --backend, or fsdp2 when --accelerate-config says fsdp_version: 2 (throws UsageError on a clash).
+  std::string resolved_backend() const;
   FaultInjection fault() const;
   std::string default_out(int world_size) const;
 };

@@ -117,6 +117,7 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
   auto root_out = [&](int i, at::Tensor y) { return per_module ? params.after_module_forward(kRootUnit, i, y) : y; };
   auto x = root_out(kEmbedding, at::embedding(root_weight(kEmbedding), tokens));  // [B, T, H]
   for (int unit = 1; unit <= cfg.layers; ++unit) {
+    x = params.before_unit_forward(unit, x);
     if (opts.activation_checkpointing && at::GradMode::is_enabled()) {
       auto w = params.unit_weights(unit);
       x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);

@@ -25,6 +25,10 @@ class UnitParamSource {
   // instead of unit_weights(unit) once. Checkpointed blocks still take all weights at once.
   virtual bool per_module() const { return false; }
   virtual at::Tensor module_weight(int unit, int index) { return unit_weights(unit)[size_t(index)]; }
+  // Called with a decoder block's input right before the block runs (its unit_weights call comes
+  // after); may wrap it in an autograd function (FSDP2's pre-forward registers its post-backward
+  // hook on the module's inputs) and must return the tensor the block takes as input.
+  virtual at::Tensor before_unit_forward(int /*unit*/, at::Tensor input) { return input; }
   // Called with the unit's output once its forward is done; may register backward hooks on it
   // and must return the tensor the model continues with (the output itself or a view of it).
   virtual at::Tensor after_unit_forward(int unit, at::Tensor output) { return output; }

@@ -1,5 +1,5 @@
-// comm.cpp — counted c10d collectives (see comm.hpp). Gloo has no AVG reduction, so every
-// reduction is a SUM and engines scale before/after as their framework does.
+// comm.cpp — counted c10d collectives (see comm.hpp). Reductions are SUM unless an engine asks
+// for another op (FSDP2's AVG); engines scale before/after as their framework does.
 #include "backends/common/comm.hpp"
 
 #include <algorithm>
@@ -189,6 +189,11 @@ PendingCollective Comm::all_gather_async(at::Tensor& out, at::Tensor& in, const 
 
 PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label,
                                                  const runtime::World* group) {
+  return reduce_scatter_async(out, in, c10d::ReduceOp::SUM, label, group);
+}
+
+PendingCollective Comm::reduce_scatter_async(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op,
+                                             const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
   TORCH_CHECK(in.numel() == out.numel() * g.size, "reduce_scatter: input numel ", in.numel(), " != ", g.size, " x ",
               out.numel());
@@ -199,7 +204,7 @@ PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in
     out.copy_(in);
   } else {
     c10d::ReduceScatterOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.reduceOp = op;
     work = g.pg->_reduce_scatter_base(out, in, opts);
   }
   return issue(CollectiveKind::kReduceScatter, g, work, int64_t(in.nbytes()), label, t0, {out, in});
@@ -222,15 +227,22 @@ void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string
 }
 
 void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
+  wait_from_issue(all_reduce_async(t, c10d::ReduceOp::SUM, label, group));
+}
+
+PendingCollective Comm::all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const std::string& label,
+                                         const runtime::World* group) {
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("all_reduce ") + label);
   const double t0 = now_s();
   c10::intrusive_ptr<c10d::Work> work;
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
-    work = g.pg->allreduce(ts);
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    work = g.pg->allreduce(ts, opts);
   }
-  wait_from_issue(issue(CollectiveKind::kAllReduce, g, work, int64_t(t.nbytes()), label, t0, {t}));
+  return issue(CollectiveKind::kAllReduce, g, work, int64_t(t.nbytes()), label, t0, {t});
 }
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {

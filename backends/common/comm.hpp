@@ -110,6 +110,12 @@ class Comm {
                                      const runtime::World* group = nullptr);
   PendingCollective reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label = "",
                                              const runtime::World* group = nullptr);
+  // With a chosen reduction (FSDP2 reduces with ReduceOp::AVG where _get_gradient_divide_factors
+  // says so; Gloo and NCCL both implement AVG). Counted like their SUM forms.
+  PendingCollective reduce_scatter_async(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op,
+                                         const std::string& label = "", const runtime::World* group = nullptr);
+  PendingCollective all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const std::string& label = "",
+                                     const runtime::World* group = nullptr);
 
   // NCCL: adds the device durations of collectives waited since the last call to time_s. Call
   // after a device synchronize (the trainer does, at the end of each step). No-op on Gloo.
