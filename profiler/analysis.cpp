@@ -204,12 +204,14 @@ UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& 
   }
   t.forward_s[0] = std::max(0.0, t.forward_total_s - fwd_blocks);
   t.backward_s[0] = std::max(0.0, t.backward_total_s - bwd_blocks);
+  t.other_s = std::max(0.0, compute_in({w.start_ns, w.end_ns}) - t.forward_total_s - t.backward_total_s - t.optimizer_s);
   return t;
 }
 
 nlohmann::json unit_times_json(const UnitTimes& t) {
   return {{"forward_s", t.forward_s},       {"backward_s", t.backward_s}, {"forward_total_s", t.forward_total_s},
-          {"backward_total_s", t.backward_total_s}, {"optimizer_s", t.optimizer_s}, {"window_s", t.window_s}};
+          {"backward_total_s", t.backward_total_s}, {"optimizer_s", t.optimizer_s}, {"window_s", t.window_s},
+          {"other_s", t.other_s}};
 }
 
 nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
@@ -261,6 +263,7 @@ nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const 
     units.backward_total_s = med_of([](const UnitTimes& u) { return u.backward_total_s; });
     units.optimizer_s = med_of([](const UnitTimes& u) { return u.optimizer_s; });
     units.window_s = med_of([](const UnitTimes& u) { return u.window_s; });
+    units.other_s = med_of([](const UnitTimes& u) { return u.other_s; });
   }
   return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}, {"units", unit_times_json(units)}};
 }

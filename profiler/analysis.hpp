@@ -66,10 +66,12 @@ std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, 
 // Compute inside a range: on the host source, the training thread's compute spans (the range
 // minus time blocked in wait()); on CUPTI, the covered time of compute kernels launched from
 // inside the range (runtime call -> kernel by correlation id). The root unit (embedding, final
-// norm, LM head: unit 0) is the rest of "forward"/"backward" once the blocks are taken out.
+// norm, LM head: unit 0) is the rest of "forward"/"backward" once the blocks are taken out;
+// `other_s` is the step's compute outside those three ranges (loss bookkeeping, callbacks).
 struct UnitTimes {
   std::vector<double> forward_s, backward_s;  // [unit]; unit 0 = root
   double forward_total_s = 0, backward_total_s = 0, optimizer_s = 0, window_s = 0;
+  double other_s = 0;  // compute in the step outside forward, backward and optimizer_step
 };
 UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& window);
 nlohmann::json unit_times_json(const UnitTimes& t);

@@ -179,6 +179,7 @@ TEST(UnitTimes, HostComputeInsideEachUnitRangeExcludesWaitsAndTheRootIsTheRest) 
   EXPECT_DOUBLE_EQ(t.backward_s[0], 480e-9 - 350e-9);
   EXPECT_DOUBLE_EQ(t.optimizer_s, 100e-9);
   EXPECT_DOUBLE_EQ(t.window_s, 1000e-9);
+  EXPECT_DOUBLE_EQ(t.other_s, 0.0);  // forward, backward and the optimizer cover the window
   // Two micro-batches: a unit's ranges add up within the step; the JSON carries the median over steps.
   acts.push_back(range("forward unit1", 210, 220));
   EXPECT_DOUBLE_EQ(unit_times(acts, {0, 0, 1000}).forward_s[1], 80e-9);

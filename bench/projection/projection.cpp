@@ -180,6 +180,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.forward_s = fwd;
     costs.backward_s = bwd;
     costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
+    costs.other_s = units.value("other_s", 0.0);
     // CPU: W ranks computing at once share the host's cores and memory. The slowdown is the
     // suite's own measurement: the square GEMM the report's rank probed at its start
     // (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same GEMM measured by the
@@ -212,6 +213,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
         for (auto& v : costs.forward_s) v *= slowdown;
         for (auto& v : costs.backward_s) v *= slowdown;
         costs.optimizer_s *= slowdown;
+        costs.other_s *= slowdown;
         char buf[64];
         std::snprintf(buf, sizeof(buf), "compute x%.3f: ", slowdown);
         notes.push_back(buf + slowdown_basis);
@@ -242,6 +244,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   compute_j["forward_s"] = costs.forward_s;
   compute_j["backward_s"] = costs.backward_s;
   compute_j["optimizer_s"] = costs.optimizer_s;
+  compute_j["other_s"] = costs.other_s;
 
   ScheduleInput in;
   in.backend = backend;

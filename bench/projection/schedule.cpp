@@ -158,6 +158,7 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
     p.wait(ar);
   }
   p.compute("optimizer", in.costs.optimizer_s);
+  p.compute("other", in.costs.other_s);
   return p;
 }
 
@@ -411,6 +412,7 @@ class Zero3Builder {
     for (int id = 0; id < int(params_.size()); ++id)
       if (params_[size_t(id)].persistent && params_[size_t(id)].available) persistent.push_back(id);
     if (!persistent.empty()) all_gather_coalesced(persistent, "persistent", false);
+    prog_.compute("other", in_.costs.other_s);
   }
 
   const ScheduleInput& in_;
@@ -449,6 +451,7 @@ Program ddp_program(const ScheduleInput& in, const Calibration& cal) {
     p.wait(ar);
   }
   p.compute("optimizer", in.costs.optimizer_s);
+  p.compute("other", in.costs.other_s);
   return p;
 }
 }  // namespace

@@ -31,6 +31,7 @@ namespace zb::bench::projection {
 struct UnitCosts {
   std::vector<double> forward_s, backward_s;
   double optimizer_s = 0;  // per optimizer step, on this world size's shard
+  double other_s = 0;      // per step: compute outside forward, backward and the optimizer
 };
 
 struct ScheduleInput {
