@@ -120,7 +120,7 @@ TEST(MicroCli, QuickTwoRankRunWritesGoogleBenchmarkJsonWithNcclTestsCounters) {
 
 TEST(MicroCli, FlagsThatWouldBreakLockstepOrOutputAreRefused) {
   for (const char* bad : {"--benchmark_out=x.json", "--benchmark_enable_random_interleaving=true", "--bogus",
-                          "--dtypes fp8", "--suite nope", "--min-bytes 0"}) {
+                          "--dtypes fp8", "--suite nope", "--min-bytes 0", "--calibrate c.json"}) {
     const auto r = test_support::run_zerobench(std::string("micro --quick ") + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
   }

@@ -171,6 +171,8 @@ int micro_command(const MicroOptions& o_in, const std::vector<std::string>& argv
   suite_of(o);  // usage errors before anything starts
   const bool in_job =
       runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
+  if (!in_job && o.nproc == 1 && !o.calibrate.empty())
+    throw UsageError("--calibrate needs collectives across ranks: --nproc 2 or more (at W=1 they are local copies)");
   if (in_job || o.nproc == 1) {
     if (!in_job) {
       setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);

@@ -181,11 +181,12 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.backward_s = bwd;
     costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
     costs.other_s = units.value("other_s", 0.0);
-    // CPU: W ranks computing at once share the host's cores and memory. The slowdown is the
-    // suite's own measurement: the square GEMM the report's rank probed at its start
-    // (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same GEMM measured by the
-    // calibration run with all its W ranks at once (gemm/<dtype>/square, max over ranks).
-    // Without those numbers: W*T/C once W ranks of T threads oversubscribe C cores.
+    // CPU: W ranks computing at once share the host's cores. Default (`cores`): W*T/C once W
+    // ranks of T threads oversubscribe C cores. `gemm`: the suite's own measurement — the square
+    // GEMM the report's rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp)
+    // against the same GEMM measured by the calibration run with all its W ranks at once
+    // (gemm/<dtype>/square, max over ranks); it also sees memory-bandwidth contention, but on a
+    // shared machine it compares two single measurements taken at different times.
     double slowdown = 1.0;
     std::string slowdown_basis = "none";
     const int threads = r["env"].value("threads_per_rank", 1);
@@ -196,17 +197,20 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
       for (const auto& [d, v] : cal.gemm_tflops)
         if (d == dt) together = v;
       const int local = o.world / o.nodes;
-      if (alone > 0 && together > 0 && cal.world_size == local && cal.threads_per_rank == threads) {
+      const int local_m = emulated_m ? 1 : world_m;
+      if (o.cpu_contention == "gemm") {
+        if (!(alone > 0 && together > 0 && cal.world_size == local && cal.threads_per_rank == threads))
+          throw UsageError("project: --cpu-contention gemm needs the report's measured GEMM and a calibration run at W=" +
+                           std::to_string(local) + " with " + std::to_string(threads) + " thread(s) per rank");
         slowdown = alone / together;
         char buf[200];
         std::snprintf(buf, sizeof(buf), "%s square GEMM: %.4g TFLOP/s in the report (W=%d) vs %.4g with %d ranks at once "
-                      "(calibration)", dt.c_str(), alone, emulated_m ? 1 : world_m, together, local);
+                      "(calibration)", dt.c_str(), alone, local_m, together, local);
         slowdown_basis = buf;
       } else if (cal.host_cores > 0) {
-        const int local_m = emulated_m ? 1 : world_m;
         slowdown = std::max(1.0, double(local) * threads / double(cal.host_cores)) /
                    std::max(1.0, double(local_m) * threads / double(cal.host_cores));
-        slowdown_basis = std::to_string(local) + " ranks x " + std::to_string(threads) + " threads on " +
+        slowdown_basis = std::to_string(local) + " ranks x " + std::to_string(threads) + " thread(s) on " +
                          std::to_string(cal.host_cores) + " cores";
       }
       if (slowdown != 1.0) {
@@ -401,6 +405,11 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
   app.add_option("--peak-tflops", o.peak_tflops, "peak for MFU (default: preset, measured GEMM, or the report's)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--timeline", o.timeline, "include every simulated compute/comm span in projection.timeline");
+  app.add_option("--cpu-contention", o.cpu_contention,
+                 "CPU: compute slowdown of W ranks at once: cores (W x threads / cores, default) or gemm (the "
+                 "report's GEMM probe vs the calibration's square GEMM with W ranks at once)")
+      ->check(CLI::IsMember({"cores", "gemm"}))
+      ->capture_default_str();
 }
 
 int project_command(const ProjectOptions& o) {
