@@ -1,27 +1,14 @@
-// peak.cpp — peak FLOP/s resolution and the GEMM probe (see peak.hpp).
+// peak.cpp — peak FLOP/s resolution (see peak.hpp); the GEMM itself is bench/micro/gemm.
 #include "bench/peak.hpp"
 
-#include <chrono>
-
+#include "bench/micro/gemm.hpp"
 #include "runtime/device.hpp"
 
 namespace zb::bench {
 
 double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
-  at::NoGradGuard no_grad;
-  auto a = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
-  auto b = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
-  auto c = at::mm(a, b);  // warm-up
-  auto timer = runtime::make_region_timer(device);
-  int64_t reps = 0;
-  double elapsed = 0;
-  while (elapsed < 0.3 || reps < 3) {
-    timer->start();
-    at::mm_out(c, a, b);
-    elapsed += timer->stop_s();
-    ++reps;
-  }
-  return 2.0 * double(n) * double(n) * double(n) * double(reps) / elapsed / 1e12;
+  micro::Gemm gemm(device, dtype, {"square", n, n, n});
+  return micro::measure_tflops(gemm, device);
 }
 
 Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype) {
@@ -35,14 +22,14 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
   if (device.is_cuda()) {
     // Always probe a large bf16 GEMM on a GPU: MFU against the datasheet and against what
     // this device's cuBLAS actually reaches are both reported.
-    p.measured_gemm_tflops = measure_gemm_tflops(device, at::kBFloat16, 8192);
+    p.measured_gemm_tflops = measure_gemm_tflops(device, at::kBFloat16, micro::peak_probe_shape(device, at::kBFloat16).n);
     if (auto dt = runtime::datasheet_peak_tflops(name)) {
       p.tflops = *dt;
       p.source = "datasheet: " + name + " dense bf16";
       return p;
     }
   }
-  const int64_t n = device.is_cuda() ? 8192 : (compute_dtype == at::kFloat ? 1024 : 512);
+  const int64_t n = micro::peak_probe_shape(device, compute_dtype).n;
   p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
   p.tflops = p.measured_gemm_tflops;
   p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name;

@@ -116,6 +116,22 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
   }
   json summary = json::object();
   for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
+  // Per-unit compute times: the median over ranks of each rank's per-step medians.
+  json units = json::object();
+  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s"}) {
+    std::vector<double> v;
+    for (const auto& r : per_rank) v.push_back(r["units"].value(k, 0.0));
+    units[k] = reports::summarize(v).median;
+  }
+  for (const char* k : {"forward_s", "backward_s"}) {
+    json arr = json::array();
+    for (size_t u = 0; u < per_rank.front()["units"][k].size(); ++u) {
+      std::vector<double> v;
+      for (const auto& r : per_rank) v.push_back(u < r["units"][k].size() ? r["units"][k][u].get<double>() : 0.0);
+      arr.push_back(reports::summarize(v).median);
+    }
+    units[k] = arr;
+  }
   const auto& traced = per_rank.front()["traced_step_times_s"];
   const double traced_median = reports::summarize(traced.get<std::vector<double>>()).median;
   const double untraced_median = reports::summarize(untraced_step_times).median;
@@ -124,6 +140,7 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
           {"overlap_ratio", summary.value("overlap_ratio", 0.0)},
           {"exposed_comm_s", summary.value("exposed_comm_s", 0.0)},
           {"summary", summary},
+          {"units", units},
           {"tracer_overhead",
            {{"traced_step_time_s", traced_median},
             {"untraced_step_time_s", untraced_median},

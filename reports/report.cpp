@@ -96,8 +96,17 @@ std::vector<std::string> validate_report(const json& r) {
   require(r, "", "steps", Type::Array, p);
   if (!p.empty()) return p;
   const bool emulated = r["env"].value("emulated", false);
-  if (r["ranks"].size() != (emulated ? 1 : r["env"]["world_size"].get<size_t>()))
+  // A projection (`zerobench project`) measured no rank: it carries none, and a `projection`.
+  const bool projected = r.contains("projection");
+  if (projected) {
+    require(r, "", "projection", Type::Object, p);
+    for (const char* k : {"projection/step_time_s", "projection/tokens_per_gpu_per_s", "projection/mfu",
+                          "projection/exposed_comm_s"})
+      require(r, "", k, Type::Number, p);
+    if (!r["ranks"].empty()) p.push_back("ranks: a projected report has no per-rank entries");
+  } else if (r["ranks"].size() != (emulated ? 1 : r["env"]["world_size"].get<size_t>())) {
     p.push_back(emulated ? "ranks: an emulated run has one entry (the rank it played)" : "ranks: one entry per rank expected");
+  }
   for (size_t i = 0; i < r["ranks"].size(); ++i) {
     const auto where = "ranks[" + std::to_string(i) + "]/";
     const auto& rk = r["ranks"][i];

@@ -53,7 +53,25 @@ struct Row {
     for (double m : cat_mib) sum += m;
     return sum;
   }
+  bool projected = false;                  // a `zerobench project` output
+  std::string workload;                    // what a projection and a measurement must share
+  double predicted_tps = NAN, prediction_error = NAN;  // filled when a projection matches
 };
+
+// Model dims, backend, precision, batch shape, W and nodes: a projection predicts a measured
+// run when these agree.
+std::string workload_key(const json& r) {
+  if (!r.contains("env") || !r.contains("config") || !r["config"].contains("model")) return "";
+  const auto& c = r["config"];
+  json k;
+  for (const char* d : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) k[d] = c["model"].value(d, 0);
+  k["backend"] = c["backend"].value("name", "");
+  k["precision"] = c["backend"].value("precision", "");
+  for (const char* t : {"micro_batch", "seq_len", "grad_accum"}) k[t] = c.value("train", json::object()).value(t, 0);
+  k["world_size"] = r["env"].value("world_size", 0);
+  k["nodes"] = r["env"].value("nodes", 1);
+  return k.dump();
+}
 
 Row row_of(const json& r) {
   Row row;
@@ -86,10 +104,16 @@ Row row_of(const json& r) {
   }
   if (r.contains("profile") && r["profile"].is_object() && r["profile"].contains("overlap_ratio"))
     row.overlap = r["profile"]["overlap_ratio"];
+  row.projected = r.contains("projection");
+  if (row.projected) {
+    row.overlap = r["projection"].value("overlap_ratio", NAN);
+    row.predicted_tps = row.tps;
+  }
+  row.workload = workload_key(r);
   return row;
 }
 
-std::vector<std::string> header(bool with_baseline) {
+std::vector<std::string> header(bool with_baseline, bool with_projection) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
@@ -100,6 +124,10 @@ std::vector<std::string> header(bool with_baseline) {
     h.insert(h.end() - 1, "tokens/GPU/s vs base");
     h.insert(h.end() - 1, "peak MiB vs base");
   }
+  if (with_projection) {
+    h.insert(h.end() - 1, "predicted tokens/GPU/s");
+    h.insert(h.end() - 1, "prediction error");
+  }
   return h;
 }
 
@@ -108,7 +136,7 @@ std::string relative(double v, double base) {
   return fmt("%+.1f%%", (v / base - 1) * 100);
 }
 
-std::vector<std::string> cells_of(const Row& r, const Row* base) {
+std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_projection) {
   auto dash_if_failed = [&](const std::string& s) { return r.state == "ok" ? s : std::string("-"); };
   std::vector<std::string> c = {r.cell,
                                 r.backend,
@@ -127,7 +155,11 @@ std::vector<std::string> cells_of(const Row& r, const Row* base) {
     c.push_back(r.state == "ok" ? relative(r.tps, base->tps) : "-");
     c.push_back(r.state == "ok" ? relative(r.peak_mib, base->peak_mib) : "-");
   }
-  c.push_back(r.state == "ok" ? "ok" : r.state + ": " + r.error);
+  if (with_projection) {
+    c.push_back(std::isfinite(r.predicted_tps) ? fmt("%.1f", r.predicted_tps) : "-");
+    c.push_back(std::isfinite(r.prediction_error) ? fmt("%+.1f%%", 100 * r.prediction_error) : "-");
+  }
+  c.push_back(r.state != "ok" ? r.state + ": " + r.error : r.projected ? "projected" : "ok");
   return c;
 }
 
@@ -139,7 +171,7 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string render_html(const std::vector<json>& reports, const std::vector<Row>& rows, const Row* base,
-                        const std::vector<std::string>& head) {
+                        const std::vector<std::string>& head, bool with_projection) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>zerobench report</title>\n"
     << "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
@@ -156,7 +188,7 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   o << "</tr></thead><tbody>\n";
   for (const auto& r : rows) {
     o << "<tr>";
-    const auto c = cells_of(r, base);
+    const auto c = cells_of(r, base, with_projection);
     for (size_t i = 0; i < c.size(); ++i)
       o << (i + 1 == c.size() && r.state != "ok" ? "<td class=\"bad\">" : "<td>") << svg::escape(c[i]) << "</td>";
     o << "</tr>\n";
@@ -251,14 +283,26 @@ std::string render_table(const std::vector<json>& reports, const TableOptions& o
       if (r.cell == opts.baseline) base = &r;
     if (!base) throw UsageError("--baseline cell '" + opts.baseline + "' is not among the reports");
   }
-  const auto head = header(base != nullptr);
-  if (opts.format == "html") return render_html(reports, rows, base, head);
+  // Projections beside measurements: a measured row whose workload a projection predicts
+  // gets the predicted throughput and the error (predicted - measured) / measured.
+  bool with_projection = false;
+  for (const auto& r : rows) with_projection = with_projection || r.projected;
+  for (auto& r : rows) {
+    if (r.projected || r.state != "ok" || r.workload.empty()) continue;
+    for (const auto& p : rows)
+      if (p.projected && p.workload == r.workload && r.tps > 0) {
+        r.predicted_tps = p.tps;
+        r.prediction_error = (p.tps - r.tps) / r.tps;
+      }
+  }
+  const auto head = header(base != nullptr, with_projection);
+  if (opts.format == "html") return render_html(reports, rows, base, head, with_projection);
   std::ostringstream o;
   if (opts.format == "csv") {
     for (size_t i = 0; i < head.size(); ++i) o << (i ? "," : "") << csv_field(head[i]);
     o << "\n";
     for (const auto& r : rows) {
-      const auto c = cells_of(r, base);
+      const auto c = cells_of(r, base, with_projection);
       for (size_t i = 0; i < c.size(); ++i) o << (i ? "," : "") << csv_field(c[i]);
       o << "\n";
     }
@@ -272,7 +316,7 @@ std::string render_table(const std::vector<json>& reports, const TableOptions& o
   o << "\n";
   for (const auto& r : rows) {
     o << "|";
-    for (const auto& c : cells_of(r, base)) o << " " << c << " |";
+    for (const auto& c : cells_of(r, base, with_projection)) o << " " << c << " |";
     o << "\n";
   }
   return o.str();
