@@ -106,8 +106,6 @@ void add_run_options(CLI::App& app, RunOptions& o) {
                  "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
                  "embedding / blocks / [norm, head] groups)")
       ->check(CLI::IsMember({"root", "accelerate"}));
-  app.add_flag("--sync-each-batch", o.sync_each_batch,
-               "fsdp2: reduce-scatter every micro-batch (accelerate sync_each_batch) instead of no_sync accumulation");
   app.add_flag("--force-sum-reduction-for-comms", o.force_sum_reduction_for_comms,
                "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)");
   app.add_flag("--cpu-ram-efficient-loading", o.cpu_ram_efficient_loading,
@@ -234,14 +232,16 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
     if (modules_to_backward_prefetch >= 0) f.modules_to_backward_prefetch = modules_to_backward_prefetch;
     if (dp_replicate_size >= 0) f.dp_replicate_size = dp_replicate_size;
     if (dp_shard_size >= 0) f.dp_shard_size = dp_shard_size;
-    if (sync_each_batch) f.sync_each_batch = true;
+    // --sync-each-batch is a training option (accelerate's GradientAccumulationPlugin), shared by all.
+    f.sync_each_batch = f.sync_each_batch || spec.train.sync_each_batch;
+    spec.train.sync_each_batch = f.sync_each_batch;
     if (force_sum_reduction_for_comms) f.force_sum_reduction_for_comms = true;
     if (cpu_ram_efficient_loading) f.cpu_ram_efficient_loading = true;
     spec.options = backends::fsdp2::to_json(backends::fsdp2::fsdp2_options_from_json(backends::fsdp2::to_json(f)));
     if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
   } else if (!reshard_after_forward.empty() || !output_dtype.empty() || !fsdp2_grouping.empty() ||
              modules_to_forward_prefetch >= 0 || modules_to_backward_prefetch >= 0 || dp_replicate_size >= 0 ||
-             dp_shard_size >= 0 || sync_each_batch || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
+             dp_shard_size >= 0 || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
     throw UsageError("FSDP2 options (--reshard-after-forward, --dp-replicate-size, ...) need --backend fsdp2");
   }
   // END fsdp2

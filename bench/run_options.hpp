@@ -47,7 +47,7 @@ struct RunOptions {
   std::string reshard_after_forward, output_dtype, fsdp2_grouping;
   int modules_to_forward_prefetch = -1, modules_to_backward_prefetch = -1;
   int dp_replicate_size = -1, dp_shard_size = -1;
-  bool sync_each_batch = false, force_sum_reduction_for_comms = false, cpu_ram_efficient_loading = false;
+  bool force_sum_reduction_for_comms = false, cpu_ram_efficient_loading = false;
   // zero3 (-1 / empty = the config file's value or DeepSpeed's default)
   std::string deepspeed_config;
   int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;

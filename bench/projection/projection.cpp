@@ -117,7 +117,14 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   if (!projection_supports(backend))
     throw UsageError("project: --backend '" + backend + "' has no modelled schedule (fsdp, zero3, ddp)");
   const std::string precision = cfg_j["backend"].value("precision", "fp32");
-  const json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
+  json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
+  // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
+  // what was asked for: a projection to another world size schedules the requested strategy.
+  if (options.contains("sharding_strategy_requested") && o.world > 1) {
+    options["sharding_strategy"] = options["sharding_strategy_requested"];
+    options.erase("sharding_strategy_requested");
+    options.erase("sharding_strategy_note");
+  }
   const auto model_m = model_of(cfg_j["model"]);
   backends::TrainConfig train;
   const auto& tj = cfg_j["train"];

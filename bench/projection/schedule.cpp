@@ -101,6 +101,11 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
 
   const int64_t A = in.train.grad_accum;
   for (int64_t m = 0; m < A; ++m) {
+    // accelerate's accumulate(): non-final micro-batches under no_sync unless sync_each_batch
+    // (_post_backward_hook: `if not state._sync_gradients: return`); _should_free_in_backward:
+    // sharded and (sync_gradients or a reshard-after-forward strategy).
+    const bool sync = in.train.sync_each_batch || m == A - 1;
+    const bool free_in_backward = sharded && (sync || reshard_after_forward);
     std::vector<int> pending, issued_this_backward;  // reductions_ / every reduce-scatter of this backward
     // Forward: the root's all-gather, then each block (unit_weights / after_unit_forward).
     unshard(0);
@@ -118,8 +123,9 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
     // Backward: the root's pre-backward (prefetch of the last block), its LM-head backward,
     // then each block from the last.
     auto post_backward = [&](int u) {  // post_backward: reshard, prefetch, reduce, finish the previous
-      if (sharded) reshard(u);
+      if (free_in_backward) reshard(u);
       if (prefetch == "BACKWARD_POST") prefetch_backward(u);
+      if (!sync) return;  // no_sync: the unsharded gradient accumulates, no reduction
       const int64_t bytes = padded[size_t(u)] * reduce.bytes;
       if (sharded) {
         const int rs = p.issue(CollectiveKind::kReduceScatter, "unit" + std::to_string(u), bytes,
@@ -149,7 +155,8 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
     // post_backward_final: every reduce-scatter is waited for before the optimizer or the next
     // micro-batch (CUDA: the compute stream waits for the post-backward stream).
     for (int r : cpu ? pending : issued_this_backward) p.wait(r);
-    for (int u = 0; u < U; ++u) reshard(u);
+    if (free_in_backward)
+      for (int u = 0; u < U; ++u) reshard(u);
   }
   // optimizer_step: the global grad norm's all-reduce (one fp32), then clip + AdamW on the shard.
   if (sharded) {
