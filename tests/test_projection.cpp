@@ -190,6 +190,42 @@ TEST(Schedule, FsdpProgramsIssueTheEnginesCollectivesInOrderWithItsBytes) {
   }
 }
 
+TEST(Schedule, Fsdp2ProgramsIssueTheEnginesCollectivesInOrderWithItsBytes) {
+  auto spec = test_support::small_spec(1);
+  spec.train.steps = 3;
+  for (const char* precision : {"mixed", "low", "fp32"}) {
+    spec.precision = precision;
+    spec.options = json::object();
+    expect_program_matches_engine("fsdp2", spec);
+  }
+  spec.precision = "mixed";
+  spec.train.grad_accum = 2;  // no_sync: one reduce-scatter per group per step
+  spec.options = json::object();
+  expect_program_matches_engine("fsdp2", spec);
+  spec.options = {{"reshard_after_forward", false}};  // no all-gather in backward
+  expect_program_matches_engine("fsdp2", spec);
+  spec.train.sync_each_batch = true;
+  expect_program_matches_engine("fsdp2", spec);
+}
+
+TEST(Schedule, Fsdp2RefusesWhatItDoesNotModelNamingIt) {
+  ScheduleInput in;
+  in.backend = "fsdp2";
+  in.precision = "mixed";
+  in.model = test_support::small_spec(1).model;
+  in.world = 2;
+  const auto cal = flat_calibration(0.0, 1.0);
+  in.options = {{"reshard_after_forward", 2}};
+  try {
+    build_program(in, cal);
+    FAIL() << "an int reshard_after_forward was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("reshard_after_forward 2"), std::string::npos) << e.what();
+  }
+  in.options = {{"mesh", {{"dp_replicate", 2}, {"dp_shard", 1}}}};
+  EXPECT_THROW(build_program(in, cal), UsageError);
+}
+
 TEST(Schedule, Zero3ProgramsFollowPrefetchReleaseAndBucketsAsTheEngineDoes) {
   auto spec = test_support::small_spec(1);
   spec.train.steps = 3;

@@ -441,7 +441,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     // accelerate accumulate()/no_sync for FSDP2: set_requires_gradient_sync(False) on non-final
     // micro-batches (reduce_grads and all_reduce_grads together), unless sync_each_batch.
-    const bool sync = last_micro_batch || opts_.sync_each_batch;
+    const bool sync = last_micro_batch || opts_.sync_each_batch || spec_.train.sync_each_batch;
     for (auto& g : groups_) g.reduce_grads = sync;
     auto loss =
         common::forward_backward(spec_.model, *this, batch, rope_,

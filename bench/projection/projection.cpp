@@ -115,7 +115,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   const std::string report_backend = cfg_j["backend"].value("name", "");
   const std::string backend = o.backend.empty() ? report_backend : o.backend;
   if (!projection_supports(backend))
-    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (fsdp, zero3, ddp)");
+    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (fsdp, fsdp2, zero3, ddp)");
   const std::string precision = cfg_j["backend"].value("precision", "fp32");
   json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
   // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
@@ -166,13 +166,13 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     const auto& units = prof["units"];
     std::vector<double> fwd = units["forward_s"].get<std::vector<double>>();
     std::vector<double> bwd = units["backward_s"].get<std::vector<double>>();
-    if ((backend == "fsdp" || backend == "zero3") && int64_t(fwd.size()) != model_m.layers + 1)
+    if ((backend == "fsdp" || backend == "fsdp2" || backend == "zero3") && int64_t(fwd.size()) != model_m.layers + 1)
       throw UsageError("project: the report has per-unit times for " + std::to_string(fwd.size()) + " units, not " +
-                       std::to_string(model_m.layers + 1) + " (project from an fsdp or zero3 report: ddp has no unit ranges)");
+                       std::to_string(model_m.layers + 1) + " (project from an fsdp, fsdp2 or zero3 report: ddp has no unit ranges)");
     for (auto& v : fwd) v /= double(accum_m);
     for (auto& v : bwd) v /= double(accum_m);
     if (o.layers > 0 && o.layers != model_m.layers) {
-      if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (an fsdp or zero3 report)");
+      if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (an fsdp, fsdp2 or zero3 report)");
       const double bf = median(std::vector<double>(fwd.begin() + 1, fwd.end()));
       const double bb = median(std::vector<double>(bwd.begin() + 1, bwd.end()));
       fwd.resize(1);

@@ -374,6 +374,16 @@ class Zero3Builder {
     };
     module(0, 0);
     for (int u = 1; u < units(); ++u) {
+      if (in_.train.activation_checkpointing) {  // unit_weights: the whole block fetched at once
+        release_held();
+        for (int i = 0; i < unit_size(u); ++i) {
+          fetch(first_[size_t(u)] + i);
+          held_.push_back(first_[size_t(u)] + i);
+        }
+        prog_.compute("F" + std::to_string(u), share_at(in_.costs.forward_s, size_t(u)));
+        release_held();
+        continue;
+      }
       const auto shares = module_shares(u);
       for (int i = 0; i < unit_size(u); ++i) {
         module(u, i);
@@ -386,7 +396,8 @@ class Zero3Builder {
     prog_.compute("F0", share_at(in_.costs.forward_s, 0));
     release_held();
     // Backward: pre_backward(root), the LM head's and final norm's gradients, then each block
-    // (all its modules fetched at its pre-backward, gradients in reverse execution order).
+    // module by module in reverse execution order (_pre_backward_module_hook: fetch_sub_module
+    // when the module's output gradient arrives, then its weight's gradient).
     fetch(first_[0] + 2);
     fetch(first_[0] + 1);
     prog_.compute("B0", share_at(in_.costs.backward_s, 0));
@@ -394,8 +405,13 @@ class Zero3Builder {
     post_backward(first_[0] + 1);
     for (int u = units() - 1; u >= 1; --u) {
       const auto shares = module_shares(u);
-      for (int i = unit_size(u) - 1; i >= 0; --i) fetch(first_[size_t(u)] + i);
+      // A checkpointed block recomputes as a whole: the engine fetches all its weights at the
+      // block's pre-backward (reverse execution order).
+      const bool whole = in_.train.activation_checkpointing;
+      if (whole)
+        for (int i = unit_size(u) - 1; i >= 0; --i) fetch(first_[size_t(u)] + i);
       for (int i = unit_size(u) - 1; i >= 0; --i) {
+        if (!whole) fetch(first_[size_t(u)] + i);
         prog_.compute("B" + std::to_string(u), shares[size_t(i)] * share_at(in_.costs.backward_s, size_t(u)));
         post_backward(first_[size_t(u)] + i);
       }
@@ -436,6 +452,118 @@ class Zero3Builder {
   Program prog_;
 };
 
+// ---------------------------------------------------------------- FSDP2-mode (fsdp2_engine.cpp)
+// The default grouping (PyTorch's recipe: fully_shard on each block, then on the model): group 0
+// is the root (embedding, final norm, LM head; reshard_after_forward None -> False in
+// _lazy_init), groups 1..L the blocks. Upstream (torch/distributed/fsdp/_fully_shard/): the
+// all-gather streams never wait for compute except through the copy-out events, so the host
+// issuing a group's all-gather in its pre-forward is FSDP2's implicit prefetch (kAsyncDevice:
+// ready at once); the reduce-scatter stream waits the current stream (foreach_reduce); the
+// current stream waits the previous group's reduce-scatter event in the next post-backward
+// (_fsdp_param_group.py post_backward) and every reduction in finalize_backward.
+Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
+  const auto& o = in.options;
+  auto refuse = [](const std::string& what) {
+    throw UsageError("projection: fsdp2 " + what + " is not modelled (the default grouping, reshard_after_forward "
+                     "true/false, implicit prefetch, no HSDP are)");
+  };
+  if (o.value("grouping", std::string("root")) != "root") refuse("grouping " + o.value("grouping", std::string()));
+  if (o.value("auto_wrap_policy", std::string("TRANSFORMER_BASED_WRAP")) != "TRANSFORMER_BASED_WRAP")
+    refuse("auto_wrap_policy " + o.value("auto_wrap_policy", std::string()));
+  if (o.value("modules_to_forward_prefetch", 0) > 0) refuse("modules_to_forward_prefetch");
+  if (o.value("modules_to_backward_prefetch", 0) > 0) refuse("modules_to_backward_prefetch");
+  if (o.contains("mesh") && o["mesh"].value("dp_replicate", 1) > 1) refuse("HSDP (dp_replicate_size > 1)");
+  bool reshard_blocks = true;
+  if (o.contains("reshard_after_forward")) {
+    const auto& r = o["reshard_after_forward"];
+    if (r.is_boolean())
+      reshard_blocks = r.get<bool>();
+    else
+      refuse("reshard_after_forward " + r.dump() + " (a post-forward mesh)");
+  }
+  const Dt gather = dt_option(o, "all_gather_dtype", compute_dt(in.precision));
+  const Dt reduce = dt_option(o, "reduce_scatter_dtype", gather);
+  const int W = in.world;
+  const bool cpu = in.exec == ExecModel::kHostIsDevice;
+  const auto specs = models::unit_param_specs(in.model);
+  const int L = int(specs.size()) - 1;
+  // Shard(0) with dim 0 padded to a multiple of W (_fsdp_param.py _init_sharded_param): the
+  // all-gather output is W x sum of padded shards, the reduce-scatter input the same.
+  std::vector<int64_t> padded;
+  for (const auto& unit : specs) {
+    int64_t n = 0;
+    for (const auto& p : unit) {
+      const int64_t dim0 = p.shape.empty() ? 1 : p.shape.front();
+      n += (dim0 + W - 1) / W * (p.numel() / std::max<int64_t>(1, dim0));
+    }
+    padded.push_back(n * W);
+  }
+  Program p;
+  std::vector<bool> unsharded(size_t(L + 1), false);
+  std::vector<int> gather_of(size_t(L + 1), -1);
+  auto unshard = [&](int g) {  // unshard -> foreach_all_gather (no collective at W=1)
+    if (unsharded[size_t(g)] || gather_of[size_t(g)] >= 0 || W == 1) return;
+    const int64_t bytes = padded[size_t(g)] * gather.bytes;
+    gather_of[size_t(g)] = p.issue(CollectiveKind::kAllGather, "unit" + std::to_string(g), bytes,
+                                   cal.collective_s(CollectiveKind::kAllGather, gather.name, bytes, W, in.nodes), false);
+  };
+  auto wait_for_unshard = [&](int g) {  // wait_for_unshard: the current stream waits the all-gather
+    if (gather_of[size_t(g)] >= 0) p.wait(gather_of[size_t(g)]);
+    gather_of[size_t(g)] = -1;
+    unsharded[size_t(g)] = true;
+  };
+  const int64_t A = in.train.grad_accum;
+  for (int64_t m = 0; m < A; ++m) {
+    const bool sync = in.train.sync_each_batch || m == A - 1;  // set_requires_gradient_sync
+    std::vector<int> reductions;
+    // Forward: the root's pre-forward, then each block's (unshard + wait), compute, reshard.
+    unshard(0);
+    wait_for_unshard(0);
+    for (int g = 1; g <= L; ++g) {
+      unshard(g);
+      wait_for_unshard(g);
+      p.compute("F" + std::to_string(g), share_at(in.costs.forward_s, size_t(g)));
+      if (reshard_blocks) unsharded[size_t(g)] = false;  // post_forward: reshard
+    }
+    p.compute("F0", share_at(in.costs.forward_s, 0));  // the root keeps its parameters (False)
+    // Backward: the root's pre-backward prefetches the last block (_backward_prefetch in reverse
+    // post-forward order), each block's pre-backward waits its gather and prefetches the one before.
+    auto post_backward = [&](int g) {  // post_backward: reshard; reduce unless no_sync
+      unsharded[size_t(g)] = false;
+      if (!sync || W == 1) return;
+      if (cpu) {  // the host finishes the previous reductions first (advance_reductions)
+        for (int r : reductions) p.wait(r);
+      } else if (!reductions.empty()) {
+        p.wait(reductions.back());  // current stream waits the previous reduce_scatter_state.event
+      }
+      const int64_t bytes = padded[size_t(g)] * reduce.bytes;
+      reductions.push_back(p.issue(CollectiveKind::kReduceScatter, "unit" + std::to_string(g), bytes,
+                                   cal.collective_s(CollectiveKind::kReduceScatter, reduce.name, bytes, W, in.nodes),
+                                   true));
+    };
+    if (L >= 1) unshard(L);
+    p.compute("B0", share_at(in.costs.backward_s, 0));
+    for (int g = L; g >= 1; --g) {
+      unshard(g);
+      wait_for_unshard(g);
+      if (g - 1 >= 1) unshard(g - 1);
+      p.compute("B" + std::to_string(g), share_at(in.costs.backward_s, size_t(g)));
+      post_backward(g);
+    }
+    post_backward(0);  // the root at the final callback (its input needs no gradient)
+    for (int r : reductions) p.wait(r);  // finalize_backward
+  }
+  // clip_grad_norm_ over DTensor gradients: one fp32 all-reduce of the squared norm on the shard mesh.
+  if (W > 1) {
+    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
+                           cal.collective_s(CollectiveKind::kAllReduce, "fp32", 4, W, in.nodes), true);
+    p.wait(ar);
+  }
+  p.compute("optimizer", in.costs.optimizer_s);
+  p.compute("other", in.costs.other_s);
+  return p;
+}
+
 // ---------------------------------------------------------------- DDP (ddp_engine.cpp)
 Program ddp_program(const ScheduleInput& in, const Calibration& cal) {
   const Dt storage = dt_option(in.options, "storage_dtype", in.precision == "low" ? Dt{"bf16", 2} : Dt{"fp32", 4});
@@ -463,13 +591,16 @@ Program ddp_program(const ScheduleInput& in, const Calibration& cal) {
 }
 }  // namespace
 
-bool projection_supports(const std::string& backend) { return backend == "fsdp" || backend == "zero3" || backend == "ddp"; }
+bool projection_supports(const std::string& backend) {
+  return backend == "fsdp" || backend == "fsdp2" || backend == "zero3" || backend == "ddp";
+}
 
 Program build_program(const ScheduleInput& in, const Calibration& cal) {
   if (in.backend == "fsdp") return fsdp_program(in, cal);
+  if (in.backend == "fsdp2") return fsdp2_program(in, cal);
   if (in.backend == "zero3") return Zero3Builder(in, cal).build();
   if (in.backend == "ddp") return ddp_program(in, cal);
-  throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (fsdp, zero3, ddp)");
+  throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (fsdp, fsdp2, zero3, ddp)");
 }
 
 int64_t shard_elements(const std::string& backend, const models::ModelConfig& model, const nlohmann::json& options,
@@ -478,6 +609,11 @@ int64_t shard_elements(const std::string& backend, const models::ModelConfig& mo
   for (const auto& unit : models::unit_param_specs(model)) {
     if (backend == "zero3") {
       for (const auto& p : unit) total += (p.numel() + world - 1) / world;
+    } else if (backend == "fsdp2") {  // Shard(0): ceil(dim0 / W) rows (rank 0's, the most)
+      for (const auto& p : unit) {
+        const int64_t dim0 = p.shape.empty() ? 1 : std::max<int64_t>(1, p.shape.front());
+        total += (dim0 + world - 1) / world * (p.numel() / dim0);
+      }
     } else {
       int64_t n = 0;
       for (const auto& p : unit) n += p.numel();

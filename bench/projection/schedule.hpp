@@ -35,7 +35,7 @@ struct UnitCosts {
 };
 
 struct ScheduleInput {
-  std::string backend;               // ddp | fsdp | zero3
+  std::string backend;               // ddp | fsdp | fsdp2 | zero3
   std::string precision;
   nlohmann::json options = nlohmann::json::object();  // the report's config.backend.options (resolved)
   models::ModelConfig model;
