@@ -345,8 +345,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
         p.all_gather_output = at::empty({p.l.chunk_rows * mesh_.shard * p.l.row}, param_opts);
         p.unsharded = alias_leaf(p.all_gather_output, p.l.shape);
         common::free_storage(p.all_gather_output);
-        p.optimizer = std::make_unique<common::FlatAdamW>(p.local, common::adamw_options(spec_.train));
-        p.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
         param_of_[size_t(u)][size_t(i)] = int(params_.size());
         g.params.push_back(int(params_.size()));
         params_.push_back(std::move(p));
@@ -374,17 +372,19 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (size_t i = 0; i < backward_order.size(); ++i)
       for (size_t k = i + 1; k < backward_order.size() && k <= i + size_t(opts_.modules_to_backward_prefetch); ++k)
         groups_[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
+    // torch.optim.AdamW(model.parameters(), fused=True) (HF's adamw_torch_fused): one param group
+    // over the sharded parameters' local tensors (their unpadded rows), states zeros_like each.
+    std::vector<at::Tensor> locals;
+    for (const auto& p : params_) locals.push_back(p.local);
+    optimizer_ = std::make_unique<common::FusedAdamW>(std::move(locals), common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
     comm_.reset_stats();
   }
 
   std::string name() const override { return "fsdp2"; }
   common::Comm& comm() override { return comm_; }
-  common::LostUpdates lost_updates() const override {
-    common::LostUpdates total;
-    for (const auto& p : params_) total += p.optimizer->last_lost_updates();
-    return total;
-  }
+  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(Fsdp2Observer o) { observer_ = std::move(o); }
 
   // ---------------------------------------------------------------- model hooks (forward)
@@ -451,40 +451,50 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
 
   double optimizer_step(double lr) override {
     at::NoGradGuard no_grad;
-    // torch.nn.utils.clip_grad_norm_ over the DTensor gradients (accelerate
-    // _clip_grad_norm_dtensor_aware): the local shards' norms reduced across the shard mesh dim.
+    // accelerate 1.15 clip_grad_norm_ -> _clip_grad_norm_dtensor_aware: one mesh, so
+    // torch.nn.utils.clip_grad_norm_ over the DTensor gradients. DTensors take _get_total_norm's
+    // per-tensor path (no foreach support): vector_norm of each local shard (the gradient's dtype),
+    // vector_norm of their stack, a Partial norm that the clip's arithmetic reduces over the shard
+    // mesh (NormPartial: ** 2, all-reduce SUM, ** 0.5); _clip_grads_with_norm_ multiplies every
+    // gradient by clamp(max_norm / (total + 1e-6), max=1).
     std::vector<at::Tensor> grads;
     for (const auto& p : params_) {
       const auto v = grad_view(p);
-      if (v.defined()) grads.push_back(v);
+      TORCH_CHECK(v.defined(), "fsdp2: optimizer step without a gradient (group ", groups_[size_t(p.group)].spec.label, ")");
+      grads.push_back(v);
     }
-    const double norm = common::global_grad_norm(grads, comm_, /*replicated=*/mesh_.shard == 1, &shard_group_);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
-    if (coef < 1.0)
-      for (auto& g : groups_)
-        if (g.grad.defined()) g.grad.mul_(coef);
-    // torch.optim.AdamW over the sharded parameters: one state pair per parameter, shaped as its
-    // unpadded local tensor (zeros_like on the DTensor).
-    for (auto& p : params_) {
-      const auto v = grad_view(p);
-      if (v.defined()) p.optimizer->step(v, lr);
+    std::vector<at::Tensor> norms;
+    norms.reserve(grads.size());
+    for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
+    auto total = at::linalg_vector_norm(at::stack(norms), 2);
+    if (mesh_.shard > 1) {
+      auto sq = total.pow(2).reshape({1}).contiguous();
+      comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
+      total = sq.reshape({}).pow(0.5);
     }
+    if (spec_.train.grad_clip > 0) {
+      const auto coef = at::clamp(spec_.train.grad_clip / (total + 1e-6), c10::nullopt, 1.0);
+      for (auto& g : grads) g.mul_(coef);
+    }
+    // torch.optim.AdamW(fused=True) over the sharded parameters' local tensors.
+    optimizer_->step(grads, lr);
     for (auto& g : groups_) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
-    return norm;
+    return total.item<double>();
   }
+
 
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
     for (const auto& p : params_) {
       b.params += common::storage_bytes(p.sharded_data) + common::storage_bytes(p.all_gather_output);
       if (p.post_forward_data.defined()) b.params += int64_t(p.post_forward_data.nbytes());
-      b.optimizer += p.optimizer->state_bytes();
       // Unsharded gradients held between micro-batches under set_requires_gradient_sync(False).
       if (p.unsharded.grad().defined()) b.grads += int64_t(p.unsharded.grad().nbytes());
       if (p.accumulated_grad.defined()) b.grads += int64_t(p.accumulated_grad.nbytes());
     }
     for (const auto& g : groups_)
       if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
+    b.optimizer += optimizer_->state_bytes();
     return b;
   }
 
@@ -547,7 +557,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
     at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
     at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
-    std::unique_ptr<common::FlatAdamW> optimizer;
   };
   struct AllGatherResult {
     at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
@@ -991,6 +1000,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   bool iter_forward_root_ = false;
   bool final_callback_queued_ = false;
   models::RopeCache rope_;
+  std::unique_ptr<common::FusedAdamW> optimizer_;
   Fsdp2Observer observer_;
 };
 

@@ -190,7 +190,12 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   at::Tensor module_weight(int unit, int index) override {
     const int id = unit_first_[size_t(unit)] + index;
     if (unit == models::kRootUnit && index == 0) begin_micro_batch();
-    if (index == 0) forward_range_ = runtime::nvtx::start("forward unit" + std::to_string(unit));
+    // "forward unitN" spans a block's modules; the root's ("forward unit0") opens at the
+    // embedding and closes after the LM head, so it nests the blocks' (as FSDP-mode's root does).
+    if (index == 0) {
+      auto& range = unit == models::kRootUnit ? root_forward_range_ : forward_range_;
+      range = runtime::nvtx::start("forward unit" + std::to_string(unit));
+    }
     release_held();  // the previous module's post-forward
     fetch(id);
     held_.push_back(id);
@@ -226,7 +231,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   at::Tensor after_unit_forward(int unit, at::Tensor output) override {
     release_held();
     streams().op("forward unit" + std::to_string(unit));
-    runtime::nvtx::end(std::exchange(forward_range_, 0));
+    runtime::nvtx::end(std::exchange(unit == models::kRootUnit ? root_forward_range_ : forward_range_, 0));
     if (output.requires_grad()) output.register_hook([this, unit](const at::Tensor&) { pre_backward(unit); });
     return output;
   }
@@ -712,7 +717,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   bool ipg_in_use_ = false;         // a reduce-scatter in flight reads the IPG buffer in place
   bool first_micro_batch_ = true;   // micro_step_id == 0: partition_grads copies instead of adding
   std::vector<InflightGather> inflight_gathers_;
-  uint64_t forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges
+  uint64_t forward_range_ = 0, root_forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges
 };
 
 at::Tensor ParamGather::forward(torch::autograd::AutogradContext* ctx, const at::Tensor&, Zero3Engine* engine,

@@ -553,10 +553,12 @@ Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
     post_backward(0);  // the root at the final callback (its input needs no gradient)
     for (int r : reductions) p.wait(r);  // finalize_backward
   }
-  // clip_grad_norm_ over DTensor gradients: one fp32 all-reduce of the squared norm on the shard mesh.
+  // clip_grad_norm_ over DTensor gradients: one all-reduce of the squared norm on the shard mesh,
+  // in the sharded gradients' dtype.
   if (W > 1) {
-    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
-                           cal.collective_s(CollectiveKind::kAllReduce, "fp32", 4, W, in.nodes), true);
+    const Dt g = dt_option(o, "sharded_param_dtype", Dt{"fp32", 4});
+    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", g.bytes,
+                           cal.collective_s(CollectiveKind::kAllReduce, g.name, g.bytes, W, in.nodes), true);
     p.wait(ar);
   }
   p.compute("optimizer", in.costs.optimizer_s);
