@@ -184,14 +184,18 @@ TEST(FsdpMemory, FullShardReallyFreesUnshardedStorageAfterForward) {
     auto spec = fsdp_spec("fp32", 1, strategy(st));
     spec.train.steps = 1;
     spec.train.warmup = 0;
-    test_support::run_ranks(1, [&](runtime::World& world) {
+    // One emulated rank of W=2 on this thread (W=1 would switch to NO_SHARD, as FSDP1 does;
+    // thread ranks would mix their allocations in the process-wide counter).
+    {
+      auto world = runtime::init_emulated_world(0, 2, at::kCPU);
       auto engine = backends::create_engine("fsdp", spec, world);
       int64_t before_free = -1, freed_checks = 0, post_forward_checks = 0;
       const auto units = models::unit_param_specs(spec.model);
       backends::fsdp::set_observer(*engine, [&](const std::string& event, int unit, int64_t bytes) {
         if (event == "reshard_begin") before_free = runtime::tracked_cpu_bytes();
         if (event == "reshard") {
-          // The counting allocator saw exactly the unit's unsharded bytes go away.
+          // The counting allocator saw exactly the unit's unsharded bytes go away (numel is a
+          // multiple of 2 here: no padding).
           int64_t numel = 0;
           for (const auto& p : units[size_t(unit)]) numel += p.numel();
           EXPECT_EQ(before_free - runtime::tracked_cpu_bytes(), numel * 4) << "unit " << unit;
@@ -210,7 +214,7 @@ TEST(FsdpMemory, FullShardReallyFreesUnshardedStorageAfterForward) {
       bench::run_training(*engine, spec, *data, side);
       EXPECT_EQ(post_forward_checks, spec.model.layers);
       EXPECT_GE(freed_checks, spec.model.layers + 1);
-    });
+    }
   }
 }
 

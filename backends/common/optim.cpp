@@ -14,9 +14,12 @@ void FlatAdamW::step(const at::Tensor& grad_in, double lr) {
   at::NoGradGuard no_grad;
   ++step_;
   const auto grad = grad_in.scalar_type() == param_.scalar_type() ? grad_in : grad_in.to(param_.scalar_type());
-  // torch/csrc/api/src/optim/adamw.cpp, in the same order.
+  // torch.optim.AdamW as accelerate/transformers/DeepSpeed(untested-optimizer) run it
+  // (torch/optim/adam.py, _single_tensor_adam; the CUDA foreach path uses the same lerp): the
+  // first moment by lerp_ — one rounding, not the C++ frontend's mul_+add_ (two roundings,
+  // visible with bf16 states) — the rest in the same order.
   if (opts_.weight_decay != 0) param_.mul_(1 - lr * opts_.weight_decay);
-  exp_avg_.mul_(opts_.beta1).add_(grad, 1 - opts_.beta1);
+  exp_avg_.lerp_(grad, 1 - opts_.beta1);
   exp_avg_sq_.mul_(opts_.beta2).addcmul_(grad, grad, 1 - opts_.beta2);
   const double bias_correction1 = 1 - std::pow(opts_.beta1, double(step_));
   const double bias_correction2 = 1 - std::pow(opts_.beta2, double(step_));
@@ -28,7 +31,7 @@ void FlatAdamW::step(const at::Tensor& grad_in, double lr) {
     if (opts_.weight_decay != 0) delta -= w * (lr * opts_.weight_decay);
     lost_ = count_lost_updates(param_, delta);
   }
-  auto denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
+  auto denom = (exp_avg_sq_.sqrt() / std::pow(bias_correction2, 0.5)).add_(opts_.eps);  // bias_correction2**0.5
   param_.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
 }
 
@@ -53,15 +56,15 @@ double lr_at(const TrainConfig& t, int64_t step) {
 }
 
 double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated,
-                        const runtime::World* group) {
+                        const runtime::World* group, at::ScalarType accumulate) {
   at::NoGradGuard no_grad;
   at::Tensor sq;
   for (const auto& g : local_grads) {
     if (!g.defined() || g.numel() == 0) continue;
-    auto s = g.to(at::kFloat).pow(2).sum();
+    auto s = g.to(accumulate).pow(2).sum();
     sq = sq.defined() ? sq + s : s;
   }
-  if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(comm.world().device));
+  if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(accumulate).device(comm.world().device));
   sq = sq.reshape({1}).contiguous();
   if (!replicated) comm.all_reduce_sum(sq, "grad_norm", group);
   return std::sqrt(sq.item<double>());

@@ -51,8 +51,9 @@ double lr_at(const TrainConfig& train, int64_t step);
 
 // sqrt of the sum of squares of `local_grads` over all ranks; each element of the global
 // gradient must live on exactly one rank (shards) unless `replicated` (then no collective).
+// The squares are summed and all-reduced in `accumulate` (fp32 as FSDP does; DeepSpeed fp64).
 double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated,
-                        const runtime::World* group = nullptr);
+                        const runtime::World* group = nullptr, at::ScalarType accumulate = at::kFloat);
 // torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
 double clip_coefficient(double total_norm, double max_norm);
 

@@ -95,6 +95,10 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     const auto& cfg = spec_.model;
     const auto dev = world.device;
     const int W = world.size;
+    // FSDP1 runs every strategy as NO_SHARD in a world of one (_init_utils.py, _init_core_state:
+    // "FSDP is switching to use `NO_SHARD` ... since the world size is 1"): no gathers, one
+    // all-reduce per unit, the norm without a collective. Resolved options say so.
+    if (W == 1) opts_.sharding_strategy = ShardingStrategy::kNoShard;
     shard_size_ = shard_group_size(opts_, W, world.local_size);
     if (opts_.sharding_strategy == ShardingStrategy::kHybridShard) {
       // Shard groups are consecutive blocks of S ranks; replicate groups take the same
@@ -261,12 +265,23 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     // Each element of the gradient lives on one rank of the shard group (replicated across
     // HYBRID_SHARD's replicas, everywhere under NO_SHARD).
     const bool replicated = !is_sharded(opts_.sharding_strategy);
-    const double norm = common::global_grad_norm({local_grads_}, comm_, replicated, &shard_group_);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
-    if (coef < 1.0) local_grads_.mul_(coef);
+    // FullyShardedDataParallel.clip_grad_norm_, in its fp32 tensor arithmetic: an fp32 norm per
+    // FlatParameter gradient and the norm of those (_get_grad_norm), squared, all-reduced over
+    // the shard group, ** 0.5; clip_coef = max_norm / (norm + 1e-6) clamped to 1, multiplied in.
+    // (NO_SHARD goes through torch.nn.utils.clip_grad_norm_: the same without the all-reduce.)
+    std::vector<at::Tensor> norms;
+    for (const auto& u : units_) norms.push_back(at::linalg_vector_norm(u.grad_shard, 2, std::nullopt, false, at::kFloat));
+    at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2, std::nullopt, false, at::kFloat);
+    if (!replicated) {
+      at::Tensor sq = total.pow(2.0).reshape({1}).contiguous();
+      comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
+      total = sq.pow(0.5).reshape({});
+    }
+    if (spec_.train.grad_clip > 0)
+      local_grads_.mul_(at::clamp_max(spec_.train.grad_clip / (total + 1e-6), 1.0).to(local_grads_.scalar_type()));
     optimizer_->step(local_grads_, lr);
     local_grads_.zero_();
-    return norm;
+    return total.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {

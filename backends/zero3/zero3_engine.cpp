@@ -234,22 +234,26 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   double optimizer_step(double lr) override {
     at::NoGradGuard no_grad;
-    // Global norm over every rank's gradient partitions (fp32), then clip and step each
+    // stage3.py step(): _partition_all_parameters() first releases every parameter, the
+    // persistent ones included (they are re-gathered in _post_step below).
+    for (int id = 0; id < int(params_.size()); ++id) release(id);
+    // Global norm over every rank's gradient partitions, accumulated and all-reduced in fp64
+    // (get_grad_norm_direct with zero/utils.py get_norm_dtype()), then clip and step each
     // sub-group: fp32 gradient (transient), AdamW on the fp32 master, copy to the partition.
-    const double norm = common::global_grad_norm({grad_partitions_}, comm_, /*replicated=*/false);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
+    const double norm = common::global_grad_norm({grad_partitions_}, comm_, /*replicated=*/false, nullptr, at::kDouble);
+    // unscale_and_clip_grads: clip = (norm + 1e-6) / max_norm; gradients x 1/clip when clip > 1.
+    const double clip = spec_.train.grad_clip > 0 ? (norm + 1e-6) / spec_.train.grad_clip : 1.0;
     for (auto& sg : sub_groups_) {
       auto grad32 = grad_partitions_.narrow(0, sg.offset, sg.numel).to(at::kFloat);
-      if (coef < 1.0) grad32.mul_(coef);
+      if (clip > 1.0) grad32.mul_(1.0 / clip);
       sg.optimizer->step(grad32, lr);
       partitions_.narrow(0, sg.offset, sg.numel).copy_(sg.master);
     }
     grad_partitions_.zero_();
-    // _post_step: persistent parameters are re-gathered (one coalesced all-gather).
-    std::vector<int> persistent;
+    // _post_step: persistent parameters are re-gathered through Init._all_gather ->
+    // _allgather_params_coalesced, which launches one all-gather per parameter.
     for (int id = 0; id < int(params_.size()); ++id)
-      if (layout_[size_t(id)].persistent && params_[size_t(id)].available) persistent.push_back(id);
-    if (!persistent.empty()) all_gather_coalesced(persistent, "persistent", /*async=*/false);
+      if (layout_[size_t(id)].persistent) all_gather_coalesced({id}, "persistent", /*async=*/false);
     return norm;
   }
 
@@ -304,7 +308,10 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     return out;
   }
 
-  at::Tensor gathered_alias(int id) { return common::storage_alias(params_[size_t(id)].full); }
+  at::Tensor gathered_alias(int id) {
+    const auto& p = params_[size_t(id)];
+    return common::storage_alias(comm_.size() == 1 ? p.partition : p.full);
+  }
 
  private:
   struct Param {
@@ -347,6 +354,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     fetch_step_ = 0;
     prefetch_pos_ = 0;
     if (!trace_complete_) trace_.clear();
+    // The model's own fetch (LlamaForCausalLM, no parameters of its own) comes first in
+    // DeepSpeed's module trace: with a complete trace it prefetches from the head of the
+    // parameter queue, so the first bucket includes the embedding itself
+    // (partitioned_param_coordinator.py, _fetch_sub_module_impl).
+    if (trace_complete_) prefetch(0);
   }
 
   void release_held() {
@@ -372,11 +384,18 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     } else if (!params_[size_t(id)].available) {
       all_gather_coalesced({id}, "module", /*async=*/false);
     }
-    if (!trace_complete_ || opts_.stage3_prefetch_bucket_size <= 0) return;
+    if (trace_complete_) prefetch(step + 1);
+  }
+
+  // Prefetch the upcoming parameters in trace order from position `from`, up to
+  // stage3_prefetch_bucket_size elements within stage3_max_live_parameters, as one coalesced
+  // all-gather.
+  void prefetch(size_t from) {
+    if (opts_.stage3_prefetch_bucket_size <= 0) return;
     std::vector<int> to_prefetch;
     int64_t prefetching = 0;
     const int64_t live = live_numel();
-    size_t pos = std::max(prefetch_pos_, step + 1);
+    size_t pos = std::max(prefetch_pos_, from);
     for (; pos < trace_.size() && prefetching < opts_.stage3_prefetch_bucket_size; ++pos) {
       const int next = trace_[pos];
       if (params_[size_t(next)].available ||
@@ -398,6 +417,16 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   void all_gather_coalesced(const std::vector<int>& ids, const std::string& label, bool async) {
     at::NoGradGuard no_grad;
     const int W = comm_.size();
+    if (W == 1) {
+      // A world of one gathers nothing: the parameter's data is its partition, a view, no
+      // collective (all_gather_coalesced -> _no_gather_coalesced -> NoGatherHandle:
+      // param.data = param.ds_tensor.data); see gathered_alias.
+      for (int id : ids) {
+        params_[size_t(id)].available = true;
+        params_[size_t(id)].inflight = false;
+      }
+      return;
+    }
     std::vector<at::Tensor> parts;
     InflightGather g;
     g.ids = ids;
@@ -440,8 +469,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   // __params_to_release: never persistent ones; with a complete trace keep a parameter that
   // is used again within stage3_max_reuse_distance elements of upcoming fetches.
+  // While the trace is being recorded DeepSpeed releases every parameter of a module after
+  // use, persistent ones included: release_sub_module filters ds_persist only through
+  // __params_to_release, which needs a complete trace (partitioned_param_coordinator.py).
   void release_if_allowed(int id) {
-    if (layout_[size_t(id)].persistent) return;
+    if (layout_[size_t(id)].persistent && trace_complete_) return;
     if (trace_complete_) {
       int64_t traversed = 0;
       for (size_t pos = fetch_step_; pos < trace_.size(); ++pos) {
@@ -552,9 +584,10 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) 
   const int64_t e = int64_t(c10::elementSize(d.model));
   ModelStateBytes b;
   // Per parameter: its padded partition in the model dtype, the full padded copy of a
-  // persistent one, an fp32 master partition, a gradient partition, two fp32 AdamW states.
+  // persistent one (none in a world of one), an fp32 master partition, a gradient partition,
+  // two fp32 AdamW states.
   for (const auto& l : param_layouts(spec.model, world, o, &groups)) {
-    b.params += l.part_numel * e + (l.persistent ? l.padded * e : 0);
+    b.params += l.part_numel * e + (l.persistent && world > 1 ? l.padded * e : 0);  // W=1: the partition is the param
     b.master_params += l.part_numel * 4;
     b.grads += l.part_numel * int64_t(c10::elementSize(d.grad_accum));
     b.optimizer += 2 * l.part_numel * 4;
