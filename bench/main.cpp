@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bench/commands.hpp"
+#include "bench/crossval.hpp"
 #include "bench/matrix.hpp"
 #include "bench/study.hpp"
 #include "reports/regress.hpp"
@@ -109,6 +110,12 @@ int main(int argc, char** argv) {
                           "also run FSDP low with lr x W (the blog's observation)");
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
+  bench::CrossvalOptions crossval;
+  auto* crossval_cmd = app.add_subcommand(
+      "crossval", "train zerobench and the real framework (FSDP1, FSDP2, DeepSpeed ZeRO-3) on the same weights and "
+                  "batches; compare loss, grad norm, model-state bytes and collectives step by step");
+  bench::add_crossval_options(*crossval_cmd, crossval);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -130,6 +137,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return bench::run_command(run, args);
     if (*info_cmd) return bench::model_info_command(info);
+    if (*crossval_cmd) return bench::crossval_command(crossval, *crossval_cmd);
     if (*matrix_cmd) return bench::matrix_command(matrix);
     if (*precision_cmd) {
       if (!study_lrs.empty()) {

@@ -106,8 +106,8 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
   return x1 + mlp;
 }
 
-at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
-                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
+at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                          const RopeCache& rope, const ForwardOptions& opts) {
   const bool per_module = params.per_module();
   std::vector<at::Tensor> root;
   if (!per_module) root = params.unit_weights(kRootUnit);
@@ -125,7 +125,12 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
     x = params.after_unit_forward(unit, x);
   }
   auto normed = rms_norm(x, root_weight(kFinalNorm), cfg.norm_eps);
-  auto logits = at::linear(normed, root_weight(kLmHead));  // [B, T, V]
+  return at::linear(normed, root_weight(kLmHead));  // [B, T, V]
+}
+
+at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
+  auto logits = forward_logits(cfg, params, tokens, rope, opts);
   auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
   return params.after_unit_forward(kRootUnit, loss);
 }
