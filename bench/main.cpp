@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "bench/commands.hpp"
+#include "bench/crossval.hpp"
 #include "bench/matrix.hpp"
 #include "bench/micro/micro.hpp"
 #include "bench/projection/projection.hpp"
@@ -142,6 +143,12 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
+  bench::CrossvalOptions crossval;
+  auto* crossval_cmd = app.add_subcommand(
+      "crossval", "train zerobench and the real framework (FSDP1, FSDP2, DeepSpeed ZeRO-3) on the same weights and "
+                  "batches; compare loss, grad norm, model-state bytes and collectives step by step");
+  bench::add_crossval_options(*crossval_cmd, crossval);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -164,6 +171,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return bench::run_command(run, args);
     if (*info_cmd) return bench::model_info_command(info);
+    if (*crossval_cmd) return bench::crossval_command(crossval, *crossval_cmd);
     if (*matrix_cmd) return bench::matrix_command(matrix);
     if (*project_cmd) return bench::projection::project_command(project);
     if (*micro_cmd) {

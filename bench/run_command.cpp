@@ -249,6 +249,11 @@ int run_rank(const RunOptions& o) {
     steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"time_s", s.time_s},
                      {"measured", s.measured}});
     if (s.lost_update_fraction >= 0) steps.back()["lost_update_fraction"] = s.lost_update_fraction;
+    json comm = json::object();  // rank 0's collectives in this step (count, bytes)
+    for (size_t k = 0; k < s.comm.size(); ++k)
+      comm[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
+                                                                                       {"bytes", s.comm[k].bytes}};
+    steps.back()["comm"] = comm;
   }
 
   json report = {

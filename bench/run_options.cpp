@@ -142,6 +142,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--trace", o.trace, "write a Chrome/Perfetto trace of the profiled steps to FILE (implies --profile)");
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
+  app.add_option("--plant-lr-scale", o.plant_lr_scale, "test hook: multiply the lr schedule (crossval's planted difference)")
+      ->check(CLI::PositiveNumber)
+      ->group("");
 }
 
 models::ModelConfig RunOptions::model_config() const {
@@ -281,6 +284,7 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
     throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +
                      " (no step would be measured)");
   if (backend == "ddp") spec.options["bucket_cap_mb"] = bucket_cap_mb;
+  spec.train.lr *= plant_lr_scale;  // lr_at is linear in lr: every step's lr scales (1.0 unless planted)
   backends::validate_precision(backend, spec.precision);  // validates both names
   fault();                     // validates the hook
   return spec;

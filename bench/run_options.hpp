@@ -32,6 +32,7 @@ struct RunOptions {
   int emulate_world_size = 0;  // > 0: this one process plays rank emulate_rank of that many
   int emulate_rank = 0;
   std::string fault_inject;
+  double plant_lr_scale = 1.0;  // hidden test hook (crossval's planted difference): lr x this
   // Profiling: extra steps after the measured ones, traced (CUPTI on CUDA, the host source on
   // CPU); they are not in steps[] or the summary. --trace implies --profile.
   bool profile = false;

@@ -16,6 +16,8 @@
 
 namespace zb::bench {
 
+using CommSnapshot = std::array<backends::common::CollectiveStats, size_t(backends::common::CollectiveKind::kCount)>;
+
 struct StepRecord {
   int64_t step = 0;
   double loss = 0;       // mean over ranks and micro-batches
@@ -24,9 +26,8 @@ struct StepRecord {
   double time_s = 0;     // forward + backward + optimizer, device-synchronised
   bool measured = false; // false for warm-up steps
   double lost_update_fraction = -1;  // over all ranks; -1 unless train.measure_lost_updates
+  CommSnapshot comm{};   // this rank's collectives in this step (crossval compares them per step)
 };
-
-using CommSnapshot = std::array<backends::common::CollectiveStats, size_t(backends::common::CollectiveKind::kCount)>;
 
 // What the profiled steps recorded (see RunOptions::profile).
 struct ProfileResult {

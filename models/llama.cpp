@@ -108,8 +108,8 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
   return x1 + mlp;
 }
 
-at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
-                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
+at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                          const RopeCache& rope, const ForwardOptions& opts) {
   const bool per_module = params.per_module();
   std::vector<at::Tensor> root;
   if (!per_module) root = params.unit_weights(kRootUnit);
@@ -131,7 +131,12 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
     x = params.after_unit_forward(unit, x);
   }
   auto normed = root_out(kFinalNorm, rms_norm(x, root_weight(kFinalNorm), cfg.norm_eps));
-  auto logits = root_out(kLmHead, at::linear(normed, root_weight(kLmHead)));  // [B, T, V]
+  return root_out(kLmHead, at::linear(normed, root_weight(kLmHead)));  // [B, T, V]
+}
+
+at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                        const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
+  auto logits = forward_logits(cfg, params, tokens, rope, opts);
   auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
   return params.after_unit_forward(kRootUnit, loss);
 }

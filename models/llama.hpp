@@ -48,6 +48,11 @@ struct ForwardOptions {
   bool activation_checkpointing = false;  // recompute each block in backward
 };
 
+// tokens: [B, T] int64 -> logits [B, T, V] in the weights' dtype. Every unit but the root has
+// had its after_unit_forward; the root's comes with the loss (forward_loss).
+at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
+                          const RopeCache& rope, const ForwardOptions& opts = {});
+
 // tokens, targets: [B, T] int64. Returns the mean next-token cross-entropy over B*T (fp32 scalar).
 // Logits are upcast to fp32 for the loss, as HF's LlamaForCausalLM does.
 at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,

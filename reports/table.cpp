@@ -322,4 +322,183 @@ std::string render_table(const std::vector<json>& reports, const TableOptions& o
   return o.str();
 }
 
+// ---- crossval documents ----
+
+namespace {
+
+std::string sci(double v) { return fmt("%.2e", v); }
+
+std::string comm_cell(const json& c) {
+  const auto z = c["count"].get<int64_t>(), u = c["upstream_count"].get<int64_t>();
+  const auto zb = c["bytes"].get<int64_t>(), ub = c["upstream_bytes"].get<int64_t>();
+  std::string s = std::to_string(z) + " / " + std::to_string(u);
+  if (zb != ub) s += " (" + std::to_string(zb) + " / " + std::to_string(ub) + " B)";
+  if (!c.value("equal", true)) s += c.value("explained", false) ? " *" : " !";
+  return s;
+}
+
+struct Table {
+  std::vector<std::string> head;
+  std::vector<std::vector<std::string>> rows;
+  std::string md() const {
+    std::ostringstream o;
+    o << "|";
+    for (const auto& h : head) o << " " << h << " |";
+    o << "\n|";
+    for (size_t i = 0; i < head.size(); ++i) o << (i == 0 ? "---|" : "---:|");
+    o << "\n";
+    for (const auto& r : rows) {
+      o << "|";
+      for (const auto& c : r) o << " " << c << " |";
+      o << "\n";
+    }
+    return o.str();
+  }
+  std::string html() const {
+    std::ostringstream o;
+    o << "<table><thead><tr>";
+    for (const auto& h : head) o << "<th>" << svg::escape(h) << "</th>";
+    o << "</tr></thead><tbody>\n";
+    for (const auto& r : rows) {
+      o << "<tr>";
+      for (const auto& c : r) o << "<td>" << svg::escape(c) << "</td>";
+      o << "</tr>\n";
+    }
+    o << "</tbody></table>\n";
+    return o.str();
+  }
+};
+
+Table crossval_summary(const json& doc) {
+  Table t{{"mode", "verdict", "max loss rel diff", "max grad-norm rel diff", "tolerance", "model states", "collectives",
+           "zerobench tok/GPU/s", "upstream tok/GPU/s", "throughput ratio", "peak RSS ratio"},
+          {}};
+  for (const auto& m : doc["modes"]) {
+    const bool agree = m["verdict"]["agree"].get<bool>();
+    if (!m.contains("steps")) {
+      t.rows.push_back({m["precision"].get<std::string>(), "FAILED", "-", "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    auto state_word = [&](const char* equal, const char* explained) {
+      if (m[equal].get<bool>()) return std::string("equal");
+      return std::string(m[explained].get<bool>() ? "differences explained" : "UNEXPLAINED difference");
+    };
+    const auto& p = m["perf"];
+    t.rows.push_back({m["precision"].get<std::string>(), agree ? "agree" : "DISAGREE", sci(m["max_loss_rel_diff"]),
+                      sci(m["max_grad_norm_rel_diff"]), sci(m["tolerance"]["loss_rel"]),
+                      state_word("model_states_equal", "model_states_differences_explained"),
+                      state_word("comm_equal", "comm_differences_explained"), fmt("%.0f", p["tokens_per_gpu_per_s"]),
+                      fmt("%.0f", p["upstream_tokens_per_gpu_per_s"]), fmt("%.2f", p["throughput_ratio"]),
+                      fmt("%.2f", p["peak_rss_ratio"])});
+  }
+  return t;
+}
+
+Table crossval_steps(const json& mode) {
+  Table t{{"step", "loss", "upstream loss", "rel diff", "grad norm", "upstream grad norm", "rel diff",
+           "all_gather", "reduce_scatter", "all_reduce", "broadcast"},
+          {}};
+  for (const auto& s : mode["steps"]) {
+    std::vector<std::string> r = {std::to_string(s["step"].get<int64_t>()), fmt("%.7f", s["loss"]),
+                                  fmt("%.7f", s["upstream_loss"]), sci(s["loss_rel_diff"]),
+                                  fmt("%.7f", s["grad_norm"]), fmt("%.7f", s["upstream_grad_norm"]),
+                                  sci(s["grad_norm_rel_diff"])};
+    for (const char* k : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"})
+      r.push_back(s["comm"].contains(k) ? comm_cell(s["comm"][k]) : "-");
+    t.rows.push_back(r);
+  }
+  return t;
+}
+
+// Every difference with its explanation, one line each.
+std::vector<std::string> crossval_differences(const json& mode) {
+  std::vector<std::string> out;
+  for (const auto& e : mode.value("model_states", json::array())) {
+    if (e["equal"].get<bool>()) continue;
+    std::string line = "rank " + std::to_string(e["rank"].get<int64_t>()) + " " + e["category"].get<std::string>() +
+                       ": zerobench " + (e["zerobench"].is_null() ? "-" : e["zerobench"].dump()) + " B, upstream " +
+                       (e["upstream"].is_null() ? "-" : e["upstream"].dump()) + " B";
+    line += e["explanation"].is_null() ? " — UNEXPLAINED"
+                                       : " — " + e["explanation"]["reason"].get<std::string>() + " [" +
+                                             e["explanation"]["upstream"].get<std::string>() + "]";
+    out.push_back(line);
+  }
+  for (const auto& d : mode.value("comm_differences", json::array())) {
+    std::string line = "step " + std::to_string(d["step"].get<int64_t>()) + " " + d["kind"].get<std::string>() + ": " +
+                       d["count"].dump() + " calls / " + d["bytes"].dump() + " B vs upstream " + d["upstream_count"].dump() +
+                       " / " + d["upstream_bytes"].dump() + " B";
+    line += d["explanation"].is_null() ? " — UNEXPLAINED"
+                                       : " — " + d["explanation"]["reason"].get<std::string>() + " [" +
+                                             d["explanation"]["upstream"].get<std::string>() + "]";
+    out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_crossval(const json& doc, const std::string& format) {
+  if (format != "md" && format != "html") throw UsageError("crossval tables: format must be md or html, got '" + format + "'");
+  const bool html = format == "html";
+  const bool agree = doc["verdict"]["agree"].get<bool>();
+  const auto& m = doc["model"];
+  const std::string title = "crossval: zerobench " + doc["backend"].get<std::string>() + " vs " +
+                            doc["upstream"]["name"].get<std::string>() + " " +
+                            doc["upstream"]["version"].get<std::string>() + " — W=" +
+                            std::to_string(doc["world_size"].get<int>()) + ", " + m["preset"].get<std::string>() + " (" +
+                            std::to_string(m["layers"].get<int64_t>()) + "x" + std::to_string(m["hidden"].get<int64_t>()) +
+                            ") — " + (agree ? "AGREE" : "DISAGREE");
+  const std::string legend =
+      "Collectives: zerobench / upstream calls per step on rank 0 (bytes when they differ); * = a difference "
+      "explained below, ! = unexplained. Throughput and RSS ratios are zerobench / upstream, reported, never "
+      "asserted.";
+  std::ostringstream o;
+  if (html) {
+    o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << svg::escape(title)
+      << "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
+         "font-size:13px;margin-bottom:16px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+         "th{background:#f3f3f3}td:first-child{text-align:left}li{font-size:13px}</style></head><body>\n<h1>"
+      << svg::escape(title) << "</h1>\n<p>" << svg::escape(legend) << "</p>\n"
+      << crossval_summary(doc).html();
+  } else {
+    o << "## " << title << "\n\n" << crossval_summary(doc).md() << "\n" << legend << "\n";
+  }
+  for (const auto& mode : doc["modes"]) {
+    const std::string name = mode["precision"].get<std::string>();
+    if (html) o << "<h2>" << svg::escape(name) << "</h2>\n";
+    else o << "\n### " << name << "\n\n";
+    if (!mode.contains("steps")) {
+      for (const auto& r : mode["verdict"]["reasons"])
+        o << (html ? "<p>" + svg::escape(r.get<std::string>()) + "</p>\n" : r.get<std::string>() + "\n");
+      continue;
+    }
+    o << (html ? crossval_steps(mode).html() : crossval_steps(mode).md());
+    const auto diffs = crossval_differences(mode);
+    if (!diffs.empty()) {
+      o << (html ? "<p>Differences:</p><ul>\n" : "\nDifferences:\n");
+      for (const auto& d : diffs) o << (html ? "<li>" + svg::escape(d) + "</li>\n" : "- " + d + "\n");
+      if (html) o << "</ul>\n";
+    }
+    if (!mode["verdict"]["agree"].get<bool>()) {
+      o << (html ? "<p><b>Disagreement:</b></p><ul>\n" : "\nDisagreement:\n");
+      for (const auto& r : mode["verdict"]["reasons"])
+        o << (html ? "<li>" + svg::escape(r.get<std::string>()) + "</li>\n" : "- " + r.get<std::string>() + "\n");
+      if (html) o << "</ul>\n";
+    }
+    if (html) {
+      std::vector<svg::Series> loss = {{"zerobench", {}, {}}, {doc["upstream"]["name"].get<std::string>(), {}, {}}};
+      for (const auto& s : mode["steps"]) {
+        loss[0].x.push_back(s["step"]);
+        loss[0].y.push_back(s["loss"]);
+        loss[1].x.push_back(s["step"]);
+        loss[1].y.push_back(s["upstream_loss"]);
+      }
+      o << "<figure>" << svg::line_chart("Loss (" + name + ")", loss, "step", "loss (nats)", NAN, "")
+        << "<figcaption>Loss per step, both sides.</figcaption></figure>\n";
+    }
+  }
+  if (html) o << "</body></html>\n";
+  return o.str();
+}
+
 }  // namespace zb::reports

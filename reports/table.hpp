@@ -21,6 +21,12 @@ struct TableOptions {
 
 std::string render_table(const std::vector<nlohmann::json>& reports, const TableOptions& opts);
 
+// A `zerobench crossval` document (schema zerobench.crossval, reports/SCHEMA.md) as Markdown
+// ("md") or a self-contained HTML page ("html"): one summary row per precision mode, then per
+// mode the step-by-step table (loss, grad norm, collectives side by side) and every
+// model-state / collective difference with its explanation.
+std::string render_crossval(const nlohmann::json& doc, const std::string& format);
+
 // Backwards-compatible one-liner used by `zerobench run`.
 inline std::string markdown_table(const std::vector<nlohmann::json>& reports) { return render_table(reports, {}); }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — installs everything zerobench needs to build and test, idempotently.
-# Owns: Debian build dependencies, the torch venv (outside the clone), the ccache dir.
+# Owns: Debian build dependencies, the torch venv (outside the clone) with the Python side of
+# `zerobench crossval` (DeepSpeed, safetensors), the ccache dir.
 # A second run checks and installs nothing. Overrides:
 #   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
 #   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
@@ -37,5 +38,30 @@ if ! have_torch; then
   "${venv}/bin/python" -m pip install -q --upgrade pip
   "${venv}/bin/python" -m pip install -q "torch==${torch_version}" numpy
 fi
+
+# crossval's references (scripts/crossval/): DeepSpeed as a pure-Python install (no compiled ops,
+# no dependency resolution that could replace torch) plus its runtime dependencies, and
+# safetensors (the reference loads zerobench's weights; tests read files it writes).
+deepspeed_version="${ZEROBENCH_DEEPSPEED:-0.19.8}"
+deepspeed_deps=(einops hjson msgpack ninja packaging psutil py-cpuinfo "pydantic>=2" tqdm)
+have_python_side() {
+  "${venv}/bin/python" - "${deepspeed_version}" "${deepspeed_deps[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib import metadata
+from packaging.requirements import Requirement
+want, deps = sys.argv[1], sys.argv[2:]
+ok = metadata.version("deepspeed") == want and bool(metadata.version("safetensors"))
+for d in deps:
+    r = Requirement(d)
+    ok = ok and r.specifier.contains(metadata.version(r.name), prereleases=True)
+sys.exit(0 if ok else 1)
+PY
+}
+if ! have_python_side; then
+  echo "[setup] installing deepspeed==${deepspeed_version} (no compiled ops) and safetensors into ${venv}"
+  DS_BUILD_OPS=0 "${venv}/bin/python" -m pip install -q --no-deps "deepspeed==${deepspeed_version}"
+  "${venv}/bin/python" -m pip install -q "${deepspeed_deps[@]}" safetensors
+  have_python_side || { echo "[setup] deepspeed/safetensors check failed after install" >&2; exit 1; }
+fi
 mkdir -p "${CCACHE_DIR}"
-echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv}"
+echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)'), deepspeed ${deepspeed_version} in ${venv}"

@@ -295,7 +295,12 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   double optimizer_step(double lr) override {
     at::NoGradGuard no_grad;
-    // step(): _get_norm_groups -> get_grad_norm_direct over each sub-group's gradient
+    // step(): _partition_all_parameters() -> release_and_reset_all first releases every
+    // parameter, the persistent ones included (stage3.py step; partitioned_param_coordinator.py
+    // release_and_reset_all calls __release_param without the ds_persist filter); _post_step
+    // re-gathers the persistent ones below.
+    for (int id = 0; id < int(params_.size()); ++id) release(id);
+    // _get_norm_groups -> get_grad_norm_direct over each sub-group's gradient
     // partitions (one per parameter), combined; is_invalid_grad_norm syncs the host.
     // One get_grad_norm_direct (and all-reduce) per sub-group, then combine_grad_norm_groups.
     std::vector<at::Tensor> group_norms;
@@ -323,14 +328,13 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
       partitions_.narrow(0, sg.offset, sg.numel).copy_(sg.master);  // _reassign_or_swap_out_partitioned_parameters
     }
     first_micro_batch_ = true;  // zero_grad: the next micro-batch copies into the partitions
-    // _post_step: persistent parameters are re-gathered (one coalesced all-gather).
-    std::vector<int> persistent;
-    for (int id = 0; id < int(params_.size()); ++id)
-      if (layout_[size_t(id)].persistent && params_[size_t(id)].available) persistent.push_back(id);
-    if (!persistent.empty()) {
-      // A synchronous all_gather (_all_gather, async_op=False) on the current stream.
-      issue_all_gather(persistent, "persistent", streams().compute());
-      complete_gather_of(persistent.front());
+    // _post_step: persistent_parameters[0].all_gather(persistent_parameters) -> Init._all_gather
+    // (async_op=False) -> _allgather_params_coalesced, which launches one all_gather_into_tensor
+    // per parameter (partition_parameters.py) and waits for them all, on the current stream.
+    for (int id = 0; id < int(params_.size()); ++id) {
+      if (!layout_[size_t(id)].persistent) continue;
+      issue_all_gather({id}, "persistent", streams().compute());
+      if (params_[size_t(id)].inflight) complete_gather_of(id);
     }
     return norm_value;
   }
@@ -390,8 +394,12 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     return out;
   }
 
-  // The parameter: [numel] over its gathered buffer.
-  at::Tensor gathered_alias(int id) { return common::storage_alias(params_[size_t(id)].full, layout_[size_t(id)].numel); }
+  // The parameter: [numel] over its gathered buffer; in a world of one, over its partition
+  // (_no_gather_coalesced: param.data = param.ds_tensor.data, no collective).
+  at::Tensor gathered_alias(int id) {
+    const auto& p = params_[size_t(id)];
+    return common::storage_alias(comm_.size() == 1 ? p.partition : p.full, layout_[size_t(id)].numel);
+  }
 
  private:
   struct Param {
@@ -436,6 +444,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     fetch_step_ = 0;
     prefetch_pos_ = 0;
     if (!trace_complete_) trace_.clear();
+    // The model's own fetch (LlamaForCausalLM, no parameters of its own) comes first in
+    // DeepSpeed's module trace: with a complete trace it prefetches from the head of the
+    // parameter queue, so the first bucket includes the embedding itself
+    // (partitioned_param_coordinator.py, _fetch_sub_module_impl).
+    if (trace_complete_) prefetch(0);
   }
 
   void release_held() {
@@ -473,11 +486,18 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
       fetch_events_.push_back(s.record(allgather_stream_, "fetched"));
     }
     s.wait_stream(s.compute(), allgather_stream_);  // current_stream().wait_stream(__allgather_stream)
-    if (!trace_complete_ || opts_.stage3_prefetch_bucket_size <= 0) return;
+    if (trace_complete_) prefetch(step + 1);
+  }
+
+  // Prefetch the upcoming parameters in trace order from position `from`, up to
+  // stage3_prefetch_bucket_size elements within stage3_max_live_parameters, as one coalesced
+  // all-gather left in flight on the all-gather stream.
+  void prefetch(size_t from) {
+    if (opts_.stage3_prefetch_bucket_size <= 0) return;
     std::vector<int> to_prefetch;
     int64_t prefetching = 0;
     const int64_t live = live_numel();
-    size_t pos = std::max(prefetch_pos_, step + 1);
+    size_t pos = std::max(prefetch_pos_, from);
     for (; pos < trace_.size() && prefetching < opts_.stage3_prefetch_bucket_size; ++pos) {
       const int next = trace_[pos];
       if (params_[size_t(next)].available ||
@@ -502,6 +522,16 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     auto& s = streams();
     Streams::Guard on_stream(s, stream);
     const int W = comm_.size();
+    if (W == 1) {
+      // A world of one gathers nothing: the parameter's data is its partition, a view, no
+      // collective (all_gather_coalesced -> _no_gather_coalesced -> NoGatherHandle:
+      // param.data = param.ds_tensor.data); see gathered_alias.
+      for (int id : ids) {
+        params_[size_t(id)].available = true;
+        params_[size_t(id)].inflight = false;
+      }
+      return;
+    }
     InflightGather g;
     g.ids = ids;
     for (int id : ids) {
@@ -552,8 +582,11 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   // __params_to_release: never persistent ones; with a complete trace keep a parameter that
   // is used again within stage3_max_reuse_distance elements of upcoming fetches.
+  // While the trace is being recorded DeepSpeed releases every parameter of a module after
+  // use, persistent ones included: release_sub_module filters ds_persist only through
+  // __params_to_release, which needs a complete trace (partitioned_param_coordinator.py).
   void release_if_allowed(int id) {
-    if (layout_[size_t(id)].persistent) return;
+    if (layout_[size_t(id)].persistent && trace_complete_) return;
     if (trace_complete_) {
       int64_t traversed = 0;
       for (size_t pos = fetch_step_; pos < trace_.size(); ++pos) {
@@ -742,9 +775,10 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) 
   const int64_t e = int64_t(c10::elementSize(d.model));
   ModelStateBytes b;
   // Per parameter: its padded partition in the model dtype, the full padded copy of a
-  // persistent one, an fp32 master partition, a gradient partition, two fp32 AdamW states.
+  // persistent one (none in a world of one), an fp32 master partition, a gradient partition,
+  // two fp32 AdamW states.
   for (const auto& l : param_layouts(spec.model, world, o, &groups)) {
-    b.params += l.part_numel * e + (l.persistent ? l.padded * e : 0);
+    b.params += l.part_numel * e + (l.persistent && world > 1 ? l.padded * e : 0);  // W=1: the partition is the param
     b.master_params += l.part_numel * 4;
     b.grads += l.part_numel * int64_t(c10::elementSize(d.grad_accum));
     b.optimizer += 2 * l.part_numel * 4;

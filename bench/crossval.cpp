@@ -1,0 +1,481 @@
+// crossval.cpp — `zerobench crossval` (see crossval.hpp): work directory, both sides as child
+// processes, the document. The comparison itself is crossval_compare.cpp.
+#include "bench/crossval.hpp"
+
+#include <ATen/Parallel.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "backends/engine.hpp"
+#include "bench/crossval_compare.hpp"
+#include "models/checkpoint/hf_llama.hpp"
+#include "models/checkpoint/safetensors.hpp"
+#include "models/data.hpp"
+#include "models/llama.hpp"
+#include "reports/report.hpp"
+#include "reports/table.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/subprocess.hpp"
+
+#ifndef ZEROBENCH_SOURCE_DIR
+#define ZEROBENCH_SOURCE_DIR "."
+#endif
+
+namespace zb::bench {
+
+namespace {
+using json = nlohmann::json;
+namespace ckpt = models::checkpoint;
+
+// The framework each backend is checked against, and its runner in scripts/crossval/.
+struct Reference {
+  const char* backend;
+  const char* script;
+  const char* framework;
+};
+const Reference kReferences[] = {
+    {"fsdp", "run_fsdp1.py", "PyTorch FSDP1"},
+    {"fsdp2", "run_fsdp2.py", "PyTorch FSDP2"},
+    {"zero3", "run_deepspeed.py", "DeepSpeed ZeRO-3"},
+};
+
+// Flags that belong to crossval itself (not forwarded to `zerobench run`) or that crossval sets.
+const std::set<std::string> kOwnFlags = {"precision", "out", "python", "work-dir", "logits", "quiet", "help",
+                                         "deepspeed-config", "threads", "warmup", "plant-lr-scale"};
+
+bool is_file(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw RunError("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string strip_json_suffix(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0 ? path.substr(0, path.size() - 5) : path;
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  const auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// The `run` flags the user gave, as `--name value...`, minus crossval's own.
+std::vector<std::string> forwarded_run_flags(const CLI::App& cmd) {
+  std::vector<std::string> out;
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    const std::string name = opt->get_lnames().front();
+    if (kOwnFlags.count(name)) continue;
+    if (opt->get_expected_max() == 0) {  // a flag
+      out.push_back("--" + name);
+      continue;
+    }
+    for (const auto& v : opt->results()) {
+      out.push_back("--" + name);
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// The DeepSpeed JSON both sides read for one zero3 mode: the user's file (if any) with every
+// value zerobench resolved written in, plus what running the reference needs. Keys zerobench
+// does not read stay as the user wrote them (DeepSpeed honours them; a difference would show).
+json deepspeed_json(const RunOptions& r, const backends::EngineSpec& spec, int world, std::vector<std::string>& notes) {
+  json ds = json::object();
+  if (!r.deepspeed_config.empty()) ds = json::parse(read_text(r.deepspeed_config));
+  for (const char* key : {"optimizer", "scheduler"}) {
+    if (ds.contains(key)) {
+      ds.erase(key);
+      notes.push_back(std::string("DeepSpeed JSON '") + key +
+                      "' removed: both sides use crossval's AdamW and lr schedule (zerobench ignores it too)");
+    }
+  }
+  const auto& t = spec.train;
+  const auto& o = spec.options;
+  ds["train_micro_batch_size_per_gpu"] = t.micro_batch;
+  ds["gradient_accumulation_steps"] = t.grad_accum;
+  ds["train_batch_size"] = t.micro_batch * t.grad_accum * world;
+  ds["gradient_clipping"] = t.grad_clip;
+  ds["bf16"] = {{"enabled", spec.precision == "bf16"}};
+  json& z = ds["zero_optimization"];
+  if (!z.is_object()) z = json::object();
+  for (const char* key : {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                          "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
+                          "contiguous_gradients"})
+    z[key] = o.at(key);
+  if (!o.value("communication_data_type", std::string()).empty())
+    ds["communication_data_type"] = o["communication_data_type"];
+  if (!o.value("grad_accum_dtype", std::string()).empty()) ds["data_types"]["grad_accum_dtype"] = o["grad_accum_dtype"];
+  ds["zero_allow_untested_optimizer"] = true;  // torch.optim.AdamW: FusedAdam/CPUAdam need compiled ops
+  ds["steps_per_print"] = 1 << 30;
+  ds["wall_clock_breakdown"] = false;
+  return ds;
+}
+
+json train_json(const backends::TrainConfig& t) {
+  return {{"micro_batch", t.micro_batch},   {"seq_len", t.seq_len},
+          {"grad_accum", t.grad_accum},     {"steps", t.steps},
+          {"warmup", t.warmup},             {"lr", t.lr},
+          {"lr_schedule", t.lr_schedule},   {"lr_warmup_steps", t.lr_warmup_steps},
+          {"min_lr_ratio", t.min_lr_ratio}, {"weight_decay", t.weight_decay},
+          {"betas", {t.beta1, t.beta2}},    {"eps", t.eps},
+          {"grad_clip", t.grad_clip},       {"seed", t.seed},
+          {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing}};
+}
+
+// weights/ (HF Llama safetensors + config.json, fp32: each side casts to its load dtype).
+void write_weights(const std::string& dir, const models::ModelConfig& cfg, uint64_t seed) {
+  std::vector<at::Tensor> units;
+  for (int u = 0; u < int(models::unit_count(cfg)); ++u) units.push_back(models::init_unit_flat(cfg, u, seed));
+  ckpt::write_hf_llama(dir, cfg, units, at::kFloat);
+}
+
+// batches.safetensors: rank r's micro-batch a of step s, exactly as bench/trainer.cpp draws it.
+void write_batches(const std::string& path, const backends::EngineSpec& spec, int world) {
+  const auto& t = spec.train;
+  auto data = models::make_data_source(t.data, spec.model.vocab, t.seed);
+  std::vector<ckpt::NamedTensor> tensors;
+  for (int64_t s = 0; s < t.steps; ++s)
+    for (int64_t a = 0; a < t.grad_accum; ++a)
+      for (int r = 0; r < world; ++r) {
+        auto b = data->samples(models::first_sample_index(s, a, t.grad_accum, r, world, t.micro_batch), t.micro_batch,
+                               t.seq_len);
+        const std::string key = "step" + std::to_string(s) + ".micro" + std::to_string(a) + ".rank" + std::to_string(r);
+        tensors.push_back({key + ".tokens", b.tokens});
+        tensors.push_back({key + ".targets", b.targets});
+      }
+  ckpt::write_safetensors(path, tensors);
+}
+
+std::string checked_python(const std::string& python) {
+  if (python.empty() || !is_file(python) || access(python.c_str(), X_OK) != 0)
+    throw UsageError("--python '" + python + "' is not an executable file (run ./scripts/setup.sh or pass --python)");
+  return python;
+}
+
+struct SideResult {
+  bool ok = false;
+  std::string error;
+  double wall_s = 0;
+};
+
+// The line of a log that says what went wrong: the last one naming an error, else the last.
+std::string error_line(const std::string& text) {
+  std::string found;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (line.find("Error") != std::string::npos || line.find("error:") != std::string::npos ||
+        line.find("failed") != std::string::npos)
+      found = line;
+    start = end + 1;
+  }
+  return found.empty() ? last_line(text) : found;
+}
+
+// Runs one side; with `log` non-empty its stdout and stderr go to that file (the reference's
+// frameworks are chatty), and a failure is described by the log's error line.
+SideResult run_side(std::vector<std::string> argv, double timeout_s, const std::string& what, const std::string& log = "") {
+  std::cerr << "crossval: " << what << (log.empty() ? "" : " (log: " + log + ")") << "\n";
+  if (!log.empty())
+    argv.insert(argv.begin(), {"/bin/sh", "-c", "log=$1; shift; exec \"$@\" >\"$log\" 2>&1", "sh", log});
+  const auto r = runtime::run_subprocess(argv, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+  SideResult s;
+  s.wall_s = r.wall_s;
+  s.ok = r.exit_code == 0 && !r.timed_out && !r.interrupted;
+  if (r.interrupted) throw RunError("interrupted");
+  if (!s.ok) {
+    std::string detail = log.empty() ? error_line(r.stderr_tail) : "";
+    if (!log.empty()) {
+      try {
+        detail = error_line(read_text(log));
+      } catch (const std::exception&) {
+        detail = "(no log)";
+      }
+    }
+    s.error = r.timed_out ? "timed out after " + std::to_string(int(timeout_s)) + " s"
+                          : "exit code " + std::to_string(r.exit_code) + ": " + detail;
+  }
+  return s;
+}
+
+// --- the logits parity check (hidden --logits) ---
+
+class PlainWeights : public models::UnitParamSource {
+ public:
+  explicit PlainWeights(std::vector<std::vector<at::Tensor>> w) : w_(std::move(w)) {}
+  std::vector<at::Tensor> unit_weights(int unit) override { return w_[size_t(unit)]; }
+
+ private:
+  std::vector<std::vector<at::Tensor>> w_;
+};
+
+// Writes weights and one micro-batch of tokens, computes zerobench's logits from the weights as
+// read back from the safetensors file, has scripts/crossval/logits.py compute the reference
+// model's, and compares. fp32 must match to 1e-5 of the largest logit (the same ATen kernels
+// run in the same order; any slack is for a different intra-op split), bf16 to one bf16 ulp of
+// the largest logit (2^-8 relative).
+int logits_command(const CrossvalOptions& o, const std::string& out, const std::string& work) {
+  const auto spec = o.run.engine_spec();
+  const auto& cfg = spec.model;
+  write_weights(work + "/weights", cfg, spec.train.seed);
+  auto data = models::make_data_source(spec.train.data, cfg.vocab, spec.train.seed);
+  const auto batch = data->samples(0, spec.train.micro_batch, spec.train.seq_len);
+  ckpt::write_safetensors(work + "/tokens.safetensors", {{"tokens", batch.tokens}});
+  const auto checkpoint = ckpt::SafetensorsCheckpoint::open(work + "/weights");
+  at::set_num_threads(1);
+  std::vector<std::string> modes = o.precisions.empty() ? std::vector<std::string>{"fp32", "bf16"} : o.precisions;
+  std::string joined;
+  std::vector<at::Tensor> ours;
+  for (const auto& mode : modes) {
+    if (mode != "fp32" && mode != "bf16") throw UsageError("--logits --precision must be fp32 or bf16, got '" + mode + "'");
+    const auto dtype = mode == "fp32" ? at::kFloat : at::kBFloat16;
+    std::vector<std::vector<at::Tensor>> w;
+    for (int u = 0; u < int(models::unit_count(cfg)); ++u) {
+      std::vector<at::Tensor> unit;
+      for (const auto& t : ckpt::read_hf_llama_unit(checkpoint, cfg, u)) unit.push_back(t.to(dtype));
+      w.push_back(std::move(unit));
+    }
+    PlainWeights source(std::move(w));
+    at::NoGradGuard no_grad;
+    const auto rope = models::make_rope_cache(cfg, spec.train.seq_len, dtype, at::kCPU);
+    ours.push_back(models::forward_logits(cfg, source, batch.tokens, rope));
+    ckpt::write_safetensors(work + "/logits_zerobench_" + mode + ".safetensors", {{"logits", ours.back()}});
+    joined += (joined.empty() ? "" : ",") + mode;
+  }
+  const auto side = run_side({checked_python(o.python), crossval_scripts_dir() + "/logits.py", "--work", work,
+                              "--dtypes", joined},
+                             o.run.timeout_s > 0 ? o.run.timeout_s : 600, "reference model logits (" + joined + ")",
+                             work + "/logits.log");
+  if (!side.ok) throw RunError("scripts/crossval/logits.py failed: " + side.error);
+  json results = json::array();
+  bool all_ok = true;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const auto& mode = modes[i];
+    const auto& logits = ours[i];
+    const auto py = ckpt::SafetensorsFile::open(work + "/logits_python_" + mode + ".safetensors").tensor("logits");
+    const auto a = logits.to(at::kFloat), b = py.to(at::kFloat);
+    const double max_abs = a.sizes() == b.sizes() ? (a - b).abs().max().item<double>() : INFINITY;
+    const double scale = b.abs().max().item<double>();
+    const double tol = (mode == "fp32" ? 1e-5 : std::ldexp(1.0, -8)) * scale;
+    const bool ok = a.sizes() == b.sizes() && max_abs <= tol;
+    all_ok = all_ok && ok;
+    results.push_back({{"dtype", mode},
+                       {"shape", logits.sizes().vec()},
+                       {"max_abs_diff", max_abs},
+                       {"max_abs_logit", scale},
+                       {"tolerance_abs", tol},
+                       {"bitwise_equal", a.sizes() == b.sizes() && at::equal(logits, py.to(logits.scalar_type()))},
+                       {"agree", ok}});
+  }
+  json doc = {{"schema", {{"name", "zerobench.crossval.logits"}, {"version", 1}}},
+              {"model", {{"layers", cfg.layers}, {"hidden", cfg.hidden}, {"heads", cfg.heads}, {"kv_heads", cfg.kv_heads},
+                         {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
+              {"results", results},
+              {"agree", all_ok}};
+  reports::write_json_atomic(out, doc);
+  std::cout << doc.dump(2) << "\n";
+  return all_ok ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+std::string default_python() {
+  if (const char* p = std::getenv("ZEROBENCH_PYTHON"); p && *p) return p;
+  if (const char* v = std::getenv("ZEROBENCH_VENV"); v && *v) return std::string(v) + "/bin/python";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/zerobench/venv/bin/python";
+}
+
+std::string crossval_scripts_dir() {
+  if (const char* d = std::getenv("ZEROBENCH_CROSSVAL_DIR"); d && *d) return d;
+  return std::string(ZEROBENCH_SOURCE_DIR) + "/scripts/crossval";
+}
+
+void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {
+  add_run_options(cmd, o.run);
+  cmd.remove_option(cmd.get_option("--precision"));
+  cmd.add_option("--precision", o.precisions,
+                 "precision mode(s), comma-separated or repeated (fsdp/fsdp2: fp32|low|mixed; zero3: fp32|bf16)")
+      ->delimiter(',');
+  cmd.add_option("--python", o.python, "interpreter with torch (and deepspeed) for the reference (default: setup venv's)");
+  cmd.add_option("--work-dir", o.work_dir, "where weights, batches and both sides' outputs go (default: <out>.work)");
+  cmd.add_flag("--logits", o.logits, "check that the reference model's logits equal zerobench's (tests)")->group("");
+}
+
+int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
+  auto& r = o.run;
+  r.nproc_given = cmd.count("--nproc") > 0;
+  r.micro_batch_given = cmd.count("--micro-batch") > 0;
+  r.grad_accum_given = cmd.count("--grad-accum") > 0;
+  r.grad_clip_given = cmd.count("--grad-clip") > 0;
+  r.precision_given = true;
+  if (o.python.empty()) o.python = default_python();
+  if (r.emulate_world_size > 0) throw UsageError("crossval runs real ranks on both sides: --emulate-world-size is not supported");
+  if (r.profile || !r.trace.empty()) throw UsageError("crossval does not profile: drop --profile/--trace");
+  if (r.device != "cpu") throw UsageError("crossval --device " + r.device + ": only cpu (Gloo) is supported so far");
+  if (!r.fault_inject.empty()) throw UsageError("crossval does not take --fault-inject");
+
+  const std::string out = r.out.empty() ? "out/crossval-" + r.backend + "-" + r.model + ".json" : r.out;
+  const std::string work = o.work_dir.empty() ? strip_json_suffix(out) + ".work" : o.work_dir;
+  reports::make_directories(work);
+  if (o.logits) {
+    r.precision = "fp32";
+    r.backend = "ddp";  // any registered backend: only the model and data flags matter here
+    return logits_command(o, out, work);
+  }
+
+  const Reference* ref = nullptr;
+  for (const auto& x : kReferences)
+    if (r.backend == x.backend) ref = &x;
+  if (!ref) throw UsageError("crossval --backend '" + r.backend + "' has no reference framework (fsdp, fsdp2, zero3)");
+  bool registered = false;
+  for (const auto& b : backends::registered_backends()) registered = registered || b.name == r.backend;
+  if (!registered)
+    throw UsageError("crossval --backend " + r.backend + ": zerobench has no '" + r.backend +
+                     "' backend yet (the reference, scripts/crossval/" + ref->script +
+                     ", runs as soon as one is registered)");
+  if (o.precisions.empty()) {  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
+    RunOptions probe = r;
+    probe.precision_given = false;
+    o.precisions = {probe.engine_spec().precision};
+  }
+  for (const auto& p : o.precisions) backends::validate_precision(r.backend, p);
+  checked_python(o.python);
+  const std::string script = crossval_scripts_dir() + "/" + ref->script;
+  if (!is_file(script)) throw UsageError("crossval: reference runner " + script + " not found (set ZEROBENCH_CROSSVAL_DIR)");
+
+  const int world = r.world_size_hint();
+  r.nproc = world;
+  if (cmd.count("--warmup") == 0) r.train.warmup = std::min<int64_t>(r.train.warmup, r.train.steps - 1);
+  const int threads = r.threads > 0 ? r.threads
+                                    : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world));
+  const double timeout_s = r.timeout_s > 0 ? r.timeout_s : 1800;
+  const double plant = r.plant_lr_scale;
+  r.plant_lr_scale = 1.0;  // the reference's hyper-parameters never carry the plant
+
+  json modes = json::array();
+  json upstream_id = json::object();
+  std::vector<std::string> reasons;
+  bool agree = true;
+  for (const auto& precision : o.precisions) {
+    RunOptions mode = r;
+    mode.precision = precision;
+    std::vector<std::string> warnings, notes;
+    auto spec = mode.engine_spec(&warnings);
+    const std::string dir = work + "/" + precision;
+    reports::make_directories(dir + "/upstream");
+    for (int k = 0; k < world; ++k) unlink((dir + "/upstream/rank" + std::to_string(k) + ".json").c_str());
+    unlink((dir + "/zerobench.json").c_str());
+
+    write_weights(dir + "/weights", spec.model, spec.train.seed);
+    write_batches(dir + "/batches.safetensors", spec, world);
+    json spec_json = {{"backend", r.backend},
+                      {"precision", precision},
+                      {"world_size", world},
+                      {"threads", threads},
+                      {"model", {{"layers", spec.model.layers}, {"hidden", spec.model.hidden}, {"heads", spec.model.heads},
+                                 {"kv_heads", spec.model.kv_heads}, {"ffn", spec.model.ffn}, {"vocab", spec.model.vocab}}},
+                      {"train", train_json(spec.train)},
+                      {"options", spec.options}};
+    // Both sides see the same OpenMP environment (torchrun sets OMP_NUM_THREADS for its workers).
+    std::vector<std::string> zb_argv = {"/usr/bin/env", "OMP_NUM_THREADS=" + std::to_string(threads),
+                                        runtime::self_executable(), "run"};
+    for (const auto& a : forwarded_run_flags(cmd)) zb_argv.push_back(a);
+    if (r.backend == "zero3") {
+      const auto ds = deepspeed_json(mode, spec, world, notes);
+      reports::write_json_atomic(dir + "/ds_config.json", ds);
+      spec_json["deepspeed_config"] = "ds_config.json";
+      zb_argv.insert(zb_argv.end(), {"--deepspeed-config", dir + "/ds_config.json"});
+    }
+    reports::write_json_atomic(dir + "/spec.json", spec_json);
+    zb_argv.insert(zb_argv.end(), {"--precision", precision, "--out", dir + "/zerobench.json", "--quiet", "--threads",
+                                   std::to_string(threads), "--warmup", std::to_string(r.train.warmup)});
+    if (plant != 1.0) {
+      std::ostringstream s;
+      s.precision(17);
+      s << plant;
+      zb_argv.insert(zb_argv.end(), {"--plant-lr-scale", s.str()});
+      notes.push_back("planted difference: zerobench's lr x " + s.str() + " (--plant-lr-scale)");
+    }
+    const auto zb = run_side(zb_argv, timeout_s, "zerobench " + r.backend + " " + precision + " on " + std::to_string(world) + " ranks");
+    const std::vector<std::string> py_argv = {"/usr/bin/env",
+                                              "DS_ACCELERATOR=cpu",
+                                              "OMP_NUM_THREADS=" + std::to_string(threads),
+                                              "PYTHONUNBUFFERED=1",
+                                              o.python,
+                                              "-m",
+                                              "torch.distributed.run",
+                                              "--standalone",
+                                              "--nproc-per-node",
+                                              std::to_string(world),
+                                              script,
+                                              "--work",
+                                              dir};
+    const auto up = run_side(py_argv, timeout_s,
+                             std::string(ref->framework) + " " + precision + " on " + std::to_string(world) + " ranks",
+                             dir + "/upstream.log");
+
+    json section;
+    if (zb.ok && up.ok) {
+      std::vector<json> ranks;
+      for (int k = 0; k < world; ++k) ranks.push_back(json::parse(read_text(dir + "/upstream/rank" + std::to_string(k) + ".json")));
+      CrossvalContext ctx{r.backend, world, spec};
+      section = compare_mode(ctx, reports::read_report(dir + "/zerobench.json"), ranks);
+      upstream_id = ranks.front()["upstream"];
+    } else {
+      section = {{"precision", precision},
+                 {"status", {{"zerobench", zb.ok ? "ok" : "failed: " + zb.error},
+                             {"upstream", up.ok ? "ok" : "failed: " + up.error}}},
+                 {"verdict", {{"agree", false},
+                              {"reasons", {std::string(zb.ok ? "" : "zerobench failed: " + zb.error) +
+                                           (up.ok ? "" : std::string(zb.ok ? "" : "; ") + ref->framework +
+                                                             " failed: " + up.error)}}}}};
+    }
+    section["work_dir"] = dir;
+    section["wall_s"] = {{"zerobench", zb.wall_s}, {"upstream", up.wall_s}};
+    section["warnings"] = warnings;
+    section["notes"] = notes;
+    if (!section["verdict"]["agree"].get<bool>()) {
+      agree = false;
+      for (const auto& why : section["verdict"]["reasons"]) reasons.push_back(precision + ": " + why.get<std::string>());
+    }
+    modes.push_back(section);
+  }
+  if (upstream_id.empty()) upstream_id = {{"name", ref->framework}, {"version", "unknown (the reference did not finish)"}};
+  const auto cfg = r.model_config();
+  json doc = {{"schema", {{"name", "zerobench.crossval"}, {"version", 1}}},
+              {"backend", r.backend},
+              {"upstream", upstream_id},
+              {"world_size", world},
+              {"model", {{"preset", cfg.preset}, {"layers", cfg.layers}, {"hidden", cfg.hidden}, {"heads", cfg.heads},
+                         {"kv_heads", cfg.kv_heads}, {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
+              {"train", train_json(r.engine_spec().train)},
+              {"threads_per_rank", threads},
+              {"modes", modes},
+              {"verdict", {{"agree", agree}, {"reasons", reasons}}}};
+  reports::write_json_atomic(out, doc);
+  const std::string stem = strip_json_suffix(out);
+  reports::write_text_atomic(stem + ".md", reports::render_crossval(doc, "md"));
+  reports::write_text_atomic(stem + ".html", reports::render_crossval(doc, "html"));
+  if (!r.quiet) std::cout << reports::render_crossval(doc, "md");
+  std::cerr << "crossval: " << (agree ? "agree" : "DISAGREE") << " — " << out << " (+ .md, .html)\n";
+  return agree ? kExitOk : kExitFailed;
+}
+
+}  // namespace zb::bench

@@ -1,0 +1,39 @@
+// crossval_compare.hpp — the comparison half of `zerobench crossval`: from zerobench's report
+// and the reference's per-rank results (scripts/crossval/common.py) to one mode's verdict.
+// Owns: the tolerances and their derivation (docs/crossval.md), the per-step loss / grad-norm
+// check, model-state bytes per category per rank, collectives per step per kind, the
+// performance ratios (reported, never asserted), and the catalogue of known differences —
+// each one an expected upstream value computed from the configuration plus the upstream file
+// and function that explain it, so an explanation holds only when the numbers match it
+// exactly. Must not: run anything or read files.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "backends/engine.hpp"
+
+namespace zb::bench {
+
+struct CrossvalContext {
+  std::string backend;    // zerobench's backend name
+  int world_size = 1;
+  backends::EngineSpec spec;  // resolved: model, train, precision, backend options (unplanted)
+};
+
+// Relative tolerances for loss and grad norm per step (docs/crossval.md derives them).
+struct Tolerance {
+  double loss_rel = 1e-5;
+  double grad_norm_rel = 1e-5;
+  std::string basis;
+};
+Tolerance tolerance_for(const std::string& backend, const std::string& precision, int64_t steps);
+
+// One mode: `report` is zerobench's run report; `upstream` the reference's rank<r>.json files
+// in rank order. Returns the mode's section of the crossval document (SCHEMA in
+// reports/SCHEMA.md, "crossval"), with "verdict": {"agree", "reasons"}.
+nlohmann::json compare_mode(const CrossvalContext& ctx, const nlohmann::json& report,
+                            const std::vector<nlohmann::json>& upstream);
+
+}  // namespace zb::bench

@@ -1,0 +1,166 @@
+"""common.py — what every crossval reference runner shares: the work directory zerobench wrote
+(spec.json, weights/ as an HF Llama safetensors checkpoint, batches.safetensors), the lr
+schedule, the training loop with zerobench's step boundaries, per-step collective counts,
+memory and timing, and writing one JSON per rank.
+
+Owns: the loop's semantics, which match bench/trainer.cpp: per optimizer step, grad_accum
+micro-batches (rank r's micro-batch a of step s is the batch zerobench's DataSource gives it),
+the loss scaled by 1/grad_accum before backward, then clip + AdamW at lr_at(step); the step time
+covers forward, backward and the optimizer (data are loaded up front); model-state bytes are
+taken at the end of the last micro-batch's backward of the last step. Must not: know a
+framework — a runner supplies forward_backward / optimizer_step / model_state_bytes.
+
+The process exits with os._exit(0) after a barrier and destroy_process_group(): torch 2.11 +
+Gloo can abort at interpreter exit while a Gloo worker thread releases a finished all-gather's
+tensors (../../shared/UPSTREAM_ON_CPU.md); every result is on disk by then.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import comm_counter
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--work", required=True, help="crossval work directory (spec.json, weights/, batches.safetensors)")
+    return p.parse_args()
+
+
+def load_spec(work):
+    with open(os.path.join(work, "spec.json")) as f:
+        return json.load(f)
+
+
+def lr_at(train, step):
+    """backends/common/optim.cpp lr_at, line for line: linear warm-up, then constant or cosine
+    from lr to min_lr_ratio * lr at the last step."""
+    lr, warm = train["lr"], train["lr_warmup_steps"]
+    if warm > 0 and step < warm:
+        return lr * float(step + 1) / float(warm)
+    if train["lr_schedule"] == "constant":
+        return lr
+    decay_steps = max(1, train["steps"] - warm - 1)
+    progress = min(1.0, float(step - warm) / float(decay_steps))
+    min_lr = train["min_lr_ratio"] * lr
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def load_weights_file(work):
+    """HF name -> fp32 (or stored dtype) tensor, from weights/ (single file or sharded index)."""
+    from safetensors.torch import load_file
+    wdir = os.path.join(work, "weights")
+    index = os.path.join(wdir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        state = {}
+        for name in files:
+            state.update(load_file(os.path.join(wdir, name)))
+        return state
+    return load_file(os.path.join(wdir, "model.safetensors"))
+
+
+def load_batches(work, spec, rank):
+    """[step][micro] -> (tokens, targets) for this rank, as zerobench's trainer builds them."""
+    from safetensors.torch import load_file
+    all_batches = load_file(os.path.join(work, "batches.safetensors"))
+    t = spec["train"]
+    out = []
+    for s in range(t["steps"]):
+        row = []
+        for a in range(t["grad_accum"]):
+            key = f"step{s}.micro{a}.rank{rank}"
+            row.append((all_batches[key + ".tokens"], all_batches[key + ".targets"]))
+        out.append(row)
+    return out
+
+
+def storage_bytes(t):
+    """Bytes a tensor's storage holds now (0 once FSDP/DeepSpeed freed it with resize_(0))."""
+    if t is None:
+        return 0
+    return t.untyped_storage().nbytes()
+
+
+def peak_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def setup_threads(spec):
+    torch.set_num_threads(max(1, int(spec["threads"])))
+
+
+def run(make_runner):
+    """Drives `make_runner(spec, work)` -> runner through spec['train']['steps'] steps and writes
+    <work>/upstream/rank<r>.json. The runner initialises the process group (some frameworks
+    insist on doing it themselves) and exposes:
+      name, version                       what ran (e.g. "torch FSDP1", torch.__version__)
+      forward_backward(tokens, targets, loss_scale, last_micro_batch) -> float loss (unscaled)
+      optimizer_step(lr) -> float grad norm before clipping
+      model_state_bytes() -> {category: bytes} and optional details
+      notes (list of str)"""
+    args = parse_args()
+    work = args.work
+    spec = load_spec(work)
+    setup_threads(spec)
+    counter = comm_counter.install()  # before any framework binds torch.distributed functions
+    counter.active = True
+    runner = make_runner(spec, work)
+    counter.active = False
+    setup_comm = counter.snapshot()  # what the framework communicated while it was set up
+    rank = dist.get_rank()
+    batches = load_batches(work, spec, rank)
+    t = spec["train"]
+    steps = []
+    states = None
+    dist.barrier()
+    for step in range(t["steps"]):
+        counter.reset()
+        counter.active = True
+        lr = lr_at(t, step)
+        losses = []
+        t0 = time.perf_counter()
+        for a in range(t["grad_accum"]):
+            last = a + 1 == t["grad_accum"]
+            tokens, targets = batches[step][a]
+            losses.append(runner.forward_backward(tokens, targets, 1.0 / t["grad_accum"], last))
+            if last and step + 1 == t["steps"]:
+                counter.active = False  # memory introspection is not traffic
+                states = runner.model_state_bytes()
+                counter.active = True
+        grad_norm = runner.optimizer_step(lr)
+        elapsed = time.perf_counter() - t0
+        counter.active = False
+        steps.append({"step": step, "loss": sum(losses) / len(losses), "micro_losses": losses,
+                      "grad_norm": grad_norm, "lr": lr, "time_s": elapsed, "comm": counter.snapshot()})
+    result = {
+        "rank": rank,
+        "world_size": dist.get_world_size(),
+        "upstream": {"name": runner.name, "version": runner.version},
+        "steps": steps,
+        "model_states_bytes": states["bytes"],
+        "model_states_detail": states.get("detail", {}),
+        "setup_comm": setup_comm,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "threads": torch.get_num_threads(),
+        "notes": getattr(runner, "notes", []),
+    }
+    out_dir = os.path.join(work, "upstream")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)

@@ -1,0 +1,174 @@
+"""model.py — the reference decoder for `zerobench crossval`: models/llama.cpp, op for op, as
+torch.nn modules with Hugging Face Llama names.
+
+Owns: the module tree (LlamaForCausalLM -> model.{embed_tokens, layers[i], norm}, lm_head), so
+state_dict keys are exactly the names zerobench writes (models/checkpoint/hf_llama.cpp), and
+parameters are registered in zerobench's spec order (models/model_config.cpp
+unit_param_specs), so FSDP1's flat parameters and DeepSpeed's partitions are laid out like
+zerobench's. Must not: know about sharding (runners wrap it from outside) or own buffers
+(RoPE tables are a pure function of the config, built per call like make_rope_cache, so no
+framework casts or broadcasts them).
+
+Mirrors, each line of models/llama.cpp:
+  rms_norm      x.float() * rsqrt(mean(x^2) + eps), cast back to x.dtype, then * weight
+  RoPE          inv_freq = theta ** (-arange(0, hd, 2) / hd) in fp32; angles = outer(arange(T),
+                inv_freq); emb = cat(angles, angles); cos/sin cast to the compute dtype;
+                x * cos + cat(-x2, x1) * sin (rotate-half, HF convention)
+  attention     q/k/v linears, view [B, T, h, hd] -> transpose(1, 2), SDPA causal with
+                enable_gqa when kv_heads != heads, transpose back, reshape [B, T, H], o_proj
+  MLP           down(silu(gate(h)) * up(h))
+  loss          logits = lm_head(norm(x)); cross_entropy(logits.reshape(-1, V).float(), targets)
+"""
+import json
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Config:
+    """The fields of zerobench's ModelConfig, read from the HF config.json zerobench writes."""
+
+    def __init__(self, hidden, ffn, layers, heads, kv_heads, vocab, norm_eps=1e-5, rope_theta=10000.0):
+        self.hidden, self.ffn, self.layers = hidden, ffn, layers
+        self.heads, self.kv_heads, self.vocab = heads, kv_heads, vocab
+        self.norm_eps, self.rope_theta = norm_eps, rope_theta
+        self.head_dim = hidden // heads
+
+    @staticmethod
+    def from_hf_json(path):
+        with open(path) as f:
+            c = json.load(f)
+        return Config(c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["num_attention_heads"],
+                      c.get("num_key_value_heads", c["num_attention_heads"]), c["vocab_size"], c["rms_norm_eps"],
+                      c["rope_theta"])
+
+
+_rope_cache = {}
+
+
+def rope_cache(cfg, seq_len, dtype, device):
+    """make_rope_cache: cos/sin [T, head_dim] computed in fp32, then cast to `dtype`."""
+    key = (cfg.head_dim, cfg.rope_theta, seq_len, dtype, str(device))
+    if key not in _rope_cache:
+        hd = cfg.head_dim
+        inv_freq = torch.pow(cfg.rope_theta, -torch.arange(0, hd, 2, dtype=torch.float32, device=device) / float(hd))
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
+        emb = torch.cat([angles, angles], dim=-1)
+        _rope_cache[key] = (emb.cos().to(dtype), emb.sin().to(dtype))
+    return _rope_cache[key]
+
+
+def apply_rope(x, cos, sin):
+    half = x.size(-1) // 2
+    x1, x2 = x.narrow(-1, 0, half), x.narrow(-1, half, half)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.to(torch.float32)
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def linear(i, o):
+    return nn.Linear(i, o, bias=False)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        kv = cfg.kv_heads * cfg.head_dim
+        self.q_proj, self.k_proj = linear(cfg.hidden, cfg.hidden), linear(cfg.hidden, kv)
+        self.v_proj, self.o_proj = linear(cfg.hidden, kv), linear(cfg.hidden, cfg.hidden)
+
+    def forward(self, h):
+        c = self.cfg
+        B, T, _ = h.shape
+        q = self.q_proj(h).view(B, T, c.heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+        cos, sin = rope_cache(c, T, q.dtype, q.device)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        attn = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True,
+                                              enable_gqa=c.kv_heads != c.heads)
+        return self.o_proj(attn.transpose(1, 2).reshape(B, T, c.hidden))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_proj, self.up_proj = linear(cfg.hidden, cfg.ffn), linear(cfg.hidden, cfg.ffn)
+        self.down_proj = linear(cfg.ffn, cfg.hidden)
+
+    def forward(self, h):
+        return self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class DecoderLayer(nn.Module):
+    """One block; registration order = zerobench's spec order (attn_norm, q, k, v, o,
+    mlp_norm, gate, up, down), not HF's (HF registers self_attn and mlp before the norms)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x1 = x + self.self_attn(self.input_layernorm(x))
+        return x1 + self.mlp(self.post_attention_layernorm(x1))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+
+    def forward(self, tokens):
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = LlamaModel(cfg)
+        self.lm_head = linear(cfg.hidden, cfg.vocab)
+
+    def logits(self, tokens):
+        return self.lm_head(self.model(tokens))
+
+    def forward(self, tokens, targets):
+        """Mean next-token cross-entropy over B*T, logits upcast to fp32 (forward_loss)."""
+        logits = self.logits(tokens)
+        return F.cross_entropy(logits.reshape(-1, self.cfg.vocab).to(torch.float32), targets.reshape(-1))
+
+
+def load_weights(model, state):
+    """Copies `state` (HF name -> tensor) into the model, each cast to its parameter's dtype;
+    every parameter must be present and nothing else."""
+    params = dict(model.named_parameters())
+    missing = sorted(set(params) - set(state))
+    extra = sorted(set(state) - set(params))
+    if missing or extra:
+        raise ValueError(f"weights do not match the model: missing {missing[:4]}, unexpected {extra[:4]}")
+    with torch.no_grad():
+        for name, p in params.items():
+            src = state[name]
+            if tuple(src.shape) != tuple(p.shape):
+                raise ValueError(f"{name}: shape {tuple(src.shape)} != {tuple(p.shape)}")
+            p.copy_(src.to(p.dtype))

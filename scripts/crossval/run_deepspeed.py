@@ -1,0 +1,125 @@
+"""run_deepspeed.py — the reference for zerobench's `zero3` backend: DeepSpeed ZeRO stage 3
+(deepspeed.initialize with the same JSON zerobench's zero3 backend read) on CPU with Gloo.
+
+Launched by `zerobench crossval` as
+  DS_ACCELERATOR=cpu python -m torch.distributed.run --standalone --nproc-per-node W \
+      run_deepspeed.py --work DIR
+
+Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPSTREAM_ON_CPU.md):
+  - deepspeed.init_distributed(dist_backend="gloo"); the shared-memory all-reduce op that
+    deepspeed.comm JIT-compiles at start (deepspeed/comm/torch.py, build_shm_op; inference/TP
+    only, never used by ZeRO-3 training) is skipped;
+  - the model is built under deepspeed.zero.Init(config_dict_or_path=the JSON), so parameters
+    are partitioned at construction in the config's dtype (bf16 when "bf16" is enabled), then
+    the weights zerobench wrote are copied in under GatheredParameters(modifier_rank=0)
+    (transformers' _load_state_dict_into_zero3_model does the same per module): the fp32
+    master DeepSpeed builds in _create_fp32_partitions is then the bf16-rounded weights, as
+    zerobench's zero3 engine builds it;
+  - torch.optim.AdamW (FusedAdam / DeepSpeedCPUAdam need compiled ops), allowed with
+    "zero_allow_untested_optimizer": true;
+  - per micro-batch engine(...), engine.backward(loss) (scales by 1/gradient_accumulation_steps
+    and reduces every micro-batch: ZeRO-3 has no no_sync), engine.step() (applies at the
+    accumulation boundary, clipping with "gradient_clipping"); the lr of each step is written
+    into the optimizer's param groups before the boundary step.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import common
+import model as zbmodel
+
+
+def make_runner(spec, work):
+    import deepspeed
+    import deepspeed.comm.torch  # noqa: F401  (`import ... as` would bind deepspeed.comm's `torch` attribute)
+
+    # No 40 s g++ JIT of an op ZeRO-3 training never calls (TorchBackend.__init__ builds it).
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    with open(os.path.join(work, spec["deepspeed_config"])) as f:
+        ds_config = json.load(f)
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
+    with deepspeed.zero.Init(config_dict_or_path=ds_config):
+        net = zbmodel.LlamaForCausalLM(cfg)
+    state = common.load_weights_file(work)
+    params = list(net.parameters())
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+        if dist.get_rank() == 0:
+            zbmodel.load_weights(net, state)
+    t = spec["train"]
+    b1, b2 = t["betas"]
+    optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
+                                  weight_decay=t["weight_decay"])
+    engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+    return DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
+
+
+class DeepSpeedRunner:
+    name = "DeepSpeed ZeRO-3"
+
+    def __init__(self, engine, optimizer, train, version):
+        self.engine, self.optimizer, self.train, self.version = engine, optimizer, train, version
+        self.notes = ["torch.optim.AdamW with zero_allow_untested_optimizer (no compiled FusedAdam/CPUAdam)"]
+
+    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
+        loss = self.engine(tokens, targets)
+        self.engine.backward(loss)
+        value = loss.item()
+        if not last_micro_batch:
+            self.engine.step()  # not a boundary: DeepSpeed only advances its micro-step counter
+        return value
+
+    def optimizer_step(self, lr):
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.engine.step()
+        return float(self.engine.get_global_grad_norm())
+
+    def model_state_bytes(self):
+        """Where ZeRO-3's bytes live (DeepSpeedZeroOptimizer_Stage3): params = the bf16/fp32
+        partitions (fp16_partitioned_groups_flat; each p.ds_tensor is a view into them) plus the
+        full data of parameters still gathered (persistent ones, ds_persist); master_params =
+        fp32_partitioned_groups_flat when it is a separate tensor; grads =
+        grad_partitions_flat_buffer; optimizer = the inner AdamW's exp_avg + exp_avg_sq (its
+        per-tensor `step` scalars separately); buffers = the IPG bucket buffers allocated up
+        front (reduce_bucket_size elements per communication dtype, stage3.py
+        _setup_for_real_optimizer)."""
+        opt = self.optimizer
+        seen = set()
+
+        def held(t):
+            key = t.untyped_storage().data_ptr()
+            n = common.storage_bytes(t)
+            if n == 0 or key in seen:
+                return 0
+            seen.add(key)
+            return n
+
+        partitions = sum(held(t) for t in opt.fp16_partitioned_groups_flat)
+        gathered, persistent = 0, 0
+        for p in self.engine.module.parameters():
+            if p.data.numel() > 0:
+                gathered += held(p.data)
+                persistent += int(getattr(p, "ds_persist", False))
+        master = sum(held(t) for t in opt.fp32_partitioned_groups_flat)
+        grads = held(opt.grad_partitions_flat_buffer)
+        exp = step_counters = 0
+        for state in opt.optimizer.state.values():
+            exp += held(state["exp_avg"]) + held(state["exp_avg_sq"])
+            step_counters += held(state["step"])
+        buffers = sum(held(b.buffer) for b in opt.ipg_buckets.values() if b.buffer is not None)
+        return {"bytes": {"params": partitions + gathered, "master_params": master, "grads": grads, "optimizer": exp,
+                          "buffers": buffers, "optimizer_step_counters": step_counters},
+                "detail": {"partition_bytes": partitions, "gathered_param_bytes": gathered,
+                           "persistent_params": persistent, "sub_groups": len(opt.fp16_partitioned_groups_flat),
+                           "master_aliases_partitions": master == 0 and partitions > 0,
+                           "reduce_bucket_size": opt.reduce_bucket_size,
+                           "ipg_dtypes": [str(d) for d in opt.ipg_buckets]}}
+
+
+if __name__ == "__main__":
+    common.run(make_runner)

@@ -1,0 +1,175 @@
+"""run_fsdp1.py — the reference for zerobench's `fsdp` backend: PyTorch FSDP1
+(torch.distributed.fsdp.FullyShardedDataParallel) on CPU with Gloo, set up as accelerate's FSDP
+plugin sets it up (accelerate/accelerator.py, prepare_model for DistributedType.FSDP).
+
+Launched by `zerobench crossval` as
+  python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp1.py --work DIR
+
+Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's setting):
+  fp32   fp32 model, no MixedPrecision
+  mixed  bf16-loaded model; MixedPrecision(param_dtype=bf16, reduce_dtype=bf16 (or the
+         resolved reduce_dtype), buffer_dtype=bf16) (accelerate utils/dataclasses.py,
+         FullyShardedDataParallelPlugin.set_mixed_precision); after wrapping, every
+         FlatParameter is upcast to fp32 and _handle._orig_param_dtype set to fp32 — the loop in
+         accelerator.py "In the event the model had been loaded in low precision, but mixed
+         precision had also been activated ..."
+  low    bf16 model, no MixedPrecision (accelerate with mixed_precision "no")
+Wrapping: transformer_auto_wrap_policy on the decoder block (accelerate's
+TRANSFORMER_BASED_WRAP), device_id=cpu, use_orig_params=False (zerobench's fsdp engine models
+flat parameters as the optimizer's parameters; see docs/crossval.md), the resolved sharding
+strategy, backward/forward prefetch, limit_all_gathers and sync_module_states.
+Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync(),
+loss / gradient_accumulation_steps before backward; clipping through the root's
+clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1); AdamW from torch.optim.
+"""
+import functools
+import math
+import os
+
+import torch
+import torch.distributed as dist
+
+import common
+import model as zbmodel
+
+
+def make_runner(spec, work):
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    dist.init_process_group("gloo")
+    precision, opts, t = spec["precision"], spec["options"], spec["train"]
+    cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
+    load_dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    net = zbmodel.LlamaForCausalLM(cfg).to(load_dtype)
+    zbmodel.load_weights(net, common.load_weights_file(work))
+
+    mixed = None
+    if precision == "mixed":
+        reduce = torch.float32 if opts.get("reduce_dtype") == "fp32" else torch.bfloat16
+        mixed = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=reduce, buffer_dtype=torch.bfloat16)
+    strategy = ShardingStrategy[opts.get("sharding_strategy", "FULL_SHARD")]
+    prefetch = {"BACKWARD_PRE": BackwardPrefetch.BACKWARD_PRE, "BACKWARD_POST": BackwardPrefetch.BACKWARD_POST,
+                "NO_PREFETCH": None}[opts.get("backward_prefetch", "BACKWARD_PRE")]
+    kwargs = {}
+    if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+        from torch.distributed.device_mesh import init_device_mesh
+        shard = opts.get("hybrid_shard_group_size") or int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+        kwargs["device_mesh"] = init_device_mesh("cpu", (dist.get_world_size() // shard, shard))
+    wrapped = FSDP(net,
+                   sharding_strategy=strategy,
+                   auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                      transformer_layer_cls={zbmodel.DecoderLayer}),
+                   mixed_precision=mixed,
+                   backward_prefetch=prefetch,
+                   forward_prefetch=bool(opts.get("forward_prefetch", False)),
+                   limit_all_gathers=bool(opts.get("limit_all_gathers", True)),
+                   # FSDP1 refuses sync_module_states with CPU parameters (_init_utils.py,
+                   # _check_module_states_for_sync_module_states); every rank loads the same
+                   # weights, so only the init-time broadcast is missing.
+                   sync_module_states=False,
+                   use_orig_params=False,
+                   device_id=torch.device("cpu"),
+                   **kwargs)
+    if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
+        for m in FSDP.fsdp_modules(wrapped):
+            if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
+                m._flat_param.data = m._flat_param.data.to(torch.float32)
+                m._handle._orig_param_dtype = torch.float32
+    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+        apply_activation_checkpointing(
+            wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={zbmodel.DecoderLayer}))
+    return Fsdp1Runner(wrapped, t, FSDP)
+
+
+class Fsdp1Runner:
+    name = "PyTorch FSDP1 (FullyShardedDataParallel)"
+    version = torch.__version__
+
+    def __init__(self, wrapped, train, fsdp_cls):
+        self.model, self.train, self.fsdp_cls = wrapped, train, fsdp_cls
+        b1, b2 = train["betas"]
+        self.optimizer = torch.optim.AdamW(wrapped.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
+                                           weight_decay=train["weight_decay"])
+        self.notes = ["use_orig_params=False: the optimizer steps the padded flat shards, as zerobench's fsdp engine does",
+                      "sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same weights"]
+
+    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
+        def run():
+            loss = self.model(tokens, targets)
+            (loss / self.train["grad_accum"]).backward()  # accelerator.backward
+            return loss.item()
+        if last_micro_batch:
+            return run()
+        with self.model.no_sync():  # accelerate's accumulate() on non-final micro-batches
+            return run()
+
+    def optimizer_step(self, lr):
+        clip = self.train["grad_clip"]
+        fp32_norm = self._fp32_norm_if_low_precision()
+        # No clipping still needs the norm zerobench reports: max_norm=inf multiplies by 1.0.
+        norm = self.model.clip_grad_norm_(clip if clip > 0 else math.inf)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # HF Trainer's model.zero_grad()
+        return fp32_norm if fp32_norm is not None else float(norm)
+
+    def _fp32_norm_if_low_precision(self):
+        """With bf16 gradients clip_grad_norm_ clips with its fp32 total norm but returns it cast
+        to bf16 ("the 'largest' dtype across all parameters/gradients"). The fp32 value, the one
+        zerobench reports, is recomputed here with the same arithmetic (_get_grad_norm: fp32
+        norm per FlatParameter gradient, norm of the stack, squared, all-reduced, ** 0.5); the
+        all-reduce is bookkeeping and not counted."""
+        grads = [m._flat_param.grad for m in self.fsdp_cls.fsdp_modules(self.model)
+                 if m._has_params and m._flat_param.grad is not None]
+        if not grads or all(g.dtype == torch.float32 for g in grads):
+            return None
+        norms = torch.stack([torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float32) for g in grads])
+        total = torch.linalg.vector_norm(norms, 2, dtype=torch.float32) ** 2.0
+        counter = common.comm_counter.COUNTER
+        active, counter.active = counter.active, False
+        dist.all_reduce(total)
+        counter.active = active
+        return float(total ** 0.5)
+
+    def model_state_bytes(self):
+        """Storage held now, per zerobench's categories: params = each FlatParameter's local shard
+        plus any unsharded / low-precision buffer still allocated, grads = the sharded .grad,
+        optimizer = AdamW exp_avg + exp_avg_sq; AdamW's per-tensor `step` scalars separately."""
+        params = grads = 0
+        seen = set()
+        detail = {"flat_params": []}
+        for m in self.fsdp_cls.fsdp_modules(self.model):
+            if not m._has_params:
+                continue
+            fp = m._flat_param
+            held = 0
+            for name in ("_local_shard", "_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
+                tensor = getattr(fp, name, None)
+                if tensor is None:
+                    continue
+                key = tensor.untyped_storage().data_ptr()
+                n = common.storage_bytes(tensor)
+                if n and key not in seen:
+                    seen.add(key)
+                    held += n
+            params += held
+            grads += common.storage_bytes(fp.grad)
+            detail["flat_params"].append({"numel": fp.numel(), "dtype": str(fp.dtype), "held_bytes": held,
+                                          "grad_bytes": common.storage_bytes(fp.grad)})
+        opt = opt_step = 0
+        for state in self.optimizer.state.values():
+            opt += common.storage_bytes(state["exp_avg"]) + common.storage_bytes(state["exp_avg_sq"])
+            opt_step += common.storage_bytes(state["step"])
+        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt,
+                          "optimizer_step_counters": opt_step},
+                "detail": detail}
+
+
+if __name__ == "__main__":
+    common.run(make_runner)
