@@ -454,24 +454,37 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // accelerate 1.15 clip_grad_norm_ -> _clip_grad_norm_dtensor_aware: one mesh, so
     // torch.nn.utils.clip_grad_norm_ over the DTensor gradients. DTensors take _get_total_norm's
     // per-tensor path (no foreach support): vector_norm of each local shard (the gradient's dtype),
-    // vector_norm of their stack, a Partial norm that the clip's arithmetic reduces over the shard
-    // mesh (NormPartial: ** 2, all-reduce SUM, ** 0.5); _clip_grads_with_norm_ multiplies every
-    // gradient by clamp(max_norm / (total + 1e-6), max=1).
+    // a _NormPartial(2) per parameter; their stack stays partial, and the outer vector_norm is not
+    // a linear reduction of a "sum" partial (_math_ops.py common_reduction_strategy), so DTensor
+    // first redistributes the stacked [P] vector to Replicate: ** 2, one all-reduce SUM of P
+    // elements over the shard mesh, ** 0.5 (_NormPartial._reduce_value) — each parameter's global
+    // norm — then vector_norm of those locally (crossval counts the P-element all-reduce on real
+    // FSDP2). _clip_grads_with_norm_ multiplies every gradient by clamp(max_norm / (total + 1e-6), max=1).
     std::vector<at::Tensor> grads;
     for (const auto& p : params_) {
       const auto v = grad_view(p);
       TORCH_CHECK(v.defined(), "fsdp2: optimizer step without a gradient (group ", groups_[size_t(p.group)].spec.label, ")");
       grads.push_back(v);
     }
+    // The norms stack in model.parameters() order (the embedding, each block in HF's order, the
+    // final norm, the LM head), whatever the groups.
     std::vector<at::Tensor> norms;
     norms.reserve(grads.size());
-    for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
-    auto total = at::linalg_vector_norm(at::stack(norms), 2);
+    const int units = int(param_of_.size());
+    auto add_norm = [&](int u, int i) { norms.push_back(at::linalg_vector_norm(grads[size_t(param_of_[size_t(u)][size_t(i)])], 2)); };
+    add_norm(models::kRootUnit, 0);
+    for (int u = 1; u < units; ++u)
+      for (int i : kHfBlockOrder) add_norm(u, i);
+    add_norm(models::kRootUnit, 1);
+    add_norm(models::kRootUnit, 2);
+    auto stacked = at::stack(norms);  // [P]
+    norms.clear();
     if (mesh_.shard > 1) {
-      auto sq = total.pow(2).reshape({1}).contiguous();
+      auto sq = stacked.pow(2).contiguous();
       comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
-      total = sq.reshape({}).pow(0.5);
+      stacked = sq.pow(0.5);
     }
+    auto total = at::linalg_vector_norm(stacked, 2);
     if (spec_.train.grad_clip > 0) {
       const auto coef = at::clamp(spec_.train.grad_clip / (total + 1e-6), c10::nullopt, 1.0);
       for (auto& g : grads) g.mul_(coef);
