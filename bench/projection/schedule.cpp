@@ -179,6 +179,7 @@ class Zero3Builder {
     reuse_distance_ = o.value("stage3_max_reuse_distance", int64_t(1000000000));
     reduce_bucket_ = o.value("reduce_bucket_size", int64_t(500000000));
     overlap_comm_ = o.value("overlap_comm", true);
+    sub_groups_ = o.value("sub_groups", int64_t(1));  // the engine's resolved option
     const int64_t persistence = o.value("stage3_param_persistence_threshold", int64_t(100000));
     model_ = dt_option(o, "model_dtype", compute_dt(in.precision));
     comm_ = dt_option(o, "communication_data_type", model_);
@@ -294,11 +295,16 @@ class Zero3Builder {
     } else if (!p.available) {
       all_gather_coalesced({id}, "module", false);
     }
+    prefetch(step + 1);
+  }
+
+  // The trace's next unavailable parameters from `from`, one coalesced all-gather in flight.
+  void prefetch(size_t from) {
     if (prefetch_bucket_ <= 0) return;
     std::vector<int> to_prefetch;
     int64_t prefetching = 0;
     const int64_t live = live_numel();
-    size_t pos = std::max(prefetch_pos_, step + 1);
+    size_t pos = std::max(prefetch_pos_, from);
     for (; pos < trace_.size() && prefetching < prefetch_bucket_; ++pos) {
       const int next = trace_[pos];
       if (params_[size_t(next)].available || std::find(to_prefetch.begin(), to_prefetch.end(), next) != to_prefetch.end())
@@ -366,6 +372,9 @@ class Zero3Builder {
   void micro_batch() {
     fetch_step_ = 0;
     prefetch_pos_ = 0;
+    // The model's own (parameterless) module is fetched first and prefetches from the head of
+    // the trace, the embedding included (_fetch_sub_module_impl; the engine's begin_micro_batch).
+    prefetch(0);
     // Forward, one module at a time (module_weight / after_unit_forward).
     auto module = [&](int u, int i) {
       release_held();
@@ -427,14 +436,18 @@ class Zero3Builder {
   }
 
   void optimizer_step() {
-    const int ar = prog_.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
-                               cal_.collective_s(CollectiveKind::kAllReduce, "fp32", 4, W_, in_.nodes), true);
-    prog_.wait(ar);
+    // step(): _partition_all_parameters releases every parameter, persistent ones included.
+    for (int id = 0; id < int(params_.size()); ++id) release(id);
+    // One fp64 norm all-reduce per sub-group (get_grad_norm_direct), the host reads the norm.
+    for (int64_t g = 0; g < sub_groups_; ++g) {
+      const int ar = prog_.issue(CollectiveKind::kAllReduce, "grad_norm", 8,
+                                 cal_.collective_s(CollectiveKind::kAllReduce, "fp32", 8, W_, in_.nodes), true);
+      prog_.wait(ar);
+    }
     prog_.compute("optimizer", in_.costs.optimizer_s);
-    std::vector<int> persistent;  // _post_step: one coalesced all-gather of the persistent ones
+    // _post_step -> _allgather_params_coalesced: one synchronous all-gather per persistent parameter.
     for (int id = 0; id < int(params_.size()); ++id)
-      if (params_[size_t(id)].persistent && params_[size_t(id)].available) persistent.push_back(id);
-    if (!persistent.empty()) all_gather_coalesced(persistent, "persistent", false);
+      if (params_[size_t(id)].persistent) all_gather_coalesced({id}, "persistent", false);
     prog_.compute("other", in_.costs.other_s);
   }
 
@@ -443,6 +456,7 @@ class Zero3Builder {
   int W_;
   int64_t prefetch_bucket_, max_live_, reuse_distance_, reduce_bucket_;
   bool overlap_comm_ = true, cpu_ = true;
+  int64_t sub_groups_ = 1;
   Dt model_, comm_;
   std::vector<Param> params_;
   std::vector<int> first_, trace_, held_, bucket_, inflight_reductions_;
@@ -553,12 +567,16 @@ Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
     post_backward(0);  // the root at the final callback (its input needs no gradient)
     for (int r : reductions) p.wait(r);  // finalize_backward
   }
-  // clip_grad_norm_ over DTensor gradients: one all-reduce of the squared norm on the shard mesh,
-  // in the sharded gradients' dtype.
+  // clip_grad_norm_ over DTensor gradients: one all-reduce of every parameter's squared local
+  // norm (the stacked _NormPartial vector redistributed) on the shard mesh, in the sharded
+  // gradients' dtype.
   if (W > 1) {
     const Dt g = dt_option(o, "sharded_param_dtype", Dt{"fp32", 4});
-    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", g.bytes,
-                           cal.collective_s(CollectiveKind::kAllReduce, g.name, g.bytes, W, in.nodes), true);
+    int64_t params = 0;
+    for (const auto& unit : models::unit_param_specs(in.model)) params += int64_t(unit.size());
+    const int64_t bytes = params * g.bytes;
+    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", bytes,
+                           cal.collective_s(CollectiveKind::kAllReduce, g.name, bytes, W, in.nodes), true);
     p.wait(ar);
   }
   p.compute("optimizer", in.costs.optimizer_s);
