@@ -44,35 +44,77 @@ int64_t param_tensor_count(const models::ModelConfig& cfg) {
   return n;
 }
 
+// FSDP1's shard geometry for one rank, from the backend options as backends/fsdp resolves them
+// (fsdp_engine.cpp shard_group_size; a world of one runs NO_SHARD: _init_utils.py
+// _init_core_state): per unit, the original parameters with a piece in this rank's shard and
+// the padding elements in it.
+struct FsdpShardPieces {
+  int64_t params_in_shard = 0, padding = 0;
+};
+FsdpShardPieces fsdp_shard_pieces(const CrossvalContext& c, int rank) {
+  const auto& o = c.spec.options;
+  const std::string strategy = o.value("sharding_strategy", std::string("FULL_SHARD"));
+  int S = c.world_size;
+  if (c.world_size == 1 || strategy == "NO_SHARD") S = 1;
+  if (strategy == "HYBRID_SHARD" && o.value("hybrid_shard_group_size", 0) > 0) S = o.value("hybrid_shard_group_size", 0);
+  const int64_t r = rank % S;
+  FsdpShardPieces out;
+  for (const auto& unit : models::unit_param_specs(c.spec.model)) {
+    int64_t numel = 0;
+    for (const auto& p : unit) numel += p.numel();
+    const int64_t shard = (numel + S - 1) / S, lo = r * shard, hi = lo + shard;
+    out.padding += std::max<int64_t>(0, hi - std::max(lo, numel));
+    int64_t begin = 0;
+    for (const auto& p : unit) {
+      if (std::min(begin + p.numel(), hi) > std::max(begin, lo)) ++out.params_in_shard;
+      begin += p.numel();
+    }
+  }
+  return out;
+}
+
 // Model-state category `category` of one rank: what the upstream value should be when it
 // differs from zerobench's for a known reason.
-std::optional<Explanation> explain_state(const CrossvalContext& c, const std::string& category, const json& zb,
-                                         const json& up, const json& up_detail) {
-  const auto& o = c.spec.options;
+std::optional<Explanation> explain_state(const CrossvalContext& c, int rank, const std::string& category, const json& zb,
+                                         const json& up_detail) {
   if (category == "optimizer_step_counters") {
-    // torch.optim.AdamW keeps `step` as a 0-dim fp32 tensor per parameter it steps.
+    // torch.optim.AdamW(fused=True) keeps `step` as a 0-dim fp32 tensor on the parameter's
+    // device for each parameter it steps; zerobench's FusedAdamW holds them too but, as for
+    // every backend, does not count them in model_states_bytes (docs/metrics.md).
     int64_t tensors = 0;
-    if (c.backend == "fsdp") tensors = models::unit_count(c.spec.model);          // one FlatParameter per unit
-    else if (c.backend == "fsdp2") tensors = param_tensor_count(c.spec.model);   // every parameter (DTensor)
-    else if (c.backend == "zero3") tensors = up_detail.value("sub_groups", int64_t(1));  // one fp32 flat per sub-group
+    std::string which;
+    if (c.backend == "fsdp") {
+      // use_orig_params=True: an original parameter with no piece in this rank's shard has no
+      // gradient (FlatParamHandle._use_sharded_grad_views sets it to None) and gets no state.
+      tensors = fsdp_shard_pieces(c, rank).params_in_shard;
+      which = "original parameters with a piece in this rank's shard";
+    } else if (c.backend == "fsdp2") {
+      tensors = param_tensor_count(c.spec.model);  // every DTensor parameter
+      which = "DTensor parameters";
+    } else if (c.backend == "zero3") {
+      tensors = up_detail.value("sub_groups", int64_t(1));  // one fp32 flat per sub-group
+      which = "fp32 sub-group partitions";
+    }
     return Explanation{4 * tensors,
                        "torch.optim.AdamW's per-parameter `step` counter (a 0-dim fp32 tensor for each of " +
-                           std::to_string(tensors) + " optimizer parameters); zerobench's FlatAdamW counts steps on the host",
+                           std::to_string(tensors) + " " + which +
+                           "); zerobench's FusedAdamW holds the same kind of tensor and does not count it",
                        "torch/optim/adam.py: Adam._init_group (AdamW subclasses Adam): state[\"step\"] = "
-                       "torch.tensor(0.0, dtype=_get_scalar_dtype())"};
+                       "torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)"};
   }
-  if (category == "buffers" && c.backend == "zero3" && !zb.contains("buffers")) {
-    // The IPG bucket buffer, allocated up front when contiguous_gradients, one per comm dtype.
-    const bool contiguous = o.value("contiguous_gradients", true);
-    const auto comm = o.value("communication_data_type", std::string());
-    const int64_t elem = (comm == "fp32" || (comm.empty() && c.spec.precision == "fp32")) ? 4 : 2;
-    return Explanation{contiguous ? o.value("reduce_bucket_size", int64_t(500000000)) * elem : 0,
-                       "DeepSpeed allocates the IPG gradient bucket (reduce_bucket_size elements of the communication "
-                       "dtype) up front; this zerobench report has no `buffers` category (issue 13 adds it)",
-                       "deepspeed/runtime/zero/stage3.py: DeepSpeedZeroOptimizer_Stage3._setup_for_real_optimizer "
-                       "(bucket.buffer = torch.empty(self.reduce_bucket_size, ...))"};
+  if (category == "optimizer" && c.backend == "fsdp" && zb.contains("optimizer")) {
+    // zerobench's FusedAdamW keeps exp_avg / exp_avg_sq over each unit's whole shard, the
+    // FlatParameter's tail padding included; FSDP1 with use_orig_params=True steps the original
+    // parameters' sharded views, so AdamW never sees the padding.
+    const int64_t pad = fsdp_shard_pieces(c, rank).padding;
+    const int64_t elem = c.spec.precision == "low" ? 2 : 4;
+    if (pad == 0) return std::nullopt;
+    return Explanation{zb["optimizer"].get<int64_t>() - 2 * elem * pad,
+                       "AdamW states over the original parameters' views skip the FlatParameter's padding (" +
+                           std::to_string(pad) + " elements on this rank); zerobench's states cover the padded shard",
+                       "torch/distributed/fsdp/_flat_param.py: FlatParamHandle._use_sharded_views / "
+                       "_use_sharded_grad_views (views of numel_in_shard elements)"};
   }
-  (void)up;
   return std::nullopt;
 }
 
@@ -85,7 +127,7 @@ struct CommExplanation {
 std::optional<CommExplanation> explain_comm(const CrossvalContext& c, int64_t step, const std::string& kind,
                                             const json& zb, const json& up) {
   const auto& t = c.spec.train;
-  const int64_t zc = zb["count"].get<int64_t>(), zbytes = zb["bytes"].get<int64_t>();
+  const int64_t zc = zb["count"].get<int64_t>();
   if (c.backend == "zero3" && kind == "broadcast" && zc == 0) {
     // Each forward starts with PartitionedParameterCoordinator.reset_step(). The first one
     // (empty module trace) and the second (trace just recorded) check that every rank saw the
@@ -111,16 +153,6 @@ std::optional<CommExplanation> explain_comm(const CrossvalContext& c, int64_t st
     e.upstream = "deepspeed/runtime/zero/partitioned_param_coordinator.py: reset_step -> "
                  "deepspeed/runtime/zero/utils.py: assert_ints_same_as_other_ranks";
     return e;
-  }
-  if (c.backend == "fsdp" && kind == "reduce_scatter" && t.grad_accum > 1 && zc % t.grad_accum == 0 &&
-      zbytes % t.grad_accum == 0) {
-    // accelerate runs non-final micro-batches under FullyShardedDataParallel.no_sync(): the
-    // gradient is kept unsharded and reduce-scattered once, on the last micro-batch.
-    return CommExplanation{zc / t.grad_accum, zbytes / t.grad_accum,
-                           "accelerate accumulates under no_sync() and reduce-scatters once per optimizer step; this "
-                           "zerobench fsdp engine reduce-scatters every micro-batch (issue 13 makes no_sync the default)",
-                           "accelerate/accelerator.py: Accelerator.accumulate / no_sync; "
-                           "torch/distributed/fsdp/fully_sharded_data_parallel.py: no_sync"};
   }
   (void)up;
   return std::nullopt;
@@ -261,7 +293,7 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
                 {"upstream", up_has ? json(uv) : json(nullptr)}, {"equal", zb_has && up_has && zv == uv}};
       if (!(zb_has && up_has && zv == uv) && !(zv == 0 && uv == 0)) {
         states_equal = false;
-        const auto x = explain_state(c, cat, zb, up, upstream[rank].value("model_states_detail", json::object()));
+        const auto x = explain_state(c, int(rank), cat, zb, upstream[rank].value("model_states_detail", json::object()));
         if (x && x->expected == uv) {
           e["explanation"] = {{"reason", x->reason}, {"upstream", x->upstream}, {"difference_bytes", uv - zv}};
         } else {

@@ -104,14 +104,19 @@ TEST(CrossvalCompare, LossBeyondToleranceDisagreesAndNamesTheStep) {
 
 TEST(CrossvalCompare, ModelStateDifferencesNeedAnExactExplanation) {
   auto s = synthetic("fsdp");
-  // AdamW's `step` scalars: 4 bytes per FlatParameter, one per unit (tiny: 3 units).
-  for (auto& u : s.upstream) u["model_states_bytes"]["optimizer_step_counters"] = 12;
+  // AdamW's `step` scalars (use_orig_params=True): 4 bytes per original parameter with a piece
+  // in the rank's shard. tiny at W=2: the root's shard 0 holds the embedding and half the final
+  // norm, shard 1 the other half and the LM head (2 each); a block's 184,576 elements split at
+  // 92,288, inside w_gate: shard 0 holds attn_norm, q, k, v, o, mlp_norm, gate (7), shard 1
+  // gate, up, down (3). Rank 0: 2 + 2 x 7 = 16 tensors, rank 1: 2 + 2 x 3 = 8.
+  s.upstream[0]["model_states_bytes"]["optimizer_step_counters"] = 64;
+  s.upstream[1]["model_states_bytes"]["optimizer_step_counters"] = 32;
   auto m = zb::bench::compare_mode(s.ctx, s.report, s.upstream);
   EXPECT_TRUE(m["verdict"]["agree"].get<bool>()) << m["verdict"].dump();
   EXPECT_FALSE(m["model_states_equal"].get<bool>());
   EXPECT_TRUE(m["model_states_differences_explained"].get<bool>());
-  // A wrong amount is not explained by the same rule.
-  for (auto& u : s.upstream) u["model_states_bytes"]["optimizer_step_counters"] = 16;
+  // A wrong amount is not explained by the same rule (one FlatParameter per unit: 12 bytes).
+  for (auto& u : s.upstream) u["model_states_bytes"]["optimizer_step_counters"] = 12;
   m = zb::bench::compare_mode(s.ctx, s.report, s.upstream);
   EXPECT_FALSE(m["verdict"]["agree"].get<bool>());
   // Nor is any difference in a category zerobench reports.
@@ -205,9 +210,10 @@ TEST(Crossval, Zero3AgreesWithDeepSpeed) {
 }
 
 TEST(Crossval, Fsdp2AgreesWithPyTorchFsdp2) {
-  if (!backend_registered("fsdp2"))
-    GTEST_SKIP() << "zerobench has no fsdp2 backend yet (issue 14); scripts/crossval/run_fsdp2.py is ready for it";
-  expect_agreement(run_case("fsdp2", "fp32"), "FSDP2");
+  ASSERT_TRUE(backend_registered("fsdp2"));
+  const auto doc = run_case("fsdp2", "fp32");
+  expect_agreement(doc, "FSDP2");
+  EXPECT_EQ(doc["backend"], "fsdp2");
 }
 
 TEST(Crossval, PlantedLrDifferenceIsReportedAsADisagreement) {
@@ -235,9 +241,7 @@ TEST(Crossval, BadInputExitsTwoWithOneClearLine) {
   r = run_zerobench("crossval --backend fsdp --python /nonexistent/python --out " + out);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/python"), std::string::npos) << r.output;
-  if (!backend_registered("fsdp2")) {
-    r = run_zerobench("crossval --backend fsdp2 --out " + out);
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("no 'fsdp2' backend yet"), std::string::npos) << r.output;
-  }
+  r = run_zerobench("crossval --backend fsdp2 --precision bf16 --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
 }

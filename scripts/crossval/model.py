@@ -114,14 +114,21 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     """One block; registration order = zerobench's spec order (attn_norm, q, k, v, o,
-    mlp_norm, gate, up, down), not HF's (HF registers self_attn and mlp before the norms)."""
+    mlp_norm, gate, up, down), the layout of zerobench's FlatParameters and ZeRO-3 partitions;
+    with hf_order HF's LlamaDecoderLayer order (self_attn, mlp, then the norms), the order
+    zerobench's fsdp2 backend keeps a block's parameters in (fsdp2_engine.cpp kHfBlockOrder)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, hf_order=False):
         super().__init__()
+        if hf_order:
+            self.self_attn = Attention(cfg)
+            self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.self_attn = Attention(cfg)
+        if not hf_order:
+            self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        if not hf_order:
+            self.mlp = MLP(cfg)
 
     def forward(self, x):
         x1 = x + self.self_attn(self.input_layernorm(x))
@@ -129,10 +136,10 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, hf_order=False):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, hf_order) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
 
     def forward(self, tokens):
@@ -143,10 +150,10 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, hf_order=False):
         super().__init__()
         self.cfg = cfg
-        self.model = LlamaModel(cfg)
+        self.model = LlamaModel(cfg, hf_order)
         self.lm_head = linear(cfg.hidden, cfg.vocab)
 
     def logits(self, tokens):

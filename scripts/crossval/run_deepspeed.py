@@ -15,8 +15,10 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     (transformers' _load_state_dict_into_zero3_model does the same per module): the fp32
     master DeepSpeed builds in _create_fp32_partitions is then the bf16-rounded weights, as
     zerobench's zero3 engine builds it;
-  - torch.optim.AdamW (FusedAdam / DeepSpeedCPUAdam need compiled ops), allowed with
-    "zero_allow_untested_optimizer": true;
+  - the client optimizer transformers passes when the JSON has no "optimizer" section
+    (integrations/deepspeed.py deepspeed_optim_sched: optimizer = trainer.create_optimizer(),
+    HF's default torch.optim.AdamW(fused=True), with "zero_allow_untested_optimizer": true);
+    DeepSpeed then steps it on each sub-group's fp32 partition (stage3.py _optimizer_step);
   - per micro-batch engine(...), engine.backward(loss) (scales by 1/gradient_accumulation_steps
     and reduces every micro-batch: ZeRO-3 has no no_sync), engine.step() (applies at the
     accumulation boundary, clipping with "gradient_clipping"); the lr of each step is written
@@ -53,7 +55,7 @@ def make_runner(spec, work):
     t = spec["train"]
     b1, b2 = t["betas"]
     optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
-                                  weight_decay=t["weight_decay"])
+                                  weight_decay=t["weight_decay"], fused=True)
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
     return DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
 
@@ -63,7 +65,8 @@ class DeepSpeedRunner:
 
     def __init__(self, engine, optimizer, train, version):
         self.engine, self.optimizer, self.train, self.version = engine, optimizer, train, version
-        self.notes = ["torch.optim.AdamW with zero_allow_untested_optimizer (no compiled FusedAdam/CPUAdam)"]
+        self.notes = ["client optimizer torch.optim.AdamW(fused=True) with zero_allow_untested_optimizer, as transformers' "
+                      "deepspeed_optim_sched passes HF Trainer's default optimizer"]
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
         loss = self.engine(tokens, targets)

@@ -15,12 +15,15 @@ Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's se
          precision had also been activated ..."
   low    bf16 model, no MixedPrecision (accelerate with mixed_precision "no")
 Wrapping: transformer_auto_wrap_policy on the decoder block (accelerate's
-TRANSFORMER_BASED_WRAP), device_id=cpu, use_orig_params=False (zerobench's fsdp engine models
-flat parameters as the optimizer's parameters; see docs/crossval.md), the resolved sharding
-strategy, backward/forward prefetch, limit_all_gathers and sync_module_states.
-Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync(),
-loss / gradient_accumulation_steps before backward; clipping through the root's
-clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1); AdamW from torch.optim.
+TRANSFORMER_BASED_WRAP), device_id=cpu, use_orig_params=True (accelerate's default,
+FullyShardedDataParallelPlugin.use_orig_params; zerobench's fsdp engine takes its norm over the
+original parameters' gradient views), the resolved sharding strategy, backward/forward
+prefetch, limit_all_gathers and sync_module_states.
+Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync()
+(every micro-batch synced with sync_each_batch), loss / gradient_accumulation_steps before
+backward; clipping through the root's clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1);
+the optimizer HF Trainer builds by default, torch.optim.AdamW(fused=True) over the original
+parameters (transformers training_args.py default_optim = "adamw_torch_fused").
 """
 import functools
 import math
@@ -69,7 +72,7 @@ def make_runner(spec, work):
                    # _check_module_states_for_sync_module_states); every rank loads the same
                    # weights, so only the init-time broadcast is missing.
                    sync_module_states=False,
-                   use_orig_params=False,
+                   use_orig_params=True,
                    device_id=torch.device("cpu"),
                    **kwargs)
     if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
@@ -93,9 +96,12 @@ class Fsdp1Runner:
     def __init__(self, wrapped, train, fsdp_cls):
         self.model, self.train, self.fsdp_cls = wrapped, train, fsdp_cls
         b1, b2 = train["betas"]
+        # Built after accelerate's upcast (HF Trainer creates the optimizer after prepare_model
+        # for FSDP); AdamW's states are created at the first step, over the sharded views.
         self.optimizer = torch.optim.AdamW(wrapped.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
-                                           weight_decay=train["weight_decay"])
-        self.notes = ["use_orig_params=False: the optimizer steps the padded flat shards, as zerobench's fsdp engine does",
+                                           weight_decay=train["weight_decay"], fused=True)
+        self.sync_each_batch = bool(train.get("sync_each_batch", False))
+        self.notes = ["use_orig_params=True and torch.optim.AdamW(fused=True): accelerate's and HF Trainer's defaults",
                       "sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same weights"]
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
@@ -103,7 +109,7 @@ class Fsdp1Runner:
             loss = self.model(tokens, targets)
             (loss / self.train["grad_accum"]).backward()  # accelerator.backward
             return loss.item()
-        if last_micro_batch:
+        if last_micro_batch or self.sync_each_batch:  # GradientAccumulationPlugin(sync_each_batch)
             return run()
         with self.model.no_sync():  # accelerate's accumulate() on non-final micro-batches
             return run()
@@ -122,11 +128,11 @@ class Fsdp1Runner:
     def _fp32_norm_if_low_precision(self):
         """With bf16 gradients clip_grad_norm_ clips with its fp32 total norm but returns it cast
         to bf16 ("the 'largest' dtype across all parameters/gradients"). The fp32 value, the one
-        zerobench reports, is recomputed here with the same arithmetic (_get_grad_norm: fp32
-        norm per FlatParameter gradient, norm of the stack, squared, all-reduced, ** 0.5); the
-        all-reduce is bookkeeping and not counted."""
-        grads = [m._flat_param.grad for m in self.fsdp_cls.fsdp_modules(self.model)
-                 if m._has_params and m._flat_param.grad is not None]
+        zerobench reports, is recomputed here with the same arithmetic (_get_grad_norm over the
+        original parameters' sharded gradient views: fp32 norm per gradient, norm of the stack,
+        squared, all-reduced, ** 0.5); the all-reduce is bookkeeping and not counted."""
+        # clip_grad_norm_'s order: handle by handle (_all_handles), each FlatParameter's _params.
+        grads = [p.grad for handle in self.model._all_handles for p in handle.flat_param._params if p.grad is not None]
         if not grads or all(g.dtype == torch.float32 for g in grads):
             return None
         norms = torch.stack([torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float32) for g in grads])
@@ -140,7 +146,9 @@ class Fsdp1Runner:
     def model_state_bytes(self):
         """Storage held now, per zerobench's categories: params = each FlatParameter's local shard
         plus any unsharded / low-precision buffer still allocated, grads = the sharded .grad,
-        optimizer = AdamW exp_avg + exp_avg_sq; AdamW's per-tensor `step` scalars separately."""
+        optimizer = AdamW exp_avg + exp_avg_sq (one pair per original parameter with a piece in
+        this rank's shard: the others have no gradient, _use_sharded_grad_views); AdamW's
+        per-tensor `step` scalars separately."""
         params = grads = 0
         seen = set()
         detail = {"flat_params": []}

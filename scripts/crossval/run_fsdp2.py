@@ -5,20 +5,29 @@ fsdp_version 2 (accelerate/utils/fsdp_utils.py, fsdp2_prepare_model).
 Launched by `zerobench crossval` as
   python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp2.py --work DIR
 
-Units: fully_shard on each decoder block, then on the root (embedding, final norm and LM head
-together, reshard_after_forward left to PyTorch's default for the root), the unit structure
-zerobench's backends use (models::unit_param_specs). Precision (accelerate's
-FullyShardedDataParallelPlugin.set_mixed_precision for fsdp_version 2):
+Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp group_specs):
+  root (default)  fully_shard(each decoder block, reshard_after_forward=R), then fully_shard(model)
+                  without reshard_after_forward (None -> False for the root): the root group
+                  holds the embedding, final norm and LM head (PyTorch's FSDP2 recipe);
+  accelerate      accelerate 1.15 fsdp2_prepare_model: each block (TRANSFORMER_BASED_WRAP),
+                  fully_shard(embed_tokens), fully_shard([norm, lm_head], reshard_after_forward=
+                  False), then fully_shard(model) without reshard_after_forward.
+Precision (accelerate's FullyShardedDataParallelPlugin.set_mixed_precision for fsdp_version 2):
   fp32   fp32 model, MixedPrecisionPolicy()
   mixed  bf16-loaded model upcast to fp32 before sharding ("Upcast to fp32 master weights;
          MixedPrecisionPolicy.param_dtype handles compute cast"), MixedPrecisionPolicy(
-         param_dtype=bf16, reduce_dtype=bf16 (or the resolved reduce_dtype), output_dtype=bf16)
+         param_dtype=bf16, reduce_dtype=bf16, output_dtype=bf16), reduce_dtype / output_dtype as
+         zerobench resolved them ("none" = None)
   low    bf16 model, MixedPrecisionPolicy()
 Gradient accumulation as accelerate does for FSDP2: set_requires_gradient_sync(False) on
-non-final micro-batches (its no_sync), loss / gradient_accumulation_steps; clipping with
-torch.nn.utils.clip_grad_norm_ over the DTensor gradients (accelerator.clip_grad_norm_ ->
-_clip_grad_norm_dtensor_aware with one mesh); the norm is read with .full_tensor() as HF
-Trainer's .item() on it does.
+non-final micro-batches (its no_sync; every micro-batch synced with sync_each_batch), loss /
+gradient_accumulation_steps; clipping with torch.nn.utils.clip_grad_norm_ over the DTensor
+gradients (accelerator.clip_grad_norm_ -> _clip_grad_norm_dtensor_aware with one mesh); the norm
+is read with .full_tensor() as HF Trainer's .item() on it does; one torch.optim.AdamW(fused=True)
+over the sharded parameters (HF Trainer's default optimizer).
+Options zerobench's fsdp2 offers that this reference does not set up (HSDP, explicit prefetch,
+force_sum_reduction_for_comms, cpu_ram_efficient_loading, NO_WRAP) are refused by name: the run
+fails rather than compare different set-ups.
 """
 import math
 import os
@@ -30,40 +39,63 @@ import common
 import model as zbmodel
 
 
+def _dtype(name, default):
+    """zerobench's MixedPrecisionPolicy field spelling: "" = accelerate's default, "none" = None."""
+    return {"": default, "none": None, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
 def make_runner(spec, work):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dist.init_process_group("gloo")
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
+    unsupported = {"dp_replicate_size": 1, "modules_to_forward_prefetch": 0, "modules_to_backward_prefetch": 0,
+                   "force_sum_reduction_for_comms": False, "cpu_ram_efficient_loading": False,
+                   "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
+    for key, default in unsupported.items():
+        if opts.get(key, default) != default:
+            raise SystemExit(f"run_fsdp2.py: fsdp2 option {key}={opts[key]!r} is not set up by this reference "
+                             f"(only {default!r})")
+    if opts.get("dp_shard_size", 0) not in (0, dist.get_world_size()):
+        raise SystemExit(f"run_fsdp2.py: fsdp2 option dp_shard_size={opts['dp_shard_size']!r} (HSDP) is not set up")
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
     load_dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    net = zbmodel.LlamaForCausalLM(cfg).to(load_dtype)
+    # HF's parameter order in a block (self_attn, mlp, norms), as zerobench's fsdp2 backend keeps it:
+    # the order of the per-parameter norms in clip_grad_norm_.
+    net = zbmodel.LlamaForCausalLM(cfg, hf_order=True).to(load_dtype)
     zbmodel.load_weights(net, common.load_weights_file(work))
     policy = MixedPrecisionPolicy()
     if precision == "mixed":
-        net = net.to(torch.float32)  # accelerate's upcast of the bf16-loaded parameters
-        reduce = torch.float32 if opts.get("reduce_dtype") == "fp32" else torch.bfloat16
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce, output_dtype=torch.bfloat16)
+        net = net.to(torch.float32)  # fsdp2_prepare_model's upcast of the bf16-loaded parameters
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                      reduce_dtype=_dtype(opts.get("reduce_dtype", ""), torch.bfloat16),
+                                      output_dtype=_dtype(opts.get("output_dtype", ""), torch.bfloat16))
     reshard = opts.get("reshard_after_forward", True)
     for layer in net.model.layers:
         fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
-    fully_shard(net, mp_policy=policy)
-    return Fsdp2Runner(net, t)
+    if opts.get("grouping", "root") == "accelerate":
+        fully_shard(net.model.embed_tokens, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard([net.model.norm, net.lm_head], reshard_after_forward=False, mp_policy=policy)
+    fully_shard(net, mp_policy=policy)  # reshard_after_forward=None: False for the root
+    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
+        raise SystemExit("run_fsdp2.py: activation checkpointing is not set up by this reference")
+    return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")))
 
 
 class Fsdp2Runner:
     name = "PyTorch FSDP2 (fully_shard)"
     version = torch.__version__
 
-    def __init__(self, net, train):
+    def __init__(self, net, train, sync_each_batch):
         self.model, self.train = net, train
         b1, b2 = train["betas"]
         self.optimizer = torch.optim.AdamW(net.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
-                                           weight_decay=train["weight_decay"])
-        self.notes = []
+                                           weight_decay=train["weight_decay"], fused=True)
+        self.sync_each_batch = sync_each_batch
+        self.notes = ["torch.optim.AdamW(fused=True) over the DTensor parameters (HF Trainer's default optimizer)"]
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
-        self.model.set_requires_gradient_sync(last_micro_batch)
+        self.model.set_requires_gradient_sync(last_micro_batch or self.sync_each_batch)
         loss = self.model(tokens, targets)
         (loss / self.train["grad_accum"]).backward()
         return loss.item()
