@@ -64,15 +64,13 @@ int model_info_command(const ModelInfoOptions& o) {
               f_ac.palm_recompute);
   std::printf("model-state bytes per rank at W=%d:\n", o.world_size);
   for (const auto& [mode, b] : modes.items()) {
-    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f, buffers %.2f)
-",
+    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f, buffers %.2f)\n",
                 mode.c_str(), b["total"].get<double>() / (1 << 30), b["params"].get<double>() / (1 << 30),
                 b["master_params"].get<double>() / (1 << 30), b["grads"].get<double>() / (1 << 30),
                 b["optimizer"].get<double>() / (1 << 30), b["buffers"].get<double>() / (1 << 30));
     if (b.contains("rank_ranges"))
       for (const auto& r : b["rank_ranges"])
-        std::printf("  %-14s   ranks %d-%d: %lld bytes
-", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
+        std::printf("  %-14s   ranks %d-%d: %lld bytes\n", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
                     (long long)r["total"].get<int64_t>());
   }
   return kExitOk;

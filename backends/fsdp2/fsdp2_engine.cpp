@@ -345,8 +345,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
         p.all_gather_output = at::empty({p.l.chunk_rows * mesh_.shard * p.l.row}, param_opts);
         p.unsharded = alias_leaf(p.all_gather_output, p.l.shape);
         common::free_storage(p.all_gather_output);
-        p.optimizer = std::make_unique<common::FlatAdamW>(p.local, common::adamw_options(spec_.train));
-        p.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
         param_of_[size_t(u)][size_t(i)] = int(params_.size());
         g.params.push_back(int(params_.size()));
         params_.push_back(std::move(p));
@@ -374,17 +372,19 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (size_t i = 0; i < backward_order.size(); ++i)
       for (size_t k = i + 1; k < backward_order.size() && k <= i + size_t(opts_.modules_to_backward_prefetch); ++k)
         groups_[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
+    // torch.optim.AdamW over the sharded parameters: one state pair per parameter, shaped as its
+    // unpadded local tensor (zeros_like on the DTensor).
+    std::vector<at::Tensor> locals;
+    for (const auto& p : params_) locals.push_back(p.local);
+    optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
     comm_.reset_stats();
   }
 
   std::string name() const override { return "fsdp2"; }
   common::Comm& comm() override { return comm_; }
-  common::LostUpdates lost_updates() const override {
-    common::LostUpdates total;
-    for (const auto& p : params_) total += p.optimizer->last_lost_updates();
-    return total;
-  }
+  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(Fsdp2Observer o) { observer_ = std::move(o); }
 
   // ---------------------------------------------------------------- model hooks (forward)
@@ -441,7 +441,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     // accelerate accumulate()/no_sync for FSDP2: set_requires_gradient_sync(False) on non-final
     // micro-batches (reduce_grads and all_reduce_grads together), unless sync_each_batch.
-    const bool sync = last_micro_batch || opts_.sync_each_batch;
+    const bool sync = last_micro_batch || opts_.sync_each_batch || spec_.train.sync_each_batch;
     for (auto& g : groups_) g.reduce_grads = sync;
     auto loss =
         common::forward_backward(spec_.model, *this, batch, rope_,
@@ -455,22 +455,15 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // _clip_grad_norm_dtensor_aware): the local shards' norms reduced across the shard mesh dim.
     std::vector<at::Tensor> grads;
     for (const auto& p : params_) {
-      const auto v = grad_view(p);
-      if (v.defined()) grads.push_back(v);
+      grads.push_back(grad_view(p));
+      TORCH_CHECK(grads.back().defined(), "fsdp2: optimizer step without a gradient in group ",
+                  groups_[size_t(p.group)].spec.label);
     }
-    const double norm = common::global_grad_norm(grads, comm_, /*replicated=*/mesh_.shard == 1, &shard_group_);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
-    if (coef < 1.0)
-      for (auto& g : groups_)
-        if (g.grad.defined()) g.grad.mul_(coef);
-    // torch.optim.AdamW over the sharded parameters: one state pair per parameter, shaped as its
-    // unpadded local tensor (zeros_like on the DTensor).
-    for (auto& p : params_) {
-      const auto v = grad_view(p);
-      if (v.defined()) p.optimizer->step(v, lr);
-    }
+    const auto norm = common::dtensor_clip_grad_norm_(grads, spec_.train.grad_clip, comm_,
+                                                      /*replicated=*/mesh_.shard == 1, &shard_group_);
+    optimizer_->step(grads, lr);
     for (auto& g : groups_) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
-    return norm;
+    return norm.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {
@@ -478,13 +471,13 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (const auto& p : params_) {
       b.params += common::storage_bytes(p.sharded_data) + common::storage_bytes(p.all_gather_output);
       if (p.post_forward_data.defined()) b.params += int64_t(p.post_forward_data.nbytes());
-      b.optimizer += p.optimizer->state_bytes();
       // Unsharded gradients held between micro-batches under set_requires_gradient_sync(False).
       if (p.unsharded.grad().defined()) b.grads += int64_t(p.unsharded.grad().nbytes());
       if (p.accumulated_grad.defined()) b.grads += int64_t(p.accumulated_grad.nbytes());
     }
     for (const auto& g : groups_)
       if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
+    b.optimizer = optimizer_->state_bytes();
     return b;
   }
 
@@ -493,6 +486,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     auto name = [](std::optional<at::ScalarType> t) {
       return t ? std::string(c10::toString(*t)) : std::string("None");
     };
+    j["optimizer"] = "torch.optim.AdamW(fused=True)";
     j["sharded_param_dtype"] = std::string(c10::toString(dtypes_.orig));
     j["mp_param_dtype"] = name(dtypes_.param);
     j["mp_reduce_dtype"] = name(dtypes_.reduce);
@@ -547,7 +541,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
     at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
     at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
-    std::unique_ptr<common::FlatAdamW> optimizer;
   };
   struct AllGatherResult {
     at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
@@ -984,6 +977,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   std::vector<Param> params_;
   std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
   std::vector<Group> groups_;               // forward order; groups_[0] is the root state
+  std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
   int embed_group_ = -1, tail_group_ = -1;
   std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
   at::Tensor all_gather_state_;          // comm_ctx.all_gather_state: last forward all-gather output
