@@ -91,6 +91,23 @@ at::Tensor torch_clip_grad_norm_(const std::vector<at::Tensor>& grads, double ma
   return total;
 }
 
+at::Tensor dtensor_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm, Comm& comm, bool replicated,
+                                   const runtime::World* group) {
+  at::NoGradGuard no_grad;
+  if (replicated) return torch_clip_grad_norm_(grads, max_norm);
+  TORCH_CHECK(!grads.empty(), "dtensor_clip_grad_norm_: no gradients");
+  const auto norms = at::_foreach_norm(grads, 2);
+  auto total = at::linalg_vector_norm(at::stack(norms), 2).pow(2);  // _NormPartial: ** norm_type
+  auto flat = total.view({1});
+  comm.all_reduce_sum(flat, "grad_norm", group);
+  total = total.pow(0.5);  // ** (1 / norm_type)
+  if (max_norm > 0) {
+    auto coef = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    at::_foreach_mul_(grads, coef);
+  }
+  return total;
+}
+
 at::Tensor fsdp1_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm, Comm& comm, bool replicated,
                                  const runtime::World* group) {
   at::NoGradGuard no_grad;

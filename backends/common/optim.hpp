@@ -76,6 +76,15 @@ at::Tensor fsdp1_clip_grad_norm_(const std::vector<at::Tensor>& grads, double ma
 // with _foreach_mul_. The gradients are replicated (DDP): no collective.
 at::Tensor torch_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm);
 
+// torch.nn.utils.clip_grad_norm_ over FSDP2's Shard(0) DTensor gradients (accelerate
+// _clip_grad_norm_dtensor_aware with one mesh calls it directly): each rank's _foreach_norm of its
+// local shards and vector_norm(stack) in the gradients' dtype is a _NormPartial(2) DTensor
+// (tensor/_ops/_math_ops.py), reduced over the shard mesh dim when the clip coefficient needs it:
+// ** 2, all-reduce SUM over `group`, ** 0.5 (no collective when `replicated`); then
+// _clip_grads_with_norm_ as torch_clip_grad_norm_.
+at::Tensor dtensor_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm, Comm& comm, bool replicated,
+                                   const runtime::World* group = nullptr);
+
 // DeepSpeed ZeRO-3's get_grad_norm_direct (stage3.py) for one sub-group: for each gradient
 // partition g.to(float64).norm(2) (utils.get_norm_dtype: fp64 where the device has it), sum of
 // squares, all-reduced over the data-parallel group, ** 0.5. The engine combines the
