@@ -22,6 +22,9 @@ struct TrainConfig {
   int64_t micro_batch = 4;   // samples per rank per micro-batch
   int64_t seq_len = 128;
   int64_t grad_accum = 1;    // micro-batches per optimizer step
+  // accelerate's GradientAccumulationPlugin(sync_each_batch=True): reduce gradients after every
+  // micro-batch instead of only the last (non-final ones run under no_sync by default).
+  bool sync_each_batch = false;
   int64_t steps = 10;        // optimizer steps in total (warm-up included)
   int64_t warmup = 2;        // steps excluded from timing statistics
   double lr = 3e-3;
@@ -48,9 +51,11 @@ struct ModelStateBytes {
   int64_t master_params = 0;  // a separate fp32 copy, if any
   int64_t grads = 0;          // gradient storage
   int64_t optimizer = 0;      // optimizer states
-  int64_t total() const { return params + master_params + grads + optimizer; }
+  int64_t buffers = 0;        // persistent communication buffers (ZeRO-3's IPG bucket); 0 if none
+  int64_t total() const { return params + master_params + grads + optimizer + buffers; }
   bool operator==(const ModelStateBytes& o) const {
-    return params == o.params && master_params == o.master_params && grads == o.grads && optimizer == o.optimizer;
+    return params == o.params && master_params == o.master_params && grads == o.grads && optimizer == o.optimizer &&
+           buffers == o.buffers;
   }
 };
 nlohmann::json to_json(const ModelStateBytes& b);

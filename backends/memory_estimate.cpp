@@ -30,6 +30,9 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
   e.terms.push_back({"master params", kResident, states.master_params, "expected_bytes().master_params"});
   e.terms.push_back({"grads", kResident, states.grads, "expected_bytes().grads"});
   e.terms.push_back({"optimizer states", kResident, states.optimizer, "expected_bytes().optimizer"});
+  if (states.buffers > 0)
+    e.terms.push_back({"communication buffers", kResident, states.buffers,
+                       "expected_bytes().buffers (ZeRO-3's IPG bucket: reduce_bucket_size*comm bytes)"});
   e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 16,
                      "grad_accum*B*T*16 (int64 tokens and targets of every micro-batch, made before the step)"});
   e.terms.push_back({"rope tables", kResident, 2 * t.seq_len * m.head_dim() * c, "2*T*head_dim*c (cos, sin)"});

@@ -1,6 +1,7 @@
 // registry.cpp — the list of backends zerobench knows, by name. A new backend adds one line.
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 #include "backends/engine.hpp"
 #include "backends/memory_estimate.hpp"
@@ -9,7 +10,8 @@
 namespace zb::backends {
 
 nlohmann::json to_json(const ModelStateBytes& b) {
-  return {{"params", b.params}, {"master_params", b.master_params}, {"grads", b.grads}, {"optimizer", b.optimizer}};
+  return {{"params", b.params},       {"master_params", b.master_params}, {"grads", b.grads},
+          {"optimizer", b.optimizer}, {"buffers", b.buffers}};
 }
 
 namespace {
@@ -20,10 +22,12 @@ BackendInfo with_estimate(BackendInfo info, decltype(BackendInfo::estimate_peak)
 }  // namespace
 
 const std::vector<BackendInfo>& registered_backends() {
-  // Peak-memory estimates live together in memory_estimate.cpp (one per backend).
+  // Peak-memory estimates live together in memory_estimate.cpp (one per backend; fsdp2 has none
+  // yet, so its runs skip the pre-flight).
   static const std::vector<BackendInfo> all = {with_estimate(ddp::backend_info(), estimate_ddp),
                                                with_estimate(fsdp::backend_info(), estimate_fsdp),
-                                               with_estimate(zero3::backend_info(), estimate_zero3)};
+                                               with_estimate(zero3::backend_info(), estimate_zero3),
+                                               fsdp2::backend_info()};
   return all;
 }
 

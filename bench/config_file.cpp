@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 
@@ -169,6 +170,7 @@ struct Accelerate {
   const ConfigRequest& req;
   ResolvedConfig& out;
   backends::ConfigNotes& notes;
+  bool fsdp2_file = false;  // distributed_type FSDP with fsdp_config.fsdp_version 2 (the fsdp2 backend)
 
   std::string text(const json& v) const { return backends::fsdp::scalar_text(v); }
 
@@ -207,6 +209,8 @@ struct Accelerate {
         if (v.is_object() && v.contains("ipex") && backends::fsdp::accelerate_bool("ipex_config.ipex", v["ipex"]))
           throw UsageError("ipex_config.ipex true: Intel Extension for PyTorch is not used by zerobench");
         notes.ignore(k, v.dump(), "IPEX off");
+      } else if (k == "parallelism_config" && fsdp2_file) {
+        // read by the fsdp2 reader: dp_replicate_size / dp_shard_size are FSDP2's HSDP mesh
       } else if (k == "tp_config" || k == "parallelism_config") {
         if (v.is_object())
           for (const auto& [pk, pv] : v.items())
@@ -241,6 +245,9 @@ struct Accelerate {
       throw UsageError("distributed_type is missing (accelerate refuses the file: \"A `distributed_type` must be "
                        "specified\")");
     const std::string dist = upper(text(root["distributed_type"]));
+    if (dist == "FSDP" && root.contains("fsdp_config") && root["fsdp_config"].is_object())
+      for (const char* k : {"fsdp_version", "version"})
+        if (root["fsdp_config"].contains(k) && text(root["fsdp_config"][k]) == "2") fsdp2_file = true;
     top_level(dist);
     const std::string mp_file = file_mixed_precision();
     const bool mp_in_yaml = root.contains("mixed_precision") && !root["mixed_precision"].is_null();
@@ -264,13 +271,8 @@ struct Accelerate {
 
   void fsdp(const std::string& mp, int ranks_per_node) {
     auto block = backends::fsdp::read_fsdp_config(root.value("fsdp_config", json::object()), ranks_per_node);
-    // ==== FSDP2 dispatch point ================================================================
-    // accelerate's fsdp_version 2 is the fsdp2 backend (FSDP2, fully_shard). When that backend is
-    // merged, read the block with its own reader here (backends/fsdp2/fsdp2_options.hpp) and set
-    // out.backend = "fsdp2"; until then the file is refused.
-    if (block.fsdp_version == 2)
-      throw UsageError("fsdp_config.fsdp_version 2: fsdp_version 2 needs the fsdp2 backend, not available in this build");
-    // ===========================================================================================
+    // accelerate's fsdp_version 2 is the fsdp2 backend (FSDP2, fully_shard), read by its own reader.
+    if (block.fsdp_version == 2) return fsdp2(mp);
     notes.append(block.notes);
     out.backend = "fsdp";
     if (mp == "fp16" || mp == "fp8")
@@ -281,6 +283,56 @@ struct Accelerate {
     precision_note(mp);
     if (block.fsdp.activation_checkpointing) out.train.activation_checkpointing = true;
     out.options = backends::fsdp::to_json(block.fsdp);
+  }
+
+  // fsdp_version 2: backends/fsdp2/fsdp2_options.cpp reads the file as accelerate 1.15 does; here
+  // its verdicts become the report's notes (top-level launcher keys are noted by top_level()).
+  void fsdp2(const std::string& mp) {
+    if (mp == "fp16" || mp == "fp8")
+      throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
+    YAML::Node node;
+    try {
+      node = YAML::LoadFile(req.path);
+    } catch (const YAML::Exception& e) {
+      throw UsageError(e.what());
+    }
+    const auto cfg = backends::fsdp2::read_accelerate_fsdp2_config(node, "");
+    out.backend = "fsdp2";
+    out.precision = mp == "bf16" ? "mixed" : "fp32";
+    notes.apply("distributed_type", "FSDP", "backend fsdp2 (FSDP2 fully_shard semantics)");
+    precision_note(mp);
+    std::map<std::string, std::string> ignored;  // launcher key name -> reason
+    for (const auto& k : cfg.ignored) ignored[k.key] = k.reason;
+    const auto& o = cfg.fsdp2;
+    for (const auto& [k, v] : root["fsdp_config"].items()) {
+      const std::string name = k.rfind("fsdp", 0) == 0 ? k : "fsdp_" + k;
+      const std::string key = "fsdp_config." + k, value = text(v);
+      if (ignored.count(name)) {
+        notes.ignore(key, value, ignored.at(name));
+        continue;
+      }
+      std::string as = "fsdp2 option (config.backend.options)";
+      if (name == "fsdp_version") as = "backend fsdp2";
+      else if (name == "fsdp_reshard_after_forward") as = "reshard_after_forward " + backends::fsdp2::reshard_after_forward_text(o.reshard_after_forward);
+      else if (name == "fsdp_auto_wrap_policy") as = "auto_wrap_policy " + o.auto_wrap_policy;
+      else if (name == "fsdp_activation_checkpointing")
+        as = std::string("train.activation_checkpointing ") + (o.activation_checkpointing ? "true" : "false");
+      else if (name == "fsdp_cpu_ram_efficient_loading")
+        as = std::string("cpu_ram_efficient_loading ") + (o.cpu_ram_efficient_loading ? "true" : "false");
+      else if (name == "fsdp_offload_params") as = "offload_params false";
+      else if (name == "fsdp_activation_checkpointing_offload") as = "activation checkpointing offload off";
+      notes.apply(key, value, as);
+    }
+    if (root.contains("parallelism_config")) {
+      for (const auto& k : cfg.ignored)
+        if (k.key.rfind("parallelism_config.", 0) == 0) notes.ignore(k.key, k.value, k.reason);
+      notes.apply("parallelism_config", root["parallelism_config"].dump(),
+                  "dp_replicate_size " + std::to_string(o.dp_replicate_size) + ", dp_shard_size " +
+                      std::to_string(o.dp_shard_size) + " (0: world size / the other)");
+    }
+    for (const auto& w : cfg.warnings) notes.warn(w);
+    if (o.activation_checkpointing) out.train.activation_checkpointing = true;
+    out.options = backends::fsdp2::to_json(o);
   }
 
   void ddp(const std::string& mp, const std::string& dist) {
@@ -438,7 +490,8 @@ ResolvedConfig resolve_config(const ConfigRequest& req) {
     } else {
       Accelerate::read_deepspeed(d.root, backends::zero3::AutoFill::kHfTrainer, req, out, out.provenance.notes);
     }
-    if (req.backend_given && req.backend != out.backend)
+    // --backend fsdp names FSDP, which an accelerate file runs as version 1 or 2.
+    if (req.backend_given && req.backend != out.backend && !(req.backend == "fsdp" && out.backend == "fsdp2"))
       throw UsageError("--backend " + req.backend + " conflicts with the file, which configures " + out.backend);
   } catch (const UsageError& e) {
     const std::string msg = e.what();

@@ -1,6 +1,6 @@
 // config_file.hpp — the one place a framework's config file is recognised and dispatched:
 // an accelerate config (YAML, or accelerate's JSON form) picks the backend from distributed_type
-// (FSDP -> fsdp, with fsdp_version 2 going through the marked FSDP2 dispatch point; DEEPSPEED ->
+// (FSDP -> fsdp, or fsdp2 with fsdp_version 2, read by backends/fsdp2's reader; DEEPSPEED ->
 // zero3; MULTI_GPU / MULTI_CPU / NO -> ddp), and a DeepSpeed JSON picks zero3.
 // Owns: reading a file as its framework reads it (PyYAML's scalar typing for YAML; JSON with
 // comments and DeepSpeed's duplicate-key refusal), accelerate's top-level keys

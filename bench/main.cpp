@@ -1,14 +1,19 @@
 // main.cpp — the zerobench command line: subcommands, and the one place exceptions become
 // exit codes (0 ok, 1 run failed, 2 usage or bad input) with a one-line message.
 #include <CLI/CLI.hpp>
+#include <sys/stat.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "bench/commands.hpp"
 #include "bench/flag_checks.hpp"
 #include "bench/matrix.hpp"
+#include "bench/micro/micro.hpp"
+#include "bench/projection/projection.hpp"
 #include "bench/study.hpp"
 #include "reports/regress.hpp"
 #include "reports/report.hpp"
@@ -30,11 +35,24 @@ int table_command(const std::vector<std::string>& inputs, const zb::reports::Tab
 }
 
 // `zerobench regress`: 0 pass, 1 regression, 2 bad input.
+// A file whose JSON has a top-level "benchmarks" array (Google Benchmark output), or nullptr.
+std::unique_ptr<nlohmann::json> google_benchmark_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;  // the report loader says why
+  std::ifstream in(path);
+  auto j = std::make_unique<nlohmann::json>(nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false));
+  return zb::reports::is_google_benchmark_json(*j) ? std::move(j) : nullptr;
+}
+
 int regress_command(const std::string& baseline, const std::string& current, const zb::reports::RegressOptions& o,
                     bool as_json) {
-  const auto b = zb::reports::load_reports({baseline});
-  const auto c = zb::reports::load_reports({current});
-  const auto result = zb::reports::compare_reports(b, c, o);
+  const auto gb_base = google_benchmark_file(baseline), gb_cur = google_benchmark_file(current);
+  if (bool(gb_base) != bool(gb_cur))
+    throw zb::UsageError("regress: " + std::string(gb_base ? baseline : current) +
+                         " is Google Benchmark JSON and the other is not (compare like with like)");
+  const auto result = gb_base ? zb::reports::compare_benchmarks(*gb_base, *gb_cur, o)
+                              : zb::reports::compare_reports(zb::reports::load_reports({baseline}),
+                                                             zb::reports::load_reports({current}), o);
   std::cout << (as_json ? result.to_json().dump(2) + "\n" : result.to_text());
   return result.regression() ? zb::kExitFailed : zb::kExitOk;
 }
@@ -90,7 +108,8 @@ int main(int argc, char** argv) {
   reports::RegressOptions regress;
   bool regress_json = false;
   std::string regress_timing = "gate";
-  auto* regress_cmd = app.add_subcommand("regress", "compare reports with baselines; exit 1 on a regression");
+  auto* regress_cmd = app.add_subcommand(
+      "regress", "compare reports (or Google Benchmark JSON from `micro`) with baselines; exit 1 on a regression");
   regress_cmd->add_option("--baseline", regress_baseline, "baseline report file or directory")->required();
   regress_cmd->add_option("--current", regress_current, "current report file or directory")->required();
   regress_cmd->add_option("--threshold", regress.threshold, "timing: relative median change that counts (0.05)")
@@ -102,6 +121,15 @@ int main(int argc, char** argv) {
   regress_cmd->add_option("--timing", regress_timing, "gate|report: whether slower timings fail the check")
       ->check(CLI::IsMember({"gate", "report"}));
   regress_cmd->add_flag("--json", regress_json, "print the verdict as JSON");
+
+  bench::micro::MicroOptions micro;
+  auto* micro_cmd = app.add_subcommand("micro", "Google Benchmark micro-benchmarks (collectives, GEMMs, copies) on W ranks");
+  bench::micro::add_micro_options(*micro_cmd, micro);
+
+  bench::projection::ProjectOptions project;
+  auto* project_cmd = app.add_subcommand(
+      "project", "predict a measured run on W ranks x N nodes from a calibration (micro JSON or a preset)");
+  bench::projection::add_project_options(*project_cmd, project);
 
   bench::PrecisionStudyOptions study;
   std::string study_lrs;
@@ -116,8 +144,13 @@ int main(int argc, char** argv) {
   precision_cmd->add_option("--micro-batch", study.micro_batch, "samples per rank")->check(bench::AtLeastOne());
   precision_cmd->add_option("--seq-len", study.seq_len, "tokens per sample")->check(bench::AtLeastOne());
   precision_cmd->add_option("--seed", study.seed, "seed for weights and data");
+  precision_cmd->add_option("--timeout", study.timeout_s, "per-run timeout in seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   precision_cmd->add_flag("--scale-lr-by-world-size", study.scale_lr_by_world_size,
                           "also run FSDP low with lr x W (the blog's observation)");
+  precision_cmd->add_option("--modes", study.modes, "only these modes (comma-separated; fp32 always runs)")
+      ->delimiter(',');
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
   try {
@@ -138,6 +171,12 @@ int main(int argc, char** argv) {
     if (*run_cmd) return bench::run_command(run, args);
     if (*info_cmd) return bench::model_info_command(info);
     if (*matrix_cmd) return bench::matrix_command(matrix);
+    if (*project_cmd) return bench::projection::project_command(project);
+    if (*micro_cmd) {
+      micro.benchmark_args = micro_cmd->remaining();
+      micro.max_bytes_given = micro_cmd->count("--max-bytes") > 0;
+      return bench::micro::micro_command(micro, args);
+    }
     if (*precision_cmd) {
       if (!study_lrs.empty()) {
         study.lrs.clear();

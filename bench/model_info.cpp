@@ -22,10 +22,27 @@ int model_info_command(const ModelInfoOptions& o) {
       spec.train = o.run.train;
       spec.train.seq_len = o.seq_len;
       spec.train.grad_accum = 1;
-      // Per rank; ranks differ only by padding ownership, so report rank 0 and the max.
+      // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
+      // rank's unpadded rows) every run of consecutive ranks with the same bytes.
       const auto r0 = b.expected_bytes(spec, o.world_size, 0);
-      modes[b.name + ":" + p] = backends::to_json(r0);
-      modes[b.name + ":" + p]["total"] = r0.total();
+      auto& m = modes[b.name + ":" + p];
+      m = backends::to_json(r0);
+      m["total"] = r0.total();
+      nlohmann::json ranges = nlohmann::json::array();
+      backends::ModelStateBytes prev = r0;
+      int first = 0;
+      for (int r = 1; r <= o.world_size; ++r) {
+        const auto cur = r < o.world_size ? b.expected_bytes(spec, o.world_size, r) : backends::ModelStateBytes{};
+        if (r < o.world_size && cur == prev) continue;
+        auto range = backends::to_json(prev);
+        range["first_rank"] = first;
+        range["last_rank"] = r - 1;
+        range["total"] = prev.total();
+        ranges.push_back(range);
+        prev = cur;
+        first = r;
+      }
+      if (ranges.size() > 1) m["rank_ranges"] = ranges;
       // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
       if (b.estimate_peak)
         estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, o.world_size, 0, o.run.device == "cpu"));
@@ -58,11 +75,16 @@ int model_info_command(const ModelInfoOptions& o) {
   std::printf("FLOPs/token at T=%lld: 6N %.4g, PaLM %.4g, PaLM+recompute %.4g\n", (long long)o.seq_len, f.six_n, f.palm,
               f_ac.palm_recompute);
   std::printf("model-state bytes per rank at W=%d:\n", o.world_size);
-  for (const auto& [mode, b] : modes.items())
-    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f)\n", mode.c_str(),
-                b["total"].get<double>() / (1 << 30), b["params"].get<double>() / (1 << 30),
+  for (const auto& [mode, b] : modes.items()) {
+    std::printf("  %-14s %10.2f GiB (params %.2f, master %.2f, grads %.2f, optimizer %.2f, buffers %.2f)\n",
+                mode.c_str(), b["total"].get<double>() / (1 << 30), b["params"].get<double>() / (1 << 30),
                 b["master_params"].get<double>() / (1 << 30), b["grads"].get<double>() / (1 << 30),
-                b["optimizer"].get<double>() / (1 << 30));
+                b["optimizer"].get<double>() / (1 << 30), b["buffers"].get<double>() / (1 << 30));
+    if (b.contains("rank_ranges"))
+      for (const auto& r : b["rank_ranges"])
+        std::printf("  %-14s   ranks %d-%d: %lld bytes\n", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
+                    (long long)r["total"].get<int64_t>());
+  }
   std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s):\n", (long long)o.run.train.micro_batch,
               (long long)o.seq_len, o.run.train.activation_checkpointing ? ", activation checkpointing" : "");
   for (const auto& [mode, e] : estimates.items())

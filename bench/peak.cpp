@@ -1,27 +1,14 @@
-// peak.cpp — peak FLOP/s resolution and the GEMM probe (see peak.hpp).
+// peak.cpp — peak FLOP/s resolution (see peak.hpp); the GEMM itself is bench/micro/gemm.
 #include "bench/peak.hpp"
 
-#include <chrono>
-
+#include "bench/micro/gemm.hpp"
 #include "runtime/device.hpp"
 
 namespace zb::bench {
 
 double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
-  at::NoGradGuard no_grad;
-  auto a = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
-  auto b = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
-  auto c = at::mm(a, b);  // warm-up
-  auto timer = runtime::make_region_timer(device);
-  int64_t reps = 0;
-  double elapsed = 0;
-  while (elapsed < 0.3 || reps < 3) {
-    timer->start();
-    at::mm_out(c, a, b);
-    elapsed += timer->stop_s();
-    ++reps;
-  }
-  return 2.0 * double(n) * double(n) * double(n) * double(reps) / elapsed / 1e12;
+  micro::Gemm gemm(device, dtype, {"square", n, n, n});
+  return micro::measure_tflops(gemm, device);
 }
 
 Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype) {
@@ -37,7 +24,7 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
     // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's
     // matmuls run on TF32 tensor cores only when cuBLAS may use TF32
     // (torch.backends.cuda.matmul.allow_tf32 / float32_matmul_precision; off by default).
-    p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, 8192);
+    p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, micro::peak_probe_shape(device, compute_dtype).n);
     const std::string math =
         compute_dtype == at::kFloat ? (at::globalContext().allowTF32CuBLAS() ? "tf32" : "fp32") : "bf16";
     if (auto dt = runtime::datasheet_peak_tflops(name, math)) {
@@ -46,7 +33,7 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
       return p;
     }
   }
-  const int64_t n = device.is_cuda() ? 8192 : (compute_dtype == at::kFloat ? 1024 : 512);
+  const int64_t n = micro::peak_probe_shape(device, compute_dtype).n;
   p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
   p.tflops = p.measured_gemm_tflops;
   p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name;

@@ -76,6 +76,7 @@ json train_json(const backends::TrainConfig& t) {
   return {{"micro_batch", t.micro_batch},
           {"seq_len", t.seq_len},
           {"grad_accum", t.grad_accum},
+          {"sync_each_batch", t.sync_each_batch},
           {"steps", t.steps},
           {"warmup", t.warmup},
           {"lr", t.lr},
@@ -133,6 +134,22 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
   }
   json summary = json::object();
   for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
+  // Per-unit compute times: the median over ranks of each rank's per-step medians.
+  json units = json::object();
+  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s"}) {
+    std::vector<double> v;
+    for (const auto& r : per_rank) v.push_back(r["units"].value(k, 0.0));
+    units[k] = reports::summarize(v).median;
+  }
+  for (const char* k : {"forward_s", "backward_s"}) {
+    json arr = json::array();
+    for (size_t u = 0; u < per_rank.front()["units"][k].size(); ++u) {
+      std::vector<double> v;
+      for (const auto& r : per_rank) v.push_back(u < r["units"][k].size() ? r["units"][k][u].get<double>() : 0.0);
+      arr.push_back(reports::summarize(v).median);
+    }
+    units[k] = arr;
+  }
   const auto& traced = per_rank.front()["traced_step_times_s"];
   const double traced_median = reports::summarize(traced.get<std::vector<double>>()).median;
   const double untraced_median = reports::summarize(untraced_step_times).median;
@@ -141,6 +158,7 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
           {"overlap_ratio", summary.value("overlap_ratio", 0.0)},
           {"exposed_comm_s", summary.value("exposed_comm_s", 0.0)},
           {"summary", summary},
+          {"units", units},
           {"tracer_overhead",
            {{"traced_step_time_s", traced_median},
             {"untraced_step_time_s", untraced_median},
@@ -210,10 +228,16 @@ int run_rank(const RunOptions& o) {
           {"allocated_bytes", cuda.allocated_bytes},
           {"peak_allocated_bytes", cuda.peak_allocated_bytes},
           {"reserved_bytes", cuda.reserved_bytes},
-          {"peak_reserved_bytes", cuda.peak_reserved_bytes}}}}},
+          {"peak_reserved_bytes", cuda.peak_reserved_bytes},
+          // Device memory in use (cudaMemGetInfo) minus what the caching allocator holds: the
+          // CUDA context, NCCL communicator buffers and other non-allocator memory (device-wide).
+          {"outside_allocator_bytes",
+           cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"step_times_s", step_times}};
+  // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).
+  if (!engine->comm().timing_error().empty()) rank_json["comm_timing_error"] = engine->comm().timing_error();
   if (result.profile) {
     const auto& p = *result.profile;
     auto prof = profiler::rank_profile_json(p.activities, p.windows);

@@ -2,6 +2,7 @@
 #include "bench/run_options.hpp"
 
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "bench/flag_checks.hpp"
 #include "runtime/dist_env.hpp"
@@ -26,8 +27,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(FiniteRange(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
-  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|zero3")->capture_default_str();
-  app.add_option("--precision", o.precision, "ddp, fsdp: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
+  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|fsdp2|zero3")->capture_default_str();
+  app.add_option("--precision", o.precision, "ddp, fsdp, fsdp2: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
       ->check(AtLeastOne())
       ->capture_default_str();
@@ -35,6 +36,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step")
       ->check(AtLeastOne())
       ->capture_default_str();
+  app.add_flag("--sync-each-batch", t.sync_each_batch,
+               "reduce gradients after every micro-batch (accelerate GradientAccumulationPlugin(sync_each_batch=True)); "
+               "default: only after the last, the others under no_sync (zero3 reduces every micro-batch either way)");
   app.add_option("--steps", t.steps, "optimizer steps (warm-up included)")->check(AtLeastOne())->capture_default_str();
   app.add_option("--warmup", t.warmup, "steps excluded from timing statistics")
       ->check(NonNegative())
@@ -72,7 +76,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(Positive())
       ->capture_default_str();
   app.add_option("--config", o.config,
-                 "an accelerate config (FSDP, DEEPSPEED, MULTI_GPU) or a DeepSpeed JSON: picks the backend and "
+                 "an accelerate config (FSDP: fsdp, or fsdp2 with fsdp_version 2; DEEPSPEED; MULTI_GPU) or a DeepSpeed "
+                 "JSON: picks the backend and "
                  "reads its settings as accelerate/DeepSpeed would (docs/configs.md)")
       ->check(CLI::ExistingFile);
   app.add_option("--accelerate-config", o.accelerate_config, "an accelerate config (YAML or JSON); see --config")
@@ -84,8 +89,32 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--hsdp-shard-size", o.hsdp_shard_size, "fsdp HYBRID_SHARD: ranks per shard group (default: per node)")
       ->check(NonNegative());
-  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp mixed: gradient reduce dtype bf16|fp32 (default bf16)")
+  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
+                 "under mixed)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  // fsdp2 (issue 14): fully_shard / FSDPModule / MixedPrecisionPolicy / ParallelismConfig names.
+  app.add_option("--reshard-after-forward", o.reshard_after_forward,
+                 "fsdp2: fully_shard reshard_after_forward true|false|N (N: reshard to groups of N ranks)");
+  app.add_option("--output-dtype", o.output_dtype, "fsdp2: MixedPrecisionPolicy.output_dtype bf16|fp32|none")
+      ->check(CLI::IsMember({"bf16", "fp32", "none"}));
+  app.add_option("--modules-to-forward-prefetch", o.modules_to_forward_prefetch,
+                 "fsdp2: set_modules_to_forward_prefetch with the next N groups (0 = implicit prefetch only)")
+      ->check(NonNegative());
+  app.add_option("--modules-to-backward-prefetch", o.modules_to_backward_prefetch,
+                 "fsdp2: set_modules_to_backward_prefetch with the next N groups in backward (0 = FSDP2's default)")
+      ->check(NonNegative());
+  app.add_option("--dp-replicate-size", o.dp_replicate_size, "fsdp2: HSDP replicate mesh dim (ParallelismConfig)")
+      ->check(NonNegative());
+  app.add_option("--dp-shard-size", o.dp_shard_size, "fsdp2: shard mesh dim (default world / --dp-replicate-size)")
+      ->check(NonNegative());
+  app.add_option("--fsdp2-grouping", o.fsdp2_grouping,
+                 "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
+                 "embedding / blocks / [norm, head] groups)")
+      ->check(CLI::IsMember({"root", "accelerate"}));
+  app.add_flag("--force-sum-reduction-for-comms", o.force_sum_reduction_for_comms,
+               "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)");
+  app.add_flag("--cpu-ram-efficient-loading", o.cpu_ram_efficient_loading,
+               "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)");
   app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (zero3); see --config")
       ->check(CLI::ExistingFile);
   app.add_option("--reduce-bucket-size", o.reduce_bucket_size, "zero3: gradient reduce bucket (elements)")
@@ -235,8 +264,52 @@ RunOptions::Resolved RunOptions::resolve() const {
     spec.options = backends::fsdp::to_json(f);
     if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
   } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
-             !reduce_dtype.empty() || !limit_all_gathers.empty()) {
+             (!reduce_dtype.empty() && r.backend != "fsdp2") || !limit_all_gathers.empty()) {
     throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
+  }
+  if (r.backend == "fsdp2") {
+    // The file's options (bench/config_file.cpp reads fsdp_version 2 files with the fsdp2 reader),
+    // then the command line's.
+    backends::fsdp2::Fsdp2Options f;
+    if (file_options) f = backends::fsdp2::fsdp2_options_from_json(spec.options);
+    auto set_text = [&](const std::string& v, std::string& field, const char* flag_name) {
+      if (v.empty()) return;
+      field = v;
+      overridden(flag_name, v);
+    };
+    auto set_int = [&](int v, int& field, const char* flag_name) {
+      if (v < 0) return;
+      field = v;
+      overridden(flag_name, std::to_string(v));
+    };
+    if (!reshard_after_forward.empty()) {
+      f.reshard_after_forward = backends::fsdp2::parse_reshard_after_forward("--reshard-after-forward", reshard_after_forward);
+      overridden("--reshard-after-forward", reshard_after_forward);
+    }
+    set_text(reduce_dtype, f.reduce_dtype, "--reduce-dtype");
+    set_text(output_dtype, f.output_dtype, "--output-dtype");
+    set_text(fsdp2_grouping, f.grouping, "--fsdp2-grouping");
+    set_int(modules_to_forward_prefetch, f.modules_to_forward_prefetch, "--modules-to-forward-prefetch");
+    set_int(modules_to_backward_prefetch, f.modules_to_backward_prefetch, "--modules-to-backward-prefetch");
+    set_int(dp_replicate_size, f.dp_replicate_size, "--dp-replicate-size");
+    set_int(dp_shard_size, f.dp_shard_size, "--dp-shard-size");
+    // --sync-each-batch is a training option (accelerate's GradientAccumulationPlugin), shared by all.
+    f.sync_each_batch = f.sync_each_batch || spec.train.sync_each_batch;
+    spec.train.sync_each_batch = f.sync_each_batch;
+    if (force_sum_reduction_for_comms) {
+      f.force_sum_reduction_for_comms = true;
+      overridden("--force-sum-reduction-for-comms", "true");
+    }
+    if (cpu_ram_efficient_loading) {
+      f.cpu_ram_efficient_loading = true;
+      overridden("--cpu-ram-efficient-loading", "true");
+    }
+    spec.options = backends::fsdp2::to_json(backends::fsdp2::fsdp2_options_from_json(backends::fsdp2::to_json(f)));
+    if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+  } else if (!reshard_after_forward.empty() || !output_dtype.empty() || !fsdp2_grouping.empty() ||
+             modules_to_forward_prefetch >= 0 || modules_to_backward_prefetch >= 0 || dp_replicate_size >= 0 ||
+             dp_shard_size >= 0 || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
+    throw UsageError("FSDP2 options (--reshard-after-forward, --dp-replicate-size, ...) need --backend fsdp2");
   }
   if (r.backend == "zero3") {
     backends::zero3::Zero3Options z;

@@ -49,6 +49,11 @@ struct RunOptions {
   std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
   bool forward_prefetch = false;
   int hsdp_shard_size = 0;
+  // fsdp2 (empty / -1 = the config file's value or PyTorch's / accelerate's default)
+  std::string reshard_after_forward, output_dtype, fsdp2_grouping;
+  int modules_to_forward_prefetch = -1, modules_to_backward_prefetch = -1;
+  int dp_replicate_size = -1, dp_shard_size = -1;
+  bool force_sum_reduction_for_comms = false, cpu_ram_efficient_loading = false;
   // zero3 (-1 / empty = the config file's value or DeepSpeed's default)
   std::string deepspeed_config;
   int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;

@@ -64,8 +64,24 @@ int precision_study_command(const PrecisionStudyOptions& o) {
   std::vector<Mode> modes = {{"fp32", "fsdp", "fp32"},
                              {"fsdp_low", "fsdp", "low"},
                              {"fsdp_mixed", "fsdp", "mixed"},
-                             {"zero3_bf16", "zero3", "bf16"}};
+                             {"zero3_bf16", "zero3", "bf16"},
+                             {"fsdp2_low", "fsdp2", "low"},
+                             {"fsdp2_mixed", "fsdp2", "mixed"}};
   if (o.scale_lr_by_world_size) modes.push_back({"fsdp_low_lr_x_W", "fsdp", "low", true});
+  if (!o.modes.empty()) {  // a subset; the fp32 reference always runs
+    std::vector<Mode> chosen = {modes.front()};
+    for (const auto& name : o.modes) {
+      if (name == "fp32") continue;
+      auto it = std::find_if(modes.begin(), modes.end(), [&](const Mode& m) { return m.name == name; });
+      if (it == modes.end()) {
+        std::string known;
+        for (const auto& m : modes) known += (known.empty() ? "" : ", ") + m.name;
+        throw UsageError("--modes: unknown mode '" + name + "' (" + known + ")");
+      }
+      chosen.push_back(*it);
+    }
+    modes = chosen;
+  }
 
   MatrixSpec spec;
   spec.name = "precision-study";
@@ -103,7 +119,7 @@ int precision_study_command(const PrecisionStudyOptions& o) {
   html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>zerobench precision study</title>"
           "<style>body{font-family:sans-serif;margin:24px}figure{display:inline-block;margin:8px}"
           "table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px}</style>"
-          "</head><body><h1>Precision study: FSDP low vs FSDP mixed vs ZeRO3 bf16</h1>\n";
+          "</head><body><h1>Precision study: FSDP/FSDP2 low vs FSDP/FSDP2 mixed vs ZeRO3 bf16</h1>\n";
   for (double lr : o.lrs) {
     std::map<std::string, json> runs;
     for (const auto& m : modes) {
@@ -173,13 +189,14 @@ int precision_study_command(const PrecisionStudyOptions& o) {
     reports::write_text_atomic(o.out_dir + "/loss_lr" + lr_text(lr) + ".svg", loss_svg);
     reports::write_text_atomic(o.out_dir + "/lost_updates_lr" + lr_text(lr) + ".svg", lost_svg);
     html << "<h2>lr " << lr_text(lr) << "</h2><figure>" << loss_svg
-         << "<figcaption>fp32, fsdp_mixed and zero3_bf16 nearly coincide (fp32 master weights).</figcaption></figure>"
+         << "<figcaption>fp32, fsdp_mixed, fsdp2_mixed and zero3_bf16 nearly coincide (fp32 master weights; "
+            "fsdp2_mixed reports its loss in bf16, accelerate's output_dtype).</figcaption></figure>"
          << "<figure>" << lost_svg << "</figure>\n";
   }
   html << "<h2>Summary</h2><pre>" << reports::svg::escape(md.str()) << "</pre>"
        << "<p>Lost-update fraction: weights whose AdamW update |&Delta;w| was below half an ulp of w in the dtype "
-          "the optimizer stores them in. FSDP low stores bf16 weights; FSDP mixed and ZeRO3 keep fp32 "
-          "masters.</p></body></html>\n";
+          "the optimizer stores them in. FSDP/FSDP2 low store bf16 weights; FSDP/FSDP2 mixed and ZeRO3 keep "
+          "fp32 masters.</p></body></html>\n";
   reports::write_json_atomic(o.out_dir + "/summary.json", summary);
   reports::write_text_atomic(o.out_dir + "/summary.md", md.str());
   reports::write_text_atomic(o.out_dir + "/precision.html", html.str());

@@ -1,5 +1,5 @@
 // study.hpp — `zerobench study precision`: the FSDP vs DeepSpeed blog's convergence finding,
-// measured. Runs FSDP low, FSDP mixed, ZeRO3 bf16 and an fp32 reference on the learnable
+// measured. Runs FSDP low, FSDP mixed, ZeRO3 bf16, FSDP2 low, FSDP2 mixed and an fp32 reference on the learnable
 // Markov language at several learning rates (same seed, data and W), with the lost-update
 // diagnostic on, then writes a summary (final loss vs the entropy floor, steps to a loss target,
 // mean lost-update fraction), per-run reports and SVG/HTML figures.
@@ -20,6 +20,7 @@ struct PrecisionStudyOptions {
   int64_t seq_len = 128;
   uint64_t seed = 1234;
   bool scale_lr_by_world_size = false;  // also run FSDP low at lr x W (the blog's "fix")
+  std::vector<std::string> modes;       // a subset of the modes (empty = all); fp32 always runs
   bool force = false;
   double timeout_s = 900;
 };

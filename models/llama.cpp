@@ -82,27 +82,29 @@ at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Ten
   return block_forward(cfg, [&](int i) { return w[size_t(i)]; }, x, rope);
 }
 
-at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope) {
+at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
+                         const ModuleOutputFn& out_fn) {
   // Each weight is requested in its own statement, in execution order: a per-module source
   // (ZeRO-3) releases the previous module's weight when the next is requested, and C++ leaves
   // the evaluation order of function arguments unspecified.
+  auto out = [&](int i, at::Tensor y) { return out_fn ? out_fn(i, std::move(y)) : y; };
   const int64_t B = x.size(0), T = x.size(1), hd = cfg.head_dim();
   // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd]; SDPA broadcasts kv heads (GQA).
-  auto h = rms_norm(x, w(kAttnNorm), cfg.norm_eps);
-  auto q = at::linear(h, w(kWq)).view({B, T, cfg.heads, hd}).transpose(1, 2);
-  auto k = at::linear(h, w(kWk)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
-  auto v = at::linear(h, w(kWv)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto h = out(kAttnNorm, rms_norm(x, w(kAttnNorm), cfg.norm_eps));
+  auto q = out(kWq, at::linear(h, w(kWq))).view({B, T, cfg.heads, hd}).transpose(1, 2);
+  auto k = out(kWk, at::linear(h, w(kWk))).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto v = out(kWv, at::linear(h, w(kWv))).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
   auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                /*scale=*/std::nullopt, /*enable_gqa=*/cfg.kv_heads != cfg.heads);
-  auto attn_out = at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w(kWo));
+  auto attn_out = out(kWo, at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w(kWo)));
   auto x1 = x + attn_out;
   // SwiGLU MLP: down(silu(gate(h)) * up(h)).
-  auto h2 = rms_norm(x1, w(kMlpNorm), cfg.norm_eps);
-  auto gate = at::silu(at::linear(h2, w(kWGate)));
-  auto up = at::linear(h2, w(kWUp));
-  auto mlp = at::linear(gate * up, w(kWDown));
+  auto h2 = out(kMlpNorm, rms_norm(x1, w(kMlpNorm), cfg.norm_eps));
+  auto gate = at::silu(out(kWGate, at::linear(h2, w(kWGate))));
+  auto up = out(kWUp, at::linear(h2, w(kWUp)));
+  auto mlp = out(kWDown, at::linear(gate * up, w(kWDown)));
   return x1 + mlp;
 }
 
@@ -112,20 +114,24 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
   std::vector<at::Tensor> root;
   if (!per_module) root = params.unit_weights(kRootUnit);
   auto root_weight = [&](int i) { return per_module ? params.module_weight(kRootUnit, i) : root[size_t(i)]; };
-  auto x = at::embedding(root_weight(kEmbedding), tokens);  // [B, T, H]
+  auto root_out = [&](int i, at::Tensor y) { return per_module ? params.after_module_forward(kRootUnit, i, y) : y; };
+  auto x = root_out(kEmbedding, at::embedding(root_weight(kEmbedding), tokens));  // [B, T, H]
   for (int unit = 1; unit <= cfg.layers; ++unit) {
+    x = params.before_unit_forward(unit, x);
     if (opts.activation_checkpointing && at::GradMode::is_enabled()) {
       auto w = params.unit_weights(unit);
       x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
     } else if (per_module) {
-      x = block_forward(cfg, [&](int i) { return params.module_weight(unit, i); }, x, rope);
+      x = block_forward(
+          cfg, [&](int i) { return params.module_weight(unit, i); }, x, rope,
+          [&](int i, at::Tensor y) { return params.after_module_forward(unit, i, std::move(y)); });
     } else {
       x = block_forward(cfg, at::TensorList(params.unit_weights(unit)), x, rope);
     }
     x = params.after_unit_forward(unit, x);
   }
-  auto normed = rms_norm(x, root_weight(kFinalNorm), cfg.norm_eps);
-  auto logits = at::linear(normed, root_weight(kLmHead));  // [B, T, V]
+  auto normed = root_out(kFinalNorm, rms_norm(x, root_weight(kFinalNorm), cfg.norm_eps));
+  auto logits = root_out(kLmHead, at::linear(normed, root_weight(kLmHead)));  // [B, T, V]
   auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
   return params.after_unit_forward(kRootUnit, loss);
 }

@@ -25,9 +25,17 @@ class UnitParamSource {
   // instead of unit_weights(unit) once. Checkpointed blocks still take all weights at once.
   virtual bool per_module() const { return false; }
   virtual at::Tensor module_weight(int unit, int index) { return unit_weights(unit)[size_t(index)]; }
+  // Called with a decoder block's input right before the block runs (its unit_weights call comes
+  // after); may wrap it in an autograd function (FSDP2's pre-forward registers its post-backward
+  // hook on the module's inputs) and must return the tensor the block takes as input.
+  virtual at::Tensor before_unit_forward(int /*unit*/, at::Tensor input) { return input; }
   // Called with the unit's output once its forward is done; may register backward hooks on it
   // and must return the tensor the model continues with (the output itself or a view of it).
   virtual at::Tensor after_unit_forward(int unit, at::Tensor output) { return output; }
+  // Per-module sources only: called with the output of the module that used weight `index` of
+  // `unit` (DeepSpeed hooks every module's output for its pre-backward fetch); same contract
+  // as after_unit_forward.
+  virtual at::Tensor after_module_forward(int unit, int index, at::Tensor output) { return output; }
 };
 
 // cos/sin tables [T, head_dim] for rotate-half RoPE (HF Llama), in the compute dtype.
@@ -48,7 +56,11 @@ at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const a
 // One decoder block: x [B, T, H] -> [B, T, H]. `w(i)` returns weight i in unit_param_specs
 // order (9 tensors); it is called once per weight, in the order the block uses them.
 using WeightFn = std::function<at::Tensor(int index)>;
-at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope);
+// `out(i, y)`, when given, is called with the output y of the module that used weight i and
+// returns the tensor the block continues with.
+using ModuleOutputFn = std::function<at::Tensor(int index, at::Tensor output)>;
+at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
+                         const ModuleOutputFn& out = nullptr);
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope);
 
 // Deterministic fp32 initial weights of one unit, concatenated in spec order: [unit numel].

@@ -2,6 +2,7 @@
 #include "profiler/analysis.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 namespace zb::profiler {
@@ -138,9 +139,86 @@ nlohmann::json step_json(const StepProfile& p) {
           {"by_class", by_class}};
 }
 
+UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& w) {
+  // What counts as compute: host compute spans, else compute kernels by their launch time.
+  std::vector<Interval> host_compute;
+  std::map<int64_t, int64_t> launch_of;  // correlation -> runtime call start
+  for (const auto& a : activities) {
+    if (a.kind == ActivityKind::kHostCompute) {
+      Interval i;
+      if (clip(a, w, &i)) host_compute.push_back(i);
+    } else if (a.kind == ActivityKind::kRuntime && a.correlation != 0) {
+      launch_of[a.correlation] = a.start_ns;
+    }
+  }
+  const auto host_u = interval_union(std::move(host_compute));
+  const bool host = !host_u.empty();
+  std::vector<std::pair<int64_t, Interval>> kernels;  // (launch time, interval)
+  if (!host)
+    for (const auto& a : activities) {
+      if (!is_compute(classify(a)) || a.kind == ActivityKind::kHostCompute) continue;
+      auto it = launch_of.find(a.correlation);
+      if (it != launch_of.end()) kernels.push_back({it->second, {a.start_ns, a.end_ns}});
+    }
+  auto compute_in = [&](const Interval& r) -> double {
+    if (host) return double(intersection_ns(host_u, {r})) / 1e9;
+    std::vector<Interval> mine;
+    for (const auto& [launch, k] : kernels)
+      if (launch >= r.first && launch <= r.second) mine.push_back(k);
+    return double(covered_ns(interval_union(std::move(mine)))) / 1e9;
+  };
+  UnitTimes t;
+  t.window_s = double(w.end_ns - w.start_ns) / 1e9;
+  std::map<int, double> fwd, bwd;
+  for (const auto& a : activities) {
+    if (a.kind != ActivityKind::kRange || a.start_ns < w.start_ns || a.start_ns > w.end_ns) continue;
+    const Interval r{a.start_ns, std::min(a.end_ns, w.end_ns)};
+    if (a.name == "forward") {
+      t.forward_total_s += compute_in(r);
+    } else if (a.name == "backward") {
+      t.backward_total_s += compute_in(r);
+    } else if (a.name == "optimizer_step") {
+      t.optimizer_s += compute_in(r);
+    } else {
+      for (const auto& [prefix, into] : {std::pair<std::string, std::map<int, double>*>{"forward unit", &fwd},
+                                         std::pair<std::string, std::map<int, double>*>{"backward unit", &bwd}}) {
+        if (a.name.rfind(prefix, 0) != 0) continue;
+        const int u = std::atoi(a.name.c_str() + prefix.size());
+        if (u >= 1) (*into)[u] += compute_in(r);  // the root's ranges nest the blocks': taken as the rest
+      }
+    }
+  }
+  int units = 1;
+  for (const auto* m : {&fwd, &bwd})
+    if (!m->empty()) units = std::max(units, m->rbegin()->first + 1);
+  t.forward_s.assign(size_t(units), 0.0);
+  t.backward_s.assign(size_t(units), 0.0);
+  double fwd_blocks = 0, bwd_blocks = 0;
+  for (const auto& [u, v] : fwd) {
+    t.forward_s[size_t(u)] = v;
+    fwd_blocks += v;
+  }
+  for (const auto& [u, v] : bwd) {
+    t.backward_s[size_t(u)] = v;
+    bwd_blocks += v;
+  }
+  t.forward_s[0] = std::max(0.0, t.forward_total_s - fwd_blocks);
+  t.backward_s[0] = std::max(0.0, t.backward_total_s - bwd_blocks);
+  t.other_s = std::max(0.0, compute_in({w.start_ns, w.end_ns}) - t.forward_total_s - t.backward_total_s - t.optimizer_s);
+  return t;
+}
+
+nlohmann::json unit_times_json(const UnitTimes& t) {
+  return {{"forward_s", t.forward_s},       {"backward_s", t.backward_s}, {"forward_total_s", t.forward_total_s},
+          {"backward_total_s", t.backward_total_s}, {"optimizer_s", t.optimizer_s}, {"window_s", t.window_s},
+          {"other_s", t.other_s}};
+}
+
 nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
                                  size_t top_k) {
   nlohmann::json steps = nlohmann::json::array();
+  std::vector<UnitTimes> per_step;
+  for (const auto& w : windows) per_step.push_back(unit_times(activities, w));
   std::map<std::string, std::vector<double>> columns;
   for (const auto& w : windows) {
     const auto p = analyze_step(activities, w);
@@ -167,7 +245,27 @@ nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const 
                      {"time_s", double(t.total_ns) / 1e9},
                      {"pct_of_kernel_time", kernel_total > 0 ? 100.0 * double(t.total_ns) / double(kernel_total) : 0.0}});
   }
-  return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}};
+  // Units: the median over steps of each field (and of each unit's entry).
+  UnitTimes units;
+  if (!per_step.empty()) {
+    size_t n = 0;
+    for (const auto& u : per_step) n = std::max(n, u.forward_s.size());
+    auto med_of = [&](auto get) {
+      std::vector<double> v;
+      for (const auto& u : per_step) v.push_back(get(u));
+      return median(v);
+    };
+    for (size_t i = 0; i < n; ++i) {
+      units.forward_s.push_back(med_of([i](const UnitTimes& u) { return i < u.forward_s.size() ? u.forward_s[i] : 0.0; }));
+      units.backward_s.push_back(med_of([i](const UnitTimes& u) { return i < u.backward_s.size() ? u.backward_s[i] : 0.0; }));
+    }
+    units.forward_total_s = med_of([](const UnitTimes& u) { return u.forward_total_s; });
+    units.backward_total_s = med_of([](const UnitTimes& u) { return u.backward_total_s; });
+    units.optimizer_s = med_of([](const UnitTimes& u) { return u.optimizer_s; });
+    units.window_s = med_of([](const UnitTimes& u) { return u.window_s; });
+    units.other_s = med_of([](const UnitTimes& u) { return u.other_s; });
+  }
+  return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}, {"units", unit_times_json(units)}};
 }
 
 }  // namespace zb::profiler

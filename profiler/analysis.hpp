@@ -60,7 +60,24 @@ struct KernelSummary {
 std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
                                        size_t k);
 
-// The rank's `profile` entry: per-step profiles, their medians, top kernels.
+// Per-unit compute time of one step, from the engines' NVTX ranges ("forward unitU" and
+// "backward unitU" for decoder blocks U >= 1; "forward", "backward" per micro-batch;
+// "optimizer_step"): the compute inside each range, summed over the step's micro-batches.
+// Compute inside a range: on the host source, the training thread's compute spans (the range
+// minus time blocked in wait()); on CUPTI, the covered time of compute kernels launched from
+// inside the range (runtime call -> kernel by correlation id). The root unit (embedding, final
+// norm, LM head: unit 0) is the rest of "forward"/"backward" once the blocks are taken out;
+// `other_s` is the step's compute outside those three ranges (loss bookkeeping, callbacks).
+struct UnitTimes {
+  std::vector<double> forward_s, backward_s;  // [unit]; unit 0 = root
+  double forward_total_s = 0, backward_total_s = 0, optimizer_s = 0, window_s = 0;
+  double other_s = 0;  // compute in the step outside forward, backward and optimizer_step
+};
+UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& window);
+nlohmann::json unit_times_json(const UnitTimes& t);
+
+// The rank's `profile` entry: per-step profiles, their medians, top kernels, and `units`
+// (unit_times' median over the traced steps, element by element).
 nlohmann::json step_json(const StepProfile& p);
 nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
                                  size_t top_k = 10);

@@ -6,6 +6,7 @@
 #include <cxxabi.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -21,6 +22,25 @@ namespace {
 
 constexpr size_t kBufferBytes = 8u << 20;
 constexpr size_t kAlign = 8;
+
+// Kernel records. cupti_activity.h declares only the newest kernel record version (older ones
+// are in cupti_activity_deprecated.h); CUPTI appends fields from one version to the next, and
+// the loaded libcupti writes its own newest layout. The fields read here (kind .. name) sit at
+// the same offsets in every version since CUpti_ActivityKernel4, so reading them through the
+// newest struct the headers define is right whichever version the library writes; the asserts
+// keep that true if a future header moves them.
+#if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;  // the newest in the CUDA 13 headers
+#else
+using KernelRecord = CUpti_ActivityKernel9;   // the newest in the CUDA 12.4+ headers
+#endif
+static_assert(offsetof(KernelRecord, start) == offsetof(CUpti_ActivityKernel4, start), "CUPTI kernel record layout");
+static_assert(offsetof(KernelRecord, end) == offsetof(CUpti_ActivityKernel4, end), "CUPTI kernel record layout");
+static_assert(offsetof(KernelRecord, deviceId) == offsetof(CUpti_ActivityKernel4, deviceId), "CUPTI kernel record layout");
+static_assert(offsetof(KernelRecord, streamId) == offsetof(CUpti_ActivityKernel4, streamId), "CUPTI kernel record layout");
+static_assert(offsetof(KernelRecord, correlationId) == offsetof(CUpti_ActivityKernel4, correlationId),
+              "CUPTI kernel record layout");
+static_assert(offsetof(KernelRecord, name) == offsetof(CUpti_ActivityKernel4, name), "CUPTI kernel record layout");
 
 void check(CUptiResult r, const char* what) {
   if (r == CUPTI_SUCCESS) return;
@@ -91,7 +111,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       switch (record->kind) {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
         case CUPTI_ACTIVITY_KIND_KERNEL: {
-          auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(record);
+          auto* k = reinterpret_cast<KernelRecord*>(record);
           a.kind = ActivityKind::kKernel;
           a.name = kernel_name(*g_sink, k->name);
           a.start_ns = int64_t(k->start);
@@ -109,12 +129,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         case CUPTI_ACTIVITY_KIND_MEMSET:
           a = transfer(ActivityKind::kMemset, "memset", *reinterpret_cast<CUpti_ActivityMemset4*>(record));
           break;
-        case CUPTI_ACTIVITY_KIND_RUNTIME: {
+        case CUPTI_ACTIVITY_KIND_RUNTIME:
+        case CUPTI_ACTIVITY_KIND_DRIVER: {
+          // Driver-API records matter for NCCL: it launches its kernels with cuLaunchKernelEx,
+          // which no runtime record covers, so without them its kernels have no launch to link to.
           auto* r = reinterpret_cast<CUpti_ActivityAPI*>(record);
+          const bool driver = record->kind == CUPTI_ACTIVITY_KIND_DRIVER;
           const char* name = nullptr;
-          cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, r->cbid, &name);
+          cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, r->cbid, &name);
           a.kind = ActivityKind::kRuntime;
-          a.name = name ? name : "cuda_runtime";
+          a.name = name ? name : (driver ? "cuda_driver" : "cuda_runtime");
           a.start_ns = int64_t(r->start);
           a.end_ns = int64_t(r->end);
           a.correlation = int64_t(r->correlationId);
@@ -129,8 +153,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::free(buffer);
 }
 
+// CONCURRENT_KERNEL records every kernel whatever API launched it (NCCL's driver-API launches
+// included); DRIVER adds the cuLaunchKernel(Ex) calls those kernels correlate with.
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME};
+                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER};
 
 class CuptiTracer final : public ActivityTracer {
  public:

@@ -71,8 +71,13 @@ void compare_cell(RegressResult& res, const json& b, const json& c, const Regres
     const auto& br = b["ranks"][i];
     const auto& cr = c["ranks"][i];
     const std::string r = "ranks[" + std::to_string(i) + "].";
-    for (const auto& [k, v] : br["memory"]["model_states_bytes"].items())
-      exact(res, cell, r + "memory.model_states_bytes." + k, v, cr["memory"]["model_states_bytes"].value(k, json()));
+    // Every category either side has: a category new in the current reports (e.g. `buffers`)
+    // is a change until the baseline is refreshed.
+    const auto& bm_states = br["memory"]["model_states_bytes"];
+    const auto& cm_states = cr["memory"]["model_states_bytes"];
+    for (const auto& [k, v] : bm_states.items()) exact(res, cell, r + "memory.model_states_bytes." + k, v, cm_states.value(k, json()));
+    for (const auto& [k, v] : cm_states.items())
+      if (!bm_states.contains(k)) exact(res, cell, r + "memory.model_states_bytes." + k, json(), v);
     for (const auto& [kind, v] : br["comm"].items()) {
       exact(res, cell, r + "comm." + kind + ".count", v["count"], cr["comm"][kind]["count"]);
       exact(res, cell, r + "comm." + kind + ".bytes", v["bytes"], cr["comm"][kind]["bytes"]);
@@ -168,6 +173,108 @@ RegressResult compare_reports(const std::vector<json>& baseline, const std::vect
   }
   for (const auto& c : current)
     if (!used.count(cell_name(c))) res.extra.push_back(cell_name(c));
+  return res;
+}
+
+bool is_google_benchmark_json(const json& j) {
+  return j.is_object() && j.contains("benchmarks") && j["benchmarks"].is_array();
+}
+
+namespace {
+// One benchmark's samples: metric -> values over repetitions, and what must match exactly.
+struct BenchSamples {
+  std::map<std::string, std::vector<double>> metrics;
+  std::map<std::string, double> exact;
+  bool error = false;
+  std::string error_message;
+};
+
+// (metric, higher_is_worse): time per op, and the counters the micro suite writes.
+const std::vector<std::pair<std::string, bool>> kBenchMetrics = {
+    {"real_time", true}, {"busbw", false}, {"algbw", false}, {"tflops", false}, {"GBps", false}};
+
+double seconds_of(const json& b, const std::string& field) {
+  const std::string unit = b.value("time_unit", "ns");
+  const double v = b[field].get<double>();
+  return unit == "s" ? v : unit == "ms" ? v * 1e-3 : unit == "us" ? v * 1e-6 : v * 1e-9;
+}
+
+std::map<std::string, BenchSamples> benchmark_samples(const json& j) {
+  std::map<std::string, BenchSamples> out;
+  std::map<std::string, bool> has_iterations;
+  for (const auto& b : j["benchmarks"])
+    if (b.value("run_type", "iteration") == "iteration") has_iterations[b.value("run_name", b.value("name", ""))] = true;
+  for (const auto& b : j["benchmarks"]) {
+    const bool aggregate = b.value("run_type", "iteration") == "aggregate";
+    const std::string name = b.value("run_name", b.value("name", ""));
+    // Aggregates only stand in when the file has no per-repetition rows (report_aggregates_only).
+    if (aggregate && (has_iterations[name] || b.value("aggregate_name", "") != "median")) continue;
+    auto& s = out[name];
+    if (b.value("error_occurred", false)) {
+      s.error = true;
+      s.error_message = b.value("error_message", "");
+      continue;
+    }
+    for (const auto& [metric, higher_worse] : kBenchMetrics) {
+      if (!b.contains(metric) || !b[metric].is_number()) continue;
+      s.metrics[metric].push_back(metric == "real_time" ? seconds_of(b, metric) : b[metric].get<double>());
+    }
+    for (const char* k : {"bytes", "world_size", "flops"})
+      if (b.contains(k) && b[k].is_number()) s.exact[k] = b[k].get<double>();
+  }
+  return out;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+RegressResult compare_benchmarks(const json& baseline, const json& current, const RegressOptions& o) {
+  RegressResult res;
+  const auto base = benchmark_samples(baseline), cur = benchmark_samples(current);
+  for (const auto& [name, b] : base) {
+    auto it = cur.find(name);
+    if (it == cur.end()) {
+      res.missing.push_back(name);
+      continue;
+    }
+    const auto& c = it->second;
+    if (c.error || b.error) {
+      const bool worse = c.error && !b.error;
+      res.checks.push_back({name, "status", b.error ? "error" : "ok", c.error ? "error" : "ok", worse ? "changed" : "same",
+                            worse, c.error_message});
+      continue;
+    }
+    for (const auto& [k, v] : b.exact)
+      if (c.exact.count(k) && c.exact.at(k) != v)
+        res.checks.push_back({name, k, fmt(v), fmt(c.exact.at(k)), "changed", true, "must match exactly"});
+    for (const auto& [metric, higher_worse] : kBenchMetrics) {
+      if (!b.metrics.count(metric) || !c.metrics.count(metric)) continue;
+      const auto& bv = b.metrics.at(metric);
+      const auto& cv = c.metrics.at(metric);
+      const double bm = median_of(bv), cm = median_of(cv);
+      const double ratio = bm != 0 ? cm / bm : 1.0;
+      const bool moved_worse = higher_worse ? ratio > 1 + o.threshold : ratio < 1 - o.threshold;
+      // "current tends to be worse": larger times, or smaller throughputs.
+      const double p = higher_worse ? mann_whitney_greater_p(cv, bv) : mann_whitney_greater_p(bv, cv);
+      const bool enough = bv.size() >= 3 && cv.size() >= 3;
+      const bool worse = moved_worse && enough && p < o.alpha;
+      char note[160];
+      if (enough) {
+        std::snprintf(note, sizeof(note), "U-test p=%.3g (n=%zu/%zu)%s", p, bv.size(), cv.size(),
+                      o.gate_timing ? "" : " (timing not gated)");
+      } else {
+        std::snprintf(note, sizeof(note), "n=%zu/%zu: the U test needs >= 3 repetitions (--benchmark_repetitions)",
+                      bv.size(), cv.size());
+      }
+      res.checks.push_back({name, metric + ".median", fmt(bm), fmt(cm), pct(ratio), worse && o.gate_timing, note});
+    }
+  }
+  for (const auto& [name, c] : cur)
+    if (!base.count(name)) res.extra.push_back(name);
   return res;
 }
 

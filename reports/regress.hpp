@@ -3,7 +3,8 @@
 // the median ratio passes the threshold AND a Mann-Whitney U test says worse; deterministic
 // metrics (engine-owned bytes, comm counts and bytes, FLOPs, parameter counts) must match
 // exactly; allocator peaks within a small threshold; a cell that was ok and is not, or that
-// is missing, is a regression. Must not: run anything.
+// is missing, is a regression. Google Benchmark JSON is compared per benchmark name with the
+// same U-test (compare_benchmarks). Must not: run anything.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -41,5 +42,17 @@ bool configs_compatible(const nlohmann::json& a, const nlohmann::json& b);
 
 RegressResult compare_reports(const std::vector<nlohmann::json>& baseline, const std::vector<nlohmann::json>& current,
                               const RegressOptions& opts);
+
+// Google Benchmark JSON (`zerobench micro --out`, or any benchmark binary's --benchmark_out):
+// a top-level "benchmarks" array.
+bool is_google_benchmark_json(const nlohmann::json& j);
+// Per benchmark name, over its repetitions (--benchmark_repetitions; aggregate rows skipped):
+// real_time is worse when higher; the throughput counters busbw, algbw, tflops and GBps are
+// worse when lower; bytes and world_size must match exactly. A metric is a regression when its
+// median moved the wrong way by more than opts.threshold AND the one-sided Mann-Whitney U test
+// says so (p < opts.alpha), which needs >= 3 repetitions per side (fewer: reported, not gated).
+// A benchmark missing from `current`, or failing there, is a regression.
+RegressResult compare_benchmarks(const nlohmann::json& baseline, const nlohmann::json& current,
+                                 const RegressOptions& opts);
 
 }  // namespace zb::reports

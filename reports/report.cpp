@@ -119,8 +119,17 @@ std::vector<std::string> validate_report(const json& r) {
   require(r, "", "steps", Type::Array, p);
   if (!p.empty()) return p;
   const bool emulated = r["env"].value("emulated", false);
-  if (r["ranks"].size() != (emulated ? 1 : r["env"]["world_size"].get<size_t>()))
+  // A projection (`zerobench project`) measured no rank: it carries none, and a `projection`.
+  const bool projected = r.contains("projection");
+  if (projected) {
+    require(r, "", "projection", Type::Object, p);
+    for (const char* k : {"projection/step_time_s", "projection/tokens_per_gpu_per_s", "projection/mfu",
+                          "projection/exposed_comm_s"})
+      require(r, "", k, Type::Number, p);
+    if (!r["ranks"].empty()) p.push_back("ranks: a projected report has no per-rank entries");
+  } else if (r["ranks"].size() != (emulated ? 1 : r["env"]["world_size"].get<size_t>())) {
     p.push_back(emulated ? "ranks: an emulated run has one entry (the rank it played)" : "ranks: one entry per rank expected");
+  }
   for (size_t i = 0; i < r["ranks"].size(); ++i) {
     const auto where = "ranks[" + std::to_string(i) + "]/";
     const auto& rk = r["ranks"][i];
@@ -130,6 +139,10 @@ std::vector<std::string> validate_report(const json& r) {
       require(rk, where, k, Type::Number, p);
     if (rk.contains("memory") && rk["memory"].is_object() && rk["memory"].contains("estimated_peak_bytes"))
       require(rk, where, "memory/estimated_peak_bytes", Type::Number, p);
+    // `buffers` (persistent communication buffers) is optional: reports before it lack it.
+    if (rk.contains("memory") && rk["memory"].contains("model_states_bytes") &&
+        rk["memory"]["model_states_bytes"].contains("buffers"))
+      require(rk, where, "memory/model_states_bytes/buffers", Type::Number, p);
     for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"}) {
       require(rk, where, std::string("comm/") + kind + "/count", Type::Number, p);
       require(rk, where, std::string("comm/") + kind + "/bytes", Type::Number, p);

@@ -21,7 +21,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kMiB = 1024.0 * 1024.0;
-const char* kCategories[] = {"params", "master_params", "grads", "optimizer"};
+const char* kCategories[] = {"params", "master_params", "grads", "optimizer", "buffers"};
+constexpr int kNumCategories = 5;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -48,9 +49,31 @@ struct Row {
   int warnings = 0;  // config.warnings: the run is the framework's, maybe not what the file's author expected
   double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
   double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
-  double cat_mib[4] = {0, 0, 0, 0};
-  double states_mib() const { return cat_mib[0] + cat_mib[1] + cat_mib[2] + cat_mib[3]; }
+  double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
+  double states_mib() const {
+    double sum = 0;
+    for (double m : cat_mib) sum += m;
+    return sum;
+  }
+  bool projected = false;                  // a `zerobench project` output
+  std::string workload;                    // what a projection and a measurement must share
+  double predicted_tps = NAN, prediction_error = NAN;  // filled when a projection matches
 };
+
+// Model dims, backend, precision, batch shape, W and nodes: a projection predicts a measured
+// run when these agree.
+std::string workload_key(const json& r) {
+  if (!r.contains("env") || !r.contains("config") || !r["config"].contains("model")) return "";
+  const auto& c = r["config"];
+  json k;
+  for (const char* d : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) k[d] = c["model"].value(d, 0);
+  k["backend"] = c["backend"].value("name", "");
+  k["precision"] = c["backend"].value("precision", "");
+  for (const char* t : {"micro_batch", "seq_len", "grad_accum"}) k[t] = c.value("train", json::object()).value(t, 0);
+  k["world_size"] = r["env"].value("world_size", 0);
+  k["nodes"] = r["env"].value("nodes", 1);
+  return k.dump();
+}
 
 Row row_of(const json& r) {
   Row row;
@@ -75,8 +98,8 @@ Row row_of(const json& r) {
   row.mfu_6n = s["mfu_6n"];
   row.final_loss = s.value("final_loss", NAN);
   for (const auto& rk : r["ranks"]) {
-    for (int c = 0; c < 4; ++c)
-      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"][kCategories[c]].get<double>() / kMiB);
+    for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
+      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
     row.peak_mib = std::max(row.peak_mib, rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB);
     if (rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0)
       row.est_mib = std::max(std::isfinite(row.est_mib) ? row.est_mib : 0.0,
@@ -87,18 +110,29 @@ Row row_of(const json& r) {
   }
   if (r.contains("profile") && r["profile"].is_object() && r["profile"].contains("overlap_ratio"))
     row.overlap = r["profile"]["overlap_ratio"];
+  row.projected = r.contains("projection");
+  if (row.projected) {
+    row.overlap = r["projection"].value("overlap_ratio", NAN);
+    row.predicted_tps = row.tps;
+  }
+  row.workload = workload_key(r);
   return row;
 }
 
-std::vector<std::string> header(bool with_baseline) {
+std::vector<std::string> header(bool with_baseline, bool with_projection) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "peak tracked MiB", "est. peak MiB", "peak/est",   "comm MiB/step",
-                                "overlap",       "final loss",    "status"};
+                                "buffers MiB",   "peak tracked MiB", "est. peak MiB", "peak/est",
+                                "comm MiB/step", "overlap",       "final loss",
+                                "status"};
   if (with_baseline) {
     h.insert(h.end() - 1, "tokens/GPU/s vs base");
     h.insert(h.end() - 1, "peak MiB vs base");
+  }
+  if (with_projection) {
+    h.insert(h.end() - 1, "predicted tokens/GPU/s");
+    h.insert(h.end() - 1, "prediction error");
   }
   return h;
 }
@@ -108,7 +142,7 @@ std::string relative(double v, double base) {
   return fmt("%+.1f%%", (v / base - 1) * 100);
 }
 
-std::vector<std::string> cells_of(const Row& r, const Row* base) {
+std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_projection) {
   auto dash_if_failed = [&](const std::string& s) { return r.state == "ok" ? s : std::string("-"); };
   std::vector<std::string> c = {r.cell,
                                 r.backend,
@@ -129,7 +163,11 @@ std::vector<std::string> cells_of(const Row& r, const Row* base) {
     c.push_back(r.state == "ok" ? relative(r.tps, base->tps) : "-");
     c.push_back(r.state == "ok" ? relative(r.peak_mib, base->peak_mib) : "-");
   }
-  std::string status = r.state == "ok" ? "ok" : r.state + ": " + r.error;
+  if (with_projection) {
+    c.push_back(std::isfinite(r.predicted_tps) ? fmt("%.1f", r.predicted_tps) : "-");
+    c.push_back(std::isfinite(r.prediction_error) ? fmt("%+.1f%%", 100 * r.prediction_error) : "-");
+  }
+  std::string status = r.state != "ok" ? r.state + ": " + r.error : r.projected ? "projected" : "ok";
   // Flag a run that read a config file with warnings (config.warnings in its report).
   if (r.warnings > 0) status += " (" + std::to_string(r.warnings) + " config warning" + (r.warnings > 1 ? "s" : "") + ")";
   c.push_back(status);
@@ -144,7 +182,7 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string render_html(const std::vector<json>& reports, const std::vector<Row>& rows, const Row* base,
-                        const std::vector<std::string>& head) {
+                        const std::vector<std::string>& head, bool with_projection) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>zerobench report</title>\n"
     << "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
@@ -161,7 +199,7 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   o << "</tr></thead><tbody>\n";
   for (const auto& r : rows) {
     o << "<tr>";
-    const auto c = cells_of(r, base);
+    const auto c = cells_of(r, base, with_projection);
     for (size_t i = 0; i < c.size(); ++i)
       o << (i + 1 == c.size() && r.state != "ok" ? "<td class=\"bad\">" : "<td>") << svg::escape(c[i]) << "</td>";
     o << "</tr>\n";
@@ -170,7 +208,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   std::vector<std::string> labels;
   std::vector<double> tps;
   std::vector<std::pair<std::string, std::vector<double>>> mem = {
-      {"params", {}}, {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"other (peak - states)", {}}};
+      {"params", {}},  {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"buffers", {}},
+      {"other (peak - states)", {}}};
   std::vector<svg::Series> loss, gnorm;
   double floor = NAN;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -178,8 +217,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
     if (r.state != "ok") continue;
     labels.push_back(r.cell);
     tps.push_back(r.tps);
-    for (int c = 0; c < 4; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
-    mem[4].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
+    for (int c = 0; c < kNumCategories; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
+    mem[kNumCategories].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
     svg::Series l{r.cell, {}, {}}, g{r.cell, {}, {}};
     for (const auto& s : reports[i]["steps"]) {
       l.x.push_back(s["step"]);
@@ -197,8 +236,9 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   figure(svg::bar_chart("Throughput", labels, tps, "tokens/GPU/s"),
          "Median tokens per GPU per second (higher is better).");
   figure(svg::stacked_bar_chart("Per-rank memory by category", labels, mem, "MiB"),
-         "Engine-owned model states by category (max over ranks); 'other' is the allocator peak above them "
-         "(activations, gathered parameters, buffers).");
+         "Engine-owned model states by category (max over ranks; buffers = persistent communication "
+         "buffers such as ZeRO-3's IPG bucket); 'other' is the allocator peak above them (activations, gathered "
+         "parameters, transient buffers).");
   figure(svg::line_chart("Loss", loss, "step", "loss (nats)", floor, "entropy floor"),
          "Training loss per step; the dashed line is the data's best achievable loss.");
   figure(svg::line_chart("Gradient norm", gnorm, "step", "global grad norm", NAN, ""),
@@ -254,14 +294,26 @@ std::string render_table(const std::vector<json>& reports, const TableOptions& o
       if (r.cell == opts.baseline) base = &r;
     if (!base) throw UsageError("--baseline cell '" + opts.baseline + "' is not among the reports");
   }
-  const auto head = header(base != nullptr);
-  if (opts.format == "html") return render_html(reports, rows, base, head);
+  // Projections beside measurements: a measured row whose workload a projection predicts
+  // gets the predicted throughput and the error (predicted - measured) / measured.
+  bool with_projection = false;
+  for (const auto& r : rows) with_projection = with_projection || r.projected;
+  for (auto& r : rows) {
+    if (r.projected || r.state != "ok" || r.workload.empty()) continue;
+    for (const auto& p : rows)
+      if (p.projected && p.workload == r.workload && r.tps > 0) {
+        r.predicted_tps = p.tps;
+        r.prediction_error = (p.tps - r.tps) / r.tps;
+      }
+  }
+  const auto head = header(base != nullptr, with_projection);
+  if (opts.format == "html") return render_html(reports, rows, base, head, with_projection);
   std::ostringstream o;
   if (opts.format == "csv") {
     for (size_t i = 0; i < head.size(); ++i) o << (i ? "," : "") << csv_field(head[i]);
     o << "\n";
     for (const auto& r : rows) {
-      const auto c = cells_of(r, base);
+      const auto c = cells_of(r, base, with_projection);
       for (size_t i = 0; i < c.size(); ++i) o << (i ? "," : "") << csv_field(c[i]);
       o << "\n";
     }
@@ -275,7 +327,7 @@ std::string render_table(const std::vector<json>& reports, const TableOptions& o
   o << "\n";
   for (const auto& r : rows) {
     o << "|";
-    for (const auto& c : cells_of(r, base)) o << " " << c << " |";
+    for (const auto& c : cells_of(r, base, with_projection)) o << " " << c << " |";
     o << "\n";
   }
   return o.str();

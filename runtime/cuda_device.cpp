@@ -59,6 +59,8 @@ CudaMemoryStats memory_stats(int index) {
   s.peak_allocated_bytes = stats.allocated_bytes[agg].peak;
   s.reserved_bytes = stats.reserved_bytes[agg].current;
   s.peak_reserved_bytes = stats.reserved_bytes[agg].peak;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) s.device_used_bytes = int64_t(total_bytes - free_bytes);
   return s;
 }
 void reset_peaks(int index) { c10::cuda::CUDACachingAllocator::resetPeakStats(c10::DeviceIndex(index)); }

@@ -22,6 +22,7 @@ int64_t current_rss_bytes();  // /proc/self/statm
 struct CudaMemoryStats {
   int64_t allocated_bytes = 0, peak_allocated_bytes = 0;
   int64_t reserved_bytes = 0, peak_reserved_bytes = 0;
+  int64_t device_used_bytes = 0;  // cudaMemGetInfo total - free (the whole device, every process)
 };
 // Zeros on a CPU device or a build without CUDA.
 CudaMemoryStats cuda_memory_stats(at::Device device);

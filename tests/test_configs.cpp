@@ -313,8 +313,17 @@ TEST(AccelerateConfig, PicksTheBackendAndRefusesAConflictingFlag) {
                 .find("--backend zero3 conflicts with the file, which configures fsdp"),
             std::string::npos);
   EXPECT_NE(usage_error({"--deepspeed-config", kCorpus + "trl_zero3.yaml"}).find("not a DeepSpeed JSON"), std::string::npos);
-  EXPECT_NE(usage_error({"--config", kCorpus + "trl_fsdp2.yaml"})
-                .find("fsdp_version 2: fsdp_version 2 needs the fsdp2 backend, not available in this build"),
+  // fsdp_version 2 is the fsdp2 backend, read by its own reader; --backend fsdp (FSDP) agrees with it.
+  const auto v2 = resolve({"--config", kCorpus + "trl_fsdp2.yaml"});
+  EXPECT_EQ(v2.backend, "fsdp2");
+  EXPECT_EQ(v2.spec.precision, "mixed");
+  EXPECT_EQ(v2.spec.options["reshard_after_forward"], true) << v2.spec.options.dump();
+  EXPECT_EQ(resolve({"--config", kCorpus + "trl_fsdp2.yaml", "--backend", "fsdp"}).backend, "fsdp2");
+  EXPECT_NE(usage_error({"--config", kCorpus + "trl_fsdp2.yaml", "--backend", "zero3"})
+                .find("--backend zero3 conflicts with the file, which configures fsdp2"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--config", kCorpus + "trl_fsdp1.yaml", "--backend", "fsdp2"})
+                .find("--backend fsdp2 conflicts with the file, which configures fsdp"),
             std::string::npos);
   // num_processes is the world size unless --nproc says otherwise.
   CLI::App app;

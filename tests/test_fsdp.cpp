@@ -115,7 +115,7 @@ TEST(FsdpMemory, EngineOwnedBytesEqualTheClosedFormAtW3WithUnevenUnits) {
       const int64_t root = sharded ? (64384 + 2) / 3 : 64384, block = sharded ? (184576 + 2) / 3 : 184576;
       const int64_t elems = root + 2 * block;  // ceil(numel / 3) per unit: padding included
       const int64_t e = precision == "low" ? 2 : 4;
-      const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e};
+      const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e, 0};
       EXPECT_EQ(backends::backend("fsdp").expected_bytes(spec, 3, 0), expected);
       test_support::run_ranks(3, [&](runtime::World& world) {
         auto [engine, r] = test_support::train_on(world, "fsdp", spec);
@@ -136,14 +136,15 @@ TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
   };
   const std::vector<Case> cases = {
       // FULL_SHARD: per micro-batch every unit gathered in forward, blocks again before backward
-      // (the root stays unsharded in between, as FSDP's root does); one reduce-scatter per unit.
-      {"fp32", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), accum * (L + 1),
-       accum * (root + L * block), 1, 4, 4, 4},
-      {"mixed", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), accum * (L + 1),
-       accum * (root + L * block), 1, 4, 2, 2},
-      // SHARD_GRAD_OP: gathered once per micro-batch, kept through backward.
-      {"low", ShardingStrategy::kShardGradOp, accum * (L + 1), accum * (root + L * block), accum * (L + 1),
-       accum * (root + L * block), 1, 4, 2, 2},
+      // (the root stays unsharded in between, as FSDP's root does); one reduce-scatter per unit
+      // per step: the first micro-batch runs under no_sync (accelerate's accumulate()).
+      {"fp32", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), L + 1,
+       root + L * block, 1, 4, 4, 4},
+      {"mixed", ShardingStrategy::kFullShard, accum * (2 * L + 1), accum * (root + 2 * L * block), L + 1,
+       root + L * block, 1, 4, 2, 2},
+      // SHARD_GRAD_OP: gathered once per micro-batch, kept through backward (and through the
+      // no_sync micro-batch: _should_free_in_backward keeps it, so the last micro-batch gathers nothing).
+      {"low", ShardingStrategy::kShardGradOp, L + 1, root + L * block, L + 1, root + L * block, 1, 4, 2, 2},
   };
   for (const auto& c : cases) {
     auto spec = fsdp_spec(c.precision, accum, strategy(c.st));
@@ -164,7 +165,8 @@ TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
       EXPECT_EQ(ar.bytes, c.ar_bytes) << c.precision;
     });
   }
-  // NO_SHARD: no gathers; one all-reduce of the unpadded flat gradient per unit per micro-batch.
+  // NO_SHARD: no gathers; one all-reduce of the unpadded flat gradient per unit per step (no_sync
+  // accumulates locally before it).
   auto spec = fsdp_spec("fp32", accum, strategy(ShardingStrategy::kNoShard));
   spec.model.vocab = 251;
   spec.train.steps = 1;
@@ -173,8 +175,8 @@ TEST(FsdpComm, BytesPerStepEqualTheClosedForm) {
     auto [engine, r] = test_support::train_on(world, "fsdp", spec);
     const auto& ar = r.comm_last_step[size_t(backends::common::CollectiveKind::kAllReduce)];
     EXPECT_EQ(r.comm_last_step[0].count, 0);
-    EXPECT_EQ(ar.count, accum * (L + 1));
-    EXPECT_EQ(ar.bytes, accum * (64384 + L * 184576) * 4);
+    EXPECT_EQ(ar.count, L + 1);
+    EXPECT_EQ(ar.bytes, (64384 + L * 184576) * 4);
   });
 }
 
@@ -184,14 +186,18 @@ TEST(FsdpMemory, FullShardReallyFreesUnshardedStorageAfterForward) {
     auto spec = fsdp_spec("fp32", 1, strategy(st));
     spec.train.steps = 1;
     spec.train.warmup = 0;
-    test_support::run_ranks(1, [&](runtime::World& world) {
+    // One emulated rank of W=2 on this thread (W=1 would switch to NO_SHARD, as FSDP1 does;
+    // thread ranks would mix their allocations in the process-wide counter).
+    {
+      auto world = runtime::init_emulated_world(0, 2, at::kCPU);
       auto engine = backends::create_engine("fsdp", spec, world);
       int64_t before_free = -1, freed_checks = 0, post_forward_checks = 0;
       const auto units = models::unit_param_specs(spec.model);
       backends::fsdp::set_observer(*engine, [&](const std::string& event, int unit, int64_t bytes) {
         if (event == "reshard_begin") before_free = runtime::tracked_cpu_bytes();
         if (event == "reshard") {
-          // The counting allocator saw exactly the unit's unsharded bytes go away.
+          // The counting allocator saw exactly the unit's unsharded bytes go away (numel is a
+          // multiple of 2 here: no padding).
           int64_t numel = 0;
           for (const auto& p : units[size_t(unit)]) numel += p.numel();
           EXPECT_EQ(before_free - runtime::tracked_cpu_bytes(), numel * 4) << "unit " << unit;
@@ -210,7 +216,7 @@ TEST(FsdpMemory, FullShardReallyFreesUnshardedStorageAfterForward) {
       bench::run_training(*engine, spec, *data, side);
       EXPECT_EQ(post_forward_checks, spec.model.layers);
       EXPECT_GE(freed_checks, spec.model.layers + 1);
-    });
+    }
   }
 }
 
@@ -338,4 +344,87 @@ TEST(FsdpOverlap, PrefetchAndReduceScatterAreWaitedForAfterTheComputeTheyOverlap
   const auto rs3 = find("reduce_scatter", "unit3");
   EXPECT_LT(rs3.start_ns, event_ns.at("post_backward:2"));
   EXPECT_GT(rs3.wait_start_ns, event_ns.at("post_backward:2"));
+}
+
+namespace {
+// One emulated rank (rank 0 of W) trained `steps` steps on one thread; returns the tracked
+// bytes the last optimizer step added at its peak over its entry level.
+int64_t optimizer_step_transient(const std::string& backend, const backends::EngineSpec& spec, int w) {
+  runtime::install_counting_cpu_allocator();
+  at::set_num_threads(1);
+  auto world = runtime::init_emulated_world(0, w, at::kCPU);
+  auto engine = backends::create_engine(backend, spec, world);
+  auto data = models::make_data_source("random", spec.model.vocab, 1);
+  int64_t transient = -1;
+  for (int64_t step = 0; step < 2; ++step) {
+    auto b = data->samples(models::first_sample_index(step, 0, 1, 0, w, spec.train.micro_batch), spec.train.micro_batch,
+                           spec.train.seq_len);
+    engine->forward_backward({b.tokens, b.targets}, 1.0, true);
+    runtime::reset_tracked_cpu_peak();
+    const int64_t entry = runtime::tracked_cpu_bytes();
+    engine->optimizer_step(1e-3);
+    transient = runtime::tracked_cpu_peak_bytes() - entry;
+  }
+  return transient;
+}
+}  // namespace
+
+// The optimizer step adds, at its peak over its entry level, exactly what FSDP1's
+// clip_grad_norm_ and torch.optim.AdamW(fused=True) allocate (nothing full-size in the fused
+// kernel). For each original parameter's gradient view g_i (i = 0..k-1, in unit and parameter
+// order, the part of it in this rank's shard): vector_norm(g_i, 2, dtype=fp32) returns a 4-byte
+// norm kept in a list and, on CPU for a bf16 gradient, first makes an fp32 copy of g_i (4 bytes
+// per element; ATen's make_reduction casts the input on CPU, while on CUDA the reduction reads
+// bf16 directly); then torch.stack of the k norms and its vector_norm. So the peak is
+//   max( max_i [ c * n_i + 4 * (i + 1) ],  4k + 4k + 4 )      c = 4 for bf16 gradients, else 0
+// and the later scalars (squared norm, clip coefficient) stay below it.
+TEST(FsdpMemory, OptimizerStepAddsOnlyUpstreamsTransients) {
+  const int W = 2;
+  for (const std::string precision : {"low", "mixed"}) {
+    auto spec = fsdp_spec(precision, 1);
+    spec.model.vocab = 251;
+    // Rank 0's slices of the original parameters, from the model's shapes alone.
+    std::vector<int64_t> slices;
+    for (const auto& unit : models::unit_param_specs(spec.model)) {
+      int64_t numel = 0;
+      for (const auto& p : unit) numel += p.numel();
+      const int64_t shard = (numel + W - 1) / W;  // rank 0 holds [0, shard)
+      int64_t begin = 0;
+      for (const auto& p : unit) {
+        const int64_t n = std::min(begin + p.numel(), shard) - begin;
+        if (n > 0) slices.push_back(n);
+        begin += p.numel();
+      }
+    }
+    const int64_t c = precision == "low" ? 4 : 0, k = int64_t(slices.size());
+    int64_t expected = 8 * k + 4;
+    for (int64_t i = 0; i < k; ++i) expected = std::max(expected, c * slices[size_t(i)] + 4 * (i + 1));
+    const auto t = optimizer_step_transient("fsdp", spec, W);
+    EXPECT_EQ(t, expected) << precision << ": " << k << " gradient views";
+    std::cout << precision << ": optimizer step adds " << t << " bytes at its peak\n";
+  }
+}
+
+TEST(FsdpWorldSizeOne, SwitchesToNoShardAsFsdp1Does) {
+  // _init_utils.py _init_core_state: every strategy becomes NO_SHARD at world size 1: no
+  // all-gathers, one all-reduce per unit; mixed keeps a bf16 copy only while a unit computes.
+  for (const std::string precision : {"fp32", "mixed"}) {
+    auto spec = fsdp_spec(precision, 1);
+    spec.train.steps = 2;
+    spec.train.warmup = 0;
+    test_support::run_ranks(1, [&](runtime::World& world) {
+      auto [engine, r] = test_support::train_on(world, "fsdp", spec);
+      const auto opts = engine->resolved_options();
+      EXPECT_EQ(opts["sharding_strategy"], "NO_SHARD");
+      EXPECT_EQ(opts["sharding_strategy_requested"], "FULL_SHARD");
+      using K = backends::common::CollectiveKind;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kAllGather)].count, 0) << precision;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kReduceScatter)].count, 0) << precision;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kAllReduce)].count, spec.model.layers + 1) << precision;
+      // At the end of backward no unit holds an unsharded (or bf16) copy.
+      EXPECT_EQ(r.model_state_bytes, backends::backend("fsdp").expected_bytes(spec, 1, 0)) << precision;
+    });
+  }
+  // fp32 at W=1 still equals the single-process reference.
+  test_support::expect_matches_reference("fsdp", fsdp_spec("fp32", 2), 1);
 }

@@ -155,6 +155,63 @@ TEST(HostSource, TheTrainingThreadComputesExceptWhileBlockedInWait) {
   EXPECT_EQ(p.idle_ns, 0);
 }
 
+TEST(UnitTimes, HostComputeInsideEachUnitRangeExcludesWaitsAndTheRootIsTheRest) {
+  // Window [0,1000). Forward [0,400) nests "forward unit1" [100,200) and "forward unit2"
+  // [200,350); backward [400,900) nests "backward unit2" [450,600) and "backward unit1"
+  // [600,800); optimizer [900,1000). The thread is blocked in wait() over [150,180) (inside
+  // unit 1's forward) and [850,870) (in the root's backward).
+  const std::vector<HostCollective> cs = {{"all_gather unit1", 140, 180, 150, 180, 8},
+                                          {"reduce_scatter unit1", 800, 870, 850, 870, 8}};
+  auto acts = host_activities(cs, {{0, 0, 1000}});
+  auto range = [](const std::string& name, int64_t a, int64_t b) { return of_kind(ActivityKind::kRange, name, a, b); };
+  for (auto r : {range("forward", 0, 400), range("forward unit1", 100, 200), range("forward unit2", 200, 350),
+                 range("backward", 400, 900), range("backward unit2", 450, 600), range("backward unit1", 600, 800),
+                 range("optimizer_step", 900, 1000), range("forward unit0", 0, 400) /* nests: not used */})
+    acts.push_back(r);
+  const auto t = unit_times(acts, {0, 0, 1000});
+  ASSERT_EQ(t.forward_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.forward_s[1], 70e-9);  // 100 ns minus 30 ns blocked
+  EXPECT_DOUBLE_EQ(t.forward_s[2], 150e-9);
+  EXPECT_DOUBLE_EQ(t.forward_total_s, 370e-9);
+  EXPECT_DOUBLE_EQ(t.forward_s[0], 370e-9 - 70e-9 - 150e-9);
+  EXPECT_DOUBLE_EQ(t.backward_s[2], 150e-9);
+  EXPECT_DOUBLE_EQ(t.backward_s[1], 200e-9);
+  EXPECT_DOUBLE_EQ(t.backward_s[0], 480e-9 - 350e-9);
+  EXPECT_DOUBLE_EQ(t.optimizer_s, 100e-9);
+  EXPECT_DOUBLE_EQ(t.window_s, 1000e-9);
+  EXPECT_DOUBLE_EQ(t.other_s, 0.0);  // forward, backward and the optimizer cover the window
+  // Two micro-batches: a unit's ranges add up within the step; the JSON carries the median over steps.
+  acts.push_back(range("forward unit1", 210, 220));
+  EXPECT_DOUBLE_EQ(unit_times(acts, {0, 0, 1000}).forward_s[1], 80e-9);
+  const auto j = rank_profile_json(acts, {{0, 0, 1000}});
+  EXPECT_DOUBLE_EQ(j["units"]["forward_s"][1].get<double>(), 80e-9);
+  EXPECT_DOUBLE_EQ(j["units"]["optimizer_s"].get<double>(), 100e-9);
+}
+
+TEST(UnitTimes, OnCuptiComputeKernelsCountForTheRangeTheirLaunchWasIn) {
+  // Launches at 10 and 20 inside "forward unit1" [0,30) run later, [100,150) and [140,160)
+  // (covered: 60 ns); an NCCL kernel launched there does not count; a kernel launched in the
+  // root's part of "forward" [0,300) at 200 runs [300,340).
+  std::vector<Activity> acts = {of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 10, 11, 0),
+                                of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 20, 21, 0),
+                                of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 25, 26, 0),
+                                of_kind(ActivityKind::kRuntime, "cudaLaunchKernel", 200, 201, 0),
+                                kernel(kGemm, 100, 150, 7, 0), kernel(kFlash, 140, 160, 7, 0),
+                                kernel(kNccl, 100, 400, 20, 0), kernel(kElementwise, 300, 340, 7, 0),
+                                of_kind(ActivityKind::kRange, "forward", 0, 300),
+                                of_kind(ActivityKind::kRange, "forward unit1", 0, 30)};
+  for (int i = 0; i < 4; ++i) acts[size_t(i)].correlation = i + 1;
+  acts[4].correlation = 1;
+  acts[5].correlation = 2;
+  acts[6].correlation = 3;
+  acts[7].correlation = 4;
+  const auto t = unit_times(acts, {0, 0, 1000});
+  ASSERT_EQ(t.forward_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.forward_s[1], 60e-9);
+  EXPECT_DOUBLE_EQ(t.forward_total_s, 100e-9);
+  EXPECT_DOUBLE_EQ(t.forward_s[0], 40e-9);
+}
+
 TEST(ChromeTrace, EventsUseRankAsPidStreamAsTidAndMicrosecondsFromTheOrigin) {
   std::vector<Activity> acts = {kernel(kGemm, 2000, 5000, 7, 42), kernel(kNccl, 3000, 9000, 20, 43),
                                 of_kind(ActivityKind::kRuntime, "cudaLaunchKernel_v7000", 1500, 1800, 0),

@@ -85,7 +85,7 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,4.77,-,-,0.01,-,6.5000,ok"),
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,6.5000,ok"),
             std::string::npos)
       << csv;
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
@@ -149,6 +149,25 @@ TEST(Regress, FlagsAOneByteChangeInEngineOwnedMemoryAndMissingCells) {
   EXPECT_FALSE(extra.regression());
   EXPECT_EQ(extra.extra, std::vector<std::string>{"d"});
   EXPECT_EQ(extra.to_json()["verdict"], "pass");
+}
+
+TEST(Regress, ComparesEveryModelStateCategoryIncludingBuffersBaselinesLack) {
+  const std::vector<json> base = {fixture("c", "zero3", "bf16", {0.1, 0.1, 0.1})};
+  auto with_buffers = base;
+  with_buffers[0]["ranks"][0]["memory"]["model_states_bytes"]["buffers"] = 33554432;
+  // A category the baseline does not have is a change (until the baseline is refreshed) ...
+  const auto r = reports::compare_reports(base, with_buffers, {});
+  EXPECT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("model_states_bytes.buffers"), std::string::npos) << r.to_text();
+  // ... and once both have it, it is compared exactly like the others.
+  EXPECT_FALSE(reports::compare_reports(with_buffers, with_buffers, {}).regression());
+  auto changed = with_buffers;
+  changed[0]["ranks"][0]["memory"]["model_states_bytes"]["buffers"] = 33554434;
+  EXPECT_TRUE(reports::compare_reports(with_buffers, changed, {}).regression());
+  // The tables carry the category as a column (0 where a report lacks it).
+  const auto md = reports::markdown_table(with_buffers);
+  EXPECT_NE(md.find("buffers MiB"), std::string::npos) << md;
+  EXPECT_NE(md.find("32.00"), std::string::npos) << md;
 }
 
 TEST(Regress, ANewConfigFieldStillMatchesButAChangedSettingIsFlagged) {

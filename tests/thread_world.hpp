@@ -1,6 +1,6 @@
 // thread_world.hpp — test support: run W ranks as threads of this process over one HashStore
 // (real Gloo groups, real collectives), and a single-process fp32 reference trainer built on
-// torch::optim::AdamW — an implementation independent of zerobench's own FlatAdamW.
+// torch::optim::AdamW — an implementation independent of the fused AdamW kernel the engines call.
 #pragma once
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

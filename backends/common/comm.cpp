@@ -1,5 +1,5 @@
-// comm.cpp — counted c10d collectives (see comm.hpp). Gloo has no AVG reduction, so every
-// reduction is a SUM and engines scale before/after as their framework does.
+// comm.cpp — counted c10d collectives (see comm.hpp). Reductions are SUM unless an engine asks
+// for another op (FSDP2's AVG); engines scale before/after as their framework does.
 #include "backends/common/comm.hpp"
 
 #include <algorithm>
@@ -48,7 +48,24 @@ double busbw_factor(CollectiveKind kind, int w) {
   }
 }
 
-Comm::Comm(runtime::World world) : world_(std::move(world)) { device_timing_ = world_.pg_backend == "nccl"; }
+Comm::Comm(runtime::World world) : world_(std::move(world)), streams_(world_.device) {
+  device_timing_ = world_.pg_backend == "nccl";
+}
+
+Comm::~Comm() {
+  try {
+    streams_.drain_all();
+  } catch (...) {
+  }
+}
+
+std::string Comm::group_name(const runtime::World& g) {
+  if (g.pg.get() == world_.pg.get()) return "world";
+  for (const auto& [pg, name] : group_names_)
+    if (pg == g.pg.get()) return name;
+  group_names_.emplace_back(g.pg.get(), "group" + std::to_string(group_names_.size() + 1));
+  return group_names_.back().second;
+}
 
 PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
   if (this != &other) {
@@ -64,6 +81,7 @@ PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexc
     kind_ = other.kind_;
     bytes_ = other.bytes_;
     label_ = std::move(other.label_);
+    log_entry_ = std::exchange(other.log_entry_, -1);
     issued_s_ = other.issued_s_;
     completed_s_ = std::move(other.completed_s_);
   }
@@ -80,15 +98,22 @@ PendingCollective::~PendingCollective() {
 
 void PendingCollective::wait() {
   if (!pending()) return;
+  comm_->streams_.log_collective_wait(log_entry_, comm_->streams_.current(), label_);
   const double t0 = now_s();
   if (work_) work_->wait();
   comm_->finish(*this, t0, now_s());
 }
 
-PendingCollective Comm::issue(CollectiveKind kind, const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes,
-                              const std::string& label, double issued_s, std::vector<at::Tensor> held) {
+void PendingCollective::log_stream_wait(StreamId s) const {
+  if (comm_) comm_->streams_.log_collective_wait(log_entry_, s, label_);
+}
+
+PendingCollective Comm::issue(CollectiveKind kind, const runtime::World& group,
+                              const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes, const std::string& label,
+                              double issued_s, std::vector<at::Tensor> held) {
   if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
   PendingCollective p;
+  p.log_entry_ = streams_.log_collective(group_name(group), std::string(collective_name(kind)) + ":" + label);
   p.comm_ = this;
   p.work_ = work;
   p.held_ = std::move(held);
@@ -135,8 +160,12 @@ void Comm::collect_device_times() {
   for (auto& [kind, work] : untimed_) {
     try {
       stats_[size_t(kind)].time_s += double(work->getDuration()) / 1e3;
-    } catch (const std::exception&) {
-      // Timing not enabled on this group or the events were not recorded: no device time.
+    } catch (const std::exception& e) {
+      // Timing not enabled on this group, or its events not recorded: counted and kept, so
+      // the report says how many collectives have no device time and why.
+      stats_[size_t(kind)].untimed += 1;
+      if (timing_error_.empty())
+        timing_error_ = std::string(collective_name(kind)) + ": " + e.what();
     }
   }
   untimed_.clear();
@@ -155,11 +184,16 @@ PendingCollective Comm::all_gather_async(at::Tensor& out, at::Tensor& in, const 
   } else {
     work = g.pg->_allgather_base(out, in);
   }
-  return issue(CollectiveKind::kAllGather, work, int64_t(out.nbytes()), label, t0, {out, in});
+  return issue(CollectiveKind::kAllGather, g, work, int64_t(out.nbytes()), label, t0, {out, in});
 }
 
 PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label,
                                                  const runtime::World* group) {
+  return reduce_scatter_async(out, in, c10d::ReduceOp::SUM, label, group);
+}
+
+PendingCollective Comm::reduce_scatter_async(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op,
+                                             const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
   TORCH_CHECK(in.numel() == out.numel() * g.size, "reduce_scatter: input numel ", in.numel(), " != ", g.size, " x ",
               out.numel());
@@ -170,14 +204,15 @@ PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in
     out.copy_(in);
   } else {
     c10d::ReduceScatterOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.reduceOp = op;
     work = g.pg->_reduce_scatter_base(out, in, opts);
   }
-  return issue(CollectiveKind::kReduceScatter, work, int64_t(in.nbytes()), label, t0, {out, in});
+  return issue(CollectiveKind::kReduceScatter, g, work, int64_t(in.nbytes()), label, t0, {out, in});
 }
 
 // A blocking call: the caller is blocked from the issue on, not only inside wait().
 void Comm::wait_from_issue(PendingCollective&& p) {
+  streams_.log_collective_wait(p.log_entry_, streams_.current(), p.label_);
   if (p.work_) p.work_->wait();
   finish(p, p.issued_s_, now_s());
 }
@@ -192,15 +227,22 @@ void Comm::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, const std::string
 }
 
 void Comm::all_reduce_sum(at::Tensor& t, const std::string& label, const runtime::World* group) {
+  wait_from_issue(all_reduce_async(t, c10d::ReduceOp::SUM, label, group));
+}
+
+PendingCollective Comm::all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const std::string& label,
+                                         const runtime::World* group) {
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("all_reduce ") + label);
   const double t0 = now_s();
   c10::intrusive_ptr<c10d::Work> work;
   if (g.size > 1) {
     std::vector<at::Tensor> ts{t};
-    work = g.pg->allreduce(ts);
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    work = g.pg->allreduce(ts, opts);
   }
-  wait_from_issue(issue(CollectiveKind::kAllReduce, work, int64_t(t.nbytes()), label, t0, {t}));
+  return issue(CollectiveKind::kAllReduce, g, work, int64_t(t.nbytes()), label, t0, {t});
 }
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
@@ -214,7 +256,7 @@ void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const ru
     opts.rootRank = root;
     work = g.pg->broadcast(ts, opts);
   }
-  wait_from_issue(issue(CollectiveKind::kBroadcast, work, int64_t(t.nbytes()), label, t0, {t}));
+  wait_from_issue(issue(CollectiveKind::kBroadcast, g, work, int64_t(t.nbytes()), label, t0, {t}));
 }
 
 nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }
@@ -228,6 +270,7 @@ std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     d[i].bytes = after[i].bytes - before[i].bytes;
     d[i].time_s = after[i].time_s - before[i].time_s;
     d[i].wait_s = after[i].wait_s - before[i].wait_s;
+    d[i].untimed = after[i].untimed - before[i].untimed;
   }
   return d;
 }
@@ -241,6 +284,7 @@ nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(Collective
     const double busbw = c.time_s > 0 ? double(c.bytes) / c.time_s * busbw_factor(kind, world_size) / 1e9 : 0.0;
     j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"wait_s", c.wait_s},
                                 {"busbw_gbps", busbw}};
+    if (c.untimed > 0) j[collective_name(kind)]["untimed"] = c.untimed;
   }
   return j;
 }

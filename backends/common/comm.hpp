@@ -9,6 +9,12 @@
 // step's device sync); on Gloo from issue to completion on Gloo's worker thread. `wait_s` is
 // the time the calling thread spent blocked in wait(): the host-exposed part (on CUDA ~0, the
 // wait is a stream dependency).
+//
+// Streams. Every collective is issued on the current stream of `streams()` (the engine makes a
+// side stream current with Streams::Guard, as FSDP1 issues its all-gathers under
+// `torch.cuda.stream(_unshard_stream)`); ProcessGroupNCCL makes its communicator stream wait for
+// that stream, and wait() makes the then-current stream wait for the collective. The dependency
+// log (streams().set_logging) records both.
 #pragma once
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/common/streams.hpp"
 #include "runtime/world.hpp"
 
 namespace zb::backends::common {
@@ -34,6 +41,7 @@ struct CollectiveStats {
   int64_t bytes = 0;
   double time_s = 0;
   double wait_s = 0;
+  int64_t untimed = 0;  // NCCL collectives whose device time could not be read (not in time_s)
 };
 
 class Comm;
@@ -54,7 +62,11 @@ class PendingCollective {
   ~PendingCollective();
 
   bool pending() const { return comm_ != nullptr; }
-  void wait();  // idempotent
+  // The current stream waits for the collective (NCCL: a stream dependency; Gloo: the host
+  // blocks until it completed). Idempotent.
+  void wait();
+  // Logs "stream `s` waits for this collective" without waiting (Streams::enqueue).
+  void log_stream_wait(StreamId s) const;
 
  private:
   friend class Comm;
@@ -64,6 +76,7 @@ class PendingCollective {
   CollectiveKind kind_ = CollectiveKind::kAllGather;
   int64_t bytes_ = 0;
   std::string label_;
+  int64_t log_entry_ = -1;  // its dependency-log entry
   double issued_s_ = 0;
   std::shared_ptr<std::atomic<double>> completed_s_;  // set by Gloo's future callback
 };
@@ -71,9 +84,14 @@ class PendingCollective {
 class Comm {
  public:
   explicit Comm(runtime::World world);
+  ~Comm();  // runs work still queued on its streams (it may wait for this Comm's collectives)
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
   const runtime::World& world() const { return world_; }
+  // The streams collectives are issued on (the engine creates its side streams here).
+  Streams& streams() { return streams_; }
 
   // out [size * n] <- concat over ranks of in [n]; same dtype, contiguous.
   // `label` names what is communicated (e.g. "unit3") in the trace. `group` runs the
@@ -92,10 +110,19 @@ class Comm {
                                      const runtime::World* group = nullptr);
   PendingCollective reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label = "",
                                              const runtime::World* group = nullptr);
+  // With a chosen reduction (FSDP2 reduces with ReduceOp::AVG where _get_gradient_divide_factors
+  // says so; Gloo and NCCL both implement AVG). Counted like their SUM forms.
+  PendingCollective reduce_scatter_async(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op,
+                                         const std::string& label = "", const runtime::World* group = nullptr);
+  PendingCollective all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const std::string& label = "",
+                                     const runtime::World* group = nullptr);
 
   // NCCL: adds the device durations of collectives waited since the last call to time_s. Call
   // after a device synchronize (the trainer does, at the end of each step). No-op on Gloo.
+  // A collective whose duration cannot be read is counted in `untimed` and its error kept
+  // (timing_error()); it is never silently taken as 0 s.
   void collect_device_times();
+  const std::string& timing_error() const { return timing_error_; }
 
   // Every collective's [issue, completion] interval and the caller's [wait start, wait end]
   // in steady-clock ns, while recording is on (the profiler's host source on Gloo).
@@ -113,17 +140,26 @@ class Comm {
   void clear_trace() { trace_.clear(); }
 
   const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  // Zeroes the counters and drops collectives not yet timed (init-time broadcasts must not be
+  // counted in step 0's comm time).
+  void reset_stats() {
+    stats_ = {};
+    untimed_.clear();
+  }
   // {"all_gather": {"count", "bytes", "time_s", "busbw_gbps"}, ...}
   nlohmann::json stats_json() const;
 
  private:
   friend class PendingCollective;
-  PendingCollective issue(CollectiveKind kind, const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes,
-                          const std::string& label, double issued_s, std::vector<at::Tensor> held);
+  PendingCollective issue(CollectiveKind kind, const runtime::World& group, const c10::intrusive_ptr<c10d::Work>& work,
+                          int64_t bytes, const std::string& label, double issued_s, std::vector<at::Tensor> held);
   void finish(PendingCollective& p, double wait_start_s, double wait_end_s);
   void wait_from_issue(PendingCollective&& p);
+  std::string group_name(const runtime::World& g);  // "world", "group1", ... for the log
   runtime::World world_;
+  Streams streams_;
+  std::vector<std::pair<const void*, std::string>> group_names_;
+  std::string timing_error_;
   bool device_timing_ = false;  // NCCL collective timing is on
   std::vector<std::pair<CollectiveKind, c10::intrusive_ptr<c10d::Work>>> untimed_;
   bool record_intervals_ = false;

@@ -1,4 +1,4 @@
-// optim.cpp — flat AdamW, LR schedule, global-norm clipping (see optim.hpp).
+// optim.cpp — fused AdamW, LR schedule, the frameworks' gradient norms (see optim.hpp).
 #include "backends/common/optim.hpp"
 
 #include <cmath>
@@ -7,29 +7,50 @@ namespace zb::backends::common {
 
 AdamWOptions adamw_options(const TrainConfig& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
 
-FlatAdamW::FlatAdamW(at::Tensor param, AdamWOptions opts)
-    : param_(std::move(param)), exp_avg_(at::zeros_like(param_)), exp_avg_sq_(at::zeros_like(param_)), opts_(opts) {}
-
-void FlatAdamW::step(const at::Tensor& grad_in, double lr) {
-  at::NoGradGuard no_grad;
-  ++step_;
-  const auto grad = grad_in.scalar_type() == param_.scalar_type() ? grad_in : grad_in.to(param_.scalar_type());
-  // torch/csrc/api/src/optim/adamw.cpp, in the same order.
-  if (opts_.weight_decay != 0) param_.mul_(1 - lr * opts_.weight_decay);
-  exp_avg_.mul_(opts_.beta1).add_(grad, 1 - opts_.beta1);
-  exp_avg_sq_.mul_(opts_.beta2).addcmul_(grad, grad, 1 - opts_.beta2);
-  const double bias_correction1 = 1 - std::pow(opts_.beta1, double(step_));
-  const double bias_correction2 = 1 - std::pow(opts_.beta2, double(step_));
-  if (measure_) {
-    // The update this step intends, in fp32: decoupled decay then the Adam step.
-    auto w = param_.to(at::kFloat);
-    auto denom32 = (exp_avg_sq_.to(at::kFloat).sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
-    auto delta = exp_avg_.to(at::kFloat) / denom32 * (-lr / bias_correction1);
-    if (opts_.weight_decay != 0) delta -= w * (lr * opts_.weight_decay);
-    lost_ = count_lost_updates(param_, delta);
+FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts) : params_(std::move(params)), opts_(opts) {
+  TORCH_CHECK(!params_.empty(), "FusedAdamW needs at least one parameter");
+  int64_t total = 0;
+  for (const auto& p : params_) {
+    TORCH_CHECK(p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
+                "FusedAdamW: every parameter must share one dtype and device");
+    total += p.numel();
   }
-  auto denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(opts_.eps);
-  param_.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+  exp_avg_flat_ = at::zeros({total}, params_[0].options());
+  exp_avg_sq_flat_ = at::zeros({total}, params_[0].options());
+  int64_t offset = 0;
+  for (const auto& p : params_) {
+    exp_avgs_.push_back(exp_avg_flat_.narrow(0, offset, p.numel()).view(p.sizes()));
+    exp_avg_sqs_.push_back(exp_avg_sq_flat_.narrow(0, offset, p.numel()).view(p.sizes()));
+    state_steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(p.device())));
+    offset += p.numel();
+  }
+}
+
+void FusedAdamW::step(const std::vector<at::Tensor>& grads, double lr) {
+  at::NoGradGuard no_grad;
+  TORCH_CHECK(grads.size() == params_.size(), "FusedAdamW: ", grads.size(), " gradients for ", params_.size(),
+              " parameters");
+  ++step_;
+  if (measure_) {
+    // The update this step intends, in fp32, from the states before the step (the fused kernel
+    // computes in fp32 internally and rounds only what it stores): decay, then the Adam step.
+    const double bc1 = 1 - std::pow(opts_.beta1, double(step_));
+    const double bc2 = 1 - std::pow(opts_.beta2, double(step_));
+    LostUpdates total;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto g = grads[i].to(at::kFloat);
+      auto m = exp_avgs_[i].to(at::kFloat) * opts_.beta1 + g * (1 - opts_.beta1);
+      auto v = exp_avg_sqs_[i].to(at::kFloat) * opts_.beta2 + g * g * (1 - opts_.beta2);
+      auto delta = m / ((v.sqrt() / std::sqrt(bc2)) + opts_.eps) * (-lr / bc1);
+      if (opts_.weight_decay != 0) delta -= params_[i].to(at::kFloat) * (lr * opts_.weight_decay);
+      total += count_lost_updates(params_[i], delta);
+    }
+    lost_ = total;
+  }
+  // torch/optim/adam.py _fused_adam: steps += 1, then one fused kernel over the lists.
+  at::_foreach_add_(state_steps_, 1);
+  at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, state_steps_, lr, opts_.beta1,
+                    opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
 LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {
@@ -86,24 +107,73 @@ double lr_at(const TrainConfig& t, int64_t step) {
   return min_lr + (t.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated,
-                        const runtime::World* group) {
+namespace {
+at::TensorOptions fp32_on(const runtime::World& w) { return at::TensorOptions().dtype(at::kFloat).device(w.device); }
+}  // namespace
+
+at::Tensor torch_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm) {
   at::NoGradGuard no_grad;
-  at::Tensor sq;
-  for (const auto& g : local_grads) {
-    if (!g.defined() || g.numel() == 0) continue;
-    auto s = g.to(at::kFloat).pow(2).sum();
-    sq = sq.defined() ? sq + s : s;
+  if (grads.empty()) return at::zeros({}, at::kFloat);
+  // _get_total_norm: one group (every gradient shares device and dtype here).
+  const auto norms = at::_foreach_norm(grads, 2);
+  auto total = at::linalg_vector_norm(at::stack(norms), 2);
+  if (max_norm > 0) {
+    // _clip_grads_with_norm_: no `if coef < 1` (it would sync the host).
+    auto coef = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    at::_foreach_mul_(grads, coef);
   }
-  if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(comm.world().device));
-  sq = sq.reshape({1}).contiguous();
-  if (!replicated) comm.all_reduce_sum(sq, "grad_norm", group);
-  return std::sqrt(sq.item<double>());
+  return total;
 }
 
-double clip_coefficient(double total_norm, double max_norm) {
-  if (max_norm <= 0) return 1.0;
-  return std::min(1.0, max_norm / (total_norm + 1e-6));
+at::Tensor fsdp1_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm, Comm& comm, bool replicated,
+                                 const runtime::World* group) {
+  at::NoGradGuard no_grad;
+  // FSDP1 with every handle NO_SHARD returns torch.nn.utils.clip_grad_norm_ (all_no_shard).
+  if (replicated) return torch_clip_grad_norm_(grads, max_norm);
+  at::Tensor local;
+  if (grads.empty()) {
+    local = at::zeros({}, fp32_on(comm.world()));  // FSDP's _zero_scalar
+  } else {
+    std::vector<at::Tensor> norms;
+    norms.reserve(grads.size());
+    for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat));
+    local = at::linalg_vector_norm(at::stack(norms), 2, c10::nullopt, false, at::kFloat);
+  }
+  auto total = local.pow(2);  // local_sharded_norm ** norm_type
+  auto flat = total.view({1});
+  comm.all_reduce_sum(flat, "grad_norm", group);
+  total = total.pow(0.5);  // ** (1 / norm_type)
+  if (max_norm > 0) {
+    auto coef = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+    for (const auto& g : grads) {
+      auto g_mut = g;
+      g_mut.mul_(coef.to(g.device(), g.scalar_type()));
+    }
+  }
+  return total;
+}
+
+at::Tensor deepspeed_grad_norm(const std::vector<at::Tensor>& partitions, Comm& comm) {
+  at::NoGradGuard no_grad;
+  const auto norm_dtype = at::kDouble;  // get_norm_dtype(): fp64 on CPU and CUDA
+  at::Tensor total;
+  if (partitions.empty()) {
+    total = at::zeros({}, at::TensorOptions().dtype(norm_dtype).device(comm.world().device));
+  } else {
+    std::vector<at::Tensor> norms;
+    norms.reserve(partitions.size());
+    for (const auto& g : partitions) norms.push_back(g.to(norm_dtype).norm(2));
+    total = at::sum(at::pow(at::stack(norms), 2));
+  }
+  auto flat = total.view({1});
+  comm.all_reduce_sum(flat, "grad_norm");
+  return total.pow(0.5);
+}
+
+at::Tensor deepspeed_clip_factor(const at::Tensor& norm, double clip) {
+  if (clip <= 0) return at::ones({}, norm.options());
+  auto c = at::clamp((norm + 1e-6) / clip, 1.0);  // clip = ((total_norm / loss_scale) + 1e-6) / clip_grad
+  return 1.0 / c;                                   // grad.mul_(1. / combined_scale)
 }
 
 }  // namespace zb::backends::common

@@ -1,7 +1,13 @@
-// optim.hpp — the optimizer pieces all engines share: AdamW over one flat (sharded or whole)
-// buffer, the learning-rate schedule, and global gradient-norm clipping across ranks.
-// Owns: the AdamW arithmetic (torch.optim.AdamW, decoupled weight decay, bias correction) in
-// the dtype of its states. Must not: know how the buffer was sharded.
+// optim.hpp — the optimizer pieces engines share, made of the ATen ops their upstream calls:
+//  - AdamW = torch.optim.AdamW(fused=True): HF Trainer's default optimizer for torch >= 2.8
+//    (transformers training_args.py `default_optim = "adamw_torch_fused"`; trainer_optimizer.py
+//    passes fused=True), for accelerate+FSDP1, DDP, and as DeepSpeed's client optimizer when the
+//    DeepSpeed JSON has no "optimizer" section (the blog's). torch/optim/adam.py `_fused_adam`:
+//    `_foreach_add_(state_steps, 1)` then `at::_fused_adamw_` over the tensor lists, on CPU and
+//    CUDA alike — no full-size temporaries.
+//  - gradient norms and clipping as each framework computes them (see the functions below).
+// Owns: that arithmetic, the LR schedule, the lost-update diagnostic. Must not: know how the
+// buffers were sharded.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -17,15 +23,17 @@ struct AdamWOptions {
 };
 AdamWOptions adamw_options(const TrainConfig& train);
 
-// AdamW on a flat parameter buffer, updated in place; states exp_avg/exp_avg_sq share the
-// parameter's dtype (bf16 states for a bf16 buffer — FSDP low precision — fp32 otherwise).
-// One pass of whole-buffer ops over contiguous memory.
-class FlatAdamW {
+// AdamW over a list of parameter tensors (views are fine), updated in place by at::_fused_adamw_.
+// States exp_avg/exp_avg_sq are in the parameters' dtype (bf16 states for bf16 parameters — FSDP
+// low precision — fp32 otherwise), one flat buffer each with a view per parameter (torch keeps a
+// zeros_like per parameter: the same bytes); one fp32 step counter per parameter, as torch's
+// fused path keeps it (_get_scalar_dtype(is_fused=True)).
+class FusedAdamW {
  public:
-  FlatAdamW(at::Tensor param, AdamWOptions opts);
-  // grad: same numel as param, any float dtype (cast to the state dtype first).
-  void step(const at::Tensor& grad, double lr);
-  int64_t state_bytes() const { return int64_t(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
+  FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts);
+  // grads[i]: same numel and dtype as params[i].
+  void step(const std::vector<at::Tensor>& grads, double lr);
+  int64_t state_bytes() const { return int64_t(exp_avg_flat_.nbytes() + exp_avg_sq_flat_.nbytes()); }
   int64_t steps_taken() const { return step_; }
 
   // The precision diagnostic: when on, each step also counts the elements whose update
@@ -35,7 +43,8 @@ class FlatAdamW {
   LostUpdates last_lost_updates() const { return lost_; }
 
  private:
-  at::Tensor param_, exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> params_, exp_avgs_, exp_avg_sqs_, state_steps_;
+  at::Tensor exp_avg_flat_, exp_avg_sq_flat_;
   AdamWOptions opts_;
   int64_t step_ = 0;
   bool measure_ = false;
@@ -50,11 +59,30 @@ LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta_fp32
 // constant or cosine decay to min_lr_ratio * lr at the last step.
 double lr_at(const TrainConfig& train, int64_t step);
 
-// sqrt of the sum of squares of `local_grads` over all ranks; each element of the global
-// gradient must live on exactly one rank (shards) unless `replicated` (then no collective).
-double global_grad_norm(const std::vector<at::Tensor>& local_grads, Comm& comm, bool replicated,
-                        const runtime::World* group = nullptr);
-// torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
-double clip_coefficient(double total_norm, double max_norm);
+// ---- gradient norms: each returns the global L2 norm as a 0-dim fp32/fp64 tensor (no host
+// sync) and clips in place when max_norm > 0 ----
+
+// FSDP1's FullyShardedDataParallel.clip_grad_norm_ (fully_sharded_data_parallel.py, which
+// accelerate calls for FSDP1): local norm = vector_norm(stack([vector_norm(g, 2, dtype=fp32) for
+// g in grads])) (_get_grad_norm), squared, all-reduced over `group` (none when `replicated`:
+// NO_SHARD calls torch's clip_grad_norm_ instead), sqrt; then every grad *= clamp(max_norm /
+// (norm + 1e-6), max=1) cast to its dtype. `grads` are the per-original-parameter views
+// (use_orig_params=True: the optimizer sees the original parameters).
+at::Tensor fsdp1_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm, Comm& comm, bool replicated,
+                                 const runtime::World* group = nullptr);
+
+// torch.nn.utils.clip_grad_norm_(foreach=None) (clip_grad.py _get_total_norm and
+// _clip_grads_with_norm_; foreach is taken on CPU and CUDA): norms = _foreach_norm(grads, 2),
+// total = vector_norm(stack(norms)); grads multiplied by clamp(max_norm / (total + 1e-6), max=1)
+// with _foreach_mul_. The gradients are replicated (DDP): no collective.
+at::Tensor torch_clip_grad_norm_(const std::vector<at::Tensor>& grads, double max_norm);
+
+// DeepSpeed ZeRO-3's get_grad_norm_direct (stage3.py) for one sub-group: for each gradient
+// partition g.to(float64).norm(2) (utils.get_norm_dtype: fp64 where the device has it), sum of
+// squares, all-reduced over the data-parallel group, ** 0.5. The engine combines the
+// sub-groups' norms (combine_grad_norm_groups); clipping is deepspeed_clip_factor's.
+at::Tensor deepspeed_grad_norm(const std::vector<at::Tensor>& partitions, Comm& comm);
+// stage3 unscale_and_clip_grads: 1 / clamp((norm + 1e-6) / clip, min=1) (loss scale 1 for bf16).
+at::Tensor deepspeed_clip_factor(const at::Tensor& norm, double clip);
 
 }  // namespace zb::backends::common

@@ -34,10 +34,10 @@ void allocate_storage(const at::Tensor& t, int64_t nbytes) { resize(t, size_t(nb
 
 int64_t storage_bytes(const at::Tensor& t) { return int64_t(t.storage().nbytes()); }
 
-at::Tensor storage_alias(const at::Tensor& t) {
+at::Tensor storage_alias(const at::Tensor& t, int64_t numel) {
   at::NoGradGuard no_grad;
   auto alias = at::empty({0}, t.options());
-  alias.set_(t.storage(), t.storage_offset(), {t.numel()}, {1});
+  alias.set_(t.storage(), t.storage_offset(), {numel < 0 ? t.numel() : numel}, {1});
   return alias;
 }
 

@@ -54,7 +54,15 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
       unit_offsets_.push_back(offset);
       offset += n;
     }
-    optimizer_ = std::make_unique<common::FlatAdamW>(flat_params_, common::adamw_options(spec_.train));
+    // HF Trainer's default optimizer (torch.optim.AdamW(fused=True)) over the parameters.
+    std::vector<at::Tensor> params;
+    for (int u = 0; u < units; ++u) {
+      for (const auto& w : leaves_[size_t(u)]) {
+        params.push_back(w.detach());
+        grads_.push_back(w.grad());
+      }
+    }
+    optimizer_ = std::make_unique<common::FusedAdamW>(params, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute, dev);
     comm_.reset_stats();
@@ -74,18 +82,19 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
     auto loss =
         common::forward_backward(spec_.model, *this, batch, rope_, spec_.train.activation_checkpointing, loss_scale);
-    if (last_micro_batch) all_reduce_gradients();
+    // accelerate: non-final micro-batches under DDP.no_sync unless sync_each_batch.
+    if (last_micro_batch || spec_.train.sync_each_batch) all_reduce_gradients();
     return loss;
   }
 
   double optimizer_step(double lr) override {
     at::NoGradGuard no_grad;
-    const double norm = common::global_grad_norm({flat_grads_}, comm_, /*replicated=*/true);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
-    if (coef < 1.0) flat_grads_.mul_(coef);
-    optimizer_->step(flat_grads_, lr);
+    // accelerate's clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_ (foreach) over the
+    // replicated gradients: no collective.
+    const auto norm = common::torch_clip_grad_norm_(grads_, spec_.train.grad_clip);
+    optimizer_->step(grads_, lr);
     flat_grads_.zero_();
-    return norm;
+    return norm.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {
@@ -99,6 +108,8 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   nlohmann::json resolved_options() const override {
     return {{"bucket_cap_mb", bucket_cap_mb(spec_)},
             {"gradient_as_bucket_view", true},
+            {"sync_each_batch", spec_.train.sync_each_batch},
+            {"optimizer", "torch.optim.AdamW(fused=True)"},
             {"param_dtype", std::string(c10::toString(dtypes_.compute))},
             {"storage_dtype", std::string(c10::toString(dtypes_.storage))}};
   }
@@ -133,7 +144,8 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   at::Tensor flat_params_, flat_grads_;
   std::vector<std::vector<at::Tensor>> leaves_;
   std::vector<int64_t> unit_offsets_;
-  std::unique_ptr<common::FlatAdamW> optimizer_;
+  std::vector<at::Tensor> grads_;  // per-parameter views into flat_grads_
+  std::unique_ptr<common::FusedAdamW> optimizer_;
   models::RopeCache rope_;
 };
 
@@ -141,7 +153,7 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, int /*world*/, int /*rank
   const auto d = dtypes_for(spec.precision);
   const int64_t n = models::count_params(spec.model).total;
   const int64_t e = int64_t(c10::elementSize(d.storage));
-  return {n * e, 0, n * e, 2 * n * e};
+  return {n * e, 0, n * e, 2 * n * e, 0};
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
 // fsdp_engine.cpp — see fsdp_engine.hpp for the semantics and the upstream files followed.
+// Every stream wait below names the FSDP1 line it mirrors (torch/distributed/fsdp/
+// _runtime_utils.py unless said otherwise); docs/backends/fsdp.md has the table.
 #include "backends/fsdp/fsdp_engine.hpp"
 
 #include <torch/csrc/autograd/engine.h>
@@ -9,13 +11,15 @@
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
-#include "runtime/device.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
 
 namespace zb::backends::fsdp {
 
 namespace {
+
+using common::StreamId;
+using common::Streams;
 
 struct Dtypes {
   at::ScalarType storage;  // the flat shard, its gradient and AdamW states
@@ -39,15 +43,28 @@ double predivide_factor(int world) {
   return double(f);
 }
 
+// _init_utils.py _init_core_state: "We clamp the strategy to NO_SHARD for world size of 1" —
+// the size of FSDP's process group (the shard group under HYBRID_SHARD).
+ShardingStrategy effective_strategy(const FsdpOptions& o, int world, int local_size) {
+  if (o.sharding_strategy == ShardingStrategy::kHybridShard) {
+    const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
+    if (s == 1 && world > 1)
+      throw UsageError("HYBRID_SHARD with a shard group of 1 rank: FSDP1 switches to NO_SHARD on that 1-rank group "
+                       "(_init_core_state) and would not reduce across the " +
+                       std::to_string(world) + " replicas; use --sharding-strategy NO_SHARD");
+  }
+  return world == 1 ? ShardingStrategy::kNoShard : o.sharding_strategy;
+}
+
 bool is_sharded(ShardingStrategy s) { return s != ShardingStrategy::kNoShard; }
-bool reshard_after_forward(ShardingStrategy s) {
+bool reshard_after_forward(ShardingStrategy s) {  // RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES
   return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
 }
 
 // Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
-int shard_group_size(const FsdpOptions& o, int world, int local_size) {
-  if (o.sharding_strategy == ShardingStrategy::kNoShard) return 1;
-  if (o.sharding_strategy != ShardingStrategy::kHybridShard) return world;
+int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int local_size) {
+  if (st == ShardingStrategy::kNoShard) return 1;
+  if (st != ShardingStrategy::kHybridShard) return world;
   const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
   if (s <= 0 || world % s != 0)
     throw UsageError("HYBRID_SHARD shard group size " + std::to_string(s) + " does not divide world size " +
@@ -78,8 +95,9 @@ std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool
 class FsdpEngine;
 
 // The autograd edge between a unit's sharded storage and its unsharded parameters: forward
-// hands out an alias of the gathered buffer, backward receives the summed gradient of the
-// whole flat parameter (every view's gradient accumulated) — FSDP's post-backward hook point.
+// hands out an alias of the gathered buffer's first `numel` elements (the unpadded
+// FlatParameter), backward receives the summed gradient of the whole flat parameter [numel]
+// (every view's gradient accumulated) — FSDP's post-backward hook point.
 struct UnitGather : public torch::autograd::Function<UnitGather> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& anchor, FsdpEngine* engine,
                             int64_t unit);
@@ -95,8 +113,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     const auto& cfg = spec_.model;
     const auto dev = world.device;
     const int W = world.size;
-    shard_size_ = shard_group_size(opts_, W, world.local_size);
-    if (opts_.sharding_strategy == ShardingStrategy::kHybridShard) {
+    strategy_ = effective_strategy(opts_, W, world.local_size);
+    shard_size_ = shard_group_size(strategy_, opts_, W, world.local_size);
+    if (strategy_ == ShardingStrategy::kHybridShard) {
       // Shard groups are consecutive blocks of S ranks; replicate groups take the same
       // position in every block (FSDP's _init_intra_and_inter_node_groups).
       const int block = world.rank / shard_size_, pos = world.rank % shard_size_;
@@ -108,11 +127,13 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     } else {
       shard_group_ = world;
     }
-    shard_rank_ = is_sharded(opts_.sharding_strategy) ? shard_group_.rank : 0;
-    layout_ = layouts(cfg, shard_size_, is_sharded(opts_.sharding_strategy));
+    shard_rank_ = is_sharded(strategy_) ? shard_group_.rank : 0;
+    layout_ = layouts(cfg, shard_size_, is_sharded(strategy_));
+    init_streams();
     const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
     local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
-    local_grads_ = at::zeros_like(local_params_);
+    std::vector<at::Tensor> shards;
+    const auto specs = models::unit_param_specs(cfg);
     for (int u = 0; u < int(layout_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
       auto full = at::zeros({l.padded}, at::kFloat);
@@ -124,24 +145,41 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       if (opts_.sync_module_states) comm_.broadcast(full, 0, "unit" + std::to_string(u));
       Unit unit;
       unit.shard = local_params_.narrow(0, l.offset, l.shard_numel);
-      unit.grad_shard = local_grads_.narrow(0, l.offset, l.shard_numel);
       // _get_shard: this rank's chunk of the padded flat parameter.
       unit.shard.copy_(full.narrow(0, int64_t(shard_rank_) * l.shard_numel, l.shard_numel));
-      if (!is_sharded(opts_.sharding_strategy) && dtypes_.param == dtypes_.storage) {
+      if (!is_sharded(strategy_) && dtypes_.param == dtypes_.storage) {
         unit.full = unit.shard;  // NO_SHARD in one dtype: the flat parameter is its own storage
         unit.owns_full = false;
         unit.unsharded = true;
       } else {
         unit.full = at::empty({l.padded}, at::TensorOptions().dtype(dtypes_.param).device(dev));
-        common::free_storage(unit.full);  // _full_param_padded starts freed
+        common::free_storage(unit.full);  // _full_param_padded (or NO_SHARD's _mp_shard) starts freed
       }
       unit.anchor = at::zeros({}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true);
+      // use_orig_params=True (accelerate's default): the optimizer and clip_grad_norm_ see each
+      // original parameter's part of this rank's shard (FlatParamHandle._use_sharded_grad_views).
+      int64_t begin = 0;
+      const int64_t lo = int64_t(shard_rank_) * l.shard_numel, hi = lo + l.shard_numel;
+      for (const auto& p : specs[size_t(u)]) {
+        const int64_t s = std::max(begin, lo), e = std::min(begin + p.numel(), hi);
+        if (e > s) unit.orig_param_spans.push_back({s - lo, e - s});
+        begin += p.numel();
+      }
+      shards.push_back(unit.shard);
       units_.push_back(std::move(unit));
     }
-    optimizer_ = std::make_unique<common::FlatAdamW>(local_params_, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::FusedAdamW>(shards, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.param, dev);
     comm_.reset_stats();
+  }
+
+  // Work still queued on a side stream (CPU) touches this engine's members: run it first.
+  ~FsdpEngine() override {
+    try {
+      streams().drain_all();
+    } catch (...) {
+    }
   }
 
   std::string name() const override { return "fsdp"; }
@@ -151,31 +189,38 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
 
   // ---- forward (models::UnitParamSource) ----
   std::vector<at::Tensor> unit_weights(int u) override {
-    if (u == models::kRootUnit) begin_forward();
-    units_[size_t(u)].forward_range = runtime::nvtx::start("forward unit" + std::to_string(u));
-    unshard(u);  // waits for it when prefetched
-    // _prefetch_handles(FORWARD): issue the next unit's all-gather now; it runs (Gloo worker
-    // threads / NCCL stream) while this unit computes, and is waited for in its own unit_weights.
-    if (opts_.forward_prefetch && u + 1 < int(units_.size())) issue_unshard(u + 1);
+    if (u == models::kRootUnit) root_pre_forward();
     auto& unit = units_[size_t(u)];
+    unit.forward_range = runtime::nvtx::start("forward unit" + std::to_string(u));
+    // _pre_forward_unshard: unshard unless prefetched, then the current stream waits for the
+    // unshard stream (`current_stream.wait_stream(state._unshard_stream)`).
+    if (!unit.prefetched) unshard(u);
+    streams().wait_stream(streams().compute(), unshard_stream_);
+    // _prefetch_handle(FORWARD) after the wait: the next unit's all-gather is issued now and runs
+    // (on the unshard stream, which does not wait for this unit's compute) while it computes.
+    if (opts_.forward_prefetch && u + 1 < int(units_.size()) && !units_[size_t(u + 1)].prefetched) {
+      unshard(u + 1);
+      units_[size_t(u + 1)].prefetched = true;
+    }
+    unit.prefetched = false;
     unit.needs_pre_backward_unshard = false;
-    at::Tensor flat = at::GradMode::is_enabled()
-                          ? UnitGather::apply(unit.anchor, this, int64_t(u))
-                          : common::storage_alias(unit.full);
+    at::Tensor flat = at::GradMode::is_enabled() ? UnitGather::apply(unit.anchor, this, int64_t(u)) : gathered_alias(u);
     return models::unflatten_unit(spec_.model, u, flat);
   }
 
   at::Tensor after_unit_forward(int u, at::Tensor output) override {
     auto& unit = units_[size_t(u)];
-    // _post_forward_reshard: the root is never resharded after forward (its parameters are
-    // needed first in backward); other units reshard under FULL_SHARD/HYBRID_SHARD.
-    if (u != models::kRootUnit && reshard_after_forward(opts_.sharding_strategy)) {
-      reshard(u);
-      unit.needs_pre_backward_unshard = true;
-    }
+    streams().op("forward unit" + std::to_string(u));  // the unit's compute, issued on the compute stream
+    // _post_forward_reshard: the root is never freed after forward (its parameters are needed
+    // first in backward); other units are freed under FULL_SHARD/HYBRID_SHARD. NO_SHARD with a
+    // low-precision copy frees that copy for every unit (FlatParamHandle.post_reshard).
+    const bool free_full = u != models::kRootUnit && reshard_after_forward(strategy_);
+    if (free_full || (!is_sharded(strategy_) && unit.owns_full)) reshard(u, /*free_event=*/free_full);
     notify("post_forward", u);
     runtime::nvtx::end(unit.forward_range);
     if (output.requires_grad()) {
+      // _register_pre_backward_hooks: every unit whose output needs a gradient is marked.
+      unit.needs_pre_backward_unshard = true;
       output.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
     }
     return output;
@@ -190,103 +235,190 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       torch::autograd::Engine::get_default_engine().queue_callback([this] { post_backward_final(); });
     }
     unit.backward_range = runtime::nvtx::start("backward unit" + std::to_string(u));
-    if (unit.needs_pre_backward_unshard) unshard(u);
+    if (unit.needs_pre_backward_unshard) {
+      if (!unit.prefetched) unshard(u);
+      streams().wait_stream(streams().compute(), unshard_stream_);  // current_stream().wait_stream(_unshard_stream)
+    }
     unit.needs_pre_backward_unshard = false;
+    unit.prefetched = false;
     notify("pre_backward", u);
     if (opts_.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch_backward(u);
     unit.ran_pre_backward = true;
   }
 
-  void post_backward(int u, const at::Tensor& unsharded_grad) {  // _post_backward_hook
+  void post_backward(int u, const at::Tensor& autograd_grad) {  // _post_backward_hook
     at::NoGradGuard no_grad;
     auto& unit = units_[size_t(u)];
     const auto& l = layout_[size_t(u)];
-    if (is_sharded(opts_.sharding_strategy)) reshard(u);  // _should_free_in_backward (sync_gradients)
+    streams().op("backward unit" + std::to_string(u));  // the unit's gradient computation (compute stream)
+    // _post_backward_reshard: _should_free_in_backward = sharded and (sync_gradients or a
+    // reshard-after-forward strategy) — under no_sync SHARD_GRAD_OP keeps the unsharded
+    // parameters; NO_SHARD frees its low-precision copy (post_reshard).
+    if (is_sharded(strategy_) ? (sync_ || reshard_after_forward(strategy_)) : unit.owns_full)
+      reshard(u, /*free_event=*/is_sharded(strategy_));
     notify("post_backward", u);
     if (opts_.backward_prefetch == BackwardPrefetch::kBackwardPost) prefetch_backward(u);
-    const std::string label = "unit" + std::to_string(u);
-    const double pre = predivide_factor(comm_.size());
-    auto grad = unsharded_grad.to(dtypes_.reduce).contiguous();  // [padded]
-    if (pre > 1) grad.div_(pre);
-    Reduction r;
-    r.unit = u;
-    if (is_sharded(opts_.sharding_strategy)) {
-      // Issued asynchronously; finished (post-divide, accumulate) at the next unit's
-      // post-backward or the final callback, so it overlaps the next unit's backward.
-      r.reduced = at::empty({l.shard_numel}, grad.options());
-      r.collective = comm_.reduce_scatter_sum_async(r.reduced, grad, label, &shard_group_);
+    // Autograd accumulates into flat_param.grad across micro-batches (no_sync keeps it unsharded,
+    // in the compute dtype; NO_SHARD keeps its reduced gradient there too).
+    if (!unit.unsharded_grad.defined()) {
+      unit.unsharded_grad = autograd_grad;
     } else {
-      r.reduced = grad;
-      comm_.all_reduce_sum(r.reduced, label);
+      unit.unsharded_grad.add_(autograd_grad);
     }
-    finish_reductions();  // the previous unit's
-    reductions_.push_back(std::move(r));
-    if (!is_sharded(opts_.sharding_strategy) && unit.owns_full) reshard(u);  // drop NO_SHARD's bf16 copy
+    if (!sync_) {  // `if not state._sync_gradients: return`
+      runtime::nvtx::end(unit.backward_range);
+      return;
+    }
+    // "Wait for all ops in the current stream (e.g. gradient computation) to finish before
+    // reduce-scattering the gradient": state._post_backward_stream.wait_stream(current_stream()).
+    auto& s = streams();
+    s.wait_stream(post_backward_stream_, s.compute());
+    {
+      Streams::Guard on_post_backward(s, post_backward_stream_);  // with stream(_post_backward_stream)
+      const std::string label = "unit" + std::to_string(u);
+      const double pre = predivide_factor(comm_.size());
+      at::Tensor grad = std::exchange(unit.unsharded_grad, at::Tensor());  // flat_param.grad = None
+      // The unsharded gradient was produced on the compute stream and is consumed here
+      // (_no_dispatch_record_stream(autograd_computed_grad, state._post_backward_stream)).
+      s.record_stream(grad, post_backward_stream_, "grad " + label);
+      if (grad.scalar_type() != dtypes_.reduce) grad = grad.to(dtypes_.reduce);  // flat_param.grad.to(_reduce_dtype)
+      if (is_sharded(strategy_)) {
+        s.op("grad pad+predivide " + label);
+        // _get_reduce_scatter_tensors: F.pad to a multiple of the shard group, output chunk-sized.
+        at::Tensor padded = l.padded > l.numel ? at::constant_pad_nd(grad, {0, l.padded - l.numel}) : grad;
+        grad = at::Tensor();
+        if (pre > 1) padded.div_(pre);
+        auto sharded = at::empty({l.shard_numel}, padded.options());
+        auto rs = comm_.reduce_scatter_sum_async(sharded, padded, label, &shard_group_);
+        padded = at::Tensor();
+        if (strategy_ == ShardingStrategy::kHybridShard) {
+          // The all-reduce stream waits for the post-backward stream, then all-reduces across
+          // replicas, post-divides and accumulates there.
+          s.enqueue(post_backward_stream_, make_waits(std::move(rs)), "reduce_scatter done " + label, [] {});
+          s.wait_stream(all_reduce_stream_, post_backward_stream_);
+          Streams::Guard on_all_reduce(s, all_reduce_stream_);
+          s.record_stream(sharded, all_reduce_stream_, "sharded grad " + label);
+          comm_.all_reduce_sum(sharded, label, &replicate_group_);
+          s.op("grad post-divide+accumulate " + label);
+          finish_sharded_grad(u, sharded);
+        } else {
+          // dist.reduce_scatter_tensor waits on the post-backward stream; the post-divide and
+          // the accumulation (_accumulate_sharded_grad) queue behind it there.
+          s.enqueue(post_backward_stream_, make_waits(std::move(rs)), "grad post-divide+accumulate " + label,
+                    [this, u, sharded] { finish_sharded_grad(u, sharded); });
+        }
+      } else {
+        // _reduce_grad_no_shard: pre-divide, all-reduce, post-divide, cast to the flat dtype.
+        s.op("grad predivide+all_reduce+post-divide " + label);
+        if (pre > 1) grad.div_(pre);
+        comm_.all_reduce_sum(grad, label);
+        const double post = double(comm_.size()) / pre;
+        if (post > 1) grad.div_(post);
+        unit.grad_shard = grad.scalar_type() == dtypes_.storage ? grad : grad.to(dtypes_.storage);
+        // Autograd keeps accumulating into flat_param.grad (NO_SHARD's reduced gradient).
+        unit.unsharded_grad = unit.grad_shard;
+      }
+    }
     runtime::nvtx::end(unit.backward_range);
   }
 
-  // The reduce-scatters issued so far: wait, HYBRID_SHARD's all-reduce across replicas, the
-  // post-divide, and accumulation into the sharded gradient in the flat-param dtype.
-  void finish_reductions() {
+  // On the post-backward (or all-reduce) stream once the reduce-scatter is done: the
+  // post-divide and _accumulate_sharded_grad (cast to the flat-param dtype, then
+  // `_saved_grad_shard += ` or `= `).
+  void finish_sharded_grad(int u, at::Tensor sharded) {
     at::NoGradGuard no_grad;
     const double post = double(comm_.size()) / predivide_factor(comm_.size());
-    for (auto& r : reductions_) {
-      r.collective.wait();
-      if (opts_.sharding_strategy == ShardingStrategy::kHybridShard)
-        comm_.all_reduce_sum(r.reduced, "unit" + std::to_string(r.unit), &replicate_group_);
-      if (post > 1) r.reduced.div_(post);
-      units_[size_t(r.unit)].grad_shard.add_(r.reduced.to(dtypes_.storage));  // _cast_grad_to_param_dtype
+    if (post > 1) sharded.div_(post);
+    if (sharded.scalar_type() != dtypes_.storage) sharded = sharded.to(dtypes_.storage);  // _cast_grad_to_param_dtype
+    auto& unit = units_[size_t(u)];
+    if (unit.grad_shard.defined()) {
+      unit.grad_shard.add_(sharded);
+    } else {
+      unit.grad_shard = sharded;
     }
-    reductions_.clear();
   }
 
-  void post_backward_final() {  // _post_backward_final_callback: catch-all reshard, reset state
-    finish_reductions();
+  void post_backward_final() {  // _post_backward_final_callback
+    auto& s = streams();
+    if (sync_) {
+      // "current_stream.wait_stream(root_state._post_backward_stream)" (+ the all-reduce stream
+      // under HSDP).
+      s.wait_stream(s.compute(), post_backward_stream_);
+      if (all_reduce_stream_ != s.compute()) s.wait_stream(s.compute(), all_reduce_stream_);
+    }
+    // _catch_all_reshard, then reset the per-iteration state.
     for (int u = 0; u < int(units_.size()); ++u) {
-      if (is_sharded(opts_.sharding_strategy) || units_[size_t(u)].owns_full) reshard(u);
-      units_[size_t(u)].ran_pre_backward = false;
-      units_[size_t(u)].needs_pre_backward_unshard = false;
+      auto& unit = units_[size_t(u)];
+      const bool free = is_sharded(strategy_) ? (sync_ || reshard_after_forward(strategy_)) : unit.owns_full;
+      if (free) reshard(u, is_sharded(strategy_));
+      unit.ran_pre_backward = false;
+      unit.needs_pre_backward_unshard = false;
+      unit.prefetched = false;
     }
     final_callback_queued_ = false;
   }
 
   // ---- Engine ----
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
+    // accelerate's accumulate(): non-final micro-batches run under model.no_sync() unless
+    // GradientAccumulationPlugin(sync_each_batch=True).
+    sync_ = last_micro_batch || spec_.train.sync_each_batch;
     return common::forward_backward(spec_.model, *this, batch, rope_,
                                     spec_.train.activation_checkpointing || opts_.activation_checkpointing, loss_scale);
   }
 
   double optimizer_step(double lr) override {
     at::NoGradGuard no_grad;
-    // Each element of the gradient lives on one rank of the shard group (replicated across
+    // accelerate -> FullyShardedDataParallel.clip_grad_norm_ over the original parameters'
+    // gradient views; each element lives on one rank of the shard group (replicated across
     // HYBRID_SHARD's replicas, everywhere under NO_SHARD).
-    const bool replicated = !is_sharded(opts_.sharding_strategy);
-    const double norm = common::global_grad_norm({local_grads_}, comm_, replicated, &shard_group_);
-    const double coef = common::clip_coefficient(norm, spec_.train.grad_clip);
-    if (coef < 1.0) local_grads_.mul_(coef);
-    optimizer_->step(local_grads_, lr);
-    local_grads_.zero_();
-    return norm;
+    std::vector<at::Tensor> grads, orig_grads;
+    for (auto& unit : units_) {
+      TORCH_CHECK(unit.grad_shard.defined(), "fsdp: optimizer step without a gradient");
+      grads.push_back(unit.grad_shard);
+      for (const auto& [off, n] : unit.orig_param_spans) orig_grads.push_back(unit.grad_shard.narrow(0, off, n));
+    }
+    const auto norm = common::fsdp1_clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_,
+                                                    /*replicated=*/!is_sharded(strategy_), &shard_group_);
+    optimizer_->step(grads, lr);
+    // optimizer.zero_grad(set_to_none=True): the sharded gradients are freed until the next
+    // step's first reduce-scatter.
+    for (auto& unit : units_) {
+      unit.grad_shard = at::Tensor();
+      unit.unsharded_grad = at::Tensor();
+    }
+    return norm.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
     b.params = int64_t(local_params_.nbytes());
-    for (const auto& u : units_)
+    for (const auto& u : units_) {
       if (u.owns_full) b.params += common::storage_bytes(u.full);  // unsharded buffers still held
-    b.grads = int64_t(local_grads_.nbytes());
+      if (u.grad_shard.defined()) b.grads += int64_t(u.grad_shard.nbytes());
+      if (u.unsharded_grad.defined() && !u.unsharded_grad.is_same(u.grad_shard))
+        b.grads += int64_t(u.unsharded_grad.nbytes());  // no_sync's unsharded gradient
+    }
     b.optimizer = optimizer_->state_bytes();
     return b;
   }
 
   nlohmann::json resolved_options() const override {
     auto j = to_json(opts_);
+    j["sharding_strategy"] = to_string(strategy_);
+    if (strategy_ != opts_.sharding_strategy) {
+      j["sharding_strategy_requested"] = to_string(opts_.sharding_strategy);
+      j["sharding_strategy_note"] = "FSDP1 switches to NO_SHARD at world size 1 (_init_utils.py _init_core_state)";
+    }
     j["param_dtype"] = std::string(c10::toString(dtypes_.param));
     j["reduce_dtype"] = std::string(c10::toString(dtypes_.reduce));
     j["flat_param_dtype"] = std::string(c10::toString(dtypes_.storage));
     j["shard_group_size"] = shard_size_;
     j["gradient_predivide_factor"] = predivide_factor(comm_.size());
     j["gradient_postdivide_factor"] = double(comm_.size()) / predivide_factor(comm_.size());
+    j["sync_each_batch"] = spec_.train.sync_each_batch;
+    j["optimizer"] = "torch.optim.AdamW(fused=True)";
+    j["clip_grad_norm"] = "FullyShardedDataParallel.clip_grad_norm_";
     return j;
   }
 
@@ -297,7 +429,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
       const auto& l = layout_[size_t(u)];
       auto shard = units_[size_t(u)].shard.contiguous();
       at::Tensor full = shard;
-      if (is_sharded(opts_.sharding_strategy)) {
+      if (is_sharded(strategy_)) {
         full = at::empty({l.padded}, shard.options());
         comm_.all_gather(full, shard, "full_parameters", &shard_group_);
       }
@@ -306,78 +438,134 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     return out;
   }
 
-  at::Tensor gathered_alias(int u) { return common::storage_alias(units_[size_t(u)].full); }
+  // The unpadded flat parameter: a view of the gathered buffer's first numel elements.
+  at::Tensor gathered_alias(int u) {
+    return common::storage_alias(units_[size_t(u)].full, layout_[size_t(u)].numel);
+  }
 
  private:
   struct Unit {
-    at::Tensor shard, grad_shard;  // views into local_params_ / local_grads_ [shard_numel]
+    at::Tensor shard;              // view into local_params_ [shard_numel]
     at::Tensor full;               // _full_param_padded [padded], param dtype; storage freed when resharded
+    at::Tensor grad_shard;         // _saved_grad_shard / flat_param.grad [shard_numel], flat dtype; none between steps
+    at::Tensor unsharded_grad;     // flat_param.grad before reduction [numel], compute dtype
+    std::vector<std::pair<int64_t, int64_t>> orig_param_spans;  // (offset, numel) in the shard
     bool owns_full = true;
     bool unsharded = false;
+    bool prefetched = false;       // handle._prefetched
     bool needs_pre_backward_unshard = false;
     bool ran_pre_backward = false;
-    common::PendingCollective gather;  // the all-gather into `full` while it is in flight
+    bool gather_in_flight = false;  // its all-gather is queued on the unshard stream (CPU: not waited yet)
     at::Tensor anchor;             // a leaf that makes UnitGather part of the graph
     uint64_t forward_range = 0, backward_range = 0;  // NVTX start/end ranges of this unit
   };
 
-  void begin_forward() {
-    for (auto& u : units_) u.ran_pre_backward = false;
+  Streams& streams() { return comm_.streams(); }
+
+  static std::vector<common::PendingCollective> make_waits(common::PendingCollective p) {
+    std::vector<common::PendingCollective> v;
+    v.push_back(std::move(p));
+    return v;
   }
 
-  // _unshard, then wait: the unit's parameters are ready for the kernels issued after this.
+  // _init_streams (from _lazy_init): the compute stream is the current one; unshard,
+  // post-backward and pre-unshard streams are new; the all-reduce stream is a new one only
+  // under HSDP. High priority when limit_all_gathers and HSDP.
+  void init_streams() {
+    auto& s = streams();
+    const bool hybrid = strategy_ == ShardingStrategy::kHybridShard;
+    const bool high = opts_.limit_all_gathers && hybrid;
+    unshard_stream_ = s.create("unshard", high);
+    post_backward_stream_ = s.create("post_backward", high);
+    pre_unshard_stream_ = s.create("pre_unshard", high);
+    all_reduce_stream_ = hybrid ? s.create("all_reduce") : s.compute();
+  }
+
+  void root_pre_forward() {  // _root_pre_forward
+    for (auto& u : units_) {
+      u.ran_pre_backward = false;
+      if (opts_.forward_prefetch) u.prefetched = false;
+    }
+    // _wait_for_computation_stream: the unshard and pre-unshard streams wait for the compute
+    // stream once per iteration — the only time all-gathers wait for compute in forward.
+    auto& s = streams();
+    s.wait_stream(unshard_stream_, s.compute());
+    s.wait_stream(pre_unshard_stream_, s.compute());
+  }
+
+  // _unshard: pre-unshard (the low-precision cast of the shard, on the pre-unshard stream),
+  // the rate limiter, then on the unshard stream the allocation of _full_param_padded and the
+  // all-gather, which that stream waits for. The compute stream waits for the unshard stream
+  // in the unit's pre-forward / pre-backward.
   void unshard(int u) {
-    issue_unshard(u);
-    units_[size_t(u)].gather.wait();
-  }
-
-  // _unshard: all-gather (after _use_low_precision_shard) into _full_param_padded, in flight
-  // until the handle's wait(). With limit_all_gathers the host first waits for the oldest of
-  // two outstanding reshards (_limiter_utils.py's _FreeEventQueue), capping the unsharded
-  // memory a fast CPU thread can run ahead into.
-  void issue_unshard(int u) {
     auto& unit = units_[size_t(u)];
     if (unit.unsharded) return;
     at::NoGradGuard no_grad;
-    if (opts_.limit_all_gathers && free_events_.size() >= kMaxInflightAllGathers) {
-      free_events_.front()->synchronize();
-      free_events_.pop_front();
-    }
+    auto& s = streams();
     const auto& l = layout_[size_t(u)];
-    common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
-    if (!is_sharded(opts_.sharding_strategy)) {
-      unit.full.copy_(unit.shard);  // NO_SHARD + mixed: the bf16 compute copy
-    } else {
-      at::Tensor src = unit.shard.scalar_type() == dtypes_.param ? unit.shard.contiguous()
-                                                                 : unit.shard.to(dtypes_.param);  // _mp_shard
-      unit.gather = comm_.all_gather_async(unit.full, src, "unit" + std::to_string(u), &shard_group_);
+    const std::string label = "unit" + std::to_string(u);
+    at::Tensor src = unit.shard;
+    if (dtypes_.param != dtypes_.storage) {
+      // pre_unshard -> _use_low_precision_shard: _mp_shard allocated and cast on the pre-unshard
+      // stream; `unshard_stream.wait_stream(pre_unshard_stream)`.
+      Streams::Guard on_pre_unshard(s, pre_unshard_stream_);
+      s.op("cast shard to param dtype " + label);
+      if (is_sharded(strategy_)) {
+        src = unit.shard.to(dtypes_.param);
+      } else {  // NO_SHARD: the cast copy is itself the unsharded flat parameter
+        common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
+        unit.full.copy_(unit.shard);
+      }
+    }
+    if (dtypes_.param != dtypes_.storage) s.wait_stream(unshard_stream_, pre_unshard_stream_);
+    if (is_sharded(strategy_)) {
+      // _limiter_utils.py via _unshard: with limit_all_gathers the host waits for the oldest of
+      // two outstanding reshard events before issuing another all-gather.
+      if (opts_.limit_all_gathers && free_events_.size() >= kMaxInflightAllGathers) {
+        s.synchronize(free_events_.front());
+        free_events_.pop_front();
+      }
+      Streams::Guard on_unshard(s, unshard_stream_);  // with stream(unshard_stream): handle.unshard()
+      common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
+      auto gather = comm_.all_gather_async(unit.full, src, label, &shard_group_);
+      // post_unshard frees _mp_shard after recording it on the unshard stream; the held
+      // reference in the collective keeps it alive until then.
+      if (!src.is_same(unit.shard)) s.record_stream(src, unshard_stream_, "mp_shard " + label);
+      src = at::Tensor();
+      unit.gather_in_flight = true;
+      s.enqueue(unshard_stream_, make_waits(std::move(gather)), "all_gather done " + label,
+                [this, u] { units_[size_t(u)].gather_in_flight = false; });
     }
     unit.unsharded = true;
     notify("unshard", u);
   }
 
-  void reshard(int u) {
+  // _reshard: free _full_param_padded (after recording it on the current stream, as
+  // FlatParamHandle._free_unsharded_flat_param does) and, with limit_all_gathers, record a free
+  // event on the current stream (`free_event.record(); _free_event_queue.enqueue`).
+  void reshard(int u, bool free_event) {
     auto& unit = units_[size_t(u)];
     if (!unit.unsharded || !unit.owns_full) return;
+    auto& s = streams();
     notify("reshard_begin", u);
-    unit.gather.wait();  // never free storage a collective may still write
+    if (unit.gather_in_flight) s.drain(unshard_stream_);  // never free storage a collective may still write
+    s.record_stream(unit.full, s.current(), "full_param unit" + std::to_string(u));
     common::free_storage(unit.full);
     unit.unsharded = false;
-    if (opts_.limit_all_gathers) {
-      free_events_.push_back(runtime::make_device_event(comm_.world().device));
-      free_events_.back()->record();
-    }
+    if (opts_.limit_all_gathers && free_event) free_events_.push_back(s.record(s.current(), "free unit" + std::to_string(u)));
     notify("reshard", u);
   }
 
-  // _get_handles_to_prefetch(BACKWARD): the unit before `u` in forward order, if it still
-  // needs a pre-backward unshard (i.e. was resharded after forward).
+  // _get_handle_to_prefetch(BACKWARD): the unit before `u` in post-forward order (the root's
+  // post-forward is last, so it prefetches the last block), if it still needs a pre-backward
+  // unshard and was not prefetched.
   void prefetch_backward(int u) {
     const int target = u == models::kRootUnit ? int(units_.size()) - 1 : u - 1;
     if (target <= models::kRootUnit || target == u) return;
     auto& t = units_[size_t(target)];
-    if (!t.needs_pre_backward_unshard || t.unsharded) return;
-    issue_unshard(target);  // waited for in the target's pre-backward
+    if (!t.needs_pre_backward_unshard || t.prefetched) return;
+    unshard(target);  // waited for in the target's pre-backward
+    t.prefetched = true;
   }
 
   void notify(const char* event, int u) {
@@ -388,21 +576,18 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   FsdpOptions opts_;
   common::Comm comm_;
   Dtypes dtypes_;
+  ShardingStrategy strategy_ = ShardingStrategy::kFullShard;  // after FSDP1's world-size-1 switch
   runtime::World shard_group_, replicate_group_;
   int shard_size_ = 1, shard_rank_ = 0;
   std::vector<Layout> layout_;
   std::vector<Unit> units_;
-  struct Reduction {  // a unit's gradient reduce-scatter in flight
-    int unit = 0;
-    at::Tensor reduced;
-    common::PendingCollective collective;
-  };
-  std::vector<Reduction> reductions_;
-  static constexpr size_t kMaxInflightAllGathers = 2;
-  std::deque<std::unique_ptr<runtime::DeviceEvent>> free_events_;  // recorded after each reshard
-  at::Tensor local_params_, local_grads_;  // every unit's shard, contiguous: one AdamW pass
-  std::unique_ptr<common::FlatAdamW> optimizer_;
+  StreamId unshard_stream_ = 0, post_backward_stream_ = 0, pre_unshard_stream_ = 0, all_reduce_stream_ = 0;
+  static constexpr size_t kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
+  std::deque<common::StreamEvent> free_events_;        // recorded after each reshard
+  at::Tensor local_params_;  // every unit's shard, contiguous
+  std::unique_ptr<common::FusedAdamW> optimizer_;
   models::RopeCache rope_;
+  bool sync_ = true;  // state._sync_gradients for the current micro-batch
   bool final_callback_queued_ = false;
   FsdpObserver observer_;
 };
@@ -426,11 +611,14 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) 
   const auto d = dtypes_for(spec.precision, opts);
   // Closed form: every rank holds sum_u ceil(numel_u / S) (padding included) elements of the
   // flat shard, the same of gradient, twice that of AdamW state, all in the flat-param dtype.
-  const int S = shard_group_size(opts, world, opts.hybrid_shard_group_size > 0 ? opts.hybrid_shard_group_size : world);
+  // No persistent communication buffers (FSDP1 allocates its collective tensors per call).
+  const int local = opts.hybrid_shard_group_size > 0 ? opts.hybrid_shard_group_size : world;
+  const auto st = effective_strategy(opts, world, local);
+  const int S = shard_group_size(st, opts, world, local);
   int64_t elems = 0;
-  for (const auto& l : layouts(spec.model, S, is_sharded(opts.sharding_strategy))) elems += l.shard_numel;
+  for (const auto& l : layouts(spec.model, S, is_sharded(st))) elems += l.shard_numel;
   const int64_t e = int64_t(c10::elementSize(d.storage));
-  return {elems * e, 0, elems * e, 2 * elems * e};
+  return {elems * e, 0, elems * e, 2 * elems * e, 0};
 }
 
 }  // namespace

@@ -1,0 +1,1063 @@
+// fsdp2_engine.cpp — see fsdp2_engine.hpp for the semantics and the upstream files followed.
+//
+// Streams. FSDP2 runs its collectives on four side streams (_fsdp_param_group.py FSDPCommContext
+// lazy_init): all_gather_copy_in_stream, all_gather_stream, reduce_scatter_stream and
+// all_reduce_stream, with events between them and tensors kept alive by held references (no
+// record_stream). This engine issues each of those four roles from one named function —
+// copy_in_all_gather_input (all-gather copy-in), issue_all_gather (all-gather),
+// issue_reduce_scatter (reduce-scatter), issue_all_reduce (all-reduce) — and marks every upstream
+// stream wait with "STREAM WAIT". Today collectives run asynchronously through Comm's
+// PendingCollective (Gloo worker threads / NCCL's stream) and a wait is where the host needs the
+// result; a stream layer plugs in at exactly those functions and marks.
+#include "backends/fsdp2/fsdp2_engine.hpp"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <cmath>
+#include <deque>
+#include <optional>
+
+#include "backends/common/forward_backward.hpp"
+#include "backends/common/optim.hpp"
+#include "backends/common/storage.hpp"
+#include "models/llama.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/nvtx.hpp"
+
+namespace zb::backends::fsdp2 {
+
+namespace {
+
+// ---------------------------------------------------------------- dtypes (init_dtype_attrs)
+
+struct Dtypes {
+  at::ScalarType orig;                   // sharded parameters, sharded gradients, AdamW states
+  std::optional<at::ScalarType> param;   // MixedPrecisionPolicy.param_dtype after clamping
+  std::optional<at::ScalarType> reduce;  // MixedPrecisionPolicy.reduce_dtype after clamping
+  std::optional<at::ScalarType> output;  // MixedPrecisionPolicy.output_dtype
+  at::ScalarType compute() const { return param.value_or(orig); }  // unsharded params and their grads
+  at::ScalarType comm_reduce() const { return reduce.value_or(compute()); }
+};
+
+// "bf16" / "fp32"; anything else ("none") is None, spelled at::ScalarType::Undefined here.
+at::ScalarType dtype_named(const std::string& v) {
+  if (v == "bf16") return at::kBFloat16;
+  if (v == "fp32") return at::kFloat;
+  return at::ScalarType::Undefined;
+}
+
+std::optional<at::ScalarType> none_if_undefined(at::ScalarType t) {
+  if (t == at::ScalarType::Undefined) return std::nullopt;
+  return t;
+}
+
+Dtypes dtypes_for(const std::string& precision, const Fsdp2Options& o) {
+  if (precision != "fp32" && precision != "low" && precision != "mixed")
+    throw UsageError("--precision for fsdp2 must be fp32, low or mixed, got '" + precision + "'");
+  // The policy as given: accelerate's set_mixed_precision("bf16") builds
+  // MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16, output_dtype=bf16) for mixed; fp32 and
+  // low ("no" mixed precision) pass MixedPrecisionPolicy() (fsdp2_prepare_model).
+  at::ScalarType param = at::ScalarType::Undefined, reduce = dtype_named(o.reduce_dtype),
+                 output = at::ScalarType::Undefined;
+  if (precision == "mixed") {
+    param = at::kBFloat16;
+    if (o.reduce_dtype.empty()) reduce = at::kBFloat16;
+    output = o.output_dtype.empty() ? at::kBFloat16 : dtype_named(o.output_dtype);
+  } else if (!o.output_dtype.empty() && o.output_dtype != "none") {
+    if (precision == "fp32")
+      throw UsageError("--output-dtype " + o.output_dtype + " needs --precision low or mixed for fsdp2");
+    output = dtype_named(o.output_dtype);
+  }
+  Dtypes d;
+  d.orig = precision == "low" ? at::kBFloat16 : at::kFloat;
+  // _fsdp_param.py init_dtype_attrs: reduce_dtype == param_dtype -> None; param_dtype == orig -> None.
+  if (reduce == param) reduce = at::ScalarType::Undefined;
+  if (param == d.orig) param = at::ScalarType::Undefined;
+  d.param = none_if_undefined(param);
+  d.reduce = none_if_undefined(reduce);
+  d.output = none_if_undefined(output);
+  return d;
+}
+
+// ---------------------------------------------------------------- divide factors
+
+struct DivideFactors {
+  std::optional<double> pre, post;
+  c10d::ReduceOp rs_op = c10d::ReduceOp::SUM, ar_op = c10d::ReduceOp::SUM;
+};
+
+// _fsdp_collectives.py _get_gradient_divide_factors (factor=None, device not MTIA). The same on
+// Gloo and NCCL: fp32/bf16 reductions use ReduceOp.AVG (SUM when the data-parallel size is 1), no
+// pre/post division; fp16 (overflow risk) or force_sum_reduction_for_comms use SUM with divisions.
+DivideFactors divide_factors(int shard_size, int replicate_size, at::ScalarType reduce_dtype, bool force_sum) {
+  const bool overflow_risk = reduce_dtype != at::kFloat && reduce_dtype != at::kBFloat16;
+  const int dp = shard_size * replicate_size;
+  DivideFactors f;
+  if (!overflow_risk && !force_sum) {
+    if (dp == 1) return f;  // SUM, SUM
+    f.rs_op = c10d::ReduceOp::AVG;
+    f.ar_op = c10d::ReduceOp::AVG;
+    return f;
+  }
+  const double factor = dp;
+  if (overflow_risk) {
+    double pre = 1;
+    while (std::fmod(factor, pre) == 0 && factor / pre > pre) pre *= 2;
+    f.pre = pre;
+    f.post = factor / pre;
+  } else {
+    f.post = factor;  // "prefer post-multiplying as it operates on less data"
+  }
+  return f;
+}
+
+std::string op_name(c10d::ReduceOp op) { return op == c10d::ReduceOp::AVG ? "AVG" : "SUM"; }
+
+// ---------------------------------------------------------------- mesh and layouts
+
+struct Mesh {
+  int replicate = 1, shard = 1;
+};
+
+// accelerate ParallelismConfig (dp_replicate, dp_shard) -> init_device_mesh((R, S)); a 1-D mesh when R == 1.
+Mesh resolve_mesh(const Fsdp2Options& o, int world) {
+  Mesh m;
+  m.replicate = o.dp_replicate_size;
+  m.shard = o.dp_shard_size;
+  if (m.replicate == 0) m.replicate = m.shard > 0 && world % m.shard == 0 ? world / m.shard : -1;
+  if (m.shard == 0) m.shard = world % m.replicate == 0 ? world / m.replicate : -1;
+  if (m.replicate < 1 || m.shard < 1 || m.replicate * m.shard != world)
+    throw UsageError("fsdp2 mesh dp_replicate_size " + std::to_string(o.dp_replicate_size) + " x dp_shard_size " +
+                     std::to_string(o.dp_shard_size) + " does not match the world size " + std::to_string(world));
+  return m;
+}
+
+// One parameter sharded on dim 0 over S ranks (_fsdp_param.py _init_sharded_param): torch.chunk
+// gives every rank ceil(dim0/S) rows of padded storage; rank r's local tensor is the rows it
+// really owns, min(chunk, dim0 - r*chunk) clamped at 0.
+struct ParamLayout {
+  int unit = 0, index = 0;
+  std::vector<int64_t> shape;
+  int64_t numel = 0, dim0 = 0, row = 0, chunk_rows = 0, local_rows = 0;
+  int64_t padded_shard_numel() const { return chunk_rows * row; }
+  int64_t local_numel() const { return local_rows * row; }
+};
+
+ParamLayout layout_param(const models::ParamSpec& spec, int unit, int index, int shard_size, int shard_rank) {
+  ParamLayout l;
+  l.unit = unit;
+  l.index = index;
+  l.shape = spec.shape;
+  l.numel = spec.numel();
+  l.dim0 = spec.shape.at(0);
+  l.row = l.dim0 > 0 ? l.numel / l.dim0 : 0;
+  l.chunk_rows = (l.dim0 + shard_size - 1) / shard_size;
+  l.local_rows = std::max<int64_t>(0, std::min(l.chunk_rows, l.dim0 - int64_t(shard_rank) * l.chunk_rows));
+  return l;
+}
+
+// ---------------------------------------------------------------- groups (fully_shard calls)
+
+enum class GroupKind { kRoot, kEmbed, kBlock, kTail };
+
+struct GroupSpec {
+  GroupKind kind = GroupKind::kRoot;
+  int unit = 0;  // the block of a kBlock group
+  std::string label;
+  std::vector<std::pair<int, int>> params;   // (unit, index), in the module's parameters() order
+  bool reshard_after_forward_false = false;  // root (None -> False in _lazy_init) or accelerate's tail
+};
+
+// HF LlamaDecoderLayer registers self_attn (q, k, v, o), mlp (gate, up, down), input_layernorm,
+// post_attention_layernorm: its parameters() order, which fixes each weight's slot in the group's
+// all-gather buffer. Indices into models' block spec order (attn_norm, wq, wk, wv, wo, mlp_norm,
+// gate, up, down).
+constexpr int kHfBlockOrder[] = {1, 2, 3, 4, 6, 7, 8, 0, 5};
+
+// FSDP states in the root module's named_modules() order (_fsdp_state.py _lazy_init all_states),
+// which is also the order their pre-forwards run in.
+std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Options& o) {
+  const bool wrap_blocks = o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP";
+  const int L = int(cfg.layers);
+  std::vector<GroupSpec> out;
+  GroupSpec root;
+  root.kind = GroupKind::kRoot;
+  root.reshard_after_forward_false = true;  // reshard_after_forward=None on the root
+  auto add_blocks = [&](GroupSpec& g, int u) {
+    for (int i : kHfBlockOrder) g.params.push_back({u, i});
+  };
+  if (o.grouping == "root") {
+    // fully_shard(block) for each block, then fully_shard(model): the root group takes what is
+    // left, in model.parameters() order: embedding, (blocks unless wrapped), final norm, LM head.
+    root.label = wrap_blocks ? "unit0" : "root";
+    root.params.push_back({0, 0});
+    if (!wrap_blocks)
+      for (int u = 1; u <= L; ++u) add_blocks(root, u);
+    root.params.push_back({0, 1});
+    root.params.push_back({0, 2});
+    out.push_back(root);
+    if (wrap_blocks)
+      for (int u = 1; u <= L; ++u) {
+        GroupSpec b;
+        b.kind = GroupKind::kBlock;
+        b.unit = u;
+        b.label = "unit" + std::to_string(u);
+        add_blocks(b, u);
+        out.push_back(b);
+      }
+    return out;
+  }
+  // accelerate 1.15 fsdp2_prepare_model: blocks (auto-wrap policy), then fully_shard(embed_tokens),
+  // then fully_shard([norm, lm_head], reshard_after_forward=False), then fully_shard(model) without
+  // reshard_after_forward (None -> False for the root).
+  root.label = "root";
+  if (!wrap_blocks)
+    for (int u = 1; u <= L; ++u) add_blocks(root, u);
+  out.push_back(root);
+  GroupSpec embed;
+  embed.kind = GroupKind::kEmbed;
+  embed.label = "embed";
+  embed.params.push_back({0, 0});
+  out.push_back(embed);
+  if (wrap_blocks)
+    for (int u = 1; u <= L; ++u) {
+      GroupSpec b;
+      b.kind = GroupKind::kBlock;
+      b.unit = u;
+      b.label = "unit" + std::to_string(u);
+      add_blocks(b, u);
+      out.push_back(b);
+    }
+  GroupSpec tail;
+  tail.kind = GroupKind::kTail;
+  tail.label = "tail";
+  tail.params = {{0, 1}, {0, 2}};
+  tail.reshard_after_forward_false = true;
+  out.push_back(tail);
+  return out;
+}
+
+enum class TrainingState { kIdle, kForward, kPreBackward, kPostBackward };
+enum class ShardedState { kSharded, kShardedPostForward, kUnsharded };
+
+class Fsdp2Engine;
+
+// _fsdp_param_group.py RegisterPostBackwardFunction: applied to a module's inputs in pre-forward;
+// its backward (the gradient w.r.t. the module's inputs, i.e. after the module's whole backward)
+// is the group's post-backward.
+struct RegisterPostBackward : public torch::autograd::Function<RegisterPostBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, Fsdp2Engine* engine,
+                            int64_t group);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads);
+};
+
+class Fsdp2Engine final : public Engine, public models::UnitParamSource {
+ public:
+  Fsdp2Engine(const EngineSpec& spec, const runtime::World& world)
+      : spec_(spec),
+        opts_(fsdp2_options_from_json(spec.options)),
+        comm_(world),
+        dtypes_(dtypes_for(spec.precision, opts_)) {
+    at::NoGradGuard no_grad;
+    const auto& cfg = spec_.model;
+    const auto dev = world.device;
+    mesh_ = resolve_mesh(opts_, world.size);
+    if (mesh_.replicate > 1) {
+      // init_device_mesh(("dp_replicate", "dp_shard")): mesh = arange(W).view(R, S); shard groups
+      // are its rows (consecutive S ranks), replicate groups its columns.
+      const int block = world.rank / mesh_.shard, pos = world.rank % mesh_.shard;
+      std::vector<int> shard_ranks, replicate_ranks;
+      for (int i = 0; i < mesh_.shard; ++i) shard_ranks.push_back(block * mesh_.shard + i);
+      for (int b = 0; b < mesh_.replicate; ++b) replicate_ranks.push_back(b * mesh_.shard + pos);
+      shard_group_ = world.subgroup("fsdp2_shard", shard_ranks);
+      replicate_group_ = world.subgroup("fsdp2_replicate", replicate_ranks);
+    } else {
+      shard_group_ = world;
+    }
+    // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
+    // ranks of the flattened mesh); N == 1 means False and N == S means True.
+    int raf = opts_.reshard_after_forward;
+    if (raf > 0) {
+      if (raf > mesh_.shard || mesh_.shard % raf != 0)
+        throw UsageError("--reshard-after-forward " + std::to_string(raf) +
+                         " must be a factor of the shard group size " + std::to_string(mesh_.shard));
+      if (raf == 1)
+        raf = kReshardFalse;
+      else if (raf == mesh_.shard)
+        raf = kReshardTrue;
+    }
+    if (raf > 1) {
+      std::vector<int> ranks;
+      for (int i = 0; i < raf; ++i) ranks.push_back(world.rank / raf * raf + i);
+      post_forward_group_ = world.subgroup("fsdp2_post_forward", ranks);
+    }
+    factors_ = divide_factors(mesh_.shard, mesh_.replicate, dtypes_.comm_reduce(), opts_.force_sum_reduction_for_comms);
+
+    // Weights: the same deterministic per-unit init as every backend; "low" is the model loaded in
+    // bf16, "mixed" the bf16-loaded model upcast to fp32 (fsdp2_prepare_model's upcast).
+    const int units = int(models::unit_count(cfg));
+    std::vector<std::vector<at::Tensor>> full(static_cast<size_t>(units));
+    const bool load_on_rank0 = opts_.cpu_ram_efficient_loading && world.size > 1;
+    for (int u = 0; u < units; ++u) {
+      auto specs = models::unit_specs(cfg, u);
+      if (load_on_rank0 && world.rank != 0) {
+        for (const auto& s : specs)
+          full[size_t(u)].push_back(at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
+        continue;
+      }
+      auto flat = models::init_unit_flat(cfg, u, spec_.train.seed);
+      if (spec_.precision != "fp32") flat = flat.to(at::kBFloat16);
+      flat = flat.to(dtypes_.orig).to(dev);
+      for (auto& t : models::unflatten_unit(cfg, u, flat)) full[size_t(u)].push_back(t.contiguous());
+    }
+
+    const auto specs = group_specs(cfg, opts_);
+    const auto param_specs = models::unit_param_specs(cfg);
+    const auto orig_opts = at::TensorOptions().dtype(dtypes_.orig).device(dev);
+    const auto param_opts = at::TensorOptions().dtype(dtypes_.compute()).device(dev);
+    param_of_.assign(size_t(units), {});
+    for (int u = 0; u < units; ++u) param_of_[size_t(u)].assign(param_specs[size_t(u)].size(), -1);
+    for (const auto& gs : specs) {
+      Group g;
+      g.spec = gs;
+      g.reshard_after_forward = gs.reshard_after_forward_false ? kReshardFalse : raf;
+      int64_t offset = 0;
+      for (const auto& [u, i] : gs.params) {
+        Param p;
+        p.group = int(groups_.size());
+        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, mesh_.shard, shard_group_.rank);
+        p.grad_offset = offset;
+        offset += p.l.padded_shard_numel();
+        auto& w = full[size_t(u)][size_t(i)];
+        // fsdp2_load_full_state_dict: rank 0 broadcasts each full parameter (cpu_ram_efficient_loading).
+        if (load_on_rank0) comm_.broadcast(w, 0, "load");
+        // Pre-pad the sharded parameter: new_zeros(padded chunk), this rank's rows copied in.
+        p.sharded_data = at::zeros({p.l.padded_shard_numel()}, orig_opts);
+        if (p.l.local_rows > 0)
+          p.sharded_data.narrow(0, 0, p.l.local_numel())
+              .copy_(
+                  w.reshape({-1}).narrow(0, int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row, p.l.local_numel()));
+        p.local = p.sharded_data.narrow(0, 0, p.l.local_numel());
+        // The all-gather output of this parameter ([padded dim0 x row] in param dtype) and the
+        // unsharded parameter (an autograd leaf over its storage, with its own version counter:
+        // writes through the copy-out are not in-place edits of what autograd saved).
+        p.all_gather_output = at::empty({p.l.chunk_rows * mesh_.shard * p.l.row}, param_opts);
+        p.unsharded = alias_leaf(p.all_gather_output, p.l.shape);
+        common::free_storage(p.all_gather_output);
+        param_of_[size_t(u)][size_t(i)] = int(params_.size());
+        g.params.push_back(int(params_.size()));
+        params_.push_back(std::move(p));
+      }
+      g.grad_numel = offset;
+      groups_.push_back(std::move(g));
+    }
+    // Explicit prefetch lists over groups with parameters: forward = the next N in forward order;
+    // backward = the next N in reverse post-forward order (set_modules_to_*_prefetch).
+    std::vector<int> forward_order, post_forward_order;
+    for (int g = 0; g < int(groups_.size()); ++g) {
+      if (groups_[size_t(g)].spec.kind == GroupKind::kEmbed) embed_group_ = g;
+      if (groups_[size_t(g)].spec.kind == GroupKind::kTail) tail_group_ = g;
+      if (!groups_[size_t(g)].params.empty()) forward_order.push_back(g);
+    }
+    post_forward_order = forward_order;
+    if (!groups_[0].params.empty()) {  // the root's post-forward comes last
+      post_forward_order.erase(post_forward_order.begin());
+      post_forward_order.push_back(0);
+    }
+    for (size_t i = 0; i < forward_order.size(); ++i)
+      for (size_t k = i + 1; k < forward_order.size() && k <= i + size_t(opts_.modules_to_forward_prefetch); ++k)
+        groups_[size_t(forward_order[i])].forward_prefetch.push_back(forward_order[k]);
+    std::vector<int> backward_order(post_forward_order.rbegin(), post_forward_order.rend());
+    for (size_t i = 0; i < backward_order.size(); ++i)
+      for (size_t k = i + 1; k < backward_order.size() && k <= i + size_t(opts_.modules_to_backward_prefetch); ++k)
+        groups_[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
+    // torch.optim.AdamW(model.parameters(), fused=True) (HF's adamw_torch_fused): one param group
+    // over the sharded parameters' local tensors (their unpadded rows), states zeros_like each.
+    std::vector<at::Tensor> locals;
+    for (const auto& p : params_) locals.push_back(p.local);
+    optimizer_ = std::make_unique<common::FusedAdamW>(std::move(locals), common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
+    rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
+    comm_.reset_stats();
+  }
+
+  std::string name() const override { return "fsdp2"; }
+  common::Comm& comm() override { return comm_; }
+  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
+  void set_observer(Fsdp2Observer o) { observer_ = std::move(o); }
+
+  // ---------------------------------------------------------------- model hooks (forward)
+
+  std::vector<at::Tensor> unit_weights(int u) override {
+    if (u == models::kRootUnit && !iter_forward_root_) root_pre_forward();
+    std::vector<at::Tensor> out;
+    for (int id : param_of_[size_t(u)]) {
+      const auto& p = params_[size_t(id)];
+      // Every weight the block is about to use must be unsharded (the tail's weights are handed
+      // out at the start of forward and unsharded in its pre-forward, before their first use).
+      TORCH_CHECK(u == models::kRootUnit || groups_[size_t(p.group)].sharded == ShardedState::kUnsharded,
+                  "fsdp2: unit ", u, " used while its group is sharded");
+      out.push_back(p.unsharded);
+    }
+    return out;
+  }
+
+  at::Tensor before_unit_forward(int u, at::Tensor x) override {
+    if (u == 1 && embed_group_ >= 0) x = state_post_forward(embed_group_, x);  // the embedding module's post-forward
+    const int g = block_group(u);
+    if (g >= 0) x = state_pre_forward(g, x);
+    return x;
+  }
+
+  at::Tensor after_unit_forward(int u, at::Tensor out) override {
+    if (u != models::kRootUnit) {
+      const int g = block_group(u);
+      if (g >= 0) out = state_post_forward(g, out);
+      if (u == spec_.model.layers && tail_group_ >= 0) out = state_pre_forward(tail_group_, out);  // norm's pre-forward
+      return out;
+    }
+    // The loss: the tail's post-forward (after lm_head) and then the root's.
+    if (tail_group_ >= 0) group_post_forward(tail_group_);
+    group_post_forward(0);
+    // Pre-backward hooks: the root's on the model output fires first; the tail's (on the logits
+    // upstream) next — both on the loss here, registered in that order.
+    if (out.requires_grad()) {
+      out.register_hook([this](const at::Tensor&) { state_pre_backward(0); });
+      if (tail_group_ >= 0) out.register_hook([this](const at::Tensor&) { state_pre_backward(tail_group_); });
+    }
+    // _post_forward of the iteration's forward root: free the last all-gather output held for
+    // overlap ([Note: Overlapping all-gather copy-in and all-gather]).
+    // STREAM WAIT: all-gather copy-in and all-gather streams wait the last copy-out event.
+    all_gather_state_ = at::Tensor();
+    iter_forward_root_ = false;
+    runtime::nvtx::end(std::exchange(groups_[0].forward_range, 0));
+    if (dtypes_.output && out.scalar_type() != *dtypes_.output) out = out.to(*dtypes_.output);  // output_dtype
+    return out;
+  }
+
+  // ---------------------------------------------------------------- Engine
+
+  at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override {
+    // accelerate accumulate()/no_sync for FSDP2: set_requires_gradient_sync(False) on non-final
+    // micro-batches (reduce_grads and all_reduce_grads together), unless sync_each_batch.
+    const bool sync = last_micro_batch || opts_.sync_each_batch || spec_.train.sync_each_batch;
+    for (auto& g : groups_) g.reduce_grads = sync;
+    auto loss =
+        common::forward_backward(spec_.model, *this, batch, rope_,
+                                 spec_.train.activation_checkpointing || opts_.activation_checkpointing, loss_scale);
+    return loss.to(at::kFloat);
+  }
+
+  double optimizer_step(double lr) override {
+    at::NoGradGuard no_grad;
+    // accelerate 1.15 clip_grad_norm_ -> _clip_grad_norm_dtensor_aware: one mesh, so
+    // torch.nn.utils.clip_grad_norm_ over the DTensor gradients. DTensors take _get_total_norm's
+    // per-tensor path (no foreach support): vector_norm of each local shard (the gradient's dtype),
+    // vector_norm of their stack, a Partial norm that the clip's arithmetic reduces over the shard
+    // mesh (NormPartial: ** 2, all-reduce SUM, ** 0.5); _clip_grads_with_norm_ multiplies every
+    // gradient by clamp(max_norm / (total + 1e-6), max=1).
+    std::vector<at::Tensor> grads;
+    for (const auto& p : params_) {
+      const auto v = grad_view(p);
+      TORCH_CHECK(v.defined(), "fsdp2: optimizer step without a gradient (group ", groups_[size_t(p.group)].spec.label, ")");
+      grads.push_back(v);
+    }
+    std::vector<at::Tensor> norms;
+    norms.reserve(grads.size());
+    for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
+    auto total = at::linalg_vector_norm(at::stack(norms), 2);
+    if (mesh_.shard > 1) {
+      auto sq = total.pow(2).reshape({1}).contiguous();
+      comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
+      total = sq.reshape({}).pow(0.5);
+    }
+    if (spec_.train.grad_clip > 0) {
+      const auto coef = at::clamp(spec_.train.grad_clip / (total + 1e-6), c10::nullopt, 1.0);
+      for (auto& g : grads) g.mul_(coef);
+    }
+    // torch.optim.AdamW(fused=True) over the sharded parameters' local tensors.
+    optimizer_->step(grads, lr);
+    for (auto& g : groups_) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
+    return total.item<double>();
+  }
+
+
+  ModelStateBytes model_state_bytes() const override {
+    ModelStateBytes b;
+    for (const auto& p : params_) {
+      b.params += common::storage_bytes(p.sharded_data) + common::storage_bytes(p.all_gather_output);
+      if (p.post_forward_data.defined()) b.params += int64_t(p.post_forward_data.nbytes());
+      // Unsharded gradients held between micro-batches under set_requires_gradient_sync(False).
+      if (p.unsharded.grad().defined()) b.grads += int64_t(p.unsharded.grad().nbytes());
+      if (p.accumulated_grad.defined()) b.grads += int64_t(p.accumulated_grad.nbytes());
+    }
+    for (const auto& g : groups_)
+      if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
+    b.optimizer += optimizer_->state_bytes();
+    return b;
+  }
+
+  nlohmann::json resolved_options() const override {
+    auto j = to_json(opts_);
+    auto name = [](std::optional<at::ScalarType> t) {
+      return t ? std::string(c10::toString(*t)) : std::string("None");
+    };
+    j["sharded_param_dtype"] = std::string(c10::toString(dtypes_.orig));
+    j["mp_param_dtype"] = name(dtypes_.param);
+    j["mp_reduce_dtype"] = name(dtypes_.reduce);
+    j["mp_output_dtype"] = name(dtypes_.output);
+    j["all_gather_dtype"] = std::string(c10::toString(dtypes_.compute()));
+    j["reduce_scatter_dtype"] = std::string(c10::toString(dtypes_.comm_reduce()));
+    j["mesh"] = {{"dp_replicate", mesh_.replicate}, {"dp_shard", mesh_.shard}};
+    j["reduce_scatter_op"] = op_name(factors_.rs_op);
+    j["all_reduce_op"] = op_name(factors_.ar_op);
+    j["gradient_predivide_factor"] = factors_.pre ? nlohmann::json(*factors_.pre) : nlohmann::json(nullptr);
+    j["gradient_postdivide_factor"] = factors_.post ? nlohmann::json(*factors_.post) : nlohmann::json(nullptr);
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : groups_) {
+      if (g.params.empty()) continue;
+      groups.push_back({{"label", g.spec.label},
+                        {"params", g.params.size()},
+                        {"reshard_after_forward", reshard_after_forward_text(g.reshard_after_forward)}});
+    }
+    j["groups"] = groups;
+    return j;
+  }
+
+  std::vector<at::Tensor> full_parameters() override {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> out;
+    for (int u = 0; u < int(param_of_.size()); ++u) {
+      std::vector<at::Tensor> parts;
+      for (int id : param_of_[size_t(u)]) {
+        auto& p = params_[size_t(id)];
+        at::Tensor full = p.sharded_data;
+        if (mesh_.shard > 1) {
+          full = at::empty({p.l.padded_shard_numel() * mesh_.shard}, p.sharded_data.options());
+          comm_.all_gather(full, p.sharded_data, "full_parameters", &shard_group_);
+        }
+        parts.push_back(full.narrow(0, 0, p.l.numel).to(at::kFloat).cpu());
+      }
+      out.push_back(at::cat(parts));
+    }
+    return out;
+  }
+
+  void post_backward_from_autograd(int g) { group_post_backward(g); }
+
+ private:
+  struct Param {
+    ParamLayout l;
+    int group = 0;
+    int64_t grad_offset = 0;       // this parameter's padded shard in the group's gradient buffer
+    at::Tensor sharded_data;       // _sharded_param_data: [chunk_rows * row] padded, orig dtype
+    at::Tensor local;              // the DTensor's local tensor (flat view): [local_rows * row]
+    at::Tensor all_gather_output;  // all_gather_outputs[0]: [chunk_rows * S * row], param dtype; freed when sharded
+    at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
+    at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
+    at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
+  };
+  struct AllGatherResult {
+    at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
+    common::PendingCollective work;
+    std::vector<int64_t> split_sizes;
+    int world = 1;
+    bool async_op = false;
+  };
+  struct Group {
+    GroupSpec spec;
+    std::vector<int> params;
+    int reshard_after_forward = kReshardTrue;
+    ShardedState sharded = ShardedState::kSharded;
+    TrainingState training = TrainingState::kIdle;
+    std::optional<AllGatherResult> all_gather;
+    std::vector<int> post_forward_indices;
+    bool reduce_grads = true;
+    int64_t grad_numel = 0;
+    at::Tensor grad;  // sharded gradients of the group ([grad_numel], orig dtype); undefined when freed
+    std::vector<int> forward_prefetch, backward_prefetch;
+    uint64_t forward_range = 0, backward_range = 0;
+  };
+  struct Reduction {  // one group's foreach_reduce in flight
+    int group = 0;
+    at::Tensor input, output;  // reduce-scatter input [S * n] and output [n], reduce dtype
+    common::PendingCollective reduce_scatter, all_reduce;
+    bool all_reduce_issued = false;
+  };
+
+  static at::Tensor alias_leaf(const at::Tensor& storage_owner, const std::vector<int64_t>& shape) {
+    at::NoGradGuard no_grad;
+    auto t = at::empty({0}, storage_owner.options());
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (int i = int(shape.size()) - 2; i >= 0; --i) strides[size_t(i)] = strides[size_t(i) + 1] * shape[size_t(i) + 1];
+    t.set_(storage_owner.storage(), 0, shape, strides);
+    return t.requires_grad_(true);
+  }
+
+  int block_group(int u) const {
+    for (int g = 0; g < int(groups_.size()); ++g)
+      if (groups_[size_t(g)].spec.kind == GroupKind::kBlock && groups_[size_t(g)].spec.unit == u) return g;
+    return -1;
+  }
+
+  at::Tensor grad_view(const Param& p) const {
+    const auto& g = groups_[size_t(p.group)];
+    if (!g.grad.defined()) return at::Tensor();
+    return g.grad.narrow(0, p.grad_offset, p.l.local_numel());
+  }
+
+  const runtime::World& all_gather_group(const Group& g) const {
+    return g.sharded == ShardedState::kShardedPostForward ? post_forward_group_ : shard_group_;
+  }
+  int all_gather_world(const Group& g) const { return all_gather_group(g).size; }
+
+  int64_t unsharded_bytes(const Group& g) const {
+    int64_t n = 0;
+    for (int id : g.params) n += common::storage_bytes(params_[size_t(id)].all_gather_output);
+    return n;
+  }
+  void notify(const char* event, int g) {
+    if (observer_) observer_(event, g, groups_[size_t(g)].spec.label, unsharded_bytes(groups_[size_t(g)]));
+  }
+
+  // ---------------------------------------------------------------- FSDPState hooks
+
+  // _root_pre_forward + the pre-forwards that run before the first block: the root state's and,
+  // under accelerate's grouping, the embedding's.
+  void root_pre_forward() {
+    iter_forward_root_ = true;
+    // STREAM WAIT: all-gather copy-in and all-gather streams wait the current stream (the optimizer
+    // step) before the first all-gather.
+    groups_[0].forward_range = runtime::nvtx::start("forward " + groups_[0].spec.label);
+    state_pre_forward(0, at::Tensor());
+    if (embed_group_ >= 0) state_pre_forward(embed_group_, at::Tensor());
+  }
+
+  // _fsdp_state.py _pre_forward: the group's pre_forward, then the explicit forward prefetches.
+  at::Tensor state_pre_forward(int gi, at::Tensor input) {
+    auto& g = groups_[size_t(gi)];
+    if (!g.params.empty()) {
+      g.training = TrainingState::kForward;
+      if (gi != 0) g.forward_range = runtime::nvtx::start("forward " + g.spec.label);
+      unshard(gi, /*async_op=*/false);
+      wait_for_unshard(gi);
+      // _register_post_backward_hook: on inputs that require grad.
+      if (input.defined() && at::GradMode::is_enabled() && input.requires_grad())
+        input = RegisterPostBackward::apply(input, this, int64_t(gi));
+    }
+    for (int t : g.forward_prefetch) prefetch_unshard(t, TrainingState::kForward);
+    return input;
+  }
+
+  // _fsdp_state.py _post_forward for a non-root state: the group's post_forward (reshard, record
+  // post-forward order), the pre-backward hook on the output, output_dtype.
+  at::Tensor state_post_forward(int gi, at::Tensor output) {
+    group_post_forward(gi);
+    if (output.requires_grad()) output.register_hook([this, gi](const at::Tensor&) { state_pre_backward(gi); });
+    if (dtypes_.output && output.is_floating_point() && output.scalar_type() != *dtypes_.output)
+      output = output.to(*dtypes_.output);
+    return output;
+  }
+
+  void group_post_forward(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (g.params.empty()) return;
+    reshard(gi);
+    g.post_forward_indices.push_back(int(post_forward_order_.size()));  // _record_post_forward
+    post_forward_order_.push_back(gi);
+    g.training = TrainingState::kIdle;
+    notify("post_forward", gi);
+    if (gi != 0) runtime::nvtx::end(std::exchange(g.forward_range, 0));
+  }
+
+  // _fsdp_state.py _pre_backward.
+  void state_pre_backward(int gi) {
+    if (!final_callback_queued_) {  // _register_root_post_backward_final_callback
+      final_callback_queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { root_post_backward_final_callback(); });
+    }
+    auto& g = groups_[size_t(gi)];
+    if (!g.params.empty()) group_pre_backward(gi, /*default_prefetch=*/g.backward_prefetch.empty());
+    for (int t : g.backward_prefetch) prefetch_unshard(t, TrainingState::kPreBackward);
+  }
+
+  // ---------------------------------------------------------------- FSDPParamGroup
+
+  void group_pre_backward(int gi, bool default_prefetch) {
+    auto& g = groups_[size_t(gi)];
+    if (g.training == TrainingState::kPreBackward) return;
+    g.training = TrainingState::kPreBackward;
+    g.backward_range = runtime::nvtx::start("backward " + g.spec.label);
+    unshard(gi, false);  // no-op if prefetched or never resharded
+    wait_for_unshard(gi);
+    notify("pre_backward", gi);
+    if (default_prefetch) backward_prefetch(gi);
+  }
+
+  // _backward_prefetch: the group before this one in post-forward order (reverse order in backward).
+  void backward_prefetch(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (g.post_forward_indices.empty()) return;
+    const int cur = g.post_forward_indices.back();
+    g.post_forward_indices.pop_back();
+    if (cur - 1 < 0) return;
+    prefetch_unshard(post_forward_order_[size_t(cur - 1)], TrainingState::kPreBackward);
+  }
+
+  // _prefetch_unshard: the target's unshard under the pass's training state; waited for in its own
+  // pre-forward / pre-backward.
+  void prefetch_unshard(int target, TrainingState state) {
+    auto& t = groups_[size_t(target)];
+    if (t.params.empty()) return;
+    const auto saved = std::exchange(t.training, state);
+    unshard(target, /*async_op=*/false);
+    t.training = saved;
+  }
+
+  // unshard -> foreach_all_gather: copy-in (cast to param_dtype), one all-gather.
+  void unshard(int gi, bool async_op) {
+    auto& g = groups_[size_t(gi)];
+    if (g.all_gather || g.sharded == ShardedState::kUnsharded || g.params.empty()) return;
+    // STREAM WAIT: after a reshard to the post-forward mesh, the all-gather streams wait
+    // _reshard_after_forward_event (the clone of the post-forward shard).
+    AllGatherResult r;
+    r.world = all_gather_world(g);
+    r.async_op = async_op;
+    if (r.world > 1) {
+      std::vector<at::Tensor> inputs = copy_in_sources(g);
+      int64_t total = 0;
+      for (const auto& t : inputs) {
+        r.split_sizes.push_back(t.numel());
+        total += t.numel();
+      }
+      r.output =
+          at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
+      auto input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
+      r.work = issue_all_gather(r.output, input, g);
+    }
+    g.all_gather = std::move(r);
+    notify("unshard", gi);
+  }
+
+  // _get_param_all_gather_inputs: each parameter's padded shard (or post-forward shard); with a
+  // param_dtype, one foreach copy casts them all into a fresh flat buffer first.
+  std::vector<at::Tensor> copy_in_sources(const Group& g) {
+    std::vector<at::Tensor> src;
+    for (int id : g.params) {
+      const auto& p = params_[size_t(id)];
+      src.push_back(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data : p.sharded_data);
+    }
+    if (!dtypes_.param) return src;
+    int64_t total = 0;
+    std::vector<int64_t> sizes;
+    for (const auto& t : src) {
+      sizes.push_back(t.numel());
+      total += t.numel();
+    }
+    auto flat = at::empty({total}, src.front().options().dtype(*dtypes_.param));  // [sum shard numel] param dtype
+    auto splits = flat.split_with_sizes(sizes);
+    at::_foreach_copy_(splits, src);
+    return splits;
+  }
+
+  // STREAM ROLE all_gather_copy_in_stream (all_gather_copy_in): this rank's slot of the output is
+  // the all-gather input; the inputs are copied into it with one foreach copy.
+  at::Tensor copy_in_all_gather_input(at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                                      const std::vector<int64_t>& sizes, int64_t total, int rank) {
+    auto input = output.narrow(0, total * rank, total);  // [sum shard numel]
+    at::_foreach_copy_(input.split_with_sizes(sizes), inputs);
+    return input;
+  }
+
+  // STREAM ROLE all_gather_stream (waits the copy-in stream): one all-gather of the group.
+  common::PendingCollective issue_all_gather(at::Tensor& output, at::Tensor& input, const Group& g) {
+    return comm_.all_gather_async(output, input, g.spec.label, &all_gather_group(g));
+  }
+
+  // wait_for_unshard -> foreach_all_gather_copy_out: split-with-sizes copy of the output
+  // ([world, sum] viewed) into every parameter's all-gather output ([world, padded shard] viewed).
+  void wait_for_unshard(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (!g.all_gather) return;
+    at::NoGradGuard no_grad;
+    auto& r = *g.all_gather;
+    // Implicit forward prefetch: the previous group's all-gather output is freed after this
+    // group's copy-in has been issued. STREAM WAIT: copy-in and all-gather streams wait its
+    // copy-out event.
+    if (g.training == TrainingState::kForward) all_gather_state_ = at::Tensor();
+    if (r.world == 1) {
+      for (int id : g.params) {
+        auto& p = params_[size_t(id)];
+        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
+        p.all_gather_output.copy_(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data
+                                                                                 : p.sharded_data);
+      }
+    } else {
+      r.work.wait();  // STREAM WAIT: the current stream waits the all-gather event
+      std::vector<at::Tensor> outs;
+      for (int id : g.params) {
+        auto& p = params_[size_t(id)];
+        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
+        outs.push_back(p.all_gather_output.view({r.world, -1}));
+      }
+      at::split_with_sizes_copy_out(outs, r.output.view({r.world, -1}), r.split_sizes, 1);
+    }
+    if (g.sharded == ShardedState::kShardedPostForward)  // to_unsharded frees the post-forward shard
+      for (int id : g.params) params_[size_t(id)].post_forward_data = at::Tensor();
+    g.sharded = ShardedState::kUnsharded;
+    // Forward without async_op: keep the output alive until the next group's copy-out (overlap of
+    // this copy-out with the next all-gather); otherwise free it now.
+    if (!r.async_op && g.training == TrainingState::kForward && r.world > 1) all_gather_state_ = r.output;
+    g.all_gather.reset();
+    notify("wait_for_unshard", gi);
+  }
+
+  void reshard(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (g.training == TrainingState::kForward) {
+      if (g.reshard_after_forward == kReshardFalse) return;
+      if (g.reshard_after_forward > 1) {
+        to_sharded_post_forward(gi);
+        return;
+      }
+    }
+    if (g.sharded == ShardedState::kSharded) return;
+    for (int id : g.params) {  // to_sharded -> free_unsharded_param
+      auto& p = params_[size_t(id)];
+      common::free_storage(p.all_gather_output);
+      p.post_forward_data = at::Tensor();
+    }
+    g.sharded = ShardedState::kSharded;
+    notify("reshard", gi);
+  }
+
+  // to_sharded_post_forward: keep this rank's 1/N of the unsharded data (a clone), free the rest.
+  void to_sharded_post_forward(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (g.sharded != ShardedState::kUnsharded) return;
+    at::NoGradGuard no_grad;
+    const int n_ranks = post_forward_group_.size, r = post_forward_group_.rank;
+    for (int id : g.params) {
+      auto& p = params_[size_t(id)];
+      const int64_t n = p.all_gather_output.numel() / n_ranks;
+      p.post_forward_data = p.all_gather_output.narrow(0, n * r, n).clone();
+      common::free_storage(p.all_gather_output);
+    }
+    g.sharded = ShardedState::kShardedPostForward;
+    notify("reshard_post_forward", gi);
+  }
+
+  // post_backward: accumulate / reshard / reduce (or hold the unsharded gradients without sync).
+  void group_post_backward(int gi) {
+    auto& g = groups_[size_t(gi)];
+    if (g.params.empty()) return;
+    at::NoGradGuard no_grad;
+    g.training = TrainingState::kPostBackward;
+    for (int id : g.params) {  // accumulate_unsharded_grad_if_needed
+      auto& p = params_[size_t(id)];
+      if (p.accumulated_grad.defined() && p.unsharded.grad().defined()) {
+        p.accumulated_grad.add_(p.unsharded.grad());
+        p.unsharded.mutable_grad() = at::Tensor();
+      }
+    }
+    if (!g.reduce_grads) {
+      reshard(gi);               // reshard_after_backward
+      for (int id : g.params) {  // to_accumulated_grad_if_needed: upcast to reduce_dtype once
+        auto& p = params_[size_t(id)];
+        const auto& grad = p.unsharded.grad();
+        if (dtypes_.reduce && grad.defined() && grad.scalar_type() != *dtypes_.reduce) {
+          p.accumulated_grad = grad.to(*dtypes_.reduce);
+          p.unsharded.mutable_grad() = at::Tensor();
+        }
+      }
+      notify("post_backward", gi);
+      runtime::nvtx::end(std::exchange(g.backward_range, 0));
+      return;
+    }
+    std::vector<at::Tensor> grads;
+    for (int id : g.params) {
+      auto& p = params_[size_t(id)];
+      if (p.accumulated_grad.defined()) {
+        grads.push_back(std::exchange(p.accumulated_grad, at::Tensor()));
+      } else if (p.unsharded.grad().defined()) {
+        grads.push_back(p.unsharded.grad());
+        p.unsharded.mutable_grad() = at::Tensor();
+      } else {
+        // Every parameter of this model gets a gradient; a missing one would shift the buffer.
+        TORCH_CHECK(false, "fsdp2: parameter without gradient in group ", g.spec.label);
+      }
+    }
+    reshard(gi);
+    notify("post_backward", gi);
+    // STREAM WAIT: the current stream waits the previous group's reduce-scatter event before this
+    // group's copy-in (bounds the reduce-scatter inputs alive to two).
+    advance_reductions(/*finish=*/false);
+    foreach_reduce(gi, grads);
+    runtime::nvtx::end(std::exchange(g.backward_range, 0));
+  }
+
+  // foreach_reduce: chunk-cat copy-in of the group's gradients into one [S, n] input in the reduce
+  // dtype (each gradient's dim 0 padded to a multiple of S), then the reduce-scatter.
+  void foreach_reduce(int gi, std::vector<at::Tensor>& grads) {
+    auto& g = groups_[size_t(gi)];
+    const int S = mesh_.shard;
+    const auto rd = dtypes_.reduce.value_or(grads.front().scalar_type());
+    Reduction r;
+    r.group = gi;
+    r.input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
+    auto input_2d = r.input.view({S, -1});
+    at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
+    grads.clear();                              // the unsharded gradients are freed after the copy-in
+    r.output = at::empty({g.grad_numel}, r.input.options());
+    issue_reduce_scatter(r, g);
+    notify("reduce_scatter", gi);
+    reductions_.push_back(std::move(r));
+  }
+
+  // STREAM ROLE reduce_scatter_stream (waits the current stream): pre-divide, reduce-scatter.
+  void issue_reduce_scatter(Reduction& r, const Group& g) {
+    if (factors_.pre && *factors_.pre != 1) r.input.div_(*factors_.pre);
+    if (mesh_.shard > 1)
+      r.reduce_scatter = comm_.reduce_scatter_async(r.output, r.input, factors_.rs_op, g.spec.label, &shard_group_);
+    else
+      r.output.copy_(r.input);  // world size 1: no collective
+  }
+
+  // STREAM ROLE all_reduce_stream (waits the reduce-scatter stream): HSDP's all-reduce of the
+  // reduce-scatter output across replicas.
+  void issue_all_reduce(Reduction& r) {
+    r.all_reduce =
+        comm_.all_reduce_async(r.output, factors_.ar_op, groups_[size_t(r.group)].spec.label, &replicate_group_);
+    r.all_reduce_issued = true;
+  }
+
+  // The host side of the reduce-scatter / all-reduce streams: the reductions issued so far move
+  // on — the newest's reduce-scatter is waited for (then its HSDP all-reduce issued, or its
+  // post-reduce run); older ones are completed. `finish` completes every one (end of backward).
+  void advance_reductions(bool finish) {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < reductions_.size(); ++i) {
+      auto& r = reductions_[i];
+      r.reduce_scatter.wait();
+      if (mesh_.replicate > 1 && !r.all_reduce_issued) issue_all_reduce(r);
+      const bool newest = i + 1 == reductions_.size();
+      if (mesh_.replicate > 1 && newest && !finish) continue;  // its all-reduce stays in flight
+      r.all_reduce.wait();
+      post_reduce(r);
+      r.group = -1;
+    }
+    while (!reductions_.empty() && reductions_.front().group < 0) reductions_.pop_front();
+  }
+
+  // The end of foreach_reduce (on the reduce-scatter / all-reduce stream): post-divide, cast to the
+  // sharded dtype, accumulate into (or become) the sharded gradient.
+  void post_reduce(Reduction& r) {
+    auto& g = groups_[size_t(r.group)];
+    if (factors_.post && *factors_.post != 1) r.output.div_(*factors_.post);
+    auto out = r.output.scalar_type() == dtypes_.orig ? r.output : r.output.to(dtypes_.orig);
+    if (g.grad.defined())
+      g.grad.add_(out);
+    else
+      g.grad = out;  // sharded gradients are views into this buffer
+    notify("post_reduce", r.group);
+  }
+
+  // _root_post_backward_final_callback: post-backward for groups autograd did not reach (the root
+  // and the embedding: their inputs need no gradient), finalize every group, wait the reductions.
+  void root_post_backward_final_callback() {
+    for (int gi = 0; gi < int(groups_.size()); ++gi) {
+      auto& g = groups_[size_t(gi)];
+      if (!g.params.empty() && g.training != TrainingState::kPostBackward) group_post_backward(gi);
+      g.training = TrainingState::kIdle;
+      // finalize_backward: STREAM WAIT on the post-reduce event; a mistargeted all-gather is
+      // waited for and dropped.
+      if (g.all_gather) {
+        g.all_gather->work.wait();
+        g.all_gather.reset();
+      }
+      g.post_forward_indices.clear();
+    }
+    advance_reductions(/*finish=*/true);
+    post_forward_order_.clear();
+    final_callback_queued_ = false;
+  }
+
+  EngineSpec spec_;
+  Fsdp2Options opts_;
+  common::Comm comm_;
+  Dtypes dtypes_;
+  Mesh mesh_;
+  DivideFactors factors_;
+  runtime::World shard_group_, replicate_group_, post_forward_group_;
+  std::vector<Param> params_;
+  std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
+  std::vector<Group> groups_;               // forward order; groups_[0] is the root state
+  int embed_group_ = -1, tail_group_ = -1;
+  std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
+  at::Tensor all_gather_state_;          // comm_ctx.all_gather_state: last forward all-gather output
+  std::deque<Reduction> reductions_;     // reduce_scatter_state and the reductions behind it
+  bool iter_forward_root_ = false;
+  bool final_callback_queued_ = false;
+  models::RopeCache rope_;
+  std::unique_ptr<common::FusedAdamW> optimizer_;
+  Fsdp2Observer observer_;
+};
+
+at::Tensor RegisterPostBackward::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                                         Fsdp2Engine* engine, int64_t group) {
+  ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
+  ctx->saved_data["group"] = group;
+  return input.view_as(input);
+}
+
+torch::autograd::variable_list RegisterPostBackward::backward(torch::autograd::AutogradContext* ctx,
+                                                              torch::autograd::variable_list grads) {
+  auto* engine = reinterpret_cast<Fsdp2Engine*>(ctx->saved_data["engine"].toInt());
+  engine->post_backward_from_autograd(int(ctx->saved_data["group"].toInt()));
+  return {grads[0], at::Tensor(), at::Tensor()};
+}
+
+// Closed form per rank: per parameter, the padded shard (ceil(dim0/S) rows) as sharded parameter
+// and as sharded gradient, and two AdamW states over the rows this rank owns — in the sharded dtype.
+ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int rank) {
+  const auto o = fsdp2_options_from_json(spec.options);
+  const auto d = dtypes_for(spec.precision, o);
+  const auto mesh = resolve_mesh(o, world);
+  const int64_t e = int64_t(c10::elementSize(d.orig));
+  ModelStateBytes b;
+  const auto specs = models::unit_param_specs(spec.model);
+  for (int u = 0; u < int(specs.size()); ++u)
+    for (int i = 0; i < int(specs[size_t(u)].size()); ++i) {
+      const auto l = layout_param(specs[size_t(u)][size_t(i)], u, i, mesh.shard, rank % mesh.shard);
+      b.params += l.padded_shard_numel() * e;
+      b.grads += l.padded_shard_numel() * e;
+      b.optimizer += 2 * l.local_numel() * e;
+    }
+  return b;
+}
+
+}  // namespace
+
+void set_observer(Engine& engine, Fsdp2Observer observer) {
+  if (auto* f = dynamic_cast<Fsdp2Engine*>(&engine)) f->set_observer(std::move(observer));
+}
+
+std::vector<std::string> group_labels(const EngineSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& g : group_specs(spec.model, fsdp2_options_from_json(spec.options)))
+    if (!g.params.empty()) out.push_back(g.label);
+  return out;
+}
+
+BackendInfo backend_info() {
+  BackendInfo info;
+  info.name = "fsdp2";
+  info.description = "FSDP2-mode: per-parameter Shard(0), PyTorch fully_shard semantics";
+  info.precisions = {"fp32", "low", "mixed"};
+  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
+  info.expected_bytes = expected_bytes;
+  return info;
+}
+
+}  // namespace zb::backends::fsdp2

@@ -1,0 +1,93 @@
+// fsdp2_options.hpp — FSDP2-mode options, named as PyTorch's `fully_shard` / FSDPModule API and
+// accelerate's FullyShardedDataParallelPlugin name them, their JSON round trip, and the reader for
+// an accelerate config YAML with `fsdp_version: 2`.
+// Owns: defaults (PyTorch's, or accelerate 1.15's where a config file is read), parsing and
+// validation. Must not: run anything.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace YAML {
+class Node;
+}
+
+namespace zb::backends::fsdp2 {
+
+// fully_shard(reshard_after_forward=...): True, False, or an int N (reshard to a post-forward
+// mesh of N ranks: _fsdp_init.py _get_post_forward_mesh_info). Stored as an int.
+inline constexpr int kReshardTrue = -1;
+inline constexpr int kReshardFalse = 0;
+
+struct Fsdp2Options {
+  int reshard_after_forward = kReshardTrue;  // the root group always keeps PyTorch's None rule (False)
+  // MixedPrecisionPolicy fields for --precision mixed: "" = as accelerate 1.15 builds it
+  // (FullyShardedDataParallelPlugin.set_mixed_precision("bf16"): param, reduce and output dtype
+  // bf16); "none" = None; bf16 | fp32. param_dtype is bf16 under mixed and None otherwise.
+  std::string reduce_dtype;
+  std::string output_dtype;
+  // Which modules get their own fully_shard call:
+  //   "root"        fully_shard(each decoder block), then fully_shard(model): the root group holds
+  //                 the embedding, final norm and LM head (PyTorch's FSDP2 recipe);
+  //   "accelerate"  accelerate 1.15 utils/fsdp_utils.py fsdp2_prepare_model: the embedding its own
+  //                 group, [final norm, LM head] one group with reshard_after_forward=False, the
+  //                 root holds whatever is left (nothing when blocks are wrapped).
+  std::string grouping = "root";
+  // TRANSFORMER_BASED_WRAP (one group per decoder block) or NO_WRAP (blocks stay in the root).
+  std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
+  // 2-D mesh (dp_replicate, dp_shard) as accelerate's ParallelismConfig names it: HSDP when
+  // dp_replicate_size > 1. A size of 0 = world size / the other one (not both 0); their product
+  // must equal the world size (ParallelismConfig._validate_accelerator).
+  int dp_replicate_size = 1;
+  int dp_shard_size = 0;
+  // Explicit prefetch (FSDPModule.set_modules_to_forward_prefetch / _backward_prefetch): each
+  // group prefetches the next N groups in forward order / the previous N in post-forward order.
+  // 0 = not set: forward relies on the implicit schedule, backward on FSDP2's default prefetch
+  // of one group in reverse post-forward order.
+  int modules_to_forward_prefetch = 0;
+  int modules_to_backward_prefetch = 0;
+  // accelerate GradientAccumulationPlugin.sync_each_batch: false = non-final micro-batches run
+  // under set_requires_gradient_sync(False) (accelerate's no_sync for FSDP2).
+  bool sync_each_batch = false;
+  bool force_sum_reduction_for_comms = false;  // FSDPModule.set_force_sum_reduction_for_comms
+  bool activation_checkpointing = false;
+  // Rank 0 builds the full weights and broadcasts each parameter (fsdp2_load_full_state_dict).
+  bool cpu_ram_efficient_loading = false;
+  // Recorded for the report, not acted on (listed as ignored when set from a config file).
+  std::string state_dict_type = "SHARDED_STATE_DICT";
+  std::string transformer_layer_cls_to_wrap;
+  bool offload_params = false;  // refused when true
+};
+
+std::string reshard_after_forward_text(int v);  // "true", "false" or the int
+// "true"/"false" (accelerate's str_to_bool spellings) or a positive int; throws UsageError.
+int parse_reshard_after_forward(const std::string& key, const std::string& v);
+
+nlohmann::json to_json(const Fsdp2Options& o);
+Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
+
+// A key of a config file that zerobench reads but does not act on, and why.
+struct IgnoredKey {
+  std::string key, value, reason;
+};
+nlohmann::json to_json(const IgnoredKey& k);
+
+// What an accelerate config with `fsdp_version: 2` says.
+struct Accelerate2Config {
+  Fsdp2Options fsdp2;
+  std::string precision;              // "mixed" for mixed_precision bf16, "" for "no" or absent
+  int num_processes = 0;              // 0 = not given
+  std::vector<std::string> warnings;  // what accelerate itself would warn about
+  std::vector<IgnoredKey> ignored;
+};
+
+// The fsdp_version a parsed accelerate config asks for (1 when absent, as accelerate's default).
+int accelerate_fsdp_version(const YAML::Node& root);
+// Self-contained readers: `where` prefixes error messages (e.g. "--config FILE: "). Throw
+// UsageError naming the key and value (exit 2), e.g. fsdp_offload_params: true.
+Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std::string& where);
+Accelerate2Config read_accelerate_fsdp2_config(const std::string& path);
+// True when the YAML file at `path` is an accelerate FSDP config with fsdp_version 2.
+bool is_accelerate_fsdp2_config(const std::string& path);
+
+}  // namespace zb::backends::fsdp2
