@@ -269,7 +269,9 @@ TEST(Fsdp2Comm, CollectivesPerStepEqualTheClosedFormAndRealFsdp2) {
     EXPECT_EQ(s.rs.count, c.rs_count) << c.name;
     EXPECT_EQ(s.rs.bytes, c.rs_elems * c.reduce_e) << c.name;
     EXPECT_EQ(s.ar.count, 1) << c.name;  // the global gradient norm
-    EXPECT_EQ(s.ar.bytes, 4) << c.name;
+    // clip_grad_norm_ on DTensor gradients reduces the Partial norm in the gradients' dtype:
+    // bf16 sharded gradients under low, fp32 otherwise.
+    EXPECT_EQ(s.ar.bytes, c.precision == "low" ? 2 : 4) << c.name;
   }
   // The two numbers measured on real FSDP2 (scripts/fsdp2_reference_bytes.py), literally.
   EXPECT_EQ((all + L * block_padded) * 2, 1618962);

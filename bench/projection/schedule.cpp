@@ -427,8 +427,10 @@ class Zero3Builder {
   }
 
   void optimizer_step() {
-    const int ar = prog_.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
-                               cal_.collective_s(CollectiveKind::kAllReduce, "fp32", 4, W_, in_.nodes), true);
+    // get_grad_norm_direct: the squared norm all-reduced in fp64 (one 8-byte scalar; timed with
+    // the fp32 fit, the calibration has no fp64 entries).
+    const int ar = prog_.issue(CollectiveKind::kAllReduce, "grad_norm", 8,
+                               cal_.collective_s(CollectiveKind::kAllReduce, "fp32", 8, W_, in_.nodes), true);
     prog_.wait(ar);
     prog_.compute("optimizer", in_.costs.optimizer_s);
     std::vector<int> persistent;  // _post_step: one coalesced all-gather of the persistent ones
