@@ -85,7 +85,7 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,0.01,-,6.5000,ok"),
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,6.5000,ok"),
             std::string::npos)
       << csv;
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
