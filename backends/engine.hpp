@@ -28,9 +28,14 @@ struct TrainConfig {
   int64_t steps = 10;        // optimizer steps in total (warm-up included)
   int64_t warmup = 2;        // steps excluded from timing statistics
   double lr = 3e-3;
-  std::string lr_schedule = "cosine";  // constant | cosine (linear warm-up, cosine to min_lr)
+  std::string lr_schedule = "cosine";  // constant | cosine (linear warm-up, cosine to min_lr), or DeepSpeed's
   int64_t lr_warmup_steps = 0;
   double min_lr_ratio = 0.1;
+  // A DeepSpeed config's scheduler section (deepspeed/runtime/lr_schedules.py): lr_schedule is then
+  // WarmupLR | WarmupDecayLR | WarmupCosineLR, lr its peak, lr_warmup_steps its warmup_num_steps.
+  double warmup_min_lr = 0, warmup_min_ratio = 0, cos_min_ratio = 1e-4;
+  std::string warmup_type = "log";  // log | linear
+  int64_t total_num_steps = 0;
   double weight_decay = 0.0;  // HF Trainer's default
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double grad_clip = 1.0;     // max global grad norm; 0 disables
@@ -86,6 +91,27 @@ class Engine {
   virtual common::LostUpdates lost_updates() const = 0;
 };
 
+// The pre-flight estimate of one rank's peak memory (backends/memory_estimate.cpp, formulas in
+// docs/metrics.md): named terms, each held at some moments of the step. "resident": the whole
+// step; "forward_backward": from forward into backward (at both moments below); "loss_head": the
+// start of backward (the loss head's backward, all activations held); "backward": a block's
+// backward; "end_of_backward": after the last gradient (activations freed); "optimizer_step".
+// The peak is resident + the largest moment.
+struct PeakEstimate {
+  struct Term {
+    std::string name;
+    std::string phase;
+    int64_t bytes = 0;
+    std::string formula;
+  };
+  std::vector<Term> terms;
+  int64_t phase_bytes(const std::string& phase) const;
+  int64_t moment_bytes(const std::string& moment) const;  // resident excluded
+  int64_t peak_bytes() const;
+  std::string peak_phase() const;  // the moment that peaks
+};
+nlohmann::json to_json(const PeakEstimate& e);
+
 // What a backend registers: its name, precisions and the closed-form bytes per rank.
 struct BackendInfo {
   std::string name;
@@ -94,6 +120,9 @@ struct BackendInfo {
   std::function<std::unique_ptr<Engine>(const EngineSpec&, const runtime::World&)> create;
   // Closed-form engine-owned bytes per rank for `rank` of `world_size` (padding included).
   std::function<ModelStateBytes(const EngineSpec&, int world_size, int rank)> expected_bytes;
+  // Pre-flight peak estimate for `rank` of `world_size` (may be empty: no estimate, no check);
+  // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them.
+  std::function<PeakEstimate(const EngineSpec&, int world_size, int rank, bool gloo)> estimate_peak;
 };
 
 const std::vector<BackendInfo>& registered_backends();

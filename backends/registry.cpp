@@ -4,6 +4,7 @@
 #include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 #include "backends/engine.hpp"
+#include "backends/memory_estimate.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends {
@@ -13,9 +14,20 @@ nlohmann::json to_json(const ModelStateBytes& b) {
           {"optimizer", b.optimizer}, {"buffers", b.buffers}};
 }
 
+namespace {
+BackendInfo with_estimate(BackendInfo info, decltype(BackendInfo::estimate_peak) estimate) {
+  info.estimate_peak = std::move(estimate);
+  return info;
+}
+}  // namespace
+
 const std::vector<BackendInfo>& registered_backends() {
-  static const std::vector<BackendInfo> all = {ddp::backend_info(), fsdp::backend_info(),
-                                                 zero3::backend_info(), fsdp2::backend_info()};
+  // Peak-memory estimates live together in memory_estimate.cpp (one per backend; fsdp2 has none
+  // yet, so its runs skip the pre-flight).
+  static const std::vector<BackendInfo> all = {with_estimate(ddp::backend_info(), estimate_ddp),
+                                               with_estimate(fsdp::backend_info(), estimate_fsdp),
+                                               with_estimate(zero3::backend_info(), estimate_zero3),
+                                               fsdp2::backend_info()};
   return all;
 }
 

@@ -377,8 +377,9 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   for (const auto& precision : o.precisions) {
     RunOptions mode = r;
     mode.precision = precision;
-    std::vector<std::string> warnings, notes;
-    auto spec = mode.engine_spec(&warnings);
+    const auto resolved = mode.resolve();
+    auto spec = resolved.spec;
+    std::vector<std::string> warnings = resolved.provenance.notes.warnings, notes;
     const std::string dir = work + "/" + precision;
     reports::make_directories(dir + "/upstream");
     for (int k = 0; k < world; ++k) unlink((dir + "/upstream/rank" + std::to_string(k) + ".json").c_str());

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "bench/commands.hpp"
 #include "bench/crossval.hpp"
+#include "bench/flag_checks.hpp"
 #include "bench/matrix.hpp"
 #include "bench/micro/micro.hpp"
 #include "bench/projection/projection.hpp"
@@ -71,8 +73,17 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("model-info", "parameter counts, FLOPs per token, model-state bytes per rank");
   info_cmd->add_option("preset", info.run.model, "model preset")->required();
   bench::add_model_options(*info_cmd, info.run);
-  info_cmd->add_option("--world-size", info.world_size, "ranks to shard over")->check(CLI::PositiveNumber);
-  info_cmd->add_option("--seq-len", info.seq_len, "sequence length for the attention FLOPs")->check(CLI::PositiveNumber);
+  info_cmd->add_option("--world-size", info.world_size, "ranks to shard over")->check(bench::AtLeastOne());
+  info_cmd->add_option("--seq-len", info.seq_len, "sequence length for the attention FLOPs and the memory estimate")
+      ->check(bench::AtLeastOne());
+  info_cmd->add_option("--micro-batch", info.run.train.micro_batch, "samples per rank, for the memory estimate")
+      ->check(bench::AtLeastOne())
+      ->capture_default_str();
+  info_cmd->add_flag("--activation-checkpointing", info.run.train.activation_checkpointing,
+                     "estimate memory with activation checkpointing");
+  info_cmd->add_option("--device", info.run.device, "cpu (Gloo stages collectives in host memory) or cuda (NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   info_cmd->add_flag("--json", info.json, "print JSON");
 
   bench::MatrixOptions matrix;
@@ -82,7 +93,7 @@ int main(int argc, char** argv) {
   matrix_cmd->add_flag("--force", matrix.force, "re-run cells that already have a report");
   matrix_cmd->add_flag("--retry-failed", matrix.retry_failed, "re-run cells whose report is failed/oom/timeout");
   matrix_cmd->add_option("--timeout", matrix.timeout_s, "per-cell timeout in seconds (overrides the file)")
-      ->check(CLI::PositiveNumber);
+      ->check(bench::Positive());
   matrix_cmd->add_flag("--dry-run", matrix.dry_run, "list the cells and their commands");
 
   std::vector<std::string> table_inputs;
@@ -103,11 +114,11 @@ int main(int argc, char** argv) {
   regress_cmd->add_option("--baseline", regress_baseline, "baseline report file or directory")->required();
   regress_cmd->add_option("--current", regress_current, "current report file or directory")->required();
   regress_cmd->add_option("--threshold", regress.threshold, "timing: relative median change that counts (0.05)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(bench::FiniteRange(0, 1));
   regress_cmd->add_option("--alpha", regress.alpha, "timing: Mann-Whitney significance level (0.05)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(bench::FiniteRange(0, 1));
   regress_cmd->add_option("--memory-threshold", regress.memory_threshold, "allocator peaks: allowed growth (0.05)")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(bench::FiniteRange(0, 10));
   regress_cmd->add_option("--timing", regress_timing, "gate|report: whether slower timings fail the check")
       ->check(CLI::IsMember({"gate", "report"}));
   regress_cmd->add_flag("--json", regress_json, "print the verdict as JSON");
@@ -128,11 +139,11 @@ int main(int argc, char** argv) {
   auto* precision_cmd = study_cmd->add_subcommand("precision", "the blog's convergence finding: bf16 weights vs fp32 masters");
   precision_cmd->add_option("--out", study.out_dir, "directory for reports, summary and figures")->capture_default_str();
   precision_cmd->add_option("--lrs", study_lrs, "comma-separated learning rates (default 1e-4,3e-3)");
-  precision_cmd->add_option("--steps", study.steps, "optimizer steps per run")->check(CLI::PositiveNumber)->capture_default_str();
-  precision_cmd->add_option("--nproc", study.nproc, "ranks per run")->check(CLI::Range(1, 64))->capture_default_str();
+  precision_cmd->add_option("--steps", study.steps, "optimizer steps per run")->check(bench::AtLeastOne())->capture_default_str();
+  precision_cmd->add_option("--nproc", study.nproc, "ranks per run")->check(bench::FiniteRange(1, 64))->capture_default_str();
   precision_cmd->add_option("--model", study.model, "model preset")->capture_default_str();
-  precision_cmd->add_option("--micro-batch", study.micro_batch, "samples per rank")->check(CLI::PositiveNumber);
-  precision_cmd->add_option("--seq-len", study.seq_len, "tokens per sample")->check(CLI::PositiveNumber);
+  precision_cmd->add_option("--micro-batch", study.micro_batch, "samples per rank")->check(bench::AtLeastOne());
+  precision_cmd->add_option("--seq-len", study.seq_len, "tokens per sample")->check(bench::AtLeastOne());
   precision_cmd->add_option("--seed", study.seed, "seed for weights and data");
   precision_cmd->add_option("--timeout", study.timeout_s, "per-run timeout in seconds")
       ->check(CLI::PositiveNumber)
@@ -160,12 +171,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  run.nproc_given = run_cmd->count("--nproc") > 0;
-  run.precision_given = run_cmd->count("--precision") > 0;
-  run.micro_batch_given = run_cmd->count("--micro-batch") > 0;
-  run.grad_accum_given = run_cmd->count("--grad-accum") > 0;
-  run.grad_clip_given = run_cmd->count("--grad-clip") > 0;
-  run.backend_given = run_cmd->count("--backend") > 0;
+  bench::mark_given(*run_cmd, run);
   const char* rank = std::getenv("RANK");
   const std::string who = rank && std::getenv("WORLD_SIZE") ? "rank " + std::string(rank) + ": " : "";
   try {
@@ -188,9 +194,10 @@ int main(int argc, char** argv) {
           try {
             size_t pos = 0;
             study.lrs.push_back(std::stod(item, &pos));
-            if (pos != item.size()) throw std::invalid_argument(item);
+            if (pos != item.size() || !std::isfinite(study.lrs.back()) || study.lrs.back() < 0)
+              throw std::invalid_argument(item);
           } catch (const std::exception&) {
-            throw UsageError("--lrs: '" + item + "' is not a number");
+            throw UsageError("--lrs: '" + item + "' is not a finite number in the valid range [0, inf)");
           }
         }
       }

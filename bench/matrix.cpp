@@ -10,6 +10,7 @@
 #include <csignal>
 #include <set>
 
+#include "bench/config_file.hpp"
 #include "bench/run_options.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
@@ -107,14 +108,10 @@ void validate_cell(const MatrixCell& cell) {
   } catch (const CLI::ParseError& e) {
     throw UsageError("cell " + cell.id + ": " + e.what());
   }
-  o.nproc_given = app.count("--nproc") > 0;
-  o.precision_given = app.count("--precision") > 0;
-  o.micro_batch_given = app.count("--micro-batch") > 0;
-  o.grad_accum_given = app.count("--grad-accum") > 0;
-  o.grad_clip_given = app.count("--grad-clip") > 0;
-  o.backend_given = app.count("--backend") > 0;
+  mark_given(app, o);
   try {
-    o.engine_spec();
+    o.nproc = o.world_size_hint();
+    o.resolve();
   } catch (const UsageError& e) {
     throw UsageError("cell " + cell.id + ": " + e.what());
   }
@@ -288,19 +285,39 @@ int run_matrix(const MatrixSpec& spec, const MatrixOptions& o) {
       if (r.timed_out) {
         state = "timeout";
         error = "cell exceeded its " + format_duration(timeout_s) + " timeout";
-      } else if (have_report && r.exit_code == 0) {
-        state = report["status"]["state"];
-        error = report["status"]["error"];
       } else {
         const std::string text = r.stderr_tail;
         const bool oom = text.find("out of memory") != std::string::npos ||
                          text.find("bad_alloc") != std::string::npos || text.find("signal 9") != std::string::npos ||
                          r.signal == SIGKILL;
-        state = oom ? "oom" : "failed";
-        error = last_line.empty() ? "exit code " + std::to_string(r.exit_code) : last_line;
+        if (have_report && (r.exit_code == 0 || report["status"]["state"] != "ok")) {
+          // The run's own report: ok, or a state it recorded itself (diverged, oom, failed, timeout).
+          state = report["status"]["state"];
+          error = report["status"]["error"];
+          if (state == "failed" && oom) state = "oom";
+        } else {
+          state = oom ? "oom" : "failed";
+          error = last_line.empty() ? "exit code " + std::to_string(r.exit_code) : last_line;
+        }
       }
-      if (!have_report || report["status"]["state"] != state) {
+      if (have_report && report["status"]["state"] != state) {
+        report["status"] = {{"state", state}, {"error", error}};  // e.g. failed -> oom from the stderr
+        reports::write_json_atomic(report_path, report);
+      } else if (!have_report) {
         json config = {{"cell", cell.id}, {"options", entry["options"]}};
+        // What the cell was configured from (the run may have failed before writing its report).
+        json sources = json::array();
+        for (const char* flag : {"config", "accelerate-config", "deepspeed-config"})
+          if (const auto* path = find_option(cell.options, flag)) {
+            try {
+              sources.push_back({{"path", *path}, {"sha256", file_sha256(*path)}});
+            } catch (const UsageError&) {
+              sources.push_back({{"path", *path}, {"sha256", ""}});
+            }
+          }
+        config["source_files"] = sources;
+        config["warnings"] = json::array();
+        config["ignored"] = json::array();
         reports::write_json_atomic(report_path, reports::failed_report(state, error, config));
       }
     }

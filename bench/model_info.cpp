@@ -13,12 +13,15 @@ int model_info_command(const ModelInfoOptions& o) {
   const auto n = models::count_params(cfg);
   const auto f = models::flops_per_token(cfg, o.seq_len, false);
   const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
-  nlohmann::json modes = nlohmann::json::object();
+  nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object();
   for (const auto& b : backends::registered_backends()) {
     for (const auto& p : b.precisions) {
       backends::EngineSpec spec;
       spec.model = cfg;
       spec.precision = p;
+      spec.train = o.run.train;
+      spec.train.seq_len = o.seq_len;
+      spec.train.grad_accum = 1;
       // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
       // rank's unpadded rows) every run of consecutive ranks with the same bytes.
       const auto r0 = b.expected_bytes(spec, o.world_size, 0);
@@ -40,6 +43,9 @@ int model_info_command(const ModelInfoOptions& o) {
         first = r;
       }
       if (ranges.size() > 1) m["rank_ranges"] = ranges;
+      // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
+      if (b.estimate_peak)
+        estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, o.world_size, 0, o.run.device == "cpu"));
     }
   }
   nlohmann::json j = {{"model", cfg.preset},
@@ -51,7 +57,13 @@ int model_info_command(const ModelInfoOptions& o) {
                       {"seq_len", o.seq_len},
                       {"flops_per_token", {{"six_n", f.six_n}, {"palm", f.palm}, {"palm_recompute", f_ac.palm_recompute}}},
                       {"world_size", o.world_size},
-                      {"model_state_bytes_per_rank", modes}};
+                      {"model_state_bytes_per_rank", modes},
+                      {"estimated_peak_bytes_per_rank",
+                       {{"micro_batch", o.run.train.micro_batch},
+                        {"seq_len", o.seq_len},
+                        {"activation_checkpointing", o.run.train.activation_checkpointing},
+                        {"device", o.run.device},
+                        {"modes", estimates}}}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -73,6 +85,11 @@ int model_info_command(const ModelInfoOptions& o) {
         std::printf("  %-14s   ranks %d-%d: %lld bytes\n", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
                     (long long)r["total"].get<int64_t>());
   }
+  std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s):\n", (long long)o.run.train.micro_batch,
+              (long long)o.seq_len, o.run.train.activation_checkpointing ? ", activation checkpointing" : "");
+  for (const auto& [mode, e] : estimates.items())
+    std::printf("  %-14s %10.2f GiB (%s)\n", mode.c_str(), e["peak_bytes"].get<double>() / (1 << 30),
+                e["peak_phase"].get<std::string>().c_str());
   return kExitOk;
 }
 

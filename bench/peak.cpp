@@ -20,12 +20,16 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
   }
   const std::string name = runtime::device_name(device);
   if (device.is_cuda()) {
-    // Always probe a large bf16 GEMM on a GPU: MFU against the datasheet and against what
-    // this device's cuBLAS actually reaches are both reported.
-    p.measured_gemm_tflops = measure_gemm_tflops(device, at::kBFloat16, micro::peak_probe_shape(device, at::kBFloat16).n);
-    if (auto dt = runtime::datasheet_peak_tflops(name)) {
+    // Always probe a large GEMM in the compute dtype on a GPU: MFU against the datasheet and
+    // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's
+    // matmuls run on TF32 tensor cores only when cuBLAS may use TF32
+    // (torch.backends.cuda.matmul.allow_tf32 / float32_matmul_precision; off by default).
+    p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, micro::peak_probe_shape(device, compute_dtype).n);
+    const std::string math =
+        compute_dtype == at::kFloat ? (at::globalContext().allowTF32CuBLAS() ? "tf32" : "fp32") : "bf16";
+    if (auto dt = runtime::datasheet_peak_tflops(name, math)) {
       p.tflops = *dt;
-      p.source = "datasheet: " + name + " dense bf16";
+      p.source = "datasheet: " + name + " dense " + math;
       return p;
     }
   }

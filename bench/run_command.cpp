@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
 #include "bench/peak.hpp"
+#include "bench/preflight.hpp"
 #include "bench/trainer.hpp"
 #include "models/llama.hpp"
 #include "profiler/analysis.hpp"
@@ -79,6 +82,12 @@ json train_json(const backends::TrainConfig& t) {
           {"lr", t.lr},
           {"lr_schedule", t.lr_schedule},
           {"lr_warmup_steps", t.lr_warmup_steps},
+          {"lr_schedule_params",  // DeepSpeed schedulers' extra parameters (lr_schedules.py); unused otherwise
+           {{"warmup_min_lr", t.warmup_min_lr},
+            {"warmup_min_ratio", t.warmup_min_ratio},
+            {"cos_min_ratio", t.cos_min_ratio},
+            {"warmup_type", t.warmup_type},
+            {"total_num_steps", t.total_num_steps}}},
           {"min_lr_ratio", t.min_lr_ratio},
           {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},
@@ -89,12 +98,21 @@ json train_json(const backends::TrainConfig& t) {
           {"measure_lost_updates", t.measure_lost_updates}};
 }
 
-json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved, double entropy_floor) {
-  return {{"model", model_json(spec.model)},
-          {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", resolved}}},
-          {"train", train_json(spec.train)},
-          {"data", {{"kind", spec.train.data}, {"entropy_floor_nats", entropy_floor}}},
-          {"device", o.device}};
+// config.source_files / applied / ignored / warnings: what the run was read from (every report).
+void add_provenance(json& config, const ConfigProvenance& provenance) {
+  const json p = provenance_json(provenance);
+  for (const auto& [k, v] : p.items()) config[k] = v;
+}
+
+json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved, double entropy_floor,
+                 const ConfigProvenance& provenance) {
+  json config = {{"model", model_json(spec.model)},
+                 {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", resolved}}},
+                 {"train", train_json(spec.train)},
+                 {"data", {{"kind", spec.train.data}, {"entropy_floor_nats", entropy_floor}}},
+                 {"device", o.device}};
+  add_provenance(config, provenance);
+  return config;
 }
 
 int set_threads(const RunOptions& o, int local_size) {
@@ -156,8 +174,16 @@ int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
   const bool emulated = o.emulate_world_size > 0;
   const auto env = emulated ? runtime::DistEnv{} : runtime::discover_dist_env(runtime::process_env());
-  const auto spec = o.engine_spec();
+  const auto resolved = o.resolve();
+  const auto& spec = resolved.spec;
   const auto device = runtime::pick_device(o.device, env.local_rank);
+  if (device.is_cuda() && !o.no_memory_check) {
+    // The ranks of this machine that share this GPU (pick_device: local_rank % device count).
+    const int gpus = runtime::device_count(device), local = emulated ? 1 : std::max(1, env.local_world_size);
+    int sharing = 0;
+    for (int r = 0; r < local; ++r) sharing += (r % gpus) == device.index() ? 1 : 0;
+    check_memory(o.backend, spec, emulated ? o.emulate_world_size : env.world_size, sharing, device);
+  }
   const int threads = set_threads(o, env.local_world_size);
   auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
                         : runtime::init_world(env, device, std::chrono::minutes(10));
@@ -169,6 +195,11 @@ int run_rank(const RunOptions& o) {
   auto engine = backends::create_engine(o.backend, spec, world);
   const bool profiling = o.profile || !o.trace.empty();
   const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0);
+
+  std::optional<backends::PeakEstimate> estimate;
+  if (const auto& info = backends::backend(o.backend); info.estimate_peak)
+    estimate = info.estimate_peak(spec, world.size, world.rank, world.device.is_cpu());
+  const bool diverged = result.diverged_step >= 0;
 
   // This rank's part of the report, handed to rank 0 through the store.
   std::vector<double> step_times;
@@ -184,6 +215,10 @@ int run_rank(const RunOptions& o) {
         // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
         {"model_states_expected_bytes",
          backends::to_json(backends::backend(o.backend).expected_bytes(spec, world.size, world.rank))},
+        // The pre-flight estimate of this rank's peak (backends/memory_estimate.cpp), next to the
+        // measured peaks below (peak_tracked_bytes: the counting CPU allocator or CUDA allocated).
+        {"estimated_peak_bytes", estimate ? estimate->peak_bytes() : 0},
+        {"estimate", estimate ? backends::to_json(*estimate) : json(nullptr)},
         {"tracked_after_init_bytes", result.tracked_after_init_bytes},
         {"peak_tracked_bytes", result.peak_tracked_bytes},
         {"peak_rss_bytes", runtime::peak_rss_bytes()},
@@ -260,7 +295,11 @@ int run_rank(const RunOptions& o) {
       {"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
       {"run_id", make_run_id(o, world.size)},
       {"created", now_iso8601()},
-      {"status", {{"state", "ok"}, {"error", ""}}},
+      {"status",
+       diverged ? json{{"state", "diverged"},
+                       {"error", result.diverged_what + " at step " + std::to_string(result.diverged_step)},
+                       {"step", result.diverged_step}}
+                : json{{"state", "ok"}, {"error", ""}}},
       {"env",
        {{"device", runtime::device_name(device)},
         {"device_count", runtime::device_count(device)},
@@ -281,7 +320,7 @@ int run_rank(const RunOptions& o) {
         {"threads_per_rank", threads},
         {"emulated", emulated},
         {"emulated_rank", emulated ? o.emulate_rank : -1}}},
-      {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats())},
+      {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance)},
       {"summary",
        {{"tokens_per_gpu_per_s", distribution_json(reports::summarize(tps))},
         {"step_time_s", distribution_json(step_dist)},
@@ -319,6 +358,11 @@ int run_rank(const RunOptions& o) {
   if (!problems.empty()) throw RunError("internal: report does not match its schema: " + problems.front());
   const std::string out = o.out.empty() ? o.default_out(world.size) : o.out;
   reports::write_json_atomic(out, report);
+  if (diverged) {
+    std::cerr << "zerobench: run diverged: " << report["status"]["error"].get<std::string>() << "; report: " << out
+              << "\n";
+    return kExitFailed;
+  }
   if (!o.quiet) {
     json view = report;
     view["_cell"] = o.backend + "-" + spec.precision + "-" + o.model + "-w" + std::to_string(world.size);
@@ -332,14 +376,22 @@ int run_rank(const RunOptions& o) {
 int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   RunOptions o = o_in;
   o.nproc = o.world_size_hint();
-  o.backend = o.resolved_backend();  // fsdp2 for an accelerate config with fsdp_version: 2
-  std::vector<std::string> warnings;
-  const auto spec = o.engine_spec(&warnings);  // usage errors surface here, before anything starts
-  o.precision = spec.precision;  // a config file may have chosen it
-  o.precision_given = true;
+  const auto resolved = o.resolve();  // usage errors surface here, before anything starts
+  const auto& spec = resolved.spec;
+  // A config file may have chosen the backend and precision (ranks re-read it and agree); these
+  // name the run (run_id, default --out), resolve() still reads the file the same way.
+  o.backend = resolved.backend;
+  o.precision = spec.precision;
   if (!runtime::launched_by_zerobench() && !o.quiet)
-    for (const auto& w : warnings) std::cerr << "zerobench: warning: " << w << "\n";
-  const bool in_job = runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
+    for (const auto& w : resolved.provenance.notes.warnings) std::cerr << "zerobench: warning: " << w << "\n";
+  const auto env = runtime::discover_dist_env(runtime::process_env());
+  const bool in_job = runtime::launched_by_zerobench() || env.source != "single";
+  // Memory pre-flight on CPU: every rank of this machine draws on the same MemAvailable. (On
+  // CUDA each rank checks its own GPU in run_rank; ranks this launcher starts were checked here.)
+  if (!o.no_memory_check && o.device == "cpu" && !runtime::launched_by_zerobench()) {
+    const int local = o.emulate_world_size > 0 ? 1 : in_job ? std::max(1, env.local_world_size) : o.nproc;
+    check_memory(o.backend, spec, o.world_size(), local, at::kCPU);
+  }
   if (o.emulate_world_size > 0) {
     if (in_job) throw UsageError("--emulate-world-size runs one process; do not launch it with torchrun/srun");
     return run_rank(o);
@@ -352,21 +404,34 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
     }
     return run_rank(o);
   }
+  const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
+  std::remove(out.c_str());  // whatever report is there after the launch is this run's
   runtime::LaunchOptions lo;
   lo.nproc = o.nproc;
   lo.argv = argv;
   lo.timeout = std::chrono::milliseconds(int64_t(o.timeout_s * 1000));
   const auto res = runtime::launch_local(lo);
   if (res.exit_code == 0) return kExitOk;
-  const std::string state = res.exit_code == 124 ? "timeout" : "failed";
-  std::cerr << "zerobench: run failed: " << res.message << "\n";
+  // A run that diverged has written its own report (rank 0 exits 1 after writing it).
+  try {
+    const auto written = reports::read_report(out);
+    if (written["status"]["state"] == "diverged") return kExitFailed;
+  } catch (const UsageError&) {
+  }
+  std::string state = res.exit_code == 124 ? "timeout" : "failed";
+  std::string error = res.message;
+  if (res.signal == SIGKILL) {
+    state = "oom";
+    error += ": SIGKILL, the signal the kernel's OOM killer sends";
+  }
+  std::cerr << "zerobench: run failed: " << error << "\n";
   // Leave a report that says so (never a half-written one): a failed run is a result too.
-  const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
   json config = {{"model", model_json(spec.model)},
                  {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
                  {"train", train_json(spec.train)},
                  {"world_size", o.nproc}};
-  reports::write_json_atomic(out, reports::failed_report(state, res.message, config));
+  add_provenance(config, resolved.provenance);
+  reports::write_json_atomic(out, reports::failed_report(state, error, config));
   return res.exit_code == kExitUsage ? kExitUsage : kExitFailed;
 }
 

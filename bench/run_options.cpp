@@ -4,6 +4,8 @@
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
+#include "bench/flag_checks.hpp"
+#include "runtime/dist_env.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench {
@@ -11,51 +13,51 @@ namespace zb::bench {
 void add_model_options(CLI::App& app, RunOptions& o) {
   app.add_option("--model", o.model, "model preset: granite-7b, llama2-7b, llama2-13b, llama2-70b, small, tiny")
       ->capture_default_str();
-  app.add_option("--layers", o.layers, "override: decoder blocks")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.hidden, "override: hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--heads", o.heads, "override: attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--kv-heads", o.kv_heads, "override: key/value heads (GQA)")->check(CLI::PositiveNumber);
-  app.add_option("--ffn", o.ffn, "override: SwiGLU inner size")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", o.vocab, "override: vocabulary size")->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "override: decoder blocks")->check(AtLeastOne());
+  app.add_option("--hidden", o.hidden, "override: hidden size")->check(AtLeastOne());
+  app.add_option("--heads", o.heads, "override: attention heads")->check(AtLeastOne());
+  app.add_option("--kv-heads", o.kv_heads, "override: key/value heads (GQA)")->check(AtLeastOne());
+  app.add_option("--ffn", o.ffn, "override: SwiGLU inner size")->check(AtLeastOne());
+  app.add_option("--vocab", o.vocab, "override: vocabulary size")->check(AtLeastOne());
 }
 
 void add_run_options(CLI::App& app, RunOptions& o) {
   auto& t = o.train;
   app.add_option("--nproc", o.nproc, "ranks to launch on this machine (built-in launcher)")
-      ->check(CLI::Range(1, 1024))
+      ->check(FiniteRange(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
   app.add_option("--backend", o.backend, "training engine: ddp|fsdp|fsdp2|zero3")->capture_default_str();
   app.add_option("--precision", o.precision, "ddp, fsdp, fsdp2: fp32|low|mixed; zero3: fp32|bf16")->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
-      ->check(CLI::PositiveNumber)
+      ->check(AtLeastOne())
       ->capture_default_str();
-  app.add_option("--seq-len", t.seq_len, "tokens per sample")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq-len", t.seq_len, "tokens per sample")->check(AtLeastOne())->capture_default_str();
   app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber)
+      ->check(AtLeastOne())
       ->capture_default_str();
   app.add_flag("--sync-each-batch", t.sync_each_batch,
                "reduce gradients after every micro-batch (accelerate GradientAccumulationPlugin(sync_each_batch=True)); "
                "default: only after the last, the others under no_sync (zero3 reduces every micro-batch either way)");
-  app.add_option("--steps", t.steps, "optimizer steps (warm-up included)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", t.steps, "optimizer steps (warm-up included)")->check(AtLeastOne())->capture_default_str();
   app.add_option("--warmup", t.warmup, "steps excluded from timing statistics")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
-  app.add_option("--lr", t.lr, "peak learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr", t.lr, "peak learning rate")->check(NonNegative())->capture_default_str();
   app.add_option("--lr-schedule", t.lr_schedule, "constant|cosine")
       ->check(CLI::IsMember({"constant", "cosine"}))
       ->capture_default_str();
   app.add_option("--lr-warmup-steps", t.lr_warmup_steps, "linear LR warm-up steps")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0, 1))
       ->capture_default_str();
   app.add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_option("--grad-clip", t.grad_clip, "max global gradient norm (0 = off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
   app.add_flag("--measure-lost-updates", t.measure_lost_updates,
@@ -65,16 +67,20 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--out", o.out, "report path (default out/<backend>-<precision>-<model>-w<W>.json)");
   app.add_option("--peak-tflops", o.peak_tflops, "peak dense TFLOP/s for MFU (default: datasheet or measured GEMM)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--threads", o.threads, "intra-op threads per rank (default cores / local ranks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--timeout", o.timeout_s, "stop all ranks after this many seconds (0 = no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient all-reduce bucket size in MiB")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
-  app.add_option("--accelerate-config", o.accelerate_config,
-                 "fsdp: accelerate config YAML (fsdp_config: keys); fsdp_version: 2 selects fsdp2")
+  app.add_option("--config", o.config,
+                 "an accelerate config (FSDP: fsdp, or fsdp2 with fsdp_version 2; DEEPSPEED; MULTI_GPU) or a DeepSpeed "
+                 "JSON: picks the backend and "
+                 "reads its settings as accelerate/DeepSpeed would (docs/configs.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--accelerate-config", o.accelerate_config, "an accelerate config (YAML or JSON); see --config")
       ->check(CLI::ExistingFile);
   app.add_option("--sharding-strategy", o.sharding_strategy, "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)");
   app.add_option("--backward-prefetch", o.backward_prefetch, "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH");
@@ -82,9 +88,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--limit-all-gathers", o.limit_all_gathers, "fsdp: true|false (default true)")
       ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--hsdp-shard-size", o.hsdp_shard_size, "fsdp HYBRID_SHARD: ranks per shard group (default: per node)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--reduce-dtype", o.reduce_dtype,
-                 "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
+      ->check(NonNegative());
+  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
                  "under mixed)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   // fsdp2 (issue 14): fully_shard / FSDPModule / MixedPrecisionPolicy / ParallelismConfig names.
@@ -94,14 +99,14 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::IsMember({"bf16", "fp32", "none"}));
   app.add_option("--modules-to-forward-prefetch", o.modules_to_forward_prefetch,
                  "fsdp2: set_modules_to_forward_prefetch with the next N groups (0 = implicit prefetch only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--modules-to-backward-prefetch", o.modules_to_backward_prefetch,
                  "fsdp2: set_modules_to_backward_prefetch with the next N groups in backward (0 = FSDP2's default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--dp-replicate-size", o.dp_replicate_size, "fsdp2: HSDP replicate mesh dim (ParallelismConfig)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--dp-shard-size", o.dp_shard_size, "fsdp2: shard mesh dim (default world / --dp-replicate-size)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--fsdp2-grouping", o.fsdp2_grouping,
                  "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
                  "embedding / blocks / [norm, head] groups)")
@@ -110,38 +115,40 @@ void add_run_options(CLI::App& app, RunOptions& o) {
                "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)");
   app.add_flag("--cpu-ram-efficient-loading", o.cpu_ram_efficient_loading,
                "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)");
-  app.add_option("--deepspeed-config", o.deepspeed_config, "zero3: DeepSpeed JSON config (zero_optimization stage 3)")
+  app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (zero3); see --config")
       ->check(CLI::ExistingFile);
   app.add_option("--reduce-bucket-size", o.reduce_bucket_size, "zero3: gradient reduce bucket (elements)")
-      ->check(CLI::PositiveNumber);
+      ->check(AtLeastOne());
   app.add_option("--prefetch-bucket-size", o.prefetch_bucket_size, "zero3: stage3_prefetch_bucket_size (elements)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--persistence-threshold", o.persistence_threshold, "zero3: stage3_param_persistence_threshold")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--max-live-parameters", o.max_live_parameters, "zero3: stage3_max_live_parameters")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--max-reuse-distance", o.max_reuse_distance, "zero3: stage3_max_reuse_distance")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--sub-group-size", o.sub_group_size, "zero3: sub_group_size (fp32 master granularity)")
-      ->check(CLI::PositiveNumber);
+      ->check(NonNegative());
+  app.add_option("--sub-group-size", o.sub_group_size, "zero3: sub_group_size (fp32 master granularity; 0: one per parameter)")
+      ->check(NonNegative());
   app.add_option("--communication-data-type", o.communication_data_type, "zero3: gradient reduce dtype bf16|fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_option("--grad-accum-dtype", o.grad_accum_dtype, "zero3: gradient partition dtype bf16|fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_option("--emulate-world-size", o.emulate_world_size,
                  "one process plays one rank of a job of this many ranks (shapes and bytes exact, no data moved)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(FiniteRange(1, 1 << 20));
   app.add_option("--emulate-rank", o.emulate_rank, "with --emulate-world-size: the rank to play (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_flag("--profile", o.profile,
                "trace extra steps after the measured ones (CUPTI on CUDA, collectives and the training thread on "
                "CPU): overlap, exposed communication, temporal breakdown, top kernels in the report's profile");
   app.add_option("--profile-steps", o.profile_steps, "with --profile: how many steps to trace")
-      ->check(CLI::Range(1, 1000))
+      ->check(FiniteRange(1, 1000))
       ->capture_default_str();
   app.add_option("--trace", o.trace, "write a Chrome/Perfetto trace of the profiled steps to FILE (implies --profile)");
+  app.add_flag("--no-memory-check", o.no_memory_check,
+               "start even when the pre-flight estimate of a rank's peak memory exceeds what is available");
   app.add_flag("--quiet", o.quiet, "print only errors");
-  app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang:RANK:STEP")->group("");
+  app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang|sigkill:RANK:STEP")->group("");
   app.add_option("--plant-lr-scale", o.plant_lr_scale, "test hook: multiply the lr schedule (crossval's planted difference)")
       ->check(CLI::PositiveNumber)
       ->group("");
@@ -160,86 +167,146 @@ models::ModelConfig RunOptions::model_config() const {
   return cfg;
 }
 
+void mark_given(const CLI::App& app, RunOptions& o) {
+  o.given.clear();
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0) o.given.insert(opt->get_name());
+  auto has = [&](const char* f) { return o.given.count(f) > 0; };
+  o.nproc_given = has("--nproc");
+  o.precision_given = has("--precision");
+  o.micro_batch_given = has("--micro-batch");
+  o.grad_accum_given = has("--grad-accum");
+  o.grad_clip_given = has("--grad-clip");
+  o.backend_given = has("--backend");
+}
+
+std::pair<std::string, std::string> RunOptions::config_file() const {
+  const int n = int(!config.empty()) + int(!accelerate_config.empty()) + int(!deepspeed_config.empty());
+  if (n > 1) throw UsageError("give one of --config, --accelerate-config and --deepspeed-config");
+  if (!config.empty()) return {config, "--config"};
+  if (!accelerate_config.empty()) return {accelerate_config, "--accelerate-config"};
+  if (!deepspeed_config.empty()) return {deepspeed_config, "--deepspeed-config"};
+  return {"", ""};
+}
+
 int RunOptions::world_size_hint() const {
-  if (nproc_given || accelerate_config.empty()) return nproc;
-  const int n = backends::fsdp2::is_accelerate_fsdp2_config(accelerate_config)
-                    ? backends::fsdp2::read_accelerate_fsdp2_config(accelerate_config).num_processes
-                    : backends::fsdp::read_accelerate_config(accelerate_config).num_processes;
-  return n > 0 ? n : nproc;
+  const auto [path, flag] = config_file();
+  const int from_file = path.empty() ? 0 : config_num_processes(path, flag, nproc_given);
+  if (nproc_given || from_file == 0) return nproc;
+  return from_file;
 }
 
-// BEGIN fsdp2 (issue 14): an accelerate config with `fsdp_version: 2` runs the FSDP2-mode engine.
-// The --config dispatch (issue 11) takes this decision over at merge.
-std::string RunOptions::resolved_backend() const {
-  if (!accelerate_config.empty() && backends::fsdp2::is_accelerate_fsdp2_config(accelerate_config)) {
-    if (backend_given && backend != "fsdp" && backend != "fsdp2")
-      throw UsageError("--accelerate-config " + accelerate_config + " has fsdp_version 2 (--backend fsdp2), not --backend " +
-                       backend);
-    return "fsdp2";
-  }
-  if (!accelerate_config.empty() && backend == "fsdp2")
-    throw UsageError("--accelerate-config " + accelerate_config + " has no fsdp_config.fsdp_version: 2; --backend fsdp2 "
-                     "reads FSDP2 configs only");
-  return backend;
+int RunOptions::world_size() const {
+  if (emulate_world_size > 0) return emulate_world_size;
+  const auto env = runtime::discover_dist_env(runtime::process_env());
+  if (env.source != "single") return env.world_size;
+  return world_size_hint();
 }
-// END fsdp2
 
-backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings) const {
-  backends::EngineSpec spec;
+RunOptions::Resolved RunOptions::resolve() const {
+  Resolved r;
+  auto& spec = r.spec;
+  auto& notes = r.provenance.notes;
   spec.model = model_config();
   spec.train = train;
   spec.precision = precision;
-  const std::string backend = resolved_backend();  // fsdp2 for an accelerate fsdp_version 2 file
-  if (!accelerate_config.empty() && backend != "fsdp" && backend != "fsdp2")
-    throw UsageError("--accelerate-config configures --backend fsdp, not '" + backend + "'");
-  if (backend == "fsdp") {
+  r.backend = backend;
+  const auto [path, flag] = config_file();
+  bool file_options = false;
+  if (!path.empty()) {
+    ConfigRequest req;
+    req.path = path;
+    req.flag = flag;
+    req.backend = backend;
+    req.backend_given = backend_given;
+    req.precision = precision;
+    req.precision_given = precision_given;
+    req.train = train;
+    req.given = given;
+    req.world_size = world_size();
+    req.hidden = spec.model.hidden;
+    auto cfg = resolve_config(req);
+    r.backend = cfg.backend;
+    r.provenance = cfg.provenance;
+    spec.train = cfg.train;
+    if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
+    spec.options = cfg.options;
+    file_options = true;
+  }
+  // Command-line flags override the file (as accelerate launch's flags override its config).
+  auto overridden = [&](const std::string& flag_name, const std::string& value) {
+    if (file_options) notes.apply(flag_name, value, "command line, over the config file");
+  };
+  if (r.backend == "fsdp") {
     backends::fsdp::FsdpOptions f;
-    if (!accelerate_config.empty()) {
-      auto cfg = backends::fsdp::read_accelerate_config(accelerate_config);
-      f = cfg.fsdp;
-      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
-      if (warnings) *warnings = cfg.warnings;
+    if (file_options) f = backends::fsdp::fsdp_options_from_json(spec.options);
+    if (!sharding_strategy.empty()) {
+      f.sharding_strategy = backends::fsdp::parse_sharding_strategy(sharding_strategy);
+      overridden("--sharding-strategy", sharding_strategy);
     }
-    // Command-line flags override the file.
-    if (!sharding_strategy.empty()) f.sharding_strategy = backends::fsdp::parse_sharding_strategy(sharding_strategy);
-    if (!backward_prefetch.empty()) f.backward_prefetch = backends::fsdp::parse_backward_prefetch(backward_prefetch);
-    if (forward_prefetch) f.forward_prefetch = true;
-    if (!limit_all_gathers.empty()) f.limit_all_gathers = limit_all_gathers == "true";
-    if (hsdp_shard_size > 0) f.hybrid_shard_group_size = hsdp_shard_size;
-    if (!reduce_dtype.empty()) f.reduce_dtype = reduce_dtype;
+    if (!backward_prefetch.empty()) {
+      f.backward_prefetch = backends::fsdp::parse_backward_prefetch(backward_prefetch);
+      overridden("--backward-prefetch", backward_prefetch);
+    }
+    if (forward_prefetch) {
+      f.forward_prefetch = true;
+      overridden("--forward-prefetch", "true");
+    }
+    if (!limit_all_gathers.empty()) {
+      f.limit_all_gathers = limit_all_gathers == "true";
+      overridden("--limit-all-gathers", limit_all_gathers);
+    }
+    if (hsdp_shard_size > 0) {
+      f.hybrid_shard_group_size = hsdp_shard_size;
+      overridden("--hsdp-shard-size", std::to_string(hsdp_shard_size));
+    }
+    if (!reduce_dtype.empty()) {
+      f.reduce_dtype = reduce_dtype;
+      overridden("--reduce-dtype", reduce_dtype);
+    }
     spec.options = backends::fsdp::to_json(f);
     if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
   } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
-             (!reduce_dtype.empty() && backend != "fsdp2") || !limit_all_gathers.empty()) {
+             (!reduce_dtype.empty() && r.backend != "fsdp2") || !limit_all_gathers.empty()) {
     throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
   }
-  // BEGIN fsdp2 (issue 14)
-  if (backend == "fsdp2") {
+  if (r.backend == "fsdp2") {
+    // The file's options (bench/config_file.cpp reads fsdp_version 2 files with the fsdp2 reader),
+    // then the command line's.
     backends::fsdp2::Fsdp2Options f;
-    if (!accelerate_config.empty()) {
-      auto cfg = backends::fsdp2::read_accelerate_fsdp2_config(accelerate_config);
-      f = cfg.fsdp2;
-      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
-      if (warnings) {
-        *warnings = cfg.warnings;
-        for (const auto& k : cfg.ignored) warnings->push_back(k.key + ": " + k.value + " ignored (" + k.reason + ")");
-      }
-    }
-    // Command-line flags override the file.
-    if (!reshard_after_forward.empty())
+    if (file_options) f = backends::fsdp2::fsdp2_options_from_json(spec.options);
+    auto set_text = [&](const std::string& v, std::string& field, const char* flag_name) {
+      if (v.empty()) return;
+      field = v;
+      overridden(flag_name, v);
+    };
+    auto set_int = [&](int v, int& field, const char* flag_name) {
+      if (v < 0) return;
+      field = v;
+      overridden(flag_name, std::to_string(v));
+    };
+    if (!reshard_after_forward.empty()) {
       f.reshard_after_forward = backends::fsdp2::parse_reshard_after_forward("--reshard-after-forward", reshard_after_forward);
-    if (!reduce_dtype.empty()) f.reduce_dtype = reduce_dtype;
-    if (!output_dtype.empty()) f.output_dtype = output_dtype;
-    if (!fsdp2_grouping.empty()) f.grouping = fsdp2_grouping;
-    if (modules_to_forward_prefetch >= 0) f.modules_to_forward_prefetch = modules_to_forward_prefetch;
-    if (modules_to_backward_prefetch >= 0) f.modules_to_backward_prefetch = modules_to_backward_prefetch;
-    if (dp_replicate_size >= 0) f.dp_replicate_size = dp_replicate_size;
-    if (dp_shard_size >= 0) f.dp_shard_size = dp_shard_size;
+      overridden("--reshard-after-forward", reshard_after_forward);
+    }
+    set_text(reduce_dtype, f.reduce_dtype, "--reduce-dtype");
+    set_text(output_dtype, f.output_dtype, "--output-dtype");
+    set_text(fsdp2_grouping, f.grouping, "--fsdp2-grouping");
+    set_int(modules_to_forward_prefetch, f.modules_to_forward_prefetch, "--modules-to-forward-prefetch");
+    set_int(modules_to_backward_prefetch, f.modules_to_backward_prefetch, "--modules-to-backward-prefetch");
+    set_int(dp_replicate_size, f.dp_replicate_size, "--dp-replicate-size");
+    set_int(dp_shard_size, f.dp_shard_size, "--dp-shard-size");
     // --sync-each-batch is a training option (accelerate's GradientAccumulationPlugin), shared by all.
     f.sync_each_batch = f.sync_each_batch || spec.train.sync_each_batch;
     spec.train.sync_each_batch = f.sync_each_batch;
-    if (force_sum_reduction_for_comms) f.force_sum_reduction_for_comms = true;
-    if (cpu_ram_efficient_loading) f.cpu_ram_efficient_loading = true;
+    if (force_sum_reduction_for_comms) {
+      f.force_sum_reduction_for_comms = true;
+      overridden("--force-sum-reduction-for-comms", "true");
+    }
+    if (cpu_ram_efficient_loading) {
+      f.cpu_ram_efficient_loading = true;
+      overridden("--cpu-ram-efficient-loading", "true");
+    }
     spec.options = backends::fsdp2::to_json(backends::fsdp2::fsdp2_options_from_json(backends::fsdp2::to_json(f)));
     if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
   } else if (!reshard_after_forward.empty() || !output_dtype.empty() || !fsdp2_grouping.empty() ||
@@ -247,28 +314,28 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
              dp_shard_size >= 0 || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
     throw UsageError("FSDP2 options (--reshard-after-forward, --dp-replicate-size, ...) need --backend fsdp2");
   }
-  // END fsdp2
-  if (!deepspeed_config.empty() && backend != "zero3")
-    throw UsageError("--deepspeed-config configures --backend zero3, not '" + backend + "'");
-  if (backend == "zero3") {
+  if (r.backend == "zero3") {
     backends::zero3::Zero3Options z;
-    if (!deepspeed_config.empty()) {
-      auto cfg = backends::zero3::read_deepspeed_config(deepspeed_config, spec.model.hidden);
-      z = cfg.zero;
-      if (!precision_given && !cfg.precision.empty()) spec.precision = cfg.precision;
-      if (!micro_batch_given && cfg.micro_batch > 0) spec.train.micro_batch = cfg.micro_batch;
-      if (!grad_accum_given && cfg.grad_accum > 0) spec.train.grad_accum = cfg.grad_accum;
-      if (!grad_clip_given && cfg.grad_clip >= 0) spec.train.grad_clip = cfg.grad_clip;
-      if (warnings) warnings->insert(warnings->end(), cfg.warnings.begin(), cfg.warnings.end());
+    if (file_options) z = backends::zero3::zero3_options_from_json(spec.options);
+    auto set = [&](int64_t v, int64_t& field, const char* flag_name) {
+      if (v < 0) return;
+      field = v;
+      overridden(flag_name, std::to_string(v));
+    };
+    set(reduce_bucket_size, z.reduce_bucket_size, "--reduce-bucket-size");
+    set(prefetch_bucket_size, z.stage3_prefetch_bucket_size, "--prefetch-bucket-size");
+    set(persistence_threshold, z.stage3_param_persistence_threshold, "--persistence-threshold");
+    set(max_live_parameters, z.stage3_max_live_parameters, "--max-live-parameters");
+    set(max_reuse_distance, z.stage3_max_reuse_distance, "--max-reuse-distance");
+    set(sub_group_size, z.sub_group_size, "--sub-group-size");
+    if (!communication_data_type.empty()) {
+      z.communication_data_type = communication_data_type;
+      overridden("--communication-data-type", communication_data_type);
     }
-    if (reduce_bucket_size >= 0) z.reduce_bucket_size = reduce_bucket_size;
-    if (prefetch_bucket_size >= 0) z.stage3_prefetch_bucket_size = prefetch_bucket_size;
-    if (persistence_threshold >= 0) z.stage3_param_persistence_threshold = persistence_threshold;
-    if (max_live_parameters >= 0) z.stage3_max_live_parameters = max_live_parameters;
-    if (max_reuse_distance >= 0) z.stage3_max_reuse_distance = max_reuse_distance;
-    if (sub_group_size >= 0) z.sub_group_size = sub_group_size;
-    if (!communication_data_type.empty()) z.communication_data_type = communication_data_type;
-    if (!grad_accum_dtype.empty()) z.grad_accum_dtype = grad_accum_dtype;
+    if (!grad_accum_dtype.empty()) {
+      z.grad_accum_dtype = grad_accum_dtype;
+      overridden("--grad-accum-dtype", grad_accum_dtype);
+    }
     spec.options = backends::zero3::to_json(z);
   } else if (reduce_bucket_size >= 0 || prefetch_bucket_size >= 0 || persistence_threshold >= 0 ||
              max_live_parameters >= 0 || max_reuse_distance >= 0 || sub_group_size >= 0 ||
@@ -280,14 +347,14 @@ backends::EngineSpec RunOptions::engine_spec(std::vector<std::string>* warnings)
   if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
     throw UsageError("--emulate-rank " + std::to_string(emulate_rank) + " must be below --emulate-world-size " +
                      std::to_string(emulate_world_size));
-  if (train.warmup >= train.steps)
-    throw UsageError("--warmup " + std::to_string(train.warmup) + " must be below --steps " + std::to_string(train.steps) +
-                     " (no step would be measured)");
-  if (backend == "ddp") spec.options["bucket_cap_mb"] = bucket_cap_mb;
+  if (spec.train.warmup >= spec.train.steps)
+    throw UsageError("--warmup " + std::to_string(spec.train.warmup) + " must be below --steps " +
+                     std::to_string(spec.train.steps) + " (no step would be measured)");
+  if (r.backend == "ddp" && !spec.options.contains("bucket_cap_mb")) spec.options["bucket_cap_mb"] = bucket_cap_mb;
   spec.train.lr *= plant_lr_scale;  // lr_at is linear in lr: every step's lr scales (1.0 unless planted)
-  backends::validate_precision(backend, spec.precision);  // validates both names
+  backends::validate_precision(r.backend, spec.precision);  // validates both names
   fault();                     // validates the hook
-  return spec;
+  return r;
 }
 
 FaultInjection RunOptions::fault() const {
@@ -302,8 +369,8 @@ FaultInjection RunOptions::fault() const {
   } catch (const std::exception&) {
     throw UsageError("--fault-inject '" + fault_inject + "' is not KIND:RANK:STEP");
   }
-  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang")
-    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash or hang");
+  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang" && f.kind != "sigkill")
+    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash, hang or sigkill");
   return f;
 }
 

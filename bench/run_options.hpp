@@ -4,13 +4,15 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <set>
 #include <string>
 
 #include "backends/engine.hpp"
+#include "bench/config_file.hpp"
 
 namespace zb::bench {
 
-struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang:RANK:STEP
+struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sigkill:RANK:STEP
   std::string kind;      // empty = none
   int rank = -1;
   int64_t step = -1;
@@ -39,6 +41,10 @@ struct RunOptions {
   int profile_steps = 3;
   std::string trace;
   double bucket_cap_mb = 25;  // ddp
+  // Any accelerate config (FSDP, DEEPSPEED, MULTI_GPU) or DeepSpeed JSON: it picks the backend
+  // (bench/config_file.hpp). --accelerate-config / --deepspeed-config are the kind-checked spellings.
+  std::string config;
+  bool no_memory_check = false;  // skip the pre-flight memory estimate check
   // fsdp (empty = the config file's value or PyTorch's default)
   std::string accelerate_config;
   std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
@@ -54,23 +60,34 @@ struct RunOptions {
   int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;
   int64_t max_live_parameters = -1, max_reuse_distance = -1, sub_group_size = -1;
   std::string communication_data_type, grad_accum_dtype;
-  // Which flags the command line gave (set by the CLI layer; config files fill the rest).
+  // Which flags the command line gave (mark_given; config files fill the rest).
   bool nproc_given = false, precision_given = false, micro_batch_given = false, grad_accum_given = false,
        grad_clip_given = false, backend_given = false;
+  std::set<std::string> given;  // every flag the command line set, "--micro-batch" etc.
 
   models::ModelConfig model_config() const;  // preset + overrides, validated
-  // Validated (throws UsageError). Reads backend config files; `warnings` gets the keys a
-  // config file set that zerobench cannot honour, by name.
-  backends::EngineSpec engine_spec(std::vector<std::string>* warnings = nullptr) const;
-  // World size: --nproc, else a config file's num_processes, else 1.
+
+  // The run as the command line and its config file define it. Validated (throws UsageError).
+  struct Resolved {
+    std::string backend;   // --backend, or the one a config file picks
+    backends::EngineSpec spec;
+    ConfigProvenance provenance;  // the config file's sources, applied/ignored keys, warnings
+  };
+  Resolved resolve() const;
+  backends::EngineSpec engine_spec() const { return resolve().spec; }
+  // World size: --nproc, else a config file's num_processes, else 1 (this machine's launch).
   int world_size_hint() const;
-  // --backend, or fsdp2 when --accelerate-config says fsdp_version: 2 (throws UsageError on a clash).
-  std::string resolved_backend() const;
+  // The run's world size: --emulate-world-size, a torchrun/SLURM job's, else world_size_hint().
+  int world_size() const;
+  // The config file and the flag that named it ("" when none).
+  std::pair<std::string, std::string> config_file() const;
   FaultInjection fault() const;
   std::string default_out(int world_size) const;
 };
 
 void add_run_options(CLI::App& app, RunOptions& o);
+// Records which flags `app` (after parsing) was given: o.given and the *_given fields.
+void mark_given(const CLI::App& app, RunOptions& o);
 
 // The model-shape flags only (for model-info).
 void add_model_options(CLI::App& app, RunOptions& o);

@@ -2,6 +2,8 @@
 #include "bench/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -20,6 +22,7 @@ void maybe_inject(const FaultInjection& f, int rank, int64_t step) {
   if (f.kind.empty() || f.rank != rank || f.step != step) return;
   if (f.kind == "exit") std::_Exit(1);
   if (f.kind == "crash") std::abort();
+  if (f.kind == "sigkill") raise(SIGKILL);  // what the kernel's OOM killer does
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // "hang"
 }
 
@@ -58,7 +61,8 @@ class StepRunner {
     for (int64_t a = 0; a < t.grad_accum; ++a) {
       const bool last = a + 1 == t.grad_accum;
       loss_sum += engine_.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
-      if (last && step + 1 == t.steps) result.model_state_bytes = engine_.model_state_bytes();
+      // Taken at every step's last backward: the last step's value stands (or the diverged step's).
+      if (last) result.model_state_bytes = engine_.model_state_bytes();
     }
     double grad_norm = 0;
     {
@@ -157,11 +161,19 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     maybe_inject(fault, comm.rank(), step);
     if (step == t.warmup) measured_range = runtime::nvtx::start("measured");
     result.steps.push_back(runner.run(step, result, nullptr));
+    const auto& rec = result.steps.back();
+    if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
+      const bool loss_bad = !std::isfinite(rec.loss);
+      const double bad = loss_bad ? rec.loss : rec.grad_norm;
+      result.diverged_step = step;
+      result.diverged_what = std::string(loss_bad ? "loss " : "grad_norm ") + (std::isnan(bad) ? "nan" : "inf");
+      break;
+    }
   }
   runtime::nvtx::end(measured_range);
   result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
   result.comm_total = comm.stats();
-  if (profile_steps > 0) {
+  if (profile_steps > 0 && result.diverged_step < 0) {
     const auto last_step_comm = result.comm_last_step;
     result.profile = run_profiled_steps(runner, comm, t.steps, profile_steps, result);
     result.comm_last_step = last_step_comm;  // the report's traffic is the last measured step's

@@ -48,10 +48,15 @@ struct TrainResult {
   CommSnapshot comm_last_step{};                // one step's traffic (the last)
   CommSnapshot comm_total{};                    // every step
   std::optional<ProfileResult> profile;         // with profile_steps > 0
+  // A run that went wrong: the step whose loss or global grad norm was NaN/Inf (every rank sees
+  // the same averaged loss and global norm, so every rank stops there); steps ends with it.
+  int64_t diverged_step = -1;
+  std::string diverged_what;  // "loss nan", "grad_norm inf", ...
 };
 
-// Runs spec.train.steps optimizer steps. `side` is an uncounted group for averaging the loss.
-// With profile_steps > 0, that many more steps run traced after spec.train.steps.
+// Runs spec.train.steps optimizer steps, or up to the first whose loss or grad norm is NaN/Inf
+// (result.diverged_step). `side` is an uncounted group for averaging the loss.
+// With profile_steps > 0 (and no divergence), that many more steps run traced after spec.train.steps.
 TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
                          backends::common::Comm& side, const FaultInjection& fault = {}, int profile_steps = 0);
 

@@ -75,10 +75,33 @@ std::vector<std::string> validate_report(const json& r) {
   require(r, "", "status/error", Type::String, p);
   if (r.contains("status") && r["status"].is_object() && r["status"].contains("state")) {
     const auto s = r["status"]["state"];
-    if (s != "ok" && s != "oom" && s != "failed" && s != "timeout")
-      p.push_back("status/state: must be ok, oom, failed or timeout, got " + s.dump());
+    if (s != "ok" && s != "oom" && s != "failed" && s != "timeout" && s != "diverged")
+      p.push_back("status/state: must be ok, oom, failed, timeout or diverged, got " + s.dump());
   }
   require(r, "", "config", Type::Object, p);
+  // What the run was read from (written by every report of this version; older ones lack it).
+  if (r.contains("config") && r["config"].is_object()) {
+    const auto& c = r["config"];
+    auto entries = [&](const char* key, std::initializer_list<const char*> fields) {
+      if (!c.contains(key)) return;
+      if (!c[key].is_array()) {
+        p.push_back(std::string("config/") + key + ": expected array");
+        return;
+      }
+      for (size_t i = 0; i < c[key].size(); ++i)
+        for (const char* f : fields)
+          require(c[key][i], std::string("config/") + key + "[" + std::to_string(i) + "]/", f, Type::String, p);
+    };
+    entries("source_files", {"path", "sha256"});
+    entries("ignored", {"key", "value", "reason"});
+    entries("applied", {"key", "value", "as"});
+    if (c.contains("warnings")) {
+      if (!c["warnings"].is_array()) p.push_back("config/warnings: expected array");
+      else
+        for (const auto& w : c["warnings"])
+          if (!w.is_string()) p.push_back("config/warnings: expected strings");
+    }
+  }
   const bool ok = r.contains("status") && r["status"].value("state", "") == "ok";
   if (!ok) return p;  // a failed run carries what it has; the rest is optional
   for (const char* k : {"env/device", "env/torch", "env/compiler", "env/host", "env/git_sha", "env/peak_source",
@@ -114,6 +137,8 @@ std::vector<std::string> validate_report(const json& r) {
                           "memory/model_states_bytes/grads", "memory/model_states_bytes/optimizer",
                           "memory/peak_tracked_bytes", "memory/peak_rss_bytes"})
       require(rk, where, k, Type::Number, p);
+    if (rk.contains("memory") && rk["memory"].is_object() && rk["memory"].contains("estimated_peak_bytes"))
+      require(rk, where, "memory/estimated_peak_bytes", Type::Number, p);
     // `buffers` (persistent communication buffers) is optional: reports before it lack it.
     if (rk.contains("memory") && rk["memory"].contains("model_states_bytes") &&
         rk["memory"]["model_states_bytes"].contains("buffers"))

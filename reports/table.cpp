@@ -46,7 +46,9 @@ std::string fmt(const char* f, double v) {
 struct Row {
   std::string cell, backend, precision, state, error;
   int world = 0;
+  int warnings = 0;  // config.warnings: the run is the framework's, maybe not what the file's author expected
   double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
+  double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
   double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
   double states_mib() const {
     double sum = 0;
@@ -86,6 +88,7 @@ Row row_of(const json& r) {
   }
   row.state = r["status"]["state"];
   row.error = r["status"]["error"];
+  if (cfg.contains("warnings") && cfg["warnings"].is_array()) row.warnings = int(cfg["warnings"].size());
   if (row.state != "ok") return row;
   row.world = r["env"]["world_size"];
   const auto& s = r["summary"];
@@ -98,6 +101,9 @@ Row row_of(const json& r) {
     for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
       row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
     row.peak_mib = std::max(row.peak_mib, rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB);
+    if (rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0)
+      row.est_mib = std::max(std::isfinite(row.est_mib) ? row.est_mib : 0.0,
+                             rk["memory"]["estimated_peak_bytes"].get<double>() / kMiB);
     double comm = 0;
     for (const auto& [k, v] : rk["comm"].items()) comm += v["bytes"].get<double>();
     row.comm_mib = std::max(row.comm_mib, comm / kMiB);
@@ -117,8 +123,8 @@ std::vector<std::string> header(bool with_baseline, bool with_projection) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "buffers MiB",   "peak tracked MiB", "comm MiB/step", "overlap",
-                                "final loss",
+                                "buffers MiB",   "peak tracked MiB", "est. peak MiB", "peak/est",
+                                "comm MiB/step", "overlap",       "final loss",
                                 "status"};
   if (with_baseline) {
     h.insert(h.end() - 1, "tokens/GPU/s vs base");
@@ -148,6 +154,8 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
                                 dash_if_failed(fmt("%.3f", r.mfu_6n))};
   for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
   c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
+  c.push_back(r.state == "ok" && std::isfinite(r.est_mib) ? fmt("%.2f", r.est_mib) : "-");
+  c.push_back(r.state == "ok" && std::isfinite(r.est_mib) && r.est_mib > 0 ? fmt("%.2f", r.peak_mib / r.est_mib) : "-");
   c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
   c.push_back(std::isfinite(r.overlap) ? fmt("%.2f", r.overlap) : "-");
   c.push_back(std::isfinite(r.final_loss) ? fmt("%.4f", r.final_loss) : "-");
@@ -159,7 +167,10 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
     c.push_back(std::isfinite(r.predicted_tps) ? fmt("%.1f", r.predicted_tps) : "-");
     c.push_back(std::isfinite(r.prediction_error) ? fmt("%+.1f%%", 100 * r.prediction_error) : "-");
   }
-  c.push_back(r.state != "ok" ? r.state + ": " + r.error : r.projected ? "projected" : "ok");
+  std::string status = r.state != "ok" ? r.state + ": " + r.error : r.projected ? "projected" : "ok";
+  // Flag a run that read a config file with warnings (config.warnings in its report).
+  if (r.warnings > 0) status += " (" + std::to_string(r.warnings) + " config warning" + (r.warnings > 1 ? "s" : "") + ")";
+  c.push_back(status);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
@@ -63,6 +64,15 @@ CudaMemoryStats memory_stats(int index) {
   return s;
 }
 void reset_peaks(int index) { c10::cuda::CUDACachingAllocator::resetPeakStats(c10::DeviceIndex(index)); }
+
+bool mem_get_info(int index, int64_t* free_bytes, int64_t* total_bytes) {
+  c10::cuda::CUDAGuard guard{c10::DeviceIndex(index)};
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return false;
+  *free_bytes = int64_t(free);
+  *total_bytes = int64_t(total);
+  return true;
+}
 
 std::string runtime_version() {
   int v = 0;

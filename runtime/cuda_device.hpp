@@ -20,6 +20,7 @@ std::unique_ptr<RegionTimer> make_event_timer();
 std::unique_ptr<DeviceEvent> make_stream_event();
 CudaMemoryStats memory_stats(int index);
 void reset_peaks(int index);
+bool mem_get_info(int index, int64_t* free_bytes, int64_t* total_bytes);  // cudaMemGetInfo on `index`
 std::string runtime_version();
 std::string nccl_version();
 std::string driver_version();

@@ -88,13 +88,24 @@ int device_count(at::Device device) {
   return 1;
 }
 
-std::optional<double> datasheet_peak_tflops(const std::string& name) {
+std::optional<double> datasheet_peak_tflops(const std::string& name) { return datasheet_peak_tflops(name, "bf16"); }
+
+std::optional<double> datasheet_peak_tflops(const std::string& name, const std::string& math) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("A100")) return 312.0;
-  if (has("H200")) return 989.0;
-  if (has("H100") && has("PCIe")) return 756.0;
-  if (has("H100")) return 989.0;
-  return std::nullopt;
+  // NVIDIA datasheets, dense: A100 bf16 312 / TF32 156 / FP32 19.5; H100 SXM and H200 989 /
+  // 494.7 / 67; H100 PCIe 756 / 378 / 51.
+  struct Row {
+    double bf16, tf32, fp32;
+  };
+  std::optional<Row> row;
+  if (has("A100")) row = Row{312.0, 156.0, 19.5};
+  else if (has("H200")) row = Row{989.0, 494.7, 67.0};
+  else if (has("H100") && has("PCIe")) row = Row{756.0, 378.0, 51.0};
+  else if (has("H100")) row = Row{989.0, 494.7, 67.0};
+  if (!row) return std::nullopt;
+  if (math == "tf32") return row->tf32;
+  if (math == "fp32") return row->fp32;
+  return row->bf16;
 }
 
 std::unique_ptr<RegionTimer> make_region_timer(at::Device device) {
@@ -124,6 +135,25 @@ CudaMemoryStats cuda_memory_stats(at::Device device) {
   if (device.is_cuda()) return cuda::memory_stats(device.index());
 #endif
   return {};
+}
+
+int64_t available_bytes(at::Device device, int64_t* total_bytes) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    int64_t free = -1, total = -1;
+    if (!cuda::mem_get_info(device.index(), &free, &total)) return -1;
+    if (total_bytes) *total_bytes = total;
+    return free;
+  }
+#endif
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t value = 0, available = -1;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemTotal:" && total_bytes) *total_bytes = value * 1024;
+    if (key == "MemAvailable:") available = value * 1024;
+  }
+  return available;
 }
 
 void reset_cuda_peaks(at::Device device) {

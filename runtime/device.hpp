@@ -21,6 +21,9 @@ int device_count(at::Device device);
 
 // Dense bf16 peak TFLOP/s from the datasheet (DESIGN §4), by device name; nullopt if unknown.
 std::optional<double> datasheet_peak_tflops(const std::string& device_name);
+// The same for `math` "bf16", "tf32" (fp32 matmuls on tensor cores) or "fp32" (CUDA cores);
+// NVIDIA's dense (no sparsity) figures.
+std::optional<double> datasheet_peak_tflops(const std::string& device_name, const std::string& math);
 
 // Times a region on the device: start() ... stop() returns seconds.
 class RegionTimer {

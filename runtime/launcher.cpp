@@ -121,6 +121,7 @@ LaunchResult launch_local(const LaunchOptions& opts) {
         result.failed_rank = rank;
         result.message = describe(rank, status);
         result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed;
+        result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         begin_stop();
       }
       continue;

@@ -20,6 +20,7 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;      // 0 ok; the failed rank's exit code (1 if killed by a signal); 124 timeout
   int failed_rank = -1;   // first rank that failed, -1 if none
+  int signal = 0;         // the signal that killed it (SIGKILL: typically the kernel's OOM killer), 0 if none
   std::string message;    // "rank 1 exited with code 1" / "rank 0 was killed by signal 9 (Killed)"
 };
 

@@ -28,6 +28,11 @@ struct CudaMemoryStats {
 CudaMemoryStats cuda_memory_stats(at::Device device);
 void reset_cuda_peaks(at::Device device);
 
+// Memory a new allocation can still get: on CUDA the device's free bytes (cudaMemGetInfo), on CPU
+// the kernel's MemAvailable (/proc/meminfo), shared by every process on the machine.
+// `total_bytes` (if given) gets the device's or machine's total. Returns -1 if unknown.
+int64_t available_bytes(at::Device device, int64_t* total_bytes = nullptr);
+
 // Bytes currently tracked for `device`: the counting allocator on CPU, allocated bytes on CUDA.
 int64_t tracked_bytes(at::Device device);
 int64_t tracked_peak_bytes(at::Device device);

@@ -14,7 +14,7 @@ torch_version="${ZEROBENCH_TORCH:-2.11.0}"
 export CCACHE_DIR="${CCACHE_DIR:-${cache_root}/ccache}"
 
 debian_packages=(cmake ninja-build g++ ccache nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
-                 libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev python3-venv)
+                 libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libssl-dev python3-venv)
 
 missing=()
 for p in "${debian_packages[@]}"; do

@@ -53,7 +53,7 @@ TEST(CudaStreams, SideStreamsAreRealAndTheGuardMakesThemCurrent) {
 
 TEST(CudaEngines, Fp32TrainingOnOneGpuMatchesTheCpuRun) {
   ZB_REQUIRE_GPU();
-  for (const std::string backend : {"fsdp", "zero3", "ddp"}) {
+  for (const std::string backend : {"fsdp", "zero3", "ddp", "fsdp2"}) {
     auto spec = test_support::small_spec(2);
     spec.precision = "fp32";
     auto cpu = test_support::train_backend(backend, spec, 1);

@@ -1,6 +1,6 @@
 // FSDP-mode: exactness against the single-process reference, precision modes, engine-owned
 // bytes and comm bytes against closed forms, real freeing of unsharded storage, prefetch order,
-// and the accelerate config reader.
+// (The accelerate config reader: test_configs.cpp.)
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -344,40 +344,6 @@ TEST(FsdpOverlap, PrefetchAndReduceScatterAreWaitedForAfterTheComputeTheyOverlap
   const auto rs3 = find("reduce_scatter", "unit3");
   EXPECT_LT(rs3.start_ns, event_ns.at("post_backward:2"));
   EXPECT_GT(rs3.wait_start_ns, event_ns.at("post_backward:2"));
-}
-
-TEST(AccelerateConfig, ReadsTheBlogConfigAndWarnsAboutUnhonouredKeys) {
-  const auto cfg = backends::fsdp::read_accelerate_config(std::string(ZEROBENCH_SOURCE_DIR) +
-                                                          "/bench/configs/accelerate_fsdp_blog.yaml");
-  EXPECT_EQ(cfg.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
-  EXPECT_EQ(cfg.fsdp.backward_prefetch, backends::fsdp::BackwardPrefetch::kBackwardPre);
-  EXPECT_EQ(cfg.precision, "mixed");
-  EXPECT_EQ(cfg.num_processes, 4);
-  std::string all;
-  for (const auto& w : cfg.warnings) all += w + "\n";
-  for (const char* key : {"fsdp_state_dict_type", "fsdp_use_orig_params", "fsdp_cpu_ram_efficient_loading"})
-    EXPECT_NE(all.find(key), std::string::npos) << key << " not warned about:\n" << all;
-}
-
-TEST(AccelerateConfig, NumberSpellingsAndBadValues) {
-  const auto path = test_support::temp_path("acc.yaml");
-  std::ofstream(path) << "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_sharding_strategy: 2\n"
-                         "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_state_dict_type: 1\n";
-  auto cfg = backends::fsdp::read_accelerate_config(path);
-  EXPECT_EQ(cfg.fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
-  EXPECT_EQ(cfg.fsdp.state_dict_type, "FULL_STATE_DICT");
-  EXPECT_EQ(cfg.precision, "");
-  std::ofstream(path) << "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: QUARTER_SHARD\n";
-  try {
-    backends::fsdp::read_accelerate_config(path);
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("QUARTER_SHARD"), std::string::npos) << e.what();
-  }
-  auto r = test_support::run_zerobench("run --backend fsdp --accelerate-config " + path);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("QUARTER_SHARD"), std::string::npos) << r.output;
-  std::remove(path.c_str());
 }
 
 namespace {

@@ -3,12 +3,14 @@
 // waits for compute once per iteration, gradient work on the post-backward stream), ZeRO3-mode
 // as DeepSpeed (reduce-scatters waited only on the reduce-and-partition stream, the host and
 // compute stream wait for it at the end of backward), per-module fetch in backward, and
-// accelerate's gradient accumulation (no_sync / sync_each_batch).
+// accelerate's gradient accumulation (no_sync / sync_each_batch); FSDP2-mode as torch 2.11
+// fully_shard (copy-in / all-gather / reduce-scatter / all-reduce streams, held references).
 #include <gtest/gtest.h>
 
 #include "backends/common/comm.hpp"
 #include "backends/common/streams.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "tests/thread_world.hpp"
 
@@ -158,7 +160,15 @@ backends::EngineSpec one_step(const std::string& backend, const std::string& pre
   spec.train.steps = 1;
   spec.train.warmup = 0;
   if (backend == "fsdp") spec.options = backends::fsdp::to_json(FsdpOptions{});
+  if (backend == "fsdp2") spec.options = backends::fsdp2::to_json(backends::fsdp2::Fsdp2Options{});
   return spec;
+}
+
+// The entry that waits (kind, on `stream`) for the entry `target`, or -1.
+int64_t waiter_of(const Streams& s, Kind kind, const std::string& stream, int64_t target) {
+  for (const auto& e : s.log())
+    if (e.kind == kind && e.stream == stream && e.target == target) return e.seq;
+  return -1;
 }
 }  // namespace
 
@@ -350,4 +360,168 @@ TEST(Zero3Schedule, BackwardFetchesModuleByModuleInReverseExecutionOrder) {
   // Two gathers of every weight per step (forward, backward), one call each.
   const int64_t weights = 3 + 9 * spec.model.layers;
   EXPECT_EQ(run.result.comm_last_step[size_t(backends::common::CollectiveKind::kAllGather)].count, 2 * weights);
+}
+
+// ---------------------------------------------------------------- FSDP2-mode (torch 2.11 fully_shard)
+
+TEST(Fsdp2Schedule, ForwardAllGathersRunOnTheirStreamsUnderThePreviousGroupsCompute) {
+  const int L = 4;
+  auto run = logged_run("fsdp2", one_step("fsdp2", "mixed", L), 2);
+  const auto& s = run.engine->comm().streams();
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
+    const auto i = s.find(k, stream, label);
+    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
+    return i;
+  };
+  for (int u = 1; u < L; ++u) {
+    const std::string next = "unit" + std::to_string(u + 1);
+    const auto compute_u = seq(Kind::kOp, "compute", "forward unit" + std::to_string(u));
+    const auto copy_in = seq(Kind::kOp, "all_gather_copy_in", "all_gather copy-in " + next);
+    const auto ag = seq(Kind::kCollective, "", "all_gather:" + next);
+    ASSERT_GE(ag, 0);
+    // foreach_all_gather: copy-in on the copy-in stream, the all-gather issued from the all-gather
+    // stream after it (all_gather_stream.wait_stream(all_gather_copy_in_stream)).
+    EXPECT_EQ(s.log()[size_t(ag)].other, "all_gather");
+    EXPECT_TRUE(s.happens_before(copy_in, ag));
+    // Implicit prefetch: neither waits for unit u's compute (nor unit u-1's) ...
+    EXPECT_FALSE(s.happens_before(compute_u, copy_in)) << s.dump();
+    EXPECT_FALSE(s.happens_before(compute_u, ag)) << next << "'s all-gather waits for unit " << u << "'s compute";
+    EXPECT_FALSE(s.happens_before(seq(Kind::kOp, "compute", "forward unit" + std::to_string(u - 1)), ag));
+    // ... while unit u+1's copy-out and compute wait for its all-gather event.
+    const auto copy_out = seq(Kind::kOp, "compute", "all_gather copy-out " + next);
+    EXPECT_TRUE(s.happens_before(ag, copy_out));
+    EXPECT_TRUE(s.happens_before(ag, seq(Kind::kOp, "compute", "forward " + next)));
+  }
+  // AllGatherState: group k's all-gather output is held until group k+1's wait_for_unshard, where
+  // both all-gather streams wait its copy-out event — after group k+1's copy-in (which therefore
+  // wrote into other memory) and before group k+2's. The last one is released by the root's
+  // post-forward.
+  for (int k = 0; k <= L; ++k) {
+    const std::string label = "unit" + std::to_string(k);
+    const auto copy_out_event = seq(Kind::kRecordEvent, "compute", "all_gather copy-out " + label);
+    const auto wait_copy_in = waiter_of(s, Kind::kWaitEvent, "all_gather_copy_in", copy_out_event);
+    const auto wait_ag = waiter_of(s, Kind::kWaitEvent, "all_gather", copy_out_event);
+    ASSERT_GE(wait_copy_in, 0) << label << "\n" << s.dump();
+    ASSERT_GE(wait_ag, 0) << label;
+    if (k < L) {
+      EXPECT_GT(wait_copy_in, seq(Kind::kOp, "all_gather_copy_in", "all_gather copy-in unit" + std::to_string(k + 1)));
+    }
+    if (k + 2 <= L) {
+      EXPECT_LT(wait_copy_in, seq(Kind::kOp, "all_gather_copy_in", "all_gather copy-in unit" + std::to_string(k + 2)));
+    }
+    if (k == L) {
+      EXPECT_GT(wait_ag, seq(Kind::kOp, "compute", "forward unit0"));  // _post_forward of the forward root
+    }
+  }
+  // The all-gather streams wait for the compute stream once per iteration (_root_pre_forward);
+  // otherwise the all-gather stream waits only the copy-in stream.
+  int waits_on_compute = 0;
+  for (const auto& e : s.log())
+    if (e.kind == Kind::kWaitStream && (e.stream == "all_gather" || e.stream == "all_gather_copy_in")) {
+      waits_on_compute += e.other == "compute";
+      EXPECT_TRUE(e.other == "compute" || (e.stream == "all_gather" && e.other == "all_gather_copy_in")) << e.other;
+    }
+  EXPECT_EQ(waits_on_compute, 2);
+}
+
+TEST(Fsdp2Schedule, ReduceScattersRunOnTheirStreamAndComputeWaitsThemOneGroupLaterAndAtTheEnd) {
+  const int L = 3;
+  auto run = logged_run("fsdp2", one_step("fsdp2", "mixed", L), 2);
+  const auto& s = run.engine->comm().streams();
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
+    const auto i = s.find(k, stream, label);
+    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
+    return i;
+  };
+  for (const auto& e : s.log()) {
+    if (e.kind == Kind::kCollective && e.label.rfind("reduce_scatter:", 0) == 0) {
+      EXPECT_EQ(e.other, "reduce_scatter") << e.label;
+    }
+    if (e.kind == Kind::kWaitCollective && s.log()[size_t(e.target)].label.rfind("reduce_scatter:", 0) == 0) {
+      EXPECT_EQ(e.stream, "reduce_scatter") << "a reduce-scatter is waited for off its stream";
+    }
+    if (e.kind == Kind::kOp && e.label.rfind("post-reduce ", 0) == 0) {
+      EXPECT_EQ(e.stream, "reduce_scatter") << e.label;
+    }
+    if (e.kind == Kind::kWaitStream && e.stream == "reduce_scatter") {
+      EXPECT_EQ(e.other, "compute");  // foreach_reduce: reduce_scatter_stream.wait_stream(current_stream)
+    }
+  }
+  // Post-backward order: unit3, unit2, unit1, then the root (unit0) from the final callback.
+  const auto root_backward = seq(Kind::kOp, "compute", "backward unit0");
+  const auto norm_wait = s.find(Kind::kWaitCollective, "compute", "grad_norm", /*last=*/true);
+  ASSERT_GT(norm_wait, root_backward) << s.dump();
+  for (int u = 0; u <= L; ++u) {
+    const std::string label = "unit" + std::to_string(u);
+    const auto rs = seq(Kind::kCollective, "", "reduce_scatter:" + label);
+    const auto post_reduce = seq(Kind::kOp, "reduce_scatter", "post-reduce " + label);
+    // After the group's gradient computation and its reduce-scatter copy-in (current stream).
+    EXPECT_TRUE(s.happens_before(seq(Kind::kOp, "compute", "backward " + label), rs));
+    EXPECT_TRUE(s.happens_before(seq(Kind::kOp, "compute", "reduce_scatter copy-in " + label), rs));
+    EXPECT_TRUE(s.happens_before(rs, post_reduce));
+    // The optimizer (after the final callback) runs after every post-reduce.
+    EXPECT_TRUE(s.happens_before(post_reduce, norm_wait));
+    // The post-reduce event is waited only in finalize_backward (after the root's post-backward).
+    const auto post_reduce_event = seq(Kind::kRecordEvent, "reduce_scatter", "post_reduce " + label);
+    const auto waited = waiter_of(s, Kind::kWaitEvent, "compute", post_reduce_event);
+    EXPECT_GT(waited, root_backward) << label << "\n" << s.dump();
+    if (u == 0) continue;
+    // The next group's backward is not ordered after this reduce-scatter ...
+    const std::string prev = "unit" + std::to_string(u - 1);
+    EXPECT_FALSE(s.happens_before(rs, seq(Kind::kOp, "compute", "backward " + prev))) << s.dump();
+    // ... its post-backward waits this reduce-scatter's event (reduce_scatter_state) before its
+    // own copy-in — after which this group's reduce-scatter input is released — but not this
+    // group's post-reduce.
+    const auto next_copy_in = seq(Kind::kOp, "compute", "reduce_scatter copy-in " + prev);
+    const auto rs_wait =
+        waiter_of(s, Kind::kWaitEvent, "compute", seq(Kind::kRecordEvent, "reduce_scatter", "reduce_scatter " + label));
+    ASSERT_GE(rs_wait, 0) << label << "\n" << s.dump();
+    EXPECT_LT(rs_wait, next_copy_in);
+    EXPECT_GT(rs_wait, seq(Kind::kOp, "compute", "backward " + prev));
+    EXPECT_TRUE(s.happens_before(rs, next_copy_in));
+    EXPECT_FALSE(s.happens_before(post_reduce, next_copy_in));
+  }
+  // The root's reduce-scatter is the last: the final callback waits its event.
+  const auto last_rs_wait =
+      waiter_of(s, Kind::kWaitEvent, "compute", seq(Kind::kRecordEvent, "reduce_scatter", "reduce_scatter unit0"));
+  EXPECT_GT(last_rs_wait, root_backward);
+  EXPECT_LT(last_rs_wait, norm_wait);
+}
+
+TEST(Fsdp2Schedule, HsdpAllReducesRunOnTheAllReduceStreamAfterTheReduceScatter) {
+  const int L = 2;
+  auto spec = one_step("fsdp2", "fp32", L);
+  backends::fsdp2::Fsdp2Options o;
+  o.dp_replicate_size = 2;
+  spec.options = backends::fsdp2::to_json(o);
+  auto run = logged_run("fsdp2", spec, 4);
+  const auto& s = run.engine->comm().streams();
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
+    const auto i = s.find(k, stream, label);
+    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
+    return i;
+  };
+  const auto norm_wait = s.find(Kind::kWaitCollective, "compute", "grad_norm", /*last=*/true);
+  for (int u = 0; u <= L; ++u) {
+    const std::string label = "unit" + std::to_string(u);
+    const auto rs = seq(Kind::kCollective, "", "reduce_scatter:" + label);
+    const auto ar = seq(Kind::kCollective, "", "all_reduce:" + label);
+    ASSERT_GE(ar, 0);
+    EXPECT_EQ(s.log()[size_t(ar)].other, "all_reduce");  // all_reduce_stream
+    EXPECT_TRUE(s.happens_before(rs, ar));               // all_reduce_stream.wait_stream(reduce_scatter_stream)
+    const auto post_reduce = seq(Kind::kOp, "all_reduce", "post-reduce " + label);
+    EXPECT_TRUE(s.happens_before(ar, post_reduce));
+    EXPECT_TRUE(s.happens_before(post_reduce, norm_wait));
+    if (u == 0) continue;
+    // Neither the next group's backward nor its reduce-scatter copy-in waits for this all-reduce.
+    const std::string prev = "unit" + std::to_string(u - 1);
+    EXPECT_FALSE(s.happens_before(ar, seq(Kind::kOp, "compute", "backward " + prev))) << s.dump();
+    EXPECT_FALSE(s.happens_before(ar, seq(Kind::kOp, "compute", "reduce_scatter copy-in " + prev)));
+    EXPECT_TRUE(s.happens_before(rs, seq(Kind::kOp, "compute", "reduce_scatter copy-in " + prev)));
+  }
+  // Every wait on an all-reduce collective is on the all-reduce stream (except the norm's own).
+  for (const auto& e : s.log())
+    if (e.kind == Kind::kWaitCollective && s.log()[size_t(e.target)].label.rfind("all_reduce:unit", 0) == 0) {
+      EXPECT_EQ(e.stream, "all_reduce");
+    }
 }

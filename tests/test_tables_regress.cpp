@@ -85,7 +85,7 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,0.01,-,6.5000,ok"),
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,6.5000,ok"),
             std::string::npos)
       << csv;
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
@@ -205,9 +205,11 @@ TEST(Regress, BadInputExits2AndARegressionExits1) {
 }
 
 TEST(Matrix, AFailingCellIsRecordedTheNextRunsAndARerunResumes) {
+  // Cells time out after 20 s: long enough for two ranks to start and fail on a loaded 2-core
+  // machine (8 s was not), short enough for the hanging cell.
   const auto dir = test_support::temp_path("matrix");
   const auto file = dir + ".yaml";
-  std::ofstream(file) << "name: t\ntimeout_s: 8\nbase: {model: tiny, nproc: 2, steps: 2, warmup: 1, seq-len: 16, "
+  std::ofstream(file) << "name: t\ntimeout_s: 20\nbase: {model: tiny, nproc: 2, steps: 2, warmup: 1, seq-len: 16, "
                          "micro-batch: 1, layers: 1}\n"
                          "axes:\n  backend: [ddp, fsdp]\n"
                          "include:\n  - {backend: ddp, fault-inject: 'exit:1:0'}\n  - {backend: ddp, fault-inject: 'hang:0:0'}\n";

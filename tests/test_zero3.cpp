@@ -1,6 +1,6 @@
 // ZeRO3-mode: exactness against the single-process reference (with and without persistence),
 // bf16 against the fp32-master reference and against FSDP mixed, engine-owned bytes and comm
-// against closed forms, prefetch, and the DeepSpeed config reader.
+// against closed forms, prefetch. (The DeepSpeed config reader: test_configs.cpp.)
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -239,39 +239,6 @@ TEST(Zero3Comm, ReduceScatterCallsFollowTheBucketSize) {
   opts.communication_data_type = "fp32";
   spec.options = backends::zero3::to_json(opts);
   EXPECT_EQ(one_run(spec, 2).rs.bytes, accum * padded * 4);
-}
-
-TEST(DeepSpeedConfig, ResolvesAutoLikeTheHfIntegrationAndWarns) {
-  const auto cfg = backends::zero3::read_deepspeed_config(
-      std::string(ZEROBENCH_SOURCE_DIR) + "/bench/configs/deepspeed_zero3_blog.json", 4096);
-  EXPECT_EQ(cfg.zero.reduce_bucket_size, 4096LL * 4096);
-  EXPECT_EQ(cfg.zero.stage3_prefetch_bucket_size, int64_t(0.9 * 4096 * 4096));
-  EXPECT_EQ(cfg.zero.stage3_param_persistence_threshold, 40960);
-  EXPECT_EQ(cfg.zero.sub_group_size, 1000000000);
-  EXPECT_EQ(cfg.precision, "bf16");
-  EXPECT_EQ(cfg.micro_batch, 8);
-  EXPECT_EQ(cfg.grad_clip, 1.0);
-  ASSERT_EQ(cfg.warnings.size(), 1u);
-  EXPECT_NE(cfg.warnings[0].find("stage3_gather_16bit_weights_on_model_save"), std::string::npos);
-}
-
-TEST(DeepSpeedConfig, RefusesOtherStagesAndBadValuesWithExit2) {
-  const auto path = test_support::temp_path("ds.json");
-  std::ofstream(path) << R"({"zero_optimization": {"stage": 2}})";
-  auto r = test_support::run_zerobench("run --backend zero3 --deepspeed-config " + path);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("stage 2"), std::string::npos) << r.output;
-  std::ofstream(path) << R"({"fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
-      "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": -5}})";
-  EXPECT_THROW(backends::zero3::read_deepspeed_config(path, 128), UsageError);
-  std::ofstream(path) << R"({"fp16": {"enabled": true}, "zero_optimization": {"stage": 3,
-      "offload_optimizer": {"device": "cpu"}}})";
-  const auto cfg = backends::zero3::read_deepspeed_config(path, 128);
-  std::string all;
-  for (const auto& w : cfg.warnings) all += w + "\n";
-  EXPECT_NE(all.find("fp16"), std::string::npos) << all;
-  EXPECT_NE(all.find("offload_optimizer"), std::string::npos) << all;
-  std::remove(path.c_str());
 }
 
 // The optimizer step adds, at its peak over its entry level, DeepSpeed's transients: per

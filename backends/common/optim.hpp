@@ -54,7 +54,8 @@ class FusedAdamW {
 // Elements of `w` (in its own dtype) for which |delta| < ulp(w)/2 while delta != 0.
 LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta_fp32);
 
-// Learning rate at optimizer step `step` (0-based): linear warm-up over lr_warmup_steps, then
+// Learning rate at optimizer step `step` (0-based): DeepSpeed's schedule when train.lr_schedule
+// names one; otherwise linear warm-up over lr_warmup_steps, then
 // constant or cosine decay to min_lr_ratio * lr at the last step.
 double lr_at(const TrainConfig& train, int64_t step);
 

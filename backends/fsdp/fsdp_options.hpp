@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/config_notes.hpp"
+
 namespace zb::backends::fsdp {
 
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
@@ -21,7 +23,7 @@ struct FsdpOptions {
   std::string reduce_dtype;            // "" = param_dtype (MixedPrecision's default); bf16|fp32
   bool sync_module_states = true;      // broadcast rank 0's weights before sharding
   bool activation_checkpointing = false;
-  // Recorded for the report, not acted on (warned about when set from a config file).
+  // Recorded for the report, not acted on (a config file's value is listed in config.ignored).
   std::string state_dict_type = "SHARDED_STATE_DICT";
   std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
   bool use_orig_params = true;
@@ -37,13 +39,26 @@ BackwardPrefetch parse_backward_prefetch(const std::string& v);
 nlohmann::json to_json(const FsdpOptions& o);
 FsdpOptions fsdp_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
 
-// What an accelerate config file says (accelerate's `config.yaml` with distributed_type FSDP).
-struct AccelerateConfig {
+// accelerate's `fsdp_config:` block, read as accelerate 1.15 reads it (commands/launch.py copies
+// each key into the launch args, adding the `fsdp_` prefix where missing; utils/launch.py
+// prepare_multi_gpu_env exports them; utils/dataclasses.py FullyShardedDataParallelPlugin.
+// __post_init__ resolves them). Keys a file leaves out take accelerate's defaults, which differ
+// from PyTorch's (backward prefetch: none; auto-wrap policy: NO_WRAP). docs/configs.md lists
+// every key: honoured, refused or ignored.
+struct FsdpConfigBlock {
   FsdpOptions fsdp;
-  std::string precision;      // "mixed" for mixed_precision bf16, "" when the file says "no"
-  int num_processes = 0;      // 0 = not given
-  std::vector<std::string> warnings;  // keys read but not honoured, by name
+  int fsdp_version = 1;
+  ConfigNotes notes;
 };
-AccelerateConfig read_accelerate_config(const std::string& path);  // throws UsageError naming key/value
+// `block` is the fsdp_config mapping (YAML read with PyYAML's typing, as JSON); `ranks_per_node`
+// (num_processes / num_machines, 0 = unknown) sizes HYBRID_SHARD's shard group as torch does.
+// Throws UsageError naming the key, its value and why.
+FsdpConfigBlock read_fsdp_config(const nlohmann::json& block, int ranks_per_node);
+
+// accelerate's str_to_bool (utils/environment.py): y/yes/t/true/on/1 and n/no/f/false/off/0,
+// any case; throws UsageError naming `key` otherwise.
+bool accelerate_bool(const std::string& key, const nlohmann::json& v);
+// A scalar as the file wrote it (strings unquoted), for messages and the report.
+std::string scalar_text(const nlohmann::json& v);
 
 }  // namespace zb::backends::fsdp

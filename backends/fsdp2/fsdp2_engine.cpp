@@ -1,20 +1,19 @@
 // fsdp2_engine.cpp — see fsdp2_engine.hpp for the semantics and the upstream files followed.
 //
-// Streams. FSDP2 runs its collectives on four side streams (_fsdp_param_group.py FSDPCommContext
-// lazy_init): all_gather_copy_in_stream, all_gather_stream, reduce_scatter_stream and
-// all_reduce_stream, with events between them and tensors kept alive by held references (no
-// record_stream). This engine issues each of those four roles from one named function —
-// copy_in_all_gather_input (all-gather copy-in), issue_all_gather (all-gather),
-// issue_reduce_scatter (reduce-scatter), issue_all_reduce (all-reduce) — and marks every upstream
-// stream wait with "STREAM WAIT". Today collectives run asynchronously through Comm's
-// PendingCollective (Gloo worker threads / NCCL's stream) and a wait is where the host needs the
-// result; a stream layer plugs in at exactly those functions and marks.
+// Streams (backends/common/streams.hpp), as torch 2.11 FSDP2 schedules them. FSDPCommContext
+// lazy_init (_fsdp_param_group.py) creates four side streams: all_gather_copy_in, all_gather and
+// reduce_scatter (high priority) and all_reduce. Tensors one stream produces and another uses are
+// kept alive by held references with the event after their last use (AllGatherState,
+// ReduceScatterState, AllReduceState: common::HeldTensors), never by record_stream. Every wait
+// below names the upstream file and function it mirrors. On CPU a collective's wait is queued on
+// its stream with Streams::enqueue (as fsdp_engine.cpp does): the host blocks in Gloo's wait when
+// a later wait on that stream's event (or the stream) is reached, about when CUDA would.
 #include "backends/fsdp2/fsdp2_engine.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
 #include <cmath>
-#include <deque>
+#include <limits>
 #include <optional>
 
 #include "backends/common/forward_backward.hpp"
@@ -27,6 +26,9 @@
 namespace zb::backends::fsdp2 {
 
 namespace {
+
+using common::StreamId;
+using common::Streams;
 
 // ---------------------------------------------------------------- dtypes (init_dtype_attrs)
 
@@ -372,14 +374,23 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (size_t i = 0; i < backward_order.size(); ++i)
       for (size_t k = i + 1; k < backward_order.size() && k <= i + size_t(opts_.modules_to_backward_prefetch); ++k)
         groups_[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
-    // torch.optim.AdamW(model.parameters(), fused=True) (HF's adamw_torch_fused): one param group
-    // over the sharded parameters' local tensors (their unpadded rows), states zeros_like each.
+    // torch.optim.AdamW over the sharded parameters: one state pair per parameter, shaped as its
+    // unpadded local tensor (zeros_like on the DTensor).
     std::vector<at::Tensor> locals;
     for (const auto& p : params_) locals.push_back(p.local);
-    optimizer_ = std::make_unique<common::FusedAdamW>(std::move(locals), common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
+    init_streams();
     comm_.reset_stats();
+  }
+
+  // Work still queued on a side stream (CPU) touches this engine's members: run it first.
+  ~Fsdp2Engine() override {
+    try {
+      streams().drain_all();
+    } catch (...) {
+    }
   }
 
   std::string name() const override { return "fsdp2"; }
@@ -411,6 +422,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   }
 
   at::Tensor after_unit_forward(int u, at::Tensor out) override {
+    streams().op("forward unit" + std::to_string(u));  // the unit's compute, issued on the current stream
     if (u != models::kRootUnit) {
       const int g = block_group(u);
       if (g >= 0) out = state_post_forward(g, out);
@@ -426,10 +438,10 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       out.register_hook([this](const at::Tensor&) { state_pre_backward(0); });
       if (tail_group_ >= 0) out.register_hook([this](const at::Tensor&) { state_pre_backward(tail_group_); });
     }
-    // _post_forward of the iteration's forward root: free the last all-gather output held for
-    // overlap ([Note: Overlapping all-gather copy-in and all-gather]).
-    // STREAM WAIT: all-gather copy-in and all-gather streams wait the last copy-out event.
-    all_gather_state_ = at::Tensor();
+    // _fsdp_state.py _post_forward of the iteration's forward root: the all-gather copy-in and
+    // all-gather streams wait the last copy-out event, then the all-gather output held for overlap
+    // is freed ([Note: Overlapping all-gather copy-in and all-gather]).
+    all_gather_state_.release(streams(), {copy_in_stream_, all_gather_stream_});
     iter_forward_root_ = false;
     runtime::nvtx::end(std::exchange(groups_[0].forward_range, 0));
     if (dtypes_.output && out.scalar_type() != *dtypes_.output) out = out.to(*dtypes_.output);  // output_dtype
@@ -462,9 +474,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // FSDP2). _clip_grads_with_norm_ multiplies every gradient by clamp(max_norm / (total + 1e-6), max=1).
     std::vector<at::Tensor> grads;
     for (const auto& p : params_) {
-      const auto v = grad_view(p);
-      TORCH_CHECK(v.defined(), "fsdp2: optimizer step without a gradient (group ", groups_[size_t(p.group)].spec.label, ")");
-      grads.push_back(v);
+      grads.push_back(grad_view(p));
+      TORCH_CHECK(grads.back().defined(), "fsdp2: optimizer step without a gradient in group ",
+                  groups_[size_t(p.group)].spec.label);
     }
     // The norms stack in model.parameters() order (the embedding, each block in HF's order, the
     // final norm, the LM head), whatever the groups.
@@ -495,7 +507,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     return total.item<double>();
   }
 
-
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
     for (const auto& p : params_) {
@@ -507,7 +518,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     }
     for (const auto& g : groups_)
       if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
-    b.optimizer += optimizer_->state_bytes();
+    b.optimizer = optimizer_->state_bytes();
     return b;
   }
 
@@ -516,6 +527,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     auto name = [](std::optional<at::ScalarType> t) {
       return t ? std::string(c10::toString(*t)) : std::string("None");
     };
+    j["optimizer"] = "torch.optim.AdamW(fused=True)";
     j["sharded_param_dtype"] = std::string(c10::toString(dtypes_.orig));
     j["mp_param_dtype"] = name(dtypes_.param);
     j["mp_reduce_dtype"] = name(dtypes_.reduce);
@@ -571,9 +583,10 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
     at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
   };
-  struct AllGatherResult {
+  struct AllGatherResult {  // _fsdp_collectives.py AllGatherResult
     at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
-    common::PendingCollective work;
+    common::StreamEvent event;       // all_gather_event: recorded after the all-gather on its stream
+    common::PendingCollective work;  // all_gather_work: only with async_op (waited in the copy-out)
     std::vector<int64_t> split_sizes;
     int world = 1;
     bool async_op = false;
@@ -591,13 +604,45 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::Tensor grad;  // sharded gradients of the group ([grad_numel], orig dtype); undefined when freed
     std::vector<int> forward_prefetch, backward_prefetch;
     uint64_t forward_range = 0, backward_range = 0;
+    common::StreamEvent reshard_after_forward_event;  // _reshard_after_forward_event
+    common::StreamEvent post_reduce_event;            // _post_reduce_event
+    common::HeldTensors all_reduce_state;             // _all_reduce_state (HSDP): all-reduce input + event
   };
-  struct Reduction {  // one group's foreach_reduce in flight
-    int group = 0;
-    at::Tensor input, output;  // reduce-scatter input [S * n] and output [n], reduce dtype
-    common::PendingCollective reduce_scatter, all_reduce;
-    bool all_reduce_issued = false;
-  };
+
+  // Collective waits queued on a side stream stay deferred (CPU) until that stream is waited for.
+  static constexpr size_t kDeferAll = std::numeric_limits<size_t>::max();
+
+  Streams& streams() { return comm_.streams(); }
+
+  static std::vector<common::PendingCollective> make_waits(common::PendingCollective p) {
+    std::vector<common::PendingCollective> v;
+    if (p.pending()) v.push_back(std::move(p));
+    return v;
+  }
+
+  // FSDPCommContext.lazy_init: all-gather copy-in, all-gather and reduce-scatter streams at high
+  // priority, the all-reduce stream at default priority (HSDP's all-reduces use it).
+  void init_streams() {
+    auto& s = streams();
+    copy_in_stream_ = s.create("all_gather_copy_in", /*high_priority=*/true);
+    all_gather_stream_ = s.create("all_gather", true);
+    reduce_scatter_stream_ = s.create("reduce_scatter", true);
+    all_reduce_stream_ = s.create("all_reduce");
+  }
+
+  // FSDPCommContext.get_all_gather_streams: the copy-in and all-gather streams for a synchronous
+  // all-gather in forward / pre-backward (implicit prefetching), else the current stream for both.
+  std::pair<StreamId, StreamId> all_gather_streams(bool async_op, TrainingState state) {
+    if (!async_op && (state == TrainingState::kForward || state == TrainingState::kPreBackward))
+      return {copy_in_stream_, all_gather_stream_};
+    return {streams().current(), streams().current()};
+  }
+
+  // FSDPParamGroup._wait_all_gather_streams_on_event.
+  void wait_all_gather_streams_on_event(const common::StreamEvent& e) {
+    streams().wait_event(copy_in_stream_, e);
+    streams().wait_event(all_gather_stream_, e);
+  }
 
   static at::Tensor alias_leaf(const at::Tensor& storage_owner, const std::vector<int64_t>& shape) {
     at::NoGradGuard no_grad;
@@ -640,8 +685,13 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   // under accelerate's grouping, the embedding's.
   void root_pre_forward() {
     iter_forward_root_ = true;
-    // STREAM WAIT: all-gather copy-in and all-gather streams wait the current stream (the optimizer
-    // step) before the first all-gather.
+    // _fsdp_state.py _root_pre_forward ("Wait for optimizer before implicitly prefetched
+    // all-gathers"; no post_optim_event is offered): all_gather_copy_in_stream and
+    // all_gather_stream .wait_stream(current_stream) — their only stream wait on compute; in forward
+    // they otherwise wait only copy-out events.
+    auto& s = streams();
+    s.wait_stream(copy_in_stream_, s.current());
+    s.wait_stream(all_gather_stream_, s.current());
     groups_[0].forward_range = runtime::nvtx::start("forward " + groups_[0].spec.label);
     state_pre_forward(0, at::Tensor());
     if (embed_group_ >= 0) state_pre_forward(embed_group_, at::Tensor());
@@ -728,33 +778,54 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     t.training = saved;
   }
 
-  // unshard -> foreach_all_gather: copy-in (cast to param_dtype), one all-gather.
+  // unshard -> foreach_all_gather: on the copy-in stream the copy-in (cast to param_dtype) into
+  // this rank's slot of the all-gather output; on the all-gather stream the all-gather and its event.
   void unshard(int gi, bool async_op) {
     auto& g = groups_[size_t(gi)];
     if (g.all_gather || g.sharded == ShardedState::kUnsharded || g.params.empty()) return;
-    // STREAM WAIT: after a reshard to the post-forward mesh, the all-gather streams wait
-    // _reshard_after_forward_event (the clone of the post-forward shard).
+    auto& s = streams();
+    // _fsdp_param_group.py unshard: "Resharded parameter data is allocated in the default stream
+    // and used in the all-gather streams" -> _wait_all_gather_streams_on_event(
+    // _reshard_after_forward_event).
+    if (g.reshard_after_forward_event.recorded()) {
+      wait_all_gather_streams_on_event(g.reshard_after_forward_event);
+      g.reshard_after_forward_event = common::StreamEvent();
+    }
     AllGatherResult r;
     r.world = all_gather_world(g);
     r.async_op = async_op;
-    if (r.world > 1) {
-      std::vector<at::Tensor> inputs = copy_in_sources(g);
-      int64_t total = 0;
-      for (const auto& t : inputs) {
-        r.split_sizes.push_back(t.numel());
-        total += t.numel();
+    if (r.world == 1) {
+      // unshard, world_size == 1: AllGatherResult(all_gather_event=Event().record()) on the current stream.
+      r.event = s.record(s.current(), "all_gather " + g.spec.label);
+    } else {
+      const auto [copy_in_stream, all_gather_stream] = all_gather_streams(async_op, g.training);
+      at::Tensor input;
+      {
+        // foreach_all_gather: `with device_handle.stream(all_gather_copy_in_stream)`: the inputs
+        // (cast), the output's allocation and all_gather_copy_in.
+        Streams::Guard on_copy_in(s, copy_in_stream);
+        s.op("all_gather copy-in " + g.spec.label);
+        std::vector<at::Tensor> inputs = copy_in_sources(g);
+        int64_t total = 0;
+        for (const auto& t : inputs) {
+          r.split_sizes.push_back(t.numel());
+          total += t.numel();
+        }
+        r.output =
+            at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
+        input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
       }
-      r.output =
-          at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
-      auto input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
-      r.work = issue_all_gather(r.output, input, g);
+      // foreach_all_gather: all_gather_stream.wait_stream(all_gather_copy_in_stream).
+      s.wait_stream(all_gather_stream, copy_in_stream);
+      Streams::Guard on_all_gather(s, all_gather_stream);
+      issue_all_gather(r, input, g, all_gather_stream);
     }
     g.all_gather = std::move(r);
     notify("unshard", gi);
   }
 
   // _get_param_all_gather_inputs: each parameter's padded shard (or post-forward shard); with a
-  // param_dtype, one foreach copy casts them all into a fresh flat buffer first.
+  // param_dtype, one foreach copy casts them all into a fresh flat buffer first (on the copy-in stream).
   std::vector<at::Tensor> copy_in_sources(const Group& g) {
     std::vector<at::Tensor> src;
     for (int id : g.params) {
@@ -774,8 +845,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     return splits;
   }
 
-  // STREAM ROLE all_gather_copy_in_stream (all_gather_copy_in): this rank's slot of the output is
-  // the all-gather input; the inputs are copied into it with one foreach copy.
+  // all_gather_copy_in (on the all_gather_copy_in stream): this rank's slot of the output is the
+  // all-gather input; the inputs are copied into it with one foreach copy.
   at::Tensor copy_in_all_gather_input(at::Tensor& output, const std::vector<at::Tensor>& inputs,
                                       const std::vector<int64_t>& sizes, int64_t total, int rank) {
     auto input = output.narrow(0, total * rank, total);  // [sum shard numel]
@@ -783,22 +854,35 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     return input;
   }
 
-  // STREAM ROLE all_gather_stream (waits the copy-in stream): one all-gather of the group.
-  common::PendingCollective issue_all_gather(at::Tensor& output, at::Tensor& input, const Group& g) {
-    return comm_.all_gather_async(output, input, g.spec.label, &all_gather_group(g));
+  // On the all_gather stream (current): one all-gather of the group. foreach_all_gather with
+  // async_op=False: dist.all_gather_into_tensor makes the all-gather stream wait for the
+  // collective, then all_gather_event = all_gather_stream.record_event(). With async_op the work
+  // is kept and waited in the copy-out.
+  void issue_all_gather(AllGatherResult& r, at::Tensor& input, const Group& g, StreamId all_gather_stream) {
+    auto& s = streams();
+    auto work = comm_.all_gather_async(r.output, input, g.spec.label, &all_gather_group(g));
+    if (r.async_op)
+      r.work = std::move(work);
+    else
+      s.enqueue(
+          all_gather_stream, make_waits(std::move(work)), "all_gather wait " + g.spec.label, [] {}, kDeferAll);
+    r.event = s.record(all_gather_stream, "all_gather " + g.spec.label);
   }
 
   // wait_for_unshard -> foreach_all_gather_copy_out: split-with-sizes copy of the output
-  // ([world, sum] viewed) into every parameter's all-gather output ([world, padded shard] viewed).
+  // ([world, sum] viewed) into every parameter's all-gather output ([world, padded shard] viewed),
+  // on the current stream.
   void wait_for_unshard(int gi) {
     auto& g = groups_[size_t(gi)];
     if (!g.all_gather) return;
     at::NoGradGuard no_grad;
+    auto& s = streams();
     auto& r = *g.all_gather;
-    // Implicit forward prefetch: the previous group's all-gather output is freed after this
-    // group's copy-in has been issued. STREAM WAIT: copy-in and all-gather streams wait its
-    // copy-out event.
-    if (g.training == TrainingState::kForward) all_gather_state_ = at::Tensor();
+    const std::string& label = g.spec.label;
+    // wait_for_unshard, implicit forward prefetch: the previous group's all-gather output (held in
+    // comm_ctx.all_gather_state since its copy-out) is freed after the all-gather streams wait its
+    // copy-out event — after this group's copy-in, which therefore wrote into different memory.
+    if (g.training == TrainingState::kForward) all_gather_state_.release(s, {copy_in_stream_, all_gather_stream_});
     if (r.world == 1) {
       for (int id : g.params) {
         auto& p = params_[size_t(id)];
@@ -807,7 +891,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
                                                                                  : p.sharded_data);
       }
     } else {
-      r.work.wait();  // STREAM WAIT: the current stream waits the all-gather event
+      // foreach_all_gather_copy_out: current_stream().wait_event(all_gather_event); with async_op
+      // all_gather_work.wait().
+      s.wait_event(s.current(), r.event);
+      r.work.wait();
+      s.op("all_gather copy-out " + label);
       std::vector<at::Tensor> outs;
       for (int id : g.params) {
         auto& p = params_[size_t(id)];
@@ -819,9 +907,14 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     if (g.sharded == ShardedState::kShardedPostForward)  // to_unsharded frees the post-forward shard
       for (int id : g.params) params_[size_t(id)].post_forward_data = at::Tensor();
     g.sharded = ShardedState::kUnsharded;
-    // Forward without async_op: keep the output alive until the next group's copy-out (overlap of
-    // this copy-out with the next all-gather); otherwise free it now.
-    if (!r.async_op && g.training == TrainingState::kForward && r.world > 1) all_gather_state_ = r.output;
+    const auto copy_out = s.record(s.current(), "all_gather copy-out " + label);  // all_gather_copy_out_event
+    if (!r.async_op && g.training == TrainingState::kForward && r.world > 1) {
+      // "Defer free to allow for overlap of this copy-out with next all-gather collective":
+      // comm_ctx.all_gather_state = AllGatherState(all_gather_result, copy-out event).
+      all_gather_state_ = common::HeldTensors{{r.output}, copy_out};
+    } else {
+      wait_all_gather_streams_on_event(copy_out);  // then the result is freed below
+    }
     g.all_gather.reset();
     notify("wait_for_unshard", gi);
   }
@@ -832,6 +925,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       if (g.reshard_after_forward == kReshardFalse) return;
       if (g.reshard_after_forward > 1) {
         to_sharded_post_forward(gi);
+        // reshard: _reshard_after_forward_event recorded on the current stream after the clone;
+        // the next unshard's all-gather streams wait it.
+        g.reshard_after_forward_event = streams().record(streams().current(), "reshard_after_forward " + g.spec.label);
         return;
       }
     }
@@ -866,6 +962,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     auto& g = groups_[size_t(gi)];
     if (g.params.empty()) return;
     at::NoGradGuard no_grad;
+    streams().op("backward " + g.spec.label);  // the group's gradient computation (current stream)
     g.training = TrainingState::kPostBackward;
     for (int id : g.params) {  // accumulate_unsharded_grad_if_needed
       auto& p = params_[size_t(id)];
@@ -903,97 +1000,140 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     }
     reshard(gi);
     notify("post_backward", gi);
-    // STREAM WAIT: the current stream waits the previous group's reduce-scatter event before this
-    // group's copy-in (bounds the reduce-scatter inputs alive to two).
-    advance_reductions(/*finish=*/false);
+    auto& s = streams();
+    // post_backward: current_stream().wait_event(comm_ctx.reduce_scatter_state.event), then
+    // reduce_scatter_state = None (the previous group's reduce-scatter input is freed): the compute
+    // stream waits a reduce-scatter only here, one group later, and at the end of backward.
+    reduce_scatter_state_.release(s, {s.current()});
+    wait_for_post_backward(gi);
     foreach_reduce(gi, grads);
     runtime::nvtx::end(std::exchange(g.backward_range, 0));
   }
 
-  // foreach_reduce: chunk-cat copy-in of the group's gradients into one [S, n] input in the reduce
-  // dtype (each gradient's dim 0 padded to a multiple of S), then the reduce-scatter.
+  // _wait_for_post_backward: the current stream waits this group's previous post-reduce event and
+  // its HSDP all-reduce event (all_reduce_state is then dropped).
+  void wait_for_post_backward(int gi) {
+    auto& g = groups_[size_t(gi)];
+    auto& s = streams();
+    if (g.post_reduce_event.recorded()) {
+      s.wait_event(s.current(), g.post_reduce_event);
+      g.post_reduce_event = common::StreamEvent();
+    }
+    g.all_reduce_state.release(s, {s.current()});
+  }
+
+  // _fsdp_collectives.py foreach_reduce: on the current stream the chunk-cat copy-in of the
+  // group's gradients into one [S, n] input in the reduce dtype (each gradient's dim 0 padded to a
+  // multiple of S); the reduce-scatter stream waits the current stream; there pre-divide,
+  // reduce-scatter, reduce_scatter_event; under HSDP the all-reduce stream waits the reduce-scatter
+  // stream and all-reduces across replicas (all_reduce_event); post-divide, cast and accumulation
+  // on the last of those streams (post_reduce_event).
   void foreach_reduce(int gi, std::vector<at::Tensor>& grads) {
     auto& g = groups_[size_t(gi)];
+    auto& s = streams();
+    const std::string& label = g.spec.label;
     const int S = mesh_.shard;
     const auto rd = dtypes_.reduce.value_or(grads.front().scalar_type());
-    Reduction r;
-    r.group = gi;
-    r.input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
-    auto input_2d = r.input.view({S, -1});
+    auto input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
+    s.op("reduce_scatter copy-in " + label);
+    auto input_2d = input.view({S, -1});
     at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
-    grads.clear();                              // the unsharded gradients are freed after the copy-in
-    r.output = at::empty({g.grad_numel}, r.input.options());
-    issue_reduce_scatter(r, g);
-    notify("reduce_scatter", gi);
-    reductions_.push_back(std::move(r));
-  }
-
-  // STREAM ROLE reduce_scatter_stream (waits the current stream): pre-divide, reduce-scatter.
-  void issue_reduce_scatter(Reduction& r, const Group& g) {
-    if (factors_.pre && *factors_.pre != 1) r.input.div_(*factors_.pre);
-    if (mesh_.shard > 1)
-      r.reduce_scatter = comm_.reduce_scatter_async(r.output, r.input, factors_.rs_op, g.spec.label, &shard_group_);
-    else
-      r.output.copy_(r.input);  // world size 1: no collective
-  }
-
-  // STREAM ROLE all_reduce_stream (waits the reduce-scatter stream): HSDP's all-reduce of the
-  // reduce-scatter output across replicas.
-  void issue_all_reduce(Reduction& r) {
-    r.all_reduce =
-        comm_.all_reduce_async(r.output, factors_.ar_op, groups_[size_t(r.group)].spec.label, &replicate_group_);
-    r.all_reduce_issued = true;
-  }
-
-  // The host side of the reduce-scatter / all-reduce streams: the reductions issued so far move
-  // on — the newest's reduce-scatter is waited for (then its HSDP all-reduce issued, or its
-  // post-reduce run); older ones are completed. `finish` completes every one (end of backward).
-  void advance_reductions(bool finish) {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < reductions_.size(); ++i) {
-      auto& r = reductions_[i];
-      r.reduce_scatter.wait();
-      if (mesh_.replicate > 1 && !r.all_reduce_issued) issue_all_reduce(r);
-      const bool newest = i + 1 == reductions_.size();
-      if (mesh_.replicate > 1 && newest && !finish) continue;  // its all-reduce stays in flight
-      r.all_reduce.wait();
-      post_reduce(r);
-      r.group = -1;
+    grads.clear();                              // "Only after the copy-in finishes can we free the gradients"
+    // foreach_reduce: reduce_scatter_stream.wait_stream(current_stream).
+    s.wait_stream(reduce_scatter_stream_, s.current());
+    at::Tensor output;
+    common::StreamEvent reduce_scatter_event;
+    StreamId post_reduce_stream = reduce_scatter_stream_;
+    {
+      Streams::Guard on_reduce_scatter(s, reduce_scatter_stream_);  // with stream(reduce_scatter_stream)
+      output = at::empty({g.grad_numel}, input.options());
+      issue_reduce_scatter(input, output, g);
+      reduce_scatter_event = s.record(reduce_scatter_stream_, "reduce_scatter " + label);
+      if (mesh_.replicate > 1) {
+        // HSDP: post_reduce_stream = all_reduce_stream; all_reduce_stream.wait_stream(
+        // reduce_scatter_stream); the all-reduce and all_reduce_event on it.
+        post_reduce_stream = all_reduce_stream_;
+        s.wait_stream(all_reduce_stream_, reduce_scatter_stream_);
+        Streams::Guard on_all_reduce(s, all_reduce_stream_);
+        issue_all_reduce(output, g);
+        g.all_reduce_state = common::HeldTensors{{output}, s.record(all_reduce_stream_, "all_reduce " + label)};
+      }
     }
-    while (!reductions_.empty() && reductions_.front().group < 0) reductions_.pop_front();
+    // `with device_handle.stream(post_reduce_stream)`: post-divide, cast, accumulate; then
+    // post_reduce_event. Queued behind the collective on CPU.
+    s.enqueue(
+        post_reduce_stream, make_waits(common::PendingCollective()), "post-reduce " + label,
+        [this, gi, output] { post_reduce(gi, output); }, kDeferAll);
+    g.post_reduce_event = s.record(post_reduce_stream, "post_reduce " + label);
+    // comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, reduce_scatter_event):
+    // the input stays alive until the next post-backward (or the final callback) waits the event.
+    reduce_scatter_state_ = common::HeldTensors{{input}, reduce_scatter_event};
+    notify("reduce_scatter", gi);
   }
 
-  // The end of foreach_reduce (on the reduce-scatter / all-reduce stream): post-divide, cast to the
-  // sharded dtype, accumulate into (or become) the sharded gradient.
-  void post_reduce(Reduction& r) {
-    auto& g = groups_[size_t(r.group)];
-    if (factors_.post && *factors_.post != 1) r.output.div_(*factors_.post);
-    auto out = r.output.scalar_type() == dtypes_.orig ? r.output : r.output.to(dtypes_.orig);
+  // On the reduce-scatter stream (current): pre-divide, reduce-scatter (async_op=False: the stream
+  // waits for it; queued on CPU), or the world-size-1 copy.
+  void issue_reduce_scatter(at::Tensor& input, at::Tensor& output, const Group& g) {
+    if (factors_.pre && *factors_.pre != 1) input.div_(*factors_.pre);
+    if (mesh_.shard > 1) {
+      auto work = comm_.reduce_scatter_async(output, input, factors_.rs_op, g.spec.label, &shard_group_);
+      streams().enqueue(
+          reduce_scatter_stream_, make_waits(std::move(work)), "reduce_scatter wait " + g.spec.label, [] {}, kDeferAll);
+    } else {
+      output.copy_(input);  // world size 1: no collective
+    }
+  }
+
+  // On the all-reduce stream (current): HSDP's all-reduce of the reduce-scatter output across
+  // replicas (dist.all_reduce, synchronous: the stream waits for it; queued on CPU).
+  void issue_all_reduce(at::Tensor& output, const Group& g) {
+    auto work = comm_.all_reduce_async(output, factors_.ar_op, g.spec.label, &replicate_group_);
+    streams().enqueue(
+        all_reduce_stream_, make_waits(std::move(work)), "all_reduce wait " + g.spec.label, [] {}, kDeferAll);
+  }
+
+  // The end of foreach_reduce (on the post-reduce stream): post-divide, cast to the sharded dtype,
+  // accumulate into (or become) the sharded gradient.
+  void post_reduce(int gi, at::Tensor output) {
+    at::NoGradGuard no_grad;
+    auto& g = groups_[size_t(gi)];
+    if (factors_.post && *factors_.post != 1) output.div_(*factors_.post);
+    auto out = output.scalar_type() == dtypes_.orig ? output : output.to(dtypes_.orig);
     if (g.grad.defined())
       g.grad.add_(out);
     else
       g.grad = out;  // sharded gradients are views into this buffer
-    notify("post_reduce", r.group);
+    notify("post_reduce", gi);
   }
 
-  // _root_post_backward_final_callback: post-backward for groups autograd did not reach (the root
-  // and the embedding: their inputs need no gradient), finalize every group, wait the reductions.
+  // _fsdp_state.py _root_post_backward_final_callback: post-backward for groups autograd did not
+  // reach (the root and the embedding: their inputs need no gradient), then (is_last_backward,
+  // the default) each state's finalize_backward; then the current stream waits the last
+  // reduce-scatter event and reduce_scatter_state is dropped.
   void root_post_backward_final_callback() {
+    auto& s = streams();
     for (int gi = 0; gi < int(groups_.size()); ++gi) {
       auto& g = groups_[size_t(gi)];
       if (!g.params.empty() && g.training != TrainingState::kPostBackward) group_post_backward(gi);
       g.training = TrainingState::kIdle;
-      // finalize_backward: STREAM WAIT on the post-reduce event; a mistargeted all-gather is
-      // waited for and dropped.
-      if (g.all_gather) {
-        g.all_gather->work.wait();
-        g.all_gather.reset();
-      }
-      g.post_forward_indices.clear();
+      finalize_backward(gi);
     }
-    advance_reductions(/*finish=*/true);
     post_forward_order_.clear();
+    reduce_scatter_state_.release(s, {s.current()});
     final_callback_queued_ = false;
+  }
+
+  // finalize_backward: _wait_for_post_backward; a mistargeted unshard without a wait is waited
+  // (current_stream().wait_event(all_gather_event), and its work with async_op) and dropped.
+  void finalize_backward(int gi) {
+    auto& g = groups_[size_t(gi)];
+    wait_for_post_backward(gi);
+    if (g.all_gather) {
+      streams().wait_event(streams().current(), g.all_gather->event);
+      g.all_gather->work.wait();
+      g.all_gather.reset();
+    }
+    g.post_forward_indices.clear();
   }
 
   EngineSpec spec_;
@@ -1006,14 +1146,15 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   std::vector<Param> params_;
   std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
   std::vector<Group> groups_;               // forward order; groups_[0] is the root state
+  std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
   int embed_group_ = -1, tail_group_ = -1;
   std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
-  at::Tensor all_gather_state_;          // comm_ctx.all_gather_state: last forward all-gather output
-  std::deque<Reduction> reductions_;     // reduce_scatter_state and the reductions behind it
+  StreamId copy_in_stream_ = 0, all_gather_stream_ = 0, reduce_scatter_stream_ = 0, all_reduce_stream_ = 0;
+  common::HeldTensors all_gather_state_;  // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
+  common::HeldTensors reduce_scatter_state_;  // comm_ctx.reduce_scatter_state: last reduce-scatter input + its event
   bool iter_forward_root_ = false;
   bool final_callback_queued_ = false;
   models::RopeCache rope_;
-  std::unique_ptr<common::FusedAdamW> optimizer_;
   Fsdp2Observer observer_;
 };
 

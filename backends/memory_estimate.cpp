@@ -1,0 +1,265 @@
+// memory_estimate.cpp — see memory_estimate.hpp. Each term names what it counts and how; the
+// symbols are the model's (N = B*T tokens of one micro-batch, c compute-dtype bytes) plus each
+// backend's own (docs/metrics.md). Engine transients follow the engines as written: when an
+// engine's buffers change (fused AdamW, a preallocated reduce bucket, ...), change its term here.
+#include "backends/memory_estimate.hpp"
+
+#include <algorithm>
+
+#include "backends/fsdp/fsdp_options.hpp"
+#include "backends/zero3/zero3_options.hpp"
+#include "models/activation_memory.hpp"
+
+namespace zb::backends {
+
+namespace {
+constexpr const char* kResident = "resident";
+constexpr const char* kFwdBwd = "forward_backward";
+constexpr const char* kLossHead = "loss_head";
+constexpr const char* kBackward = "backward";
+constexpr const char* kEndOfBackward = "end_of_backward";
+constexpr const char* kOpt = "optimizer_step";
+const char* const kMoments[] = {kLossHead, kBackward, kEndOfBackward, kOpt};
+
+// What every engine holds during a step: its model states (the backend's closed form), the
+// step's batches, the RoPE tables, and one micro-batch's activations. Returns the activations.
+models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, const ModelStateBytes& states, int c) {
+  const auto& t = spec.train;
+  const auto& m = spec.model;
+  e.terms.push_back({"params", kResident, states.params, "expected_bytes().params (the backend's closed form)"});
+  e.terms.push_back({"master params", kResident, states.master_params, "expected_bytes().master_params"});
+  e.terms.push_back({"grads", kResident, states.grads, "expected_bytes().grads"});
+  e.terms.push_back({"optimizer states", kResident, states.optimizer, "expected_bytes().optimizer"});
+  if (states.buffers > 0)
+    e.terms.push_back({"communication buffers", kResident, states.buffers,
+                       "expected_bytes().buffers (ZeRO-3's IPG bucket: reduce_bucket_size*comm bytes)"});
+  e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 16,
+                     "grad_accum*B*T*16 (int64 tokens and targets of every micro-batch, made before the step)"});
+  e.terms.push_back({"rope tables", kResident, 2 * t.seq_len * m.head_dim() * c, "2*T*head_dim*c (cos, sin)"});
+  const auto a = models::activation_memory(m, t.micro_batch, t.seq_len, c, t.activation_checkpointing);
+  e.terms.push_back({"activations: " + a.blocks.name, kFwdBwd, a.blocks.bytes, a.blocks.formula});
+  e.terms.push_back({"activations: " + a.head_saved.name, kLossHead, a.head_saved.bytes, a.head_saved.formula});
+  e.terms.push_back({"activations: " + a.head_backward.name, kLossHead, a.head_backward.bytes, a.head_backward.formula});
+  e.terms.push_back({"activations: " + a.block_backward.name, kBackward, a.block_backward.bytes, a.block_backward.formula});
+  return a;
+}
+
+// The optimizer step's largest transient: the global grad norm's fp32 copy and its square
+// (optim.cpp global_grad_norm: g.to(float).pow(2)), then AdamW's denominator (sqrt of exp_avg_sq
+// and its quotient, FlatAdamW::step). They do not overlap; the larger counts.
+void add_optimizer_transient(PeakEstimate& e, int64_t grad_numel, int grad_bytes, int64_t adam_numel, int state_bytes) {
+  const int64_t norm = grad_numel * 4 * (grad_bytes == 4 ? 1 : 2);
+  const int64_t adam = 2 * adam_numel * state_bytes;
+  if (norm >= adam)
+    e.terms.push_back({"grad-norm transient", kOpt, norm,
+                       "numel(grads)*4 (fp32 square" + std::string(grad_bytes == 4 ? ")" : " and fp32 copy)")});
+  else
+    e.terms.push_back({"AdamW transient", kOpt, adam, "2*numel*state bytes (sqrt(exp_avg_sq) and the denominator)"});
+}
+
+int bytes_of(const std::string& dtype_name, int fallback) {
+  if (dtype_name == "fp32") return 4;
+  if (dtype_name == "bf16") return 2;
+  return fallback;
+}
+}  // namespace
+
+int64_t PeakEstimate::phase_bytes(const std::string& phase) const {
+  int64_t s = 0;
+  for (const auto& t : terms)
+    if (t.phase == phase) s += t.bytes;
+  return s;
+}
+
+int64_t PeakEstimate::moment_bytes(const std::string& moment) const {
+  int64_t s = phase_bytes(moment);
+  if (moment == kLossHead || moment == kBackward) s += phase_bytes(kFwdBwd);
+  return s;
+}
+
+int64_t PeakEstimate::peak_bytes() const {
+  int64_t m = 0;
+  for (const char* moment : kMoments) m = std::max(m, moment_bytes(moment));
+  return phase_bytes(kResident) + m;
+}
+
+std::string PeakEstimate::peak_phase() const {
+  std::string best = kLossHead;
+  for (const char* moment : kMoments)
+    if (moment_bytes(moment) > moment_bytes(best)) best = moment;
+  return best;
+}
+
+nlohmann::json to_json(const PeakEstimate& e) {
+  nlohmann::json terms = nlohmann::json::array(), moments = nlohmann::json::object();
+  for (const auto& t : e.terms)
+    terms.push_back({{"name", t.name}, {"phase", t.phase}, {"bytes", t.bytes}, {"formula", t.formula}});
+  for (const char* m : kMoments) moments[m] = e.moment_bytes(m);
+  return {{"peak_bytes", e.peak_bytes()},
+          {"peak_phase", e.peak_phase()},
+          {"resident_bytes", e.phase_bytes(kResident)},
+          {"moments", moments},
+          {"terms", terms}};
+}
+
+// ddp: a full replica in the storage dtype s; "mixed" computes on bf16 copies of the weights.
+PeakEstimate estimate_ddp(const EngineSpec& spec, int world, int rank, bool /*gloo*/) {
+  PeakEstimate e;
+  const bool mixed = spec.precision == "mixed";
+  const int s = spec.precision == "low" ? 2 : 4, c = spec.precision == "fp32" ? 4 : 2;
+  add_common(e, spec, backend("ddp").expected_bytes(spec, world, rank), c);
+  const auto& m = spec.model;
+  const int64_t N = models::count_params(m).total, VH = m.vocab * m.hidden;
+  if (mixed)
+    e.terms.push_back({"bf16 weight copies", kFwdBwd, 2 * (N - VH),
+                       "2*(params - V*H): each unit's w.to(bf16) is saved by the ops that use it (the embedding's "
+                       "copy is not)"});
+  // The largest weight's gradient (LM head, V*H) before autograd adds it into the flat gradient
+  // buffer; in "mixed" its bf16 gradient and the fp32 cast exist together. (The gradient
+  // all-reduce after backward works in place: Gloo and NCCL all-reduce the buffer itself.)
+  e.terms.push_back({"weight-gradient transient", kBackward, VH * (s + (mixed ? 2 : 0)),
+                     std::string("V*H*") + (mixed ? "(4+2)" : std::to_string(s))});
+  add_optimizer_transient(e, N, s, N, s);
+  return e;
+}
+
+// fsdp: flat shards of S-padded units; unsharded units in the param dtype p while gathered;
+// gradients reduced in r.
+PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool gloo) {
+  using namespace fsdp;
+  PeakEstimate e;
+  const auto o = fsdp_options_from_json(spec.options);
+  const int s = spec.precision == "mixed" || spec.precision == "fp32" ? 4 : 2;
+  const int p = spec.precision == "fp32" ? 4 : 2;
+  const int r = spec.precision == "fp32" ? 4 : spec.precision == "mixed" && o.reduce_dtype == "fp32" ? 4 : p;
+  const auto a = add_common(e, spec, backend("fsdp").expected_bytes(spec, world, rank), p);
+  const bool sharded = o.sharding_strategy != ShardingStrategy::kNoShard;
+  int S = world;
+  if (!sharded) S = 1;
+  else if (o.sharding_strategy == ShardingStrategy::kHybridShard && o.hybrid_shard_group_size > 0)
+    S = o.hybrid_shard_group_size;
+  int64_t root = 0, block = 0, all = 0, local = 0;
+  const auto units = models::unit_param_specs(spec.model);
+  for (size_t u = 0; u < units.size(); ++u) {
+    int64_t numel = 0;
+    for (const auto& ps : units[u]) numel += ps.numel();
+    const int64_t padded = sharded ? (numel + S - 1) / S * S : numel;
+    if (u == 0) root = padded;
+    else block = std::max(block, padded);
+    all += padded;
+    local += padded / (sharded ? S : 1);
+  }
+  const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
+  if (o.sharding_strategy == ShardingStrategy::kShardGradOp) {
+    e.terms.push_back({"unsharded units", kFwdBwd, all * p,
+                       "sum(padded units)*p: SHARD_GRAD_OP keeps every unit gathered from forward to its post-backward"});
+  } else if (!sharded) {
+    if (p != s) e.terms.push_back({"bf16 unit copies", kFwdBwd, all * p, "sum(units)*p: NO_SHARD's compute copies"});
+  } else {
+    // The root is never resharded after forward; the root's pre-backward hook (on the loss)
+    // prefetches the last block (BACKWARD_PRE), and each block's pre-backward the next one.
+    e.terms.push_back({"unsharded units", kLossHead, (root + (prefetch ? block : 0)) * p,
+                       prefetch ? "(root + block)*p (the root, and the last block prefetched)" : "root*p"});
+    e.terms.push_back({"unsharded units", kBackward, (root + (prefetch ? 2 : 1) * block) * p,
+                       prefetch ? "(root + 2*block)*p (the root, the current block, the prefetched one)"
+                                : "(root + block)*p"});
+    // The prefetch all-gather runs while the loss head's backward computes: its input (the
+    // shard cast to p under "mixed", _mp_shard) and, on Gloo, a flat output-sized staging buffer
+    // (ProcessGroupGloo AsyncAllgatherWork).
+    // The same for the next block's prefetch during a block's backward.
+    const int64_t staging = (s != p ? block / S * p : 0) + (gloo ? block * p : 0);
+    const std::string staging_formula = std::string(s != p ? "block/S*p (_mp_shard)" : "") +
+                                        (s != p && gloo ? " + " : "") + (gloo ? "block*p (Gloo's flat output)" : "");
+    if (prefetch && staging > 0) {
+      e.terms.push_back({"prefetch all-gather staging", kLossHead, staging, staging_formula});
+      e.terms.push_back({"prefetch all-gather staging", kBackward, staging, staging_formula});
+    }
+  }
+  // A block's backward: autograd accumulates the unit's flat gradient (p) from each weight's
+  // gradient expanded to the unit's size (NarrowBackward: another unit-sized tensor); the root's
+  // flat gradient accumulates from the LM head's onward until the embedding's arrives last. The
+  // previous unit's reduce-scatter is in flight meanwhile, its input held (and on Gloo cloned,
+  // ProcessGroupGloo::reduce_scatter_tensor_coalesced), by when that unit's activations are freed.
+  // A block's flat gradient is whole only once its own activations are freed, so one block's
+  // activations come off the "backward" moment.
+  const int64_t acc = root * p + 2 * block * p + (r != p ? block * r : 0);
+  const int64_t in_flight = sharded ? block * r * (gloo ? 2 : 1) : 0;
+  const int64_t block_act = a.blocks.bytes / std::max<int64_t>(1, spec.model.layers);
+  e.terms.push_back({"unsharded gradients", kBackward,
+                     std::max<int64_t>(0, acc + std::max<int64_t>(0, in_flight - block_act) - block_act),
+                     "(root + 2*block)*p" + std::string(r != p ? " + block*r" : "") +
+                         " + max(0, in-flight reduce-scatter block*r" + (gloo ? "*2 (Gloo's clone)" : "") +
+                         " - a block's activations) - a block's activations"});
+  // After the last gradient: the root's reduce-scatter input (and Gloo's clone of it).
+  e.terms.push_back({"root gradient reduce-scatter", kEndOfBackward,
+                     root * p + (r != p ? root * r : 0) + (sharded && gloo ? root * r : 0),
+                     "root*p" + std::string(r != p ? " + root*r" : "") + (sharded && gloo ? " + root*r (Gloo's clone)" : "")});
+  add_optimizer_transient(e, local, s, local, s);
+  return e;
+}
+
+// zero3: per-parameter partitions; gathered parameters and gradient buckets in model/comm dtypes.
+PeakEstimate estimate_zero3(const EngineSpec& spec, int world, int rank, bool gloo) {
+  PeakEstimate e;
+  const auto o = zero3::zero3_options_from_json(spec.options);
+  const int md = spec.precision == "bf16" ? 2 : 4;
+  const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);
+  add_common(e, spec, backend("zero3").expected_bytes(spec, world, rank), md);
+  int64_t np_padded = 0, largest = 0, total_numel = 0, total_padded = 0, local = 0;
+  std::vector<int64_t> parts;
+  for (const auto& unit : models::unit_param_specs(spec.model))
+    for (const auto& ps : unit) {
+      const int64_t numel = ps.numel(), padded = (numel + world - 1) / world * world;
+      total_numel += numel;
+      total_padded += padded;
+      local += padded / world;
+      parts.push_back(padded / world);
+      largest = std::max(largest, padded);
+      if (numel > o.stage3_param_persistence_threshold) np_padded += padded;
+    }
+  // Gathered non-persistent parameters: with a recorded trace a parameter reused within
+  // stage3_max_reuse_distance elements stays, and prefetch adds up to stage3_prefetch_bucket_size
+  // (within stage3_max_live_parameters). An upper bound; small models keep everything.
+  const int64_t prefetch = std::min(o.stage3_prefetch_bucket_size, o.stage3_max_live_parameters);
+  const int64_t gathered = std::min(np_padded, o.stage3_max_reuse_distance + prefetch + largest);
+  e.terms.push_back({"gathered parameters", kFwdBwd, gathered * md,
+                     "min(non-persistent padded, max_reuse_distance + min(prefetch, max_live) + largest)*model bytes"});
+  // A parameter's gradient arrives as the weight's gradient expanded to its padded buffer.
+  e.terms.push_back({"gradient transient", kBackward, 2 * largest * md, "2*largest padded parameter*model bytes"});
+  // The reduce bucket holds each gradient (padded, comm dtype) until reduce_bucket_size elements;
+  // a flush copies them into a [W, sum P] staging buffer (+ the [sum P] output; Gloo clones the
+  // staging buffer too), mid-backward when the bucket is smaller than the model, and at its end.
+  const double per_elem = double(total_padded) / double(std::max<int64_t>(1, total_numel));
+  const int64_t bucket = int64_t(double(std::min(o.reduce_bucket_size, total_numel)) * per_elem);
+  const double flush_factor = 2.0 + 1.0 / world + (gloo ? 1.0 : 0.0);
+  const std::string flush_formula =
+      std::string("(2 + 1/W") + (gloo ? " + 1" : "") + ")*min(reduce_bucket_size, params)*comm bytes (gradients, "
+      "staging copy, output" + (gloo ? ", Gloo's clone" : "") + ")";
+  if (o.reduce_bucket_size < total_numel)
+    e.terms.push_back({"gradient bucket flush", kBackward, int64_t(flush_factor * double(bucket * comm)), flush_formula});
+  e.terms.push_back({"final gradient bucket flush", kEndOfBackward, int64_t(flush_factor * double(bucket * comm)),
+                     flush_formula});
+  // Optimizer: per sub-group an fp32 gradient copy (when grad_accum_dtype is not fp32) and AdamW's
+  // denominator on the fp32 master; the global norm's fp32 square before that.
+  int64_t sub_group = 0, in_group = 0;
+  const bool split = o.sub_group_size < local;
+  for (size_t i = 0; i < parts.size() && split; ++i) {
+    in_group += parts[i];
+    if (in_group >= o.sub_group_size || i + 1 == parts.size()) {
+      sub_group = std::max(sub_group, in_group);
+      in_group = 0;
+    }
+  }
+  if (!split) sub_group = local;
+  const int64_t norm = local * 4 * (ga == 4 ? 1 : 2);
+  const int64_t step = sub_group * ((ga == 4 ? 0 : 4) + 2 * 4);
+  if (norm >= step)
+    e.terms.push_back({"grad-norm transient", kOpt, norm,
+                       "local partitions*4 (fp32 square" + std::string(ga == 4 ? ")" : " and fp32 copy)")});
+  else
+    e.terms.push_back({"sub-group step transient", kOpt, step,
+                       "largest sub-group*(" + std::string(ga == 4 ? "" : "4 + ") + "2*4) (fp32 gradient, AdamW denominator)"});
+  return e;
+}
+
+}  // namespace zb::backends

@@ -1,0 +1,24 @@
+// preflight.hpp — the memory pre-flight of `zerobench run`: before the engine allocates anything,
+// each rank's estimated peak (BackendInfo::estimate_peak, backends/memory_estimate.cpp) against
+// what its device can still give (runtime::available_bytes: a GPU's free memory, or the kernel's
+// MemAvailable shared by every rank on this machine). Owns: that comparison and its one-line
+// refusal. Must not: estimate (the backends do) or allocate.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "backends/engine.hpp"
+
+namespace zb::bench {
+
+// Throws UsageError (exit 2) when `ranks_sharing` ranks, each needing the largest per-rank
+// estimate, do not fit in what `device` has available. No-op for a backend without an estimate
+// or when the available memory cannot be read.
+void check_memory(const std::string& backend, const backends::EngineSpec& spec, int world_size, int ranks_sharing,
+                  at::Device device);
+
+// "1.5 GiB", "312.0 MiB", "1.23 TiB".
+std::string human_bytes(double bytes);
+
+}  // namespace zb::bench

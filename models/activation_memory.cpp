@@ -1,0 +1,46 @@
+// activation_memory.cpp — see activation_memory.hpp. Symbols: B micro-batch, T sequence, N = B*T,
+// H hidden, KV = kv_heads*head_dim, F ffn, V vocab, nh heads, L layers, c compute-dtype bytes.
+#include "models/activation_memory.hpp"
+
+#include <algorithm>
+
+namespace zb::models {
+
+namespace {
+// The loss head's saved tensors: rms_norm saves its fp32 input (the upcast copy in bf16, the
+// input itself in fp32), the normalised tensor and its output (the LM head's input) in c, the
+// rsqrt [N,1] in fp32; log_softmax saves its fp32 output [N,V] (cross_entropy upcasts logits).
+int64_t head_saved(const ModelConfig& m, int64_t N, int c) {
+  return 4 * N * m.hidden + 2 * int64_t(c) * N * m.hidden + 4 * N + 4 * N * m.vocab;
+}
+}  // namespace
+
+int64_t block_saved_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
+  const int64_t N = B * T, H = m.hidden, KV = m.kv_dim(), F = m.ffn;
+  // Per block (block_forward): two RMSNorms each keep an fp32 input (8NH) plus the normalised
+  // tensor and the output the next linears save (4cNH together); rotated q and the SDPA output
+  // (2cNH); rotated k and v (2cN*KV); SwiGLU keeps gate, silu(gate), up and their product (4cNF);
+  // two rsqrt [N,1] fp32 (8N); SDPA's logsumexp [B,nh,T] fp32 (flash attention, CPU and CUDA).
+  return 8 * N * H + 6 * int64_t(c) * N * H + 2 * int64_t(c) * N * KV + 4 * int64_t(c) * N * F + 8 * N +
+         4 * B * m.heads * T;
+}
+
+ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, bool ckpt) {
+  ActivationMemory a;
+  const int64_t N = B * T, H = m.hidden, F = m.ffn, V = m.vocab, L = m.layers;
+  const int64_t block = block_saved_bytes(m, B, T, c);
+  a.blocks = ckpt ? MemoryTerm{"checkpointed block inputs", L * c * N * H,
+                               "L*c*N*H (each checkpointed block keeps its input)"}
+                  : MemoryTerm{"block activations", L * block,
+                               "L*(8NH + 6cNH + 2cN*KV + 4cNF + 8N + 4*B*nh*T) (what autograd saves per block)"};
+  a.head_saved = {"loss head", head_saved(m, N, c), "4NH + 2cNH + 4N + 4NV (final RMSNorm, fp32 log-softmax output)"};
+  a.head_backward = {"loss-head backward", 8 * N * V, "8NV (fp32 gradient in and out of log_softmax)"};
+  // A block's backward: the gradient of its output (cNH) and the three cNF gradients at the
+  // SwiGLU product; under checkpointing the block's recomputed activations first.
+  a.block_backward = {ckpt ? "block recompute and backward" : "block backward",
+                      c * N * H + 3 * int64_t(c) * N * F + (ckpt ? block : 0),
+                      ckpt ? "block activations + cNH + 3cNF" : "cNH + 3cNF"};
+  return a;
+}
+
+}  // namespace zb::models
