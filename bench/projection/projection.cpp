@@ -188,12 +188,14 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.backward_s = bwd;
     costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
     costs.other_s = units.value("other_s", 0.0);
-    // CPU: W ranks computing at once share the host's cores. Default (`cores`): W*T/C once W
-    // ranks of T threads oversubscribe C cores. `gemm`: the suite's own measurement — the square
-    // GEMM the report's rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp)
-    // against the same GEMM measured by the calibration run with all its W ranks at once
-    // (gemm/<dtype>/square, max over ranks); it also sees memory-bandwidth contention, but on a
-    // shared machine it compares two single measurements taken at different times.
+    // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
+    // when both measurements exist): the suite's own measurement — the square GEMM the report's
+    // rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same
+    // GEMM measured by the calibration run with all its W ranks at once (gemm/<dtype>/square, max
+    // over ranks). It sees what a core count cannot: virtual CPUs that share a physical core or
+    // memory bandwidth (on the validation VM two ranks on two vCPUs ran 1.0-2.4x slower each,
+    // docs/projection.md §5). `cores` (auto's fallback): W*T/C once W ranks of T threads
+    // oversubscribe C cores.
     double slowdown = 1.0;
     std::string slowdown_basis = "none";
     const int threads = r["env"].value("threads_per_rank", 1);
@@ -205,8 +207,9 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
         if (d == dt) together = v;
       const int local = o.world / o.nodes;
       const int local_m = emulated_m ? 1 : world_m;
-      if (o.cpu_contention == "gemm") {
-        if (!(alone > 0 && together > 0 && cal.world_size == local && cal.threads_per_rank == threads))
+      const bool gemm_measured = alone > 0 && together > 0 && cal.world_size == local && cal.threads_per_rank == threads;
+      if (o.cpu_contention == "gemm" || (o.cpu_contention == "auto" && gemm_measured)) {
+        if (!gemm_measured)
           throw UsageError("project: --cpu-contention gemm needs the report's measured GEMM and a calibration run at W=" +
                            std::to_string(local) + " with " + std::to_string(threads) + " thread(s) per rank");
         slowdown = alone / together;
@@ -413,9 +416,10 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--timeline", o.timeline, "include every simulated compute/comm span in projection.timeline");
   app.add_option("--cpu-contention", o.cpu_contention,
-                 "CPU: compute slowdown of W ranks at once: cores (W x threads / cores, default) or gemm (the "
-                 "report's GEMM probe vs the calibration's square GEMM with W ranks at once)")
-      ->check(CLI::IsMember({"cores", "gemm"}))
+                 "CPU: compute slowdown of W ranks at once: gemm (the report's GEMM probe vs the calibration's "
+                 "square GEMM with W ranks at once), cores (W x threads / cores), or auto (gemm where both were "
+                 "measured, else cores)")
+      ->check(CLI::IsMember({"auto", "cores", "gemm"}))
       ->capture_default_str();
 }
 

@@ -26,7 +26,7 @@ struct ProjectOptions {
   bool activation_checkpointing = false;  // flops mode: recompute each block's forward
   double peak_tflops = 0;    // 0: the preset's, else the calibration's measured GEMM, else the report's
   bool timeline = false;     // include every simulated span in the output
-  std::string cpu_contention = "cores";  // cores | gemm (docs/projection.md)
+  std::string cpu_contention = "auto";  // auto | cores | gemm (docs/projection.md)
 };
 
 void add_project_options(CLI::App& app, ProjectOptions& o);
