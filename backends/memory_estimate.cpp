@@ -23,12 +23,22 @@ const char* const kMoments[] = {kLossHead, kBackward, kEndOfBackward, kOpt};
 
 // What every engine holds during a step: its model states (the backend's closed form), the
 // step's batches, the RoPE tables, and one micro-batch's activations. Returns the activations.
-models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, const ModelStateBytes& states, int c) {
+// `grads_set_to_none`: the engine frees its gradients after each optimizer step
+// (zero_grad(set_to_none=True)) and makes them again in backward, so they are not held at the
+// loss head; counted whole from a block's backward on (an upper bound while they fill).
+models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, const ModelStateBytes& states, int c,
+                                    bool grads_set_to_none = false) {
   const auto& t = spec.train;
   const auto& m = spec.model;
   e.terms.push_back({"params", kResident, states.params, "expected_bytes().params (the backend's closed form)"});
   e.terms.push_back({"master params", kResident, states.master_params, "expected_bytes().master_params"});
-  e.terms.push_back({"grads", kResident, states.grads, "expected_bytes().grads"});
+  if (!grads_set_to_none) {
+    e.terms.push_back({"grads", kResident, states.grads, "expected_bytes().grads"});
+  } else {
+    for (const char* moment : {kBackward, kEndOfBackward, kOpt})
+      e.terms.push_back({"grads", moment, states.grads,
+                         "expected_bytes().grads (set_to_none after each step: made again in backward)"});
+  }
   e.terms.push_back({"optimizer states", kResident, states.optimizer, "expected_bytes().optimizer"});
   if (states.buffers > 0)
     e.terms.push_back({"communication buffers", kResident, states.buffers,
@@ -44,17 +54,16 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
   return a;
 }
 
-// The optimizer step's largest transient: the global grad norm's fp32 copy and its square
-// (optim.cpp global_grad_norm: g.to(float).pow(2)), then AdamW's denominator (sqrt of exp_avg_sq
-// and its quotient, FlatAdamW::step). They do not overlap; the larger counts.
-void add_optimizer_transient(PeakEstimate& e, int64_t grad_numel, int grad_bytes, int64_t adam_numel, int state_bytes) {
-  const int64_t norm = grad_numel * 4 * (grad_bytes == 4 ? 1 : 2);
-  const int64_t adam = 2 * adam_numel * state_bytes;
-  if (norm >= adam)
-    e.terms.push_back({"grad-norm transient", kOpt, norm,
-                       "numel(grads)*4 (fp32 square" + std::string(grad_bytes == 4 ? ")" : " and fp32 copy)")});
-  else
-    e.terms.push_back({"AdamW transient", kOpt, adam, "2*numel*state bytes (sqrt(exp_avg_sq) and the denominator)"});
+// The optimizer step's largest transient. AdamW is ATen's fused kernel (common/optim.cpp,
+// at::_fused_adamw_): nothing full-size. The global norm (torch's clip_grad_norm_ / FSDP1's)
+// takes one norm per gradient tensor: for bf16 gradients ATen's CPU reduction first makes an fp32
+// copy of that tensor (4 bytes per element; tests/test_fsdp.cpp FsdpMemory.
+// OptimizerStepAddsOnlyUpstreamsTransients), so the largest gradient tensor sets it; fp32
+// gradients add only scalars.
+void add_optimizer_transient(PeakEstimate& e, int64_t largest_grad_numel, int grad_bytes) {
+  if (grad_bytes == 4) return;
+  e.terms.push_back({"grad-norm transient", kOpt, largest_grad_numel * 4,
+                     "largest gradient tensor*4 (its fp32 copy in the norm; fused AdamW adds nothing)"});
 }
 
 int bytes_of(const std::string& dtype_name, int fallback) {
@@ -119,7 +128,7 @@ PeakEstimate estimate_ddp(const EngineSpec& spec, int world, int rank, bool /*gl
   // all-reduce after backward works in place: Gloo and NCCL all-reduce the buffer itself.)
   e.terms.push_back({"weight-gradient transient", kBackward, VH * (s + (mixed ? 2 : 0)),
                      std::string("V*H*") + (mixed ? "(4+2)" : std::to_string(s))});
-  add_optimizer_transient(e, N, s, N, s);
+  add_optimizer_transient(e, VH, s);  // the embedding and LM head are the largest tensors
   return e;
 }
 
@@ -132,7 +141,7 @@ PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool glo
   const int s = spec.precision == "mixed" || spec.precision == "fp32" ? 4 : 2;
   const int p = spec.precision == "fp32" ? 4 : 2;
   const int r = spec.precision == "fp32" ? 4 : spec.precision == "mixed" && o.reduce_dtype == "fp32" ? 4 : p;
-  const auto a = add_common(e, spec, backend("fsdp").expected_bytes(spec, world, rank), p);
+  const auto a = add_common(e, spec, backend("fsdp").expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
   const bool sharded = o.sharding_strategy != ShardingStrategy::kNoShard;
   int S = world;
   if (!sharded) S = 1;
@@ -194,7 +203,8 @@ PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool glo
   e.terms.push_back({"root gradient reduce-scatter", kEndOfBackward,
                      root * p + (r != p ? root * r : 0) + (sharded && gloo ? root * r : 0),
                      "root*p" + std::string(r != p ? " + root*r" : "") + (sharded && gloo ? " + root*r (Gloo's clone)" : "")});
-  add_optimizer_transient(e, local, s, local, s);
+  // The largest original-parameter view in this rank's shard (FSDP1 clips over per-parameter views).
+  add_optimizer_transient(e, std::min(spec.model.vocab * spec.model.hidden, std::max(root, block) / (sharded ? S : 1)), s);
   return e;
 }
 
