@@ -432,7 +432,7 @@ TEST(Checkpoint, ResumeMismatchExitsTwoNamingIt) {
            {"--backend zero3 --resume " + tag_dir, "backend"},
            {"--backend fsdp --precision mixed --resume " + tag_dir, "precision"},
            {"--backend fsdp --layers 3 --resume " + tag_dir, "model.layers"},
-           {"--backend fsdp --seq-len 32 --resume " + tag_dir, "train.seq_len"},
+           {"--backend fsdp --grad-accum 2 --resume " + tag_dir, "train.grad_accum"},
            {"--backend fsdp --resume " + dir, "leaves none"},  // latest = step-6 of 6
            {"--backend fsdp --resume " + dir + "/nothing", "--resume"},
            {"--backend fsdp --state-dict partial --checkpoint-dir " + dir + " --checkpoint-every 2", "--state-dict"},
