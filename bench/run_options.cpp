@@ -388,8 +388,12 @@ RunOptions::Resolved RunOptions::resolve() const {
     } else {
       const bool syncs = (r.backend == "fsdp" && spec.options.value("sync_module_states", false)) ||
                          (r.backend == "fsdp2" && spec.options.value("cpu_ram_efficient_loading", false));
-      r.load_strategy = syncs ? "rank0-broadcast" : "all-ranks";
+      // An emulated rank has no rank 0 to receive from: it reads for itself.
+      r.load_strategy = syncs && emulate_world_size == 0 ? "rank0-broadcast" : "all-ranks";
     }
+    if (r.load_strategy == "rank0-broadcast" && emulate_world_size > 0 && emulate_rank != 0)
+      throw UsageError("--load-strategy rank0-broadcast: emulated rank " + std::to_string(emulate_rank) +
+                       " receives no broadcast (its collectives are local copies); use all-ranks or sharded");
   }
   return r;
 }

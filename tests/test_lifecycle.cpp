@@ -388,7 +388,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple("zero3", "fp32", "sharded"), std::make_tuple("zero3", "fp32", "full"),
                       std::make_tuple("zero3", "bf16", "sharded"), std::make_tuple("fsdp2", "fp32", "sharded"),
                       std::make_tuple("fsdp2", "fp32", "full"), std::make_tuple("fsdp2", "mixed", "sharded"),
-                      std::make_tuple("ddp", "fp32", "sharded"), std::make_tuple("ddp", "fp32", "full")),
+                      std::make_tuple("fsdp2", "low", "full"), std::make_tuple("ddp", "fp32", "sharded"),
+                      std::make_tuple("ddp", "fp32", "full"), std::make_tuple("ddp", "low", "sharded"),
+                      std::make_tuple("ddp", "mixed", "full")),
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
     });
