@@ -5,7 +5,7 @@
 //                   on every rank);
 //   rank0-broadcast rank 0 reads each unit, the others allocate it empty and receive it by a
 //                   broadcast — FSDP1's sync_module_states (torch/distributed/fsdp/_init_utils.py
-//                   _sync_module_states / _sync_module_params_and_buffers: one broadcast from rank 0
+//                   _init_param_handle_from_module -> _sync_module_params_and_buffers: one broadcast from rank 0
 //                   of the module's parameters) and FSDP2's accelerate path
 //                   (accelerate/utils/fsdp_utils.py fsdp2_load_full_state_dict: rank 0 broadcasts
 //                   each full parameter, the others receive into empty tensors);
