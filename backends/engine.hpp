@@ -9,12 +9,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/common/comm.hpp"
 #include "backends/common/lost_updates.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
+#include "models/weight_source.hpp"
 
 namespace zb::backends {
 
@@ -65,6 +67,9 @@ struct EngineSpec {
   TrainConfig train;
   std::string precision = "fp32";  // backend-specific names (fp32|low|mixed, zero3: fp32|bf16)
   nlohmann::json options = nlohmann::json::object();  // backend options, framework-named
+  // Initial weights from a checkpoint (--model-dir, by a load strategy); null = the seeded init.
+  // Engines read them through backends/common/initial_weights.hpp.
+  std::shared_ptr<models::UnitWeightSource> initial_weights;
 };
 
 class Engine {
@@ -86,6 +91,12 @@ class Engine {
   // checkpoints). Every rank gets them.
   virtual std::vector<at::Tensor> full_parameters() = 0;
   virtual common::Comm& comm() = 0;
+  // Checkpoints (docs/lifecycle.md): this rank's whole training state as named tensors — its
+  // shards of the parameters, fp32 masters, optimizer states and step counters — each the live
+  // storage: a checkpoint writes them, a resume copies saved values into them and then calls
+  // state_loaded(). Empty when the engine cannot checkpoint.
+  virtual std::vector<std::pair<std::string, at::Tensor>> state_tensors() { return {}; }
+  virtual void state_loaded() {}
   // This rank's count of updates lost to rounding in the last optimizer step (all zero
   // unless train.measure_lost_updates).
   virtual common::LostUpdates lost_updates() const = 0;

@@ -11,6 +11,8 @@
 
 #include "bench/commands.hpp"
 #include "bench/crossval.hpp"
+#include "bench/lifecycle/checkpoint.hpp"
+#include "bench/lifecycle/study_lifecycle.hpp"
 #include "bench/flag_checks.hpp"
 #include "bench/matrix.hpp"
 #include "bench/micro/micro.hpp"
@@ -154,11 +156,30 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   precision_cmd->add_flag("--force", study.force, "re-run runs that already have a report");
 
+  bench::lifecycle::LifecycleStudyOptions lifecycle_study;
+  auto* lifecycle_cmd = study_cmd->add_subcommand(
+      "lifecycle", "the FSDP 70B article's loading and checkpoint problems: load strategy x state-dict type, projections");
+  lifecycle_cmd->add_option("--out", lifecycle_study.out_dir, "directory for reports, checkpoints, summary and table")
+      ->capture_default_str();
+  lifecycle_cmd->add_option("--models", lifecycle_study.models, "model presets")->delimiter(',')->capture_default_str();
+  lifecycle_cmd->add_option("--worlds", lifecycle_study.worlds, "world sizes")->delimiter(',')->capture_default_str();
+  lifecycle_cmd->add_option("--backend", lifecycle_study.backend, "backend of every run")->capture_default_str();
+  lifecycle_cmd->add_option("--timeout", lifecycle_study.timeout_s, "per-run timeout in seconds")->capture_default_str();
+
   bench::CrossvalOptions crossval;
   auto* crossval_cmd = app.add_subcommand(
       "crossval", "train zerobench and the real framework (FSDP1, FSDP2, DeepSpeed ZeRO-3) on the same weights and "
                   "batches; compare loss, grad norm, model-state bytes and collectives step by step");
   bench::add_crossval_options(*crossval_cmd, crossval);
+
+  // Checkpoint tools (bench/lifecycle/checkpoint.hpp).
+  std::string consolidate_from, consolidate_out;
+  auto* checkpoint_cmd = app.add_subcommand("checkpoint", "checkpoint tools");
+  checkpoint_cmd->require_subcommand(1);
+  auto* consolidate_cmd = checkpoint_cmd->add_subcommand(
+      "consolidate", "a zero3 sharded (or any full) checkpoint to a full HF Llama folder, as DeepSpeed's zero_to_fp32.py");
+  consolidate_cmd->add_option("--from", consolidate_from, "checkpoint dir (with `latest`) or one tag dir")->required();
+  consolidate_cmd->add_option("--out", consolidate_out, "HF folder to write (config.json, model.safetensors)")->required();
 
   try {
     app.parse(argc, argv);
@@ -203,6 +224,8 @@ int main(int argc, char** argv) {
       }
       return bench::precision_study_command(study);
     }
+    if (*lifecycle_cmd) return bench::lifecycle::lifecycle_study_command(lifecycle_study);
+    if (*consolidate_cmd) return bench::lifecycle::consolidate_command(consolidate_from, consolidate_out);
     if (*table_cmd) return table_command(table_inputs, table, table_out);
     if (*regress_cmd) {
       regress.gate_timing = regress_timing == "gate";

@@ -15,9 +15,11 @@
 
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
+#include "bench/lifecycle/checkpoint.hpp"
 #include "bench/peak.hpp"
 #include "bench/preflight.hpp"
 #include "bench/trainer.hpp"
+#include "models/checkpoint/weight_loader.hpp"
 #include "models/llama.hpp"
 #include "profiler/analysis.hpp"
 #include "profiler/chrome_trace.hpp"
@@ -169,13 +171,68 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
           {"ranks", per_rank}};
 }
 
+// The model load (engine construction): wall time, RSS high-water mark and device peak over it,
+// and with --model-dir the loader's strategy and bytes.
+struct LoadMeasure {
+  std::shared_ptr<models::checkpoint::CheckpointWeightLoader> loader;
+  std::chrono::steady_clock::time_point start;
+  int64_t rss_before = 0;
+  bool rss_reset = false;
+  std::string strategy;
+};
+
+LoadMeasure begin_load(const RunOptions& o, const RunOptions::Resolved& resolved, backends::EngineSpec& spec,
+                       const runtime::World& world, backends::common::Comm& side) {
+  LoadMeasure m;
+  // Only a --model-dir load resets the RSS high-water mark (memory.peak_rss_bytes stays the
+  // whole process's otherwise).
+  m.rss_reset = !o.model_dir.empty() && runtime::reset_peak_rss();
+  m.rss_before = runtime::current_rss_bytes();
+  runtime::reset_tracked_peak(world.device);
+  m.start = std::chrono::steady_clock::now();
+  m.strategy = o.model_dir.empty() ? "init" : resolved.load_strategy;
+  if (!o.model_dir.empty()) {
+    m.loader = std::make_shared<models::checkpoint::CheckpointWeightLoader>(
+        o.model_dir, spec.model, models::checkpoint::load_strategy_from_name(resolved.load_strategy), world.rank,
+        world.device, [&side](at::Tensor& t) { side.broadcast(t, 0, "load"); });
+    spec.initial_weights = m.loader;
+  }
+  return m;
+}
+
+json end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
+  runtime::synchronize(device);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+  const int64_t hwm = runtime::hwm_rss_bytes();
+  json j = {{"strategy", m.strategy},
+            {"wall_s", wall},
+            {"rss_before_bytes", m.rss_before},
+            {"peak_rss_bytes", m.rss_reset ? json(hwm) : json(nullptr)},
+            {"peak_rss_source", m.rss_reset ? "VmHWM reset at load start" : "not measured (no --model-dir, or clear_refs refused)"},
+            {"device_peak_bytes", runtime::tracked_peak_bytes(device)},
+            {"device_after_bytes", runtime::tracked_bytes(device)},
+            {"bytes_read", 0},
+            {"bytes_received", 0}};
+  if (m.loader) {
+    const auto& s = m.loader->stats();
+    j["bytes_read"] = s.bytes_read;
+    j["bytes_received"] = s.bytes_received;
+    j["tensors_touched"] = s.tensors_touched;
+    j["peak_rss_sampled_bytes"] = s.peak_rss_sampled_bytes;
+    if (!m.rss_reset) j["peak_rss_bytes"] = s.peak_rss_sampled_bytes;
+    m.loader->release();
+    spec.initial_weights.reset();
+  }
+  return j;
+}
+
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
   const bool emulated = o.emulate_world_size > 0;
   const auto env = emulated ? runtime::DistEnv{} : runtime::discover_dist_env(runtime::process_env());
   const auto resolved = o.resolve();
-  const auto& spec = resolved.spec;
+  auto spec = resolved.spec;  // a copy: --model-dir hands the engine its weight loader
   const auto device = runtime::pick_device(o.device, env.local_rank);
   if (device.is_cuda() && !o.no_memory_check) {
     // The ranks of this machine that share this GPU (pick_device: local_rank % device count).
@@ -192,9 +249,19 @@ int run_rank(const RunOptions& o) {
   const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
   const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
   auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
+  // Engine construction is the load: with --model-dir its weights come through the strategy's
+  // loader (lifecycle.load in the report, docs/lifecycle.md).
+  auto load = begin_load(o, resolved, spec, world, side);
   auto engine = backends::create_engine(o.backend, spec, world);
+  const json load_json = end_load(load, spec, device);
   const bool profiling = o.profile || !o.trace.empty();
-  const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0);
+  // Checkpoints and resume (bench/lifecycle/checkpoint.hpp): the step to start at, a save after steps.
+  lifecycle::Checkpointer checkpointer({o.checkpoint_dir, o.checkpoint_every, o.state_dict, o.resume}, o.backend, spec,
+                                       *engine, side, o.fault());
+  TrainHooks hooks;
+  if (!o.resume.empty()) hooks.first_step = checkpointer.resume();
+  if (checkpointer.enabled()) hooks.after_step = [&checkpointer](int64_t step) { checkpointer.after_step(step); };
+  const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
 
   std::optional<backends::PeakEstimate> estimate;
   if (const auto& info = backends::backend(o.backend); info.estimate_peak)
@@ -235,7 +302,8 @@ int run_rank(const RunOptions& o) {
            cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
-      {"step_times_s", step_times}};
+      {"step_times_s", step_times},
+      {"lifecycle", {{"load", load_json}, {"checkpoint", lifecycle::to_json(checkpointer.stats())}}}};
   // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).
   if (!engine->comm().timing_error().empty()) rank_json["comm_timing_error"] = engine->comm().timing_error();
   if (result.profile) {
@@ -341,6 +409,14 @@ int run_rank(const RunOptions& o) {
       {"ranks", ranks},
       {"steps", steps},
       {"profile", result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr)}};
+  if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
+    report["config"]["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
+  if (!o.checkpoint_dir.empty() || !o.resume.empty())
+    report["config"]["checkpoint"] = {{"dir", o.checkpoint_dir},
+                                      {"every", o.checkpoint_every},
+                                      {"state_dict", o.state_dict},
+                                      {"resume", o.resume},
+                                      {"first_step", hooks.first_step}};
   if (!o.trace.empty()) {
     json events = json::array();
     for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
@@ -382,6 +458,8 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // name the run (run_id, default --out), resolve() still reads the file the same way.
   o.backend = resolved.backend;
   o.precision = spec.precision;
+  if (!o.resume.empty())  // a checkpoint of another job exits 2 here, naming the mismatch
+    lifecycle::find_resume(o.resume, o.backend, spec, o.world_size());
   if (!runtime::launched_by_zerobench() && !o.quiet)
     for (const auto& w : resolved.provenance.notes.warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const auto env = runtime::discover_dist_env(runtime::process_env());

@@ -5,6 +5,7 @@
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "bench/flag_checks.hpp"
+#include "models/checkpoint/weight_loader.hpp"
 #include "runtime/dist_env.hpp"
 #include "runtime/errors.hpp"
 
@@ -19,6 +20,9 @@ void add_model_options(CLI::App& app, RunOptions& o) {
   app.add_option("--kv-heads", o.kv_heads, "override: key/value heads (GQA)")->check(AtLeastOne());
   app.add_option("--ffn", o.ffn, "override: SwiGLU inner size")->check(AtLeastOne());
   app.add_option("--vocab", o.vocab, "override: vocabulary size")->check(AtLeastOne());
+  app.add_option("--model-dir", o.model_dir,
+                 "a Hugging Face Llama/Granite folder (config.json + model.safetensors or its index): "
+                 "its shape, and its weights as the starting point");
 }
 
 void add_run_options(CLI::App& app, RunOptions& o) {
@@ -147,6 +151,16 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--trace", o.trace, "write a Chrome/Perfetto trace of the profiled steps to FILE (implies --profile)");
   app.add_flag("--no-memory-check", o.no_memory_check,
                "start even when the pre-flight estimate of a rank's peak memory exceeds what is available");
+  app.add_option("--load-strategy", o.load_strategy,
+                 "with --model-dir: all-ranks | rank0-broadcast (sync_module_states) | sharded "
+                 "(default: rank0-broadcast when the config syncs module states, else all-ranks)");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here (docs/lifecycle.md)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "with --checkpoint-dir: save after every N optimizer steps")
+      ->check(AtLeastOne());
+  app.add_option("--state-dict", o.state_dict,
+                 "checkpoint type: sharded (each rank its own files) | full (gathered to rank 0, an HF folder)")
+      ->capture_default_str();
+  app.add_option("--resume", o.resume, "continue exactly from a checkpoint (a --checkpoint-dir, or one tag dir in it)");
   app.add_flag("--quiet", o.quiet, "print only errors");
   app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang|sigkill:RANK:STEP")->group("");
   app.add_option("--plant-lr-scale", o.plant_lr_scale, "test hook: multiply the lr schedule (crossval's planted difference)")
@@ -155,6 +169,11 @@ void add_run_options(CLI::App& app, RunOptions& o) {
 }
 
 models::ModelConfig RunOptions::model_config() const {
+  if (!model_dir.empty()) {
+    for (const char* f : {"--model", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab"})
+      if (given.count(f)) throw UsageError(std::string(f) + " conflicts with --model-dir (its config.json sets the model)");
+    return models::checkpoint::read_model_dir_config(model_dir);
+  }
   auto cfg = models::preset(model);
   if (layers) cfg.layers = layers;
   if (hidden) cfg.hidden = hidden;
@@ -354,6 +373,28 @@ RunOptions::Resolved RunOptions::resolve() const {
   spec.train.lr *= plant_lr_scale;  // lr_at is linear in lr: every step's lr scales (1.0 unless planted)
   backends::validate_precision(r.backend, spec.precision);  // validates both names
   fault();                     // validates the hook
+  // --model-dir's load strategy; by default the one the config's options imply: FSDP1's
+  // sync_module_states / FSDP2's cpu_ram_efficient_loading broadcast from rank 0.
+  if (!load_strategy.empty() && model_dir.empty()) throw UsageError("--load-strategy needs --model-dir");
+  if (state_dict != "full" && state_dict != "sharded")
+    throw UsageError("--state-dict '" + state_dict + "' must be full or sharded");
+  if (checkpoint_every > 0 && checkpoint_dir.empty()) throw UsageError("--checkpoint-every needs --checkpoint-dir");
+  if (!checkpoint_dir.empty() && checkpoint_every <= 0) throw UsageError("--checkpoint-dir needs --checkpoint-every N");
+  if (!resume.empty() && !model_dir.empty())
+    throw UsageError("--resume restores the weights: drop --model-dir " + model_dir);
+  if (!model_dir.empty()) {
+    if (!load_strategy.empty()) {
+      r.load_strategy = models::checkpoint::load_strategy_name(models::checkpoint::load_strategy_from_name(load_strategy));
+    } else {
+      const bool syncs = (r.backend == "fsdp" && spec.options.value("sync_module_states", false)) ||
+                         (r.backend == "fsdp2" && spec.options.value("cpu_ram_efficient_loading", false));
+      // An emulated rank has no rank 0 to receive from: it reads for itself.
+      r.load_strategy = syncs && emulate_world_size == 0 ? "rank0-broadcast" : "all-ranks";
+    }
+    if (r.load_strategy == "rank0-broadcast" && emulate_world_size > 0 && emulate_rank != 0)
+      throw UsageError("--load-strategy rank0-broadcast: emulated rank " + std::to_string(emulate_rank) +
+                       " receives no broadcast (its collectives are local copies); use all-ranks or sharded");
+  }
   return r;
 }
 
@@ -369,8 +410,8 @@ FaultInjection RunOptions::fault() const {
   } catch (const std::exception&) {
     throw UsageError("--fault-inject '" + fault_inject + "' is not KIND:RANK:STEP");
   }
-  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang" && f.kind != "sigkill")
-    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash, hang or sigkill");
+  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang" && f.kind != "sigkill" && f.kind != "save-sigkill")
+    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash, hang, sigkill or save-sigkill");
   return f;
 }
 

@@ -12,7 +12,7 @@
 
 namespace zb::bench {
 
-struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sigkill:RANK:STEP
+struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sigkill|save-sigkill:RANK:STEP
   std::string kind;      // empty = none
   int rank = -1;
   int64_t step = -1;
@@ -21,6 +21,10 @@ struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sig
 struct RunOptions {
   int nproc = 1;
   std::string model = "tiny";
+  std::string model_dir;      // --model-dir: an HF Llama/Granite folder (shape and initial weights)
+  std::string load_strategy;  // --load-strategy (with --model-dir); empty = from the config
+  std::string checkpoint_dir, state_dict = "sharded", resume;  // checkpoints (bench/lifecycle)
+  int64_t checkpoint_every = 0;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;  // 0 = preset's
   std::string backend = "ddp";
   std::string precision = "fp32";
@@ -72,6 +76,7 @@ struct RunOptions {
     std::string backend;   // --backend, or the one a config file picks
     backends::EngineSpec spec;
     ConfigProvenance provenance;  // the config file's sources, applied/ignored keys, warnings
+    std::string load_strategy;    // with --model-dir: all-ranks | rank0-broadcast | sharded
   };
   Resolved resolve() const;
   backends::EngineSpec engine_spec() const { return resolve().spec; }

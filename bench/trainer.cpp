@@ -19,7 +19,7 @@ namespace zb::bench {
 
 namespace {
 void maybe_inject(const FaultInjection& f, int rank, int64_t step) {
-  if (f.kind.empty() || f.rank != rank || f.step != step) return;
+  if (f.kind.empty() || f.kind == "save-sigkill" || f.rank != rank || f.step != step) return;  // save-sigkill: in the save
   if (f.kind == "exit") std::_Exit(1);
   if (f.kind == "crash") std::abort();
   if (f.kind == "sigkill") raise(SIGKILL);  // what the kernel's OOM killer does
@@ -146,7 +146,8 @@ ProfileResult run_profiled_steps(StepRunner& runner, backends::common::Comm& com
 }  // namespace
 
 TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
-                         backends::common::Comm& side, const FaultInjection& fault, int profile_steps) {
+                         backends::common::Comm& side, const FaultInjection& fault, int profile_steps,
+                         const TrainHooks& hooks) {
   const auto& t = spec.train;
   auto& comm = engine.comm();
   const auto device = comm.world().device;
@@ -157,9 +158,9 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   StepRunner runner(engine, spec, data, side);
 
   uint64_t measured_range = 0;  // nsys --capture-range=nvtx keys on "measured@zerobench"
-  for (int64_t step = 0; step < t.steps; ++step) {
+  for (int64_t step = hooks.first_step; step < t.steps; ++step) {
     maybe_inject(fault, comm.rank(), step);
-    if (step == t.warmup) measured_range = runtime::nvtx::start("measured");
+    if (step == std::max(t.warmup, hooks.first_step)) measured_range = runtime::nvtx::start("measured");
     result.steps.push_back(runner.run(step, result, nullptr));
     const auto& rec = result.steps.back();
     if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
@@ -169,6 +170,7 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
       result.diverged_what = std::string(loss_bad ? "loss " : "grad_norm ") + (std::isnan(bad) ? "nan" : "inf");
       break;
     }
+    if (hooks.after_step) hooks.after_step(step);
   }
   runtime::nvtx::end(measured_range);
   result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);

@@ -3,6 +3,7 @@
 // each measurement is taken. Must not: know how an engine shards or communicates.
 #pragma once
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,10 +55,18 @@ struct TrainResult {
   std::string diverged_what;  // "loss nan", "grad_norm inf", ...
 };
 
+// What a checkpointed run adds to the loop (bench/lifecycle/checkpoint.hpp): the step to start
+// at (a resume: LR schedule and data position follow the step index) and a call after each step.
+struct TrainHooks {
+  int64_t first_step = 0;
+  std::function<void(int64_t step)> after_step;
+};
+
 // Runs spec.train.steps optimizer steps, or up to the first whose loss or grad norm is NaN/Inf
 // (result.diverged_step). `side` is an uncounted group for averaging the loss.
 // With profile_steps > 0 (and no divergence), that many more steps run traced after spec.train.steps.
 TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& spec, const models::DataSource& data,
-                         backends::common::Comm& side, const FaultInjection& fault = {}, int profile_steps = 0);
+                         backends::common::Comm& side, const FaultInjection& fault = {}, int profile_steps = 0,
+                         const TrainHooks& hooks = {});
 
 }  // namespace zb::bench

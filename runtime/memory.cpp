@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "runtime/device.hpp"
@@ -81,6 +82,22 @@ int64_t current_rss_bytes() {
   int64_t pages_total = 0, pages_resident = 0;
   statm >> pages_total >> pages_resident;
   return pages_resident * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+int64_t hwm_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+  return -1;
+}
+
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  if (!clear) return false;
+  clear << "5";
+  clear.flush();
+  return bool(clear);
 }
 
 int64_t tracked_bytes(at::Device device) {

@@ -18,6 +18,11 @@ void reset_tracked_cpu_peak();     // peak := current
 
 int64_t peak_rss_bytes();     // getrusage max RSS of this process
 int64_t current_rss_bytes();  // /proc/self/statm
+// The kernel's RSS high-water mark (VmHWM, /proc/self/status), and its reset to the current RSS
+// (writing 5 to /proc/self/clear_refs, Linux >= 4.0): a peak over one phase (the model load).
+// reset_peak_rss returns false where the kernel refuses (then VmHWM is the whole process's).
+int64_t hwm_rss_bytes();
+bool reset_peak_rss();
 
 struct CudaMemoryStats {
   int64_t allocated_bytes = 0, peak_allocated_bytes = 0;

@@ -17,14 +17,21 @@ FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts) : para
   }
   exp_avg_flat_ = at::zeros({total}, params_[0].options());
   exp_avg_sq_flat_ = at::zeros({total}, params_[0].options());
+  state_steps_flat_ = at::zeros({int64_t(params_.size())}, at::TensorOptions().dtype(at::kFloat).device(params_[0].device()));
   int64_t offset = 0;
   for (const auto& p : params_) {
     exp_avgs_.push_back(exp_avg_flat_.narrow(0, offset, p.numel()).view(p.sizes()));
     exp_avg_sqs_.push_back(exp_avg_sq_flat_.narrow(0, offset, p.numel()).view(p.sizes()));
-    state_steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(p.device())));
+    state_steps_.push_back(state_steps_flat_.select(0, int64_t(state_steps_.size())));
     offset += p.numel();
   }
 }
+
+std::vector<std::pair<std::string, at::Tensor>> FusedAdamW::state(const std::string& prefix) const {
+  return {{prefix + "exp_avg", exp_avg_flat_}, {prefix + "exp_avg_sq", exp_avg_sq_flat_}, {prefix + "step", state_steps_flat_}};
+}
+
+void FusedAdamW::state_loaded() { step_ = int64_t(state_steps_flat_[0].item<float>()); }
 
 void FusedAdamW::step(const std::vector<at::Tensor>& grads, double lr) {
   at::NoGradGuard no_grad;

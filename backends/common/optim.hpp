@@ -11,6 +11,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/common/comm.hpp"
@@ -35,6 +37,11 @@ class FusedAdamW {
   void step(const std::vector<at::Tensor>& grads, double lr);
   int64_t state_bytes() const { return int64_t(exp_avg_flat_.nbytes() + exp_avg_sq_flat_.nbytes()); }
   int64_t steps_taken() const { return step_; }
+  // Checkpoints: the live state tensors, named prefix + exp_avg / exp_avg_sq (the flat buffers)
+  // / step (the per-parameter fp32 step counters, one flat buffer [P] of which each counter is a
+  // view); after they are overwritten, state_loaded() re-reads the step count from them.
+  std::vector<std::pair<std::string, at::Tensor>> state(const std::string& prefix) const;
+  void state_loaded();
 
   // The precision diagnostic: when on, each step also counts the elements whose update
   // (computed in fp32 from the step's states) is smaller than half an ulp of the weight in the
@@ -44,7 +51,7 @@ class FusedAdamW {
 
  private:
   std::vector<at::Tensor> params_, exp_avgs_, exp_avg_sqs_, state_steps_;
-  at::Tensor exp_avg_flat_, exp_avg_sq_flat_;
+  at::Tensor exp_avg_flat_, exp_avg_sq_flat_, state_steps_flat_;
   AdamWOptions opts_;
   int64_t step_ = 0;
   bool measure_ = false;

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
@@ -35,7 +36,8 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
     const auto dev = world.device;
     const int64_t units = models::unit_count(cfg);
     std::vector<at::Tensor> init;
-    for (int u = 0; u < units; ++u) init.push_back(models::init_unit_flat(cfg, u, spec_.train.seed));
+    // Every rank needs every weight: a sharded --model-dir load reads all of them too.
+    for (int u = 0; u < units; ++u) init.push_back(common::initial_unit(spec_, u));
     flat_params_ = at::cat(init).to(dev, dtypes_.storage);  // [N]
     comm_.broadcast(flat_params_, 0);                       // DDP's _sync_module_states
     flat_grads_ = at::zeros_like(flat_params_);              // [N]
@@ -70,6 +72,13 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
 
   std::string name() const override { return "ddp"; }
   common::Comm& comm() override { return comm_; }
+  // Checkpoints: the replicated flat parameters and the optimizer (docs/lifecycle.md).
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
+    auto s = optimizer_->state("optim.");
+    s.insert(s.begin(), {"params", flat_params_});
+    return s;
+  }
+  void state_loaded() override { optimizer_->state_loaded(); }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
 
   std::vector<at::Tensor> unit_weights(int unit) override {

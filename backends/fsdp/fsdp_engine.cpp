@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
@@ -136,17 +137,25 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     const auto specs = models::unit_param_specs(cfg);
     for (int u = 0; u < int(layout_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
-      auto full = at::zeros({l.padded}, at::kFloat);
-      full.narrow(0, 0, l.numel).copy_(models::init_unit_flat(cfg, u, spec_.train.seed));
+      // Under a sharded load only this rank's chunk is read (the rest of `full` stays zero);
+      // otherwise the whole unit (a --model-dir load strategy then replaces sync_module_states).
+      auto full = at::zeros({common::sharded_load(spec_) ? l.shard_numel : l.padded}, at::kFloat);
+      const int64_t chunk_lo = int64_t(shard_rank_) * l.shard_numel;
+      if (common::sharded_load(spec_)) {
+        const int64_t n = std::max<int64_t>(0, std::min(chunk_lo + l.shard_numel, l.numel) - chunk_lo);
+        if (n > 0) full.narrow(0, 0, n).copy_(common::initial_range(spec_, u, chunk_lo, n));
+      } else {
+        full.narrow(0, 0, l.numel).copy_(common::initial_unit(spec_, u));
+      }
       // The blog's setting loads the model in bf16 for every mode: mixed upcasts the loaded
       // bf16 weights to fp32 at prepare (accelerate >= 0.30), so its master starts bf16-exact.
       if (spec_.precision == "mixed") full = full.to(at::kBFloat16).to(at::kFloat);
       full = full.to(dev);
-      if (opts_.sync_module_states) comm_.broadcast(full, 0, "unit" + std::to_string(u));
+      if (opts_.sync_module_states && !spec_.initial_weights) comm_.broadcast(full, 0, "unit" + std::to_string(u));
       Unit unit;
       unit.shard = local_params_.narrow(0, l.offset, l.shard_numel);
       // _get_shard: this rank's chunk of the padded flat parameter.
-      unit.shard.copy_(full.narrow(0, int64_t(shard_rank_) * l.shard_numel, l.shard_numel));
+      unit.shard.copy_(common::sharded_load(spec_) ? full : full.narrow(0, chunk_lo, l.shard_numel));
       if (!is_sharded(strategy_) && dtypes_.param == dtypes_.storage) {
         unit.full = unit.shard;  // NO_SHARD in one dtype: the flat parameter is its own storage
         unit.owns_full = false;
@@ -184,6 +193,14 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
 
   std::string name() const override { return "fsdp"; }
   common::Comm& comm() override { return comm_; }
+  // Checkpoints: this rank's shard of every flat parameter (padding included) and the optimizer
+  // over it — what SHARDED_STATE_DICT saves per rank (docs/lifecycle.md).
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
+    auto s = optimizer_->state("optim.");
+    s.insert(s.begin(), {"flat_param_shards", local_params_});
+    return s;
+  }
+  void state_loaded() override { optimizer_->state_loaded(); }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(FsdpObserver o) { observer_ = std::move(o); }
 

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
@@ -300,15 +301,20 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // bf16, "mixed" the bf16-loaded model upcast to fp32 (fsdp2_prepare_model's upcast).
     const int units = int(models::unit_count(cfg));
     std::vector<std::vector<at::Tensor>> full(static_cast<size_t>(units));
-    const bool load_on_rank0 = opts_.cpu_ram_efficient_loading && world.size > 1;
+    // A --model-dir load strategy replaces cpu_ram_efficient_loading's broadcast (its
+    // rank0-broadcast is that broadcast); under a sharded load each parameter's local rows are
+    // read below instead of the whole unit here.
+    const bool load_on_rank0 = opts_.cpu_ram_efficient_loading && world.size > 1 && !spec_.initial_weights;
+    const bool sharded_load = common::sharded_load(spec_);
     for (int u = 0; u < units; ++u) {
       auto specs = models::unit_specs(cfg, u);
-      if (load_on_rank0 && world.rank != 0) {
+      if ((load_on_rank0 && world.rank != 0) || sharded_load) {
         for (const auto& s : specs)
-          full[size_t(u)].push_back(at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
+          full[size_t(u)].push_back(sharded_load ? at::Tensor()
+                                                 : at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
         continue;
       }
-      auto flat = models::init_unit_flat(cfg, u, spec_.train.seed);
+      auto flat = common::initial_unit(spec_, u);
       if (spec_.precision != "fp32") flat = flat.to(at::kBFloat16);
       flat = flat.to(dtypes_.orig).to(dev);
       for (auto& t : models::unflatten_unit(cfg, u, flat)) full[size_t(u)].push_back(t.contiguous());
@@ -316,6 +322,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
 
     const auto specs = group_specs(cfg, opts_);
     const auto param_specs = models::unit_param_specs(cfg);
+    auto param_offset = [&](int unit, int index) {  // element offset of a weight in its unit's flat layout
+      int64_t o = 0;
+      for (int k = 0; k < index; ++k) o += param_specs[size_t(unit)][size_t(k)].numel();
+      return o;
+    };
     const auto orig_opts = at::TensorOptions().dtype(dtypes_.orig).device(dev);
     const auto param_opts = at::TensorOptions().dtype(dtypes_.compute()).device(dev);
     param_of_.assign(size_t(units), {});
@@ -336,10 +347,14 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
         if (load_on_rank0) comm_.broadcast(w, 0, "load");
         // Pre-pad the sharded parameter: new_zeros(padded chunk), this rank's rows copied in.
         p.sharded_data = at::zeros({p.l.padded_shard_numel()}, orig_opts);
-        if (p.l.local_rows > 0)
-          p.sharded_data.narrow(0, 0, p.l.local_numel())
-              .copy_(
-                  w.reshape({-1}).narrow(0, int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row, p.l.local_numel()));
+        const int64_t row_lo = int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row;
+        if (p.l.local_rows > 0 && sharded_load) {
+          auto rows = common::initial_range(spec_, u, param_offset(u, i) + row_lo, p.l.local_numel());
+          if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
+          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(rows.to(dtypes_.orig));
+        } else if (p.l.local_rows > 0) {
+          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(w.reshape({-1}).narrow(0, row_lo, p.l.local_numel()));
+        }
         p.local = p.sharded_data.narrow(0, 0, p.l.local_numel());
         // The all-gather output of this parameter ([padded dim0 x row] in param dtype) and the
         // unsharded parameter (an autograd leaf over its storage, with its own version counter:
@@ -395,6 +410,14 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
 
   std::string name() const override { return "fsdp2"; }
   common::Comm& comm() override { return comm_; }
+  // Checkpoints: each parameter's padded local shard (the DTensor's local rows) and the optimizer.
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
+    std::vector<std::pair<std::string, at::Tensor>> s;
+    for (size_t i = 0; i < params_.size(); ++i) s.push_back({"param." + std::to_string(i), params_[i].sharded_data});
+    for (auto& t : optimizer_->state("optim.")) s.push_back(std::move(t));
+    return s;
+  }
+  void state_loaded() override { optimizer_->state_loaded(); }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(Fsdp2Observer o) { observer_ = std::move(o); }
 

@@ -9,6 +9,7 @@
 #include <deque>
 
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "models/llama.hpp"
@@ -123,18 +124,29 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
     grad_partitions_ = at::zeros({local}, at::TensorOptions().dtype(dtypes_.grad_accum).device(dev));
     const int units = int(models::unit_count(cfg));
     for (int u = 0; u < units; ++u) {
-      auto flat = models::init_unit_flat(cfg, u, spec_.train.seed);
+      // A sharded --model-dir load reads only this rank's partition of each parameter.
+      const bool sharded_load = common::sharded_load(spec_);
+      const auto flat = sharded_load ? at::Tensor() : common::initial_unit(spec_, u);
       int64_t off = 0;
       unit_first_.push_back(int(params_.size()));
       for (const auto& spec_p : models::unit_specs(cfg, u)) {
         const auto& l = layout_[params_.size()];
-        auto full = at::zeros({l.padded}, at::kFloat);
-        full.narrow(0, 0, l.numel).copy_(flat.narrow(0, off, l.numel));
+        const int64_t part_lo = int64_t(world.rank) * l.part_numel;
+        at::Tensor part;
+        if (sharded_load) {
+          part = at::zeros({l.part_numel}, at::kFloat);
+          const int64_t n = std::max<int64_t>(0, std::min(part_lo + l.part_numel, l.numel) - part_lo);
+          if (n > 0) part.narrow(0, 0, n).copy_(common::initial_range(spec_, u, off + part_lo, n));
+        } else {
+          auto full = at::zeros({l.padded}, at::kFloat);
+          full.narrow(0, 0, l.numel).copy_(flat.narrow(0, off, l.numel));
+          part = full.narrow(0, part_lo, l.part_numel);
+        }
         off += spec_p.numel();
         Param p;
         p.partition = partitions_.narrow(0, l.part_offset, l.part_numel);
         p.grad_partition = grad_partitions_.narrow(0, l.part_offset, l.part_numel);
-        p.partition.copy_(full.narrow(0, int64_t(world.rank) * l.part_numel, l.part_numel));
+        p.partition.copy_(part);
         p.full = at::empty({l.padded}, at::TensorOptions().dtype(dtypes_.model).device(dev));
         common::free_storage(p.full);
         p.anchor = at::zeros({}, at::kFloat).requires_grad_(true);
@@ -178,6 +190,20 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
 
   std::string name() const override { return "zero3"; }
   common::Comm& comm() override { return comm_; }
+  // Checkpoints, DeepSpeed's split: the model-dtype partitions (zero_pp_rank_R_*_model_states)
+  // and per sub-group the fp32 master and its optimizer states (*_optim_states).
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
+    std::vector<std::pair<std::string, at::Tensor>> s = {{"partitions", partitions_}};
+    for (size_t g = 0; g < sub_groups_.size(); ++g) {
+      const auto prefix = "optim." + std::to_string(g) + ".";
+      s.push_back({prefix + "fp32_master", sub_groups_[g].master});
+      for (auto& t : sub_groups_[g].optimizer->state(prefix)) s.push_back(std::move(t));
+    }
+    return s;
+  }
+  void state_loaded() override {
+    for (auto& sg : sub_groups_) sg.optimizer->state_loaded();
+  }
   common::LostUpdates lost_updates() const override {
     common::LostUpdates total;
     for (const auto& sg : sub_groups_) total += sg.optimizer->last_lost_updates();
