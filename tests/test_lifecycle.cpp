@@ -22,23 +22,15 @@ using zb::test_support::temp_path;
 namespace {
 
 std::string make_dir(const std::string& name) {
-  const auto d = temp_path(name);
-  const std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  const auto d = zb::test_support::make_clean_dir(name);
+  EXPECT_FALSE(d.empty()) << "cannot create " << temp_path(name);
   return d;
 }
 
 zb::test_support::BinaryResult python(const std::string& code) {
   const auto script = temp_path("lifecycle_script.py");
   std::ofstream(script) << code;
-  const std::string cmd = zb::bench::default_python() + " " + script + " 2>&1";
-  zb::test_support::BinaryResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), p)) r.output += buf;
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return zb::test_support::run_command(zb::bench::default_python() + " " + script + " 2>&1");
 }
 
 nlohmann::json read_json(const std::string& path) {

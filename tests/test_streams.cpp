@@ -19,6 +19,15 @@ using backends::common::StreamLogEntry;
 using backends::common::Streams;
 using Kind = StreamLogEntry::Kind;
 
+namespace {
+// The first log entry of kind `k` on `stream` with `label`; fails the test (printing the log) if none.
+int64_t find_logged(const Streams& s, Kind k, const std::string& stream, const std::string& label) {
+  const auto i = s.find(k, stream, label);
+  EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
+  return i;
+}
+}  // namespace
+
 TEST(StreamLog, HappensBeforeFollowsStreamOrderWaitsEventsAndHostSyncs) {
   Streams s(at::kCPU);
   s.set_logging(true);
@@ -368,11 +377,7 @@ TEST(Fsdp2Schedule, ForwardAllGathersRunOnTheirStreamsUnderThePreviousGroupsComp
   const int L = 4;
   auto run = logged_run("fsdp2", one_step("fsdp2", "mixed", L), 2);
   const auto& s = run.engine->comm().streams();
-  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
-    const auto i = s.find(k, stream, label);
-    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
-    return i;
-  };
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) { return find_logged(s, k, stream, label); };
   for (int u = 1; u < L; ++u) {
     const std::string next = "unit" + std::to_string(u + 1);
     const auto compute_u = seq(Kind::kOp, "compute", "forward unit" + std::to_string(u));
@@ -428,11 +433,7 @@ TEST(Fsdp2Schedule, ReduceScattersRunOnTheirStreamAndComputeWaitsThemOneGroupLat
   const int L = 3;
   auto run = logged_run("fsdp2", one_step("fsdp2", "mixed", L), 2);
   const auto& s = run.engine->comm().streams();
-  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
-    const auto i = s.find(k, stream, label);
-    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
-    return i;
-  };
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) { return find_logged(s, k, stream, label); };
   for (const auto& e : s.log()) {
     if (e.kind == Kind::kCollective && e.label.rfind("reduce_scatter:", 0) == 0) {
       EXPECT_EQ(e.other, "reduce_scatter") << e.label;
@@ -496,11 +497,7 @@ TEST(Fsdp2Schedule, HsdpAllReducesRunOnTheAllReduceStreamAfterTheReduceScatter) 
   spec.options = backends::fsdp2::to_json(o);
   auto run = logged_run("fsdp2", spec, 4);
   const auto& s = run.engine->comm().streams();
-  auto seq = [&](Kind k, const std::string& stream, const std::string& label) {
-    const auto i = s.find(k, stream, label);
-    EXPECT_GE(i, 0) << stream << " " << label << "\n" << s.dump();
-    return i;
-  };
+  auto seq = [&](Kind k, const std::string& stream, const std::string& label) { return find_logged(s, k, stream, label); };
   const auto norm_wait = s.find(Kind::kWaitCollective, "compute", "grad_norm", /*last=*/true);
   for (int u = 0; u <= L; ++u) {
     const std::string label = "unit" + std::to_string(u);

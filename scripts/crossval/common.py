@@ -90,6 +90,28 @@ def storage_bytes(t):
     return t.untyped_storage().nbytes()
 
 
+def storage_counter():
+    """Returns held(t): the bytes t's storage holds now, counted the first time that storage is
+    seen and 0 after (views and aliases of one buffer count once); None counts 0 and a DTensor
+    counts its local shard."""
+    from torch.distributed.tensor import DTensor
+    seen = set()
+
+    def held(t):
+        if t is None:
+            return 0
+        if isinstance(t, DTensor):
+            t = t.to_local()
+        key = t.untyped_storage().data_ptr()
+        n = storage_bytes(t)
+        if n == 0 or key in seen:
+            return 0
+        seen.add(key)
+        return n
+
+    return held
+
+
 def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 

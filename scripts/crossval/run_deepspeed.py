@@ -92,15 +92,7 @@ class DeepSpeedRunner:
         front (reduce_bucket_size elements per communication dtype, stage3.py
         _setup_for_real_optimizer)."""
         opt = self.optimizer
-        seen = set()
-
-        def held(t):
-            key = t.untyped_storage().data_ptr()
-            n = common.storage_bytes(t)
-            if n == 0 or key in seen:
-                return 0
-            seen.add(key)
-            return n
+        held = common.storage_counter()
 
         partitions = sum(held(t) for t in opt.fp16_partitioned_groups_flat)
         gathered, persistent = 0, 0

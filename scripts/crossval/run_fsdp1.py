@@ -150,7 +150,7 @@ class Fsdp1Runner:
         this rank's shard: the others have no gradient, _use_sharded_grad_views); AdamW's
         per-tensor `step` scalars separately."""
         params = grads = 0
-        seen = set()
+        held_once = common.storage_counter()
         detail = {"flat_params": []}
         for m in self.fsdp_cls.fsdp_modules(self.model):
             if not m._has_params:
@@ -158,14 +158,7 @@ class Fsdp1Runner:
             fp = m._flat_param
             held = 0
             for name in ("_local_shard", "_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
-                tensor = getattr(fp, name, None)
-                if tensor is None:
-                    continue
-                key = tensor.untyped_storage().data_ptr()
-                n = common.storage_bytes(tensor)
-                if n and key not in seen:
-                    seen.add(key)
-                    held += n
+                held += held_once(getattr(fp, name, None))
             params += held
             grads += common.storage_bytes(fp.grad)
             detail["flat_params"].append({"numel": fp.numel(), "dtype": str(fp.dtype), "held_bytes": held,

@@ -117,20 +117,7 @@ class Fsdp2Runner:
         local gradient storages (deduplicated: gradients may be views of one reduce-scatter
         output); optimizer = AdamW exp_avg + exp_avg_sq (unpadded local shapes), `step` scalars
         separately."""
-        from torch.distributed.tensor import DTensor
-        seen = set()
-
-        def held(t):
-            if t is None:
-                return 0
-            if isinstance(t, DTensor):
-                t = t.to_local()
-            key = t.untyped_storage().data_ptr()
-            n = common.storage_bytes(t)
-            if n == 0 or key in seen:
-                return 0
-            seen.add(key)
-            return n
+        held = common.storage_counter()
 
         params = grads = 0
         for m in self.model.modules():
