@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # build.sh — configures and builds zerobench into build/ (binary: build/bin/zerobench).
-# Used by bench.sh and test.sh. Env: BUILD_DIR (default build), ZEROBENCH_CUDA (auto|ON|OFF),
-# BUILD_TYPE (default RelWithDebInfo), JOBS (default nproc).
+# Used by bench.sh, test.sh and gpu-check.sh. Env: BUILD_DIR (default build), ZEROBENCH_CUDA
+# (auto|ON|OFF), BUILD_TYPE (default RelWithDebInfo), JOBS (default nproc), ZEROBENCH_VENV /
+# ZEROBENCH_PYTHON (the torch to build against), ZEROBENCH_DEPS_PREFIX (Debian packages unpacked
+# with dpkg -x instead of installed: cmake/DepsPrefix.cmake).
+# Reconfigures when what it configured with changes: it records the CUDA option, the torch it
+# finds (interpreter, version, location), the deps prefix and the build type in
+# <build>/zerobench-configure.stamp and re-runs CMake when they differ — from a fresh cache when
+# the torch changed (CMake caches Torch_DIR and would keep the old one).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-${root}/build}"
@@ -10,8 +16,35 @@ export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/zerobench/ccache}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 export CCACHE_BASEDIR="${root}"
-if [ ! -f "${build_dir}/build.ninja" ]; then
+
+# The interpreter cmake/FindTorchFromVenv.cmake will ask (same order).
+if [ -n "${ZEROBENCH_PYTHON:-}" ]; then python="${ZEROBENCH_PYTHON}"
+elif [ -n "${ZEROBENCH_VENV:-}" ]; then python="${ZEROBENCH_VENV}/bin/python"
+else python="${HOME}/.cache/zerobench/venv/bin/python"; fi
+[ -x "${python}" ] || python="$(command -v python3 || echo python3)"
+# torch's identity without importing it (fast): version and where it lives.
+torch_id="$("${python}" -c 'import importlib.metadata as m, importlib.util as u; s = u.find_spec("torch"); print(m.version("torch"), s.origin if s else "none")' 2>/dev/null || echo "no torch")"
+cuda="${ZEROBENCH_CUDA:-auto}"
+build_type="${BUILD_TYPE:-RelWithDebInfo}"
+deps="${ZEROBENCH_DEPS_PREFIX:-}"
+stamp_file="${build_dir}/zerobench-configure.stamp"
+torch_line="torch=${python} ${torch_id}"
+want="cuda=${cuda}
+${torch_line}
+deps=${deps}
+build_type=${build_type}"
+
+have=""
+[ -f "${stamp_file}" ] && have="$(cat "${stamp_file}")"
+if [ ! -f "${build_dir}/build.ninja" ] || [ "${have}" != "${want}" ]; then
+  if [ -f "${build_dir}/CMakeCache.txt" ] && ! grep -qxF "${torch_line}" <<<"${have}"; then
+    echo "[build] torch changed (${torch_id}): configuring ${build_dir} from a fresh cache"
+    rm -f "${build_dir}/CMakeCache.txt"
+  elif [ -f "${build_dir}/CMakeCache.txt" ]; then
+    echo "[build] configuration changed (ZEROBENCH_CUDA=${cuda}, deps '${deps}', ${build_type}): reconfiguring ${build_dir}"
+  fi
   cmake -S "${root}" -B "${build_dir}" -G Ninja \
-    -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DZEROBENCH_CUDA="${ZEROBENCH_CUDA:-auto}"
+    -DCMAKE_BUILD_TYPE="${build_type}" -DZEROBENCH_CUDA="${cuda}" -DZEROBENCH_DEPS_PREFIX="${deps}"
+  printf '%s\n' "${want}" > "${stamp_file}"
 fi
 cmake --build "${build_dir}" -j "${JOBS:-$(nproc)}"

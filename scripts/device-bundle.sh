@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# device-bundle.sh — run on a development machine (Debian 12, amd64, network): gathers what
+# zerobench's build and GPU cross-validation need that the GPU image lacks, into an ignored
+# folder inside the tree, so it travels with the working tree to a GPU machine with no network.
+#   scripts/device-bundle.sh            fetch what is missing, then verify (idempotent)
+#   scripts/device-bundle.sh --check    verify only: exit 1 naming what is missing
+# Owns: the list of Debian packages the build needs (scripts/setup.sh's -dev packages minus the
+# tools the GPU image has: cmake, ninja, g++, python) with the runtime libraries those -dev
+# packages link, fetched with `apt-get download` (never installed here); DeepSpeed as a wheel
+# (built without ops, as setup.sh installs it) and its Python dependencies, pinned to the versions
+# in the development venv, as wheels for each Python in BUNDLE_PYTHONS.
+# Must not: install anything, or unpack anything (scripts/gpu-check.sh unpacks with dpkg -x into a
+# prefix, never into /; tests/test_gpu_readiness.cpp configures against that prefix alone).
+# Layout: .bundle/debs/*.deb, .bundle/wheels/*.whl, .bundle/MANIFEST (name, bytes, sha256).
+# Env: BUNDLE_DIR (default <root>/.bundle), ZEROBENCH_VENV (the dev venv: DeepSpeed and the pins),
+#      BUNDLE_PYTHONS (default "3.10 3.11 3.12 3.13": the GPU venv's Python is not known here),
+#      BUNDLE_MAX_MIB (default 64: the device tool carries at most 64 MiB with the tree).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bundle="${BUNDLE_DIR:-${root}/.bundle}"
+venv="${ZEROBENCH_VENV:-${HOME}/.cache/zerobench/venv}"
+pythons="${BUNDLE_PYTHONS:-3.10 3.11 3.12 3.13}"
+max_mib="${BUNDLE_MAX_MIB:-64}"
+check_only=0
+case "${1:-}" in
+  "") ;;
+  --check) check_only=1 ;;
+  *) echo "device-bundle.sh: unknown argument '$1' (usage: device-bundle.sh [--check])" >&2; exit 2 ;;
+esac
+
+# The build's Debian packages (setup.sh's list without cmake, ninja-build, g++, ccache,
+# python3-venv) and the runtime libraries they link. libgloo-dev: headers only (ProcessGroupGloo.hpp
+# includes them; zerobench links no libgloo). libssl3: libssl-dev's libcrypto.so points at it.
+debs=(nlohmann-json3-dev libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libgtest-dev libgmock-dev
+      libbenchmark-dev libbenchmark1debian libgloo-dev libssl-dev libssl3)
+deepspeed_version="${ZEROBENCH_DEEPSPEED:-0.19.8}"
+py_deps=(einops hjson msgpack ninja packaging psutil py-cpuinfo pydantic pydantic-core annotated-types
+         typing-extensions typing-inspection tqdm safetensors)
+
+missing=()
+verify() {
+  missing=()
+  for p in "${debs[@]}"; do
+    compgen -G "${bundle}/debs/${p}_*_amd64.deb" >/dev/null || compgen -G "${bundle}/debs/${p}_*_all.deb" >/dev/null ||
+      missing+=("deb:${p}")
+  done
+  compgen -G "${bundle}/wheels/deepspeed-${deepspeed_version}-py3-none-any.whl" >/dev/null || missing+=("wheel:deepspeed")
+  for v in ${pythons}; do
+    local tag="cp${v/./}"
+    [ -f "${bundle}/wheels/.python-${tag}" ] || missing+=("wheels:python-${v}")
+  done
+}
+
+verify
+if ((${#missing[@]})) && [ "${check_only}" = 0 ]; then
+  mkdir -p "${bundle}/debs" "${bundle}/wheels"
+  [ -x "${venv}/bin/python" ] || { echo "device-bundle.sh: no venv at ${venv} (run scripts/setup.sh)" >&2; exit 1; }
+  for m in "${missing[@]}"; do
+    case "${m}" in
+      deb:*)
+        echo "[bundle] apt-get download ${m#deb:}"
+        (cd "${bundle}/debs" && apt-get download -q "${m#deb:}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+        ;;
+      wheel:deepspeed)
+        echo "[bundle] deepspeed==${deepspeed_version} as a wheel (no compiled ops, no dependencies)"
+        DS_BUILD_OPS=0 "${venv}/bin/python" -m pip wheel -q --no-deps --no-build-isolation \
+          -w "${bundle}/wheels" "deepspeed==${deepspeed_version}"
+        ;;
+      wheels:python-*)
+        v="${m#wheels:python-}"
+        # The dev venv's versions, so the GPU runs what crossval was checked with here.
+        mapfile -t pins < <("${venv}/bin/python" - "${py_deps[@]}" <<'PY'
+import sys
+from importlib import metadata
+for name in sys.argv[1:]:
+    print(f"{name}=={metadata.version(name)}")
+PY
+        )
+        echo "[bundle] wheels for CPython ${v}: ${pins[*]}"
+        "${venv}/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version "${v}" \
+          --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+          --platform manylinux_2_28_x86_64 -d "${bundle}/wheels" "${pins[@]}"
+        touch "${bundle}/wheels/.python-cp${v/./}"
+        ;;
+    esac
+  done
+  verify
+fi
+if ((${#missing[@]})); then
+  echo "device-bundle.sh: ${bundle} lacks ${missing[*]} (run scripts/device-bundle.sh on a machine with network)" >&2
+  exit 1
+fi
+
+# Size: the device tool carries ignored paths up to 64 MiB in all.
+bytes="$(du -sb "${bundle}" | cut -f1)"
+if [ "${bytes}" -gt $((max_mib * 1048576)) ]; then
+  echo "device-bundle.sh: ${bundle} holds ${bytes} bytes, over ${max_mib} MiB" >&2
+  exit 1
+fi
+(cd "${bundle}" && find debs wheels -type f -name '*.*' ! -name '.python-*' | sort |
+  while read -r f; do echo "${f} $(stat -c %s "${f}") $(sha256sum "${f}" | cut -d' ' -f1)"; done) > "${bundle}/MANIFEST"
+echo "[bundle] ok: ${bundle} ($((bytes / 1048576)) MiB: $(ls "${bundle}/debs" | wc -l) .debs, $(ls "${bundle}/wheels" | wc -l) wheels)"
