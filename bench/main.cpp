@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bench/commands.hpp"
+#include "runtime/world.hpp"
 #include "bench/crossval.hpp"
 #include "bench/lifecycle/checkpoint.hpp"
 #include "bench/lifecycle/study_lifecycle.hpp"
@@ -233,8 +234,10 @@ int main(int argc, char** argv) {
     }
   } catch (const UsageError& e) {
     std::cerr << "zerobench: " << who << "error: " << e.what() << "\n";
+    runtime::abort_process_groups_at_exit();  // an error: NCCL communicators are aborted, not drained
     return kExitUsage;
   } catch (const std::exception& e) {
+    runtime::abort_process_groups_at_exit();
     std::string msg = e.what();
     auto nl = msg.find('\n');  // c10::Error carries a backtrace after the first line
     std::cerr << "zerobench: " << who << "failed: " << msg.substr(0, nl) << "\n";

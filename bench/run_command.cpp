@@ -233,7 +233,7 @@ int run_rank(const RunOptions& o) {
   const auto env = emulated ? runtime::DistEnv{} : runtime::discover_dist_env(runtime::process_env());
   const auto resolved = o.resolve();
   auto spec = resolved.spec;  // a copy: --model-dir hands the engine its weight loader
-  const auto device = runtime::pick_device(o.device, env.local_rank);
+  const auto device = runtime::pick_device(o.device, env.local_rank, emulated ? 1 : std::max(1, env.local_world_size));
   if (device.is_cuda() && !o.no_memory_check) {
     // The ranks of this machine that share this GPU (pick_device: local_rank % device count).
     const int gpus = runtime::device_count(device), local = emulated ? 1 : std::max(1, env.local_world_size);
@@ -272,7 +272,7 @@ int run_rank(const RunOptions& o) {
   std::vector<double> step_times;
   for (const auto& s : result.steps)
     if (s.measured) step_times.push_back(s.time_s);
-  const auto cuda = runtime::cuda_memory_stats(device);
+  const auto& cuda = result.cuda_peaks;  // over the peak window: no warm-up, trace or profiled step
   json rank_json = {
       {"rank", world.rank},
       {"host", hostname()},
@@ -288,6 +288,7 @@ int run_rank(const RunOptions& o) {
         {"estimate", estimate ? backends::to_json(*estimate) : json(nullptr)},
         {"tracked_after_init_bytes", result.tracked_after_init_bytes},
         {"peak_tracked_bytes", result.peak_tracked_bytes},
+        {"peak_from_step", result.peak_from_step},
         {"peak_rss_bytes", runtime::peak_rss_bytes()},
         {"cuda",
          {{"after_init_allocated_bytes", result.cuda_after_init.allocated_bytes},
@@ -352,6 +353,11 @@ int run_rank(const RunOptions& o) {
     steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"time_s", s.time_s},
                      {"measured", s.measured}});
     if (s.lost_update_fraction >= 0) steps.back()["lost_update_fraction"] = s.lost_update_fraction;
+    steps.back()["peak_tracked_bytes"] = s.peak_tracked_bytes;  // rank 0's, this step only
+    if (device.is_cuda()) {
+      steps.back()["peak_allocated_bytes"] = s.peak_allocated_bytes;
+      steps.back()["peak_reserved_bytes"] = s.peak_reserved_bytes;
+    }
     json comm = json::object();  // rank 0's collectives in this step (count, bytes)
     for (size_t k = 0; k < s.comm.size(); ++k)
       comm[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
@@ -482,6 +488,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
     }
     return run_rank(o);
   }
+  runtime::check_local_ranks_fit(o.device, o.nproc);  // before any rank starts: one GPU per NCCL rank
   const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
   std::remove(out.c_str());  // whatever report is there after the launch is this run's
   runtime::LaunchOptions lo;

@@ -2,6 +2,11 @@
 // Buffers are handed to CUPTI on request and parsed when CUPTI completes them (on its worker
 // thread, or in cuptiActivityFlushAll at stop()). Timestamps come from our steady_clock
 // callback, so kernels line up with NVTX ranges and step windows.
+// Devices: every CUPTI call here is process-wide — cuptiActivityEnable/Disable for a kind (not
+// cuptiActivityEnableContext), cuptiActivityFlushAll, cuptiActivityRegister*Callbacks,
+// cuptiActivityGetNumDroppedRecords(nullptr, 0, ...) (the global buffers), cuptiGetResultString,
+// cuptiGetCallbackName: none reads the current device or context, so none needs a device guard
+// (CUPTI docs, cupti_activity.h). Records carry their own deviceId.
 #include <cupti.h>
 #include <cxxabi.h>
 

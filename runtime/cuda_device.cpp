@@ -14,26 +14,34 @@
 namespace zb::runtime::cuda {
 
 namespace {
+c10::DeviceIndex resolve(int index) { return index < 0 ? c10::cuda::current_device() : c10::DeviceIndex(index); }
+
+// Events record on `device`'s current stream (at::cuda::getCurrentCUDAStream(device)); CUDAEvent
+// creates its cudaEvent_t on the recording stream's device and guards its own calls.
 class EventTimer final : public RegionTimer {
  public:
-  void start() override { begin_.record(at::cuda::getCurrentCUDAStream()); }
+  explicit EventTimer(c10::DeviceIndex device) : device_(device) {}
+  void start() override { begin_.record(at::cuda::getCurrentCUDAStream(device_)); }
   double stop_s() override {
-    end_.record(at::cuda::getCurrentCUDAStream());
+    end_.record(at::cuda::getCurrentCUDAStream(device_));
     end_.synchronize();
     return double(begin_.elapsed_time(end_)) / 1e3;
   }
 
  private:
+  c10::DeviceIndex device_;
   at::cuda::CUDAEvent begin_{cudaEventDefault};
   at::cuda::CUDAEvent end_{cudaEventDefault};
 };
 
 class StreamEvent final : public DeviceEvent {
  public:
-  void record() override { event_.record(at::cuda::getCurrentCUDAStream()); }
+  explicit StreamEvent(c10::DeviceIndex device) : device_(device) {}
+  void record() override { event_.record(at::cuda::getCurrentCUDAStream(device_)); }
   void synchronize() override { event_.synchronize(); }
 
  private:
+  c10::DeviceIndex device_;
   at::cuda::CUDAEvent event_{cudaEventDisableTiming};
 };
 }  // namespace
@@ -41,18 +49,27 @@ class StreamEvent final : public DeviceEvent {
 bool available() { return c10::cuda::device_count() > 0; }
 int count() { return int(c10::cuda::device_count()); }
 void set_device(int index) { c10::cuda::set_device(c10::DeviceIndex(index)); }
-void synchronize(int index) { c10::cuda::device_synchronize(); }
+void synchronize(int index) {
+  c10::cuda::CUDAGuard guard{resolve(index)};  // cudaDeviceSynchronize waits for the current device only
+  c10::cuda::device_synchronize();
+}
 std::string name(int index) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "cuda";
+  if (cudaGetDeviceProperties(&prop, resolve(index)) != cudaSuccess) return "cuda";  // takes the device itself
   return prop.name;
 }
-std::unique_ptr<RegionTimer> make_event_timer() { return std::make_unique<EventTimer>(); }
-std::unique_ptr<DeviceEvent> make_stream_event() { return std::make_unique<StreamEvent>(); }
+int64_t total_memory_bytes(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, resolve(index)) != cudaSuccess) return -1;
+  return int64_t(prop.totalGlobalMem);
+}
+std::unique_ptr<RegionTimer> make_event_timer(int index) { return std::make_unique<EventTimer>(resolve(index)); }
+std::unique_ptr<DeviceEvent> make_stream_event(int index) { return std::make_unique<StreamEvent>(resolve(index)); }
 
 CudaMemoryStats memory_stats(int index) {
   using c10::CachingDeviceAllocator::StatType;
-  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(index));
+  c10::cuda::CUDAGuard guard{resolve(index)};  // cudaMemGetInfo reads the current device
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(resolve(index));
   const auto agg = size_t(StatType::AGGREGATE);
   CudaMemoryStats s;
   s.allocated_bytes = stats.allocated_bytes[agg].current;
@@ -63,10 +80,15 @@ CudaMemoryStats memory_stats(int index) {
   if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) s.device_used_bytes = int64_t(total_bytes - free_bytes);
   return s;
 }
-void reset_peaks(int index) { c10::cuda::CUDACachingAllocator::resetPeakStats(c10::DeviceIndex(index)); }
+void reset_peaks(int index) { c10::cuda::CUDACachingAllocator::resetPeakStats(resolve(index)); }
+void empty_cache(int index) {
+  c10::cuda::CUDAGuard guard{resolve(index)};
+  c10::cuda::device_synchronize();  // blocks still in use by queued kernels are not released anyway
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 bool mem_get_info(int index, int64_t* free_bytes, int64_t* total_bytes) {
-  c10::cuda::CUDAGuard guard{c10::DeviceIndex(index)};
+  c10::cuda::CUDAGuard guard{resolve(index)};
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) return false;
   *free_bytes = int64_t(free);
@@ -74,6 +96,7 @@ bool mem_get_info(int index, int64_t* free_bytes, int64_t* total_bytes) {
   return true;
 }
 
+// Versions: process-wide queries, no device involved.
 std::string runtime_version() {
   int v = 0;
   cudaRuntimeGetVersion(&v);

@@ -3,7 +3,9 @@
 
 #include <fstream>
 
+#include "runtime/env_gate.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/gpu_skus.hpp"
 #include "runtime/memory.hpp"
 #ifdef ZEROBENCH_WITH_CUDA
 #include "runtime/cuda_device.hpp"
@@ -54,12 +56,34 @@ bool cuda_available() {
 #endif
 }
 
-at::Device pick_device(const std::string& kind, int local_rank) {
+void check_one_rank_per_gpu(int local_ranks, int gpu_count) {
+  if (gpu_count < 1 || local_ranks <= gpu_count) return;
+  throw UsageError("--nproc " + std::to_string(local_ranks) + " with --device cuda: " + std::to_string(local_ranks) +
+                   " ranks on this machine but " + std::to_string(gpu_count) +
+                   " visible GPU(s), and NCCL cannot run two ranks on one GPU; run at most " +
+                   std::to_string(gpu_count) + " ranks per machine, or one process with --emulate-world-size " +
+                   std::to_string(local_ranks) + " (a rank of a " + std::to_string(local_ranks) +
+                   "-rank job, collectives emulated)");
+}
+
+void check_local_ranks_fit(const std::string& kind, int local_ranks) {
+  if (kind != "cuda" || !cuda_available()) return;
+#ifdef ZEROBENCH_WITH_CUDA
+  check_one_rank_per_gpu(local_ranks, cuda::count());
+#endif
+}
+
+at::Device pick_device(const std::string& kind, int local_rank, int local_ranks) {
   if (kind == "cpu") return at::kCPU;
   if (kind != "cuda") throw UsageError("--device must be cpu or cuda, got '" + kind + "'");
   if (!cuda_built()) throw UsageError("--device cuda: this build has no CUDA path (rebuild with -DZEROBENCH_CUDA=ON)");
   if (!cuda_available()) throw UsageError("--device cuda: no CUDA device is visible");
 #ifdef ZEROBENCH_WITH_CUDA
+  check_one_rank_per_gpu(local_ranks, cuda::count());
+  // Two CUDA runtimes (a 12.x toolkit's next to the cu130 wheel's) make zerobench's direct calls
+  // talk to a runtime whose current device torch never set: refuse to measure anything then.
+  if (const auto dup = check_one_cuda_stack(read_self_maps(), /*require_each=*/false); !dup.empty())
+    throw RunError("--device cuda: more than one CUDA stack in this process: " + dup);
   const int index = local_rank % cuda::count();
   cuda::set_device(index);
   return at::Device(at::kCUDA, c10::DeviceIndex(index));
@@ -88,29 +112,25 @@ int device_count(at::Device device) {
   return 1;
 }
 
-std::optional<double> datasheet_peak_tflops(const std::string& name) { return datasheet_peak_tflops(name, "bf16"); }
+int64_t device_total_memory_bytes(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) return cuda::total_memory_bytes(device.index());
+#endif
+  return -1;
+}
 
-std::optional<double> datasheet_peak_tflops(const std::string& name, const std::string& math) {
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  // NVIDIA datasheets, dense: A100 bf16 312 / TF32 156 / FP32 19.5; H100 SXM and H200 989 /
-  // 494.7 / 67; H100 PCIe 756 / 378 / 51.
-  struct Row {
-    double bf16, tf32, fp32;
-  };
-  std::optional<Row> row;
-  if (has("A100")) row = Row{312.0, 156.0, 19.5};
-  else if (has("H200")) row = Row{989.0, 494.7, 67.0};
-  else if (has("H100") && has("PCIe")) row = Row{756.0, 378.0, 51.0};
-  else if (has("H100")) row = Row{989.0, 494.7, 67.0};
-  if (!row) return std::nullopt;
-  if (math == "tf32") return row->tf32;
-  if (math == "fp32") return row->fp32;
-  return row->bf16;
+std::optional<double> datasheet_peak_tflops(const std::string& name, int64_t total_memory_bytes) {
+  return datasheet_peak_tflops(name, "bf16", total_memory_bytes);
+}
+
+std::optional<double> datasheet_peak_tflops(const std::string& name, const std::string& math, int64_t total_memory_bytes) {
+  const auto sku = gpu_sku(name, total_memory_bytes);
+  return sku ? sku_peak_tflops(*sku, math) : std::nullopt;
 }
 
 std::unique_ptr<RegionTimer> make_region_timer(at::Device device) {
 #ifdef ZEROBENCH_WITH_CUDA
-  if (device.is_cuda()) return cuda::make_event_timer();
+  if (device.is_cuda()) return cuda::make_event_timer(device.index());
 #endif
   return std::make_unique<SteadyClockTimer>(device);
 }
@@ -125,7 +145,7 @@ class HostEvent final : public DeviceEvent {
 
 std::unique_ptr<DeviceEvent> make_device_event(at::Device device) {
 #ifdef ZEROBENCH_WITH_CUDA
-  if (device.is_cuda()) return cuda::make_stream_event();
+  if (device.is_cuda()) return cuda::make_stream_event(device.index());
 #endif
   return std::make_unique<HostEvent>();
 }
@@ -159,6 +179,12 @@ int64_t available_bytes(at::Device device, int64_t* total_bytes) {
 void reset_cuda_peaks(at::Device device) {
 #ifdef ZEROBENCH_WITH_CUDA
   if (device.is_cuda()) cuda::reset_peaks(device.index());
+#endif
+}
+
+void empty_cuda_cache(at::Device device) {
+#ifdef ZEROBENCH_WITH_CUDA
+  if (device.is_cuda()) cuda::empty_cache(device.index());
 #endif
 }
 

@@ -32,6 +32,9 @@ struct CudaMemoryStats {
 // Zeros on a CPU device or a build without CUDA.
 CudaMemoryStats cuda_memory_stats(at::Device device);
 void reset_cuda_peaks(at::Device device);
+// The caching allocator's cached, unused blocks back to the driver (after the GEMM peak probe, so
+// its 3 x 8192^2 operands' blocks do not sit in the run's reserved bytes). No-op on CPU.
+void empty_cuda_cache(at::Device device);
 
 // Memory a new allocation can still get: on CUDA the device's free bytes (cudaMemGetInfo), on CPU
 // the kernel's MemAvailable (/proc/meminfo), shared by every process on the machine.

@@ -10,6 +10,9 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
 
 #include "runtime/emulated_backend.hpp"
 #include "runtime/errors.hpp"
@@ -19,6 +22,24 @@ namespace zb::runtime {
 namespace {
 std::chrono::milliseconds g_timeout{std::chrono::minutes(5)};
 std::string g_master_addr = "127.0.0.1";
+
+// Every NCCL group this process made, newest last, held until exit and shut down (or aborted)
+// there. Gloo and emulated groups have nothing to shut down (Backend::shutdown's default).
+std::mutex g_groups_mutex;
+std::vector<c10::intrusive_ptr<c10d::Backend>>& live_groups() {
+  static auto* groups = new std::vector<c10::intrusive_ptr<c10d::Backend>>();  // outlives static destructors
+  return *groups;
+}
+std::atomic<bool> g_abort_at_exit{false};
+void shutdown_at_exit() { shutdown_process_groups(g_abort_at_exit.load()); }
+
+c10::intrusive_ptr<c10d::Backend> registered(c10::intrusive_ptr<c10d::Backend> pg) {
+  std::lock_guard<std::mutex> lock(g_groups_mutex);
+  static const bool once = (std::atexit(shutdown_at_exit), true);
+  (void)once;
+  live_groups().push_back(pg);
+  return pg;
+}
 
 c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                           at::Device device, std::string& backend_name, bool emulated = false) {
@@ -33,7 +54,7 @@ c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>&
     opts->timeout = g_timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
     pg->enableCollectivesTiming();  // start/end events per collective: Comm's device comm time
-    return pg;
+    return registered(pg);
 #else
     throw UsageError("--device cuda: this build has no NCCL (rebuild with -DZEROBENCH_CUDA=ON)");
 #endif
@@ -47,6 +68,30 @@ c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>&
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
 }
 }  // namespace
+
+void abort_process_groups_at_exit() { g_abort_at_exit = true; }
+
+void shutdown_process_groups(bool abort) {
+  std::vector<c10::intrusive_ptr<c10d::Backend>> groups;
+  {
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    groups.swap(live_groups());
+  }
+  // Subgroups before the groups they were made from (the reverse of creation).
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    try {
+      if (abort) (*it)->abort();
+      else (*it)->shutdown();
+    } catch (const std::exception&) {
+      // At exit nothing is left to report to: the run's own error (if any) is already out.
+    }
+  }
+}
+
+int live_process_groups() {
+  std::lock_guard<std::mutex> lock(g_groups_mutex);
+  return int(live_groups().size());
+}
 
 std::vector<int> World::all_ranks() const {
   std::vector<int> r(static_cast<size_t>(size), 0);

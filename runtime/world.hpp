@@ -42,4 +42,13 @@ World init_emulated_world(int rank, int size, at::Device device);
 World init_world_on_store(c10::intrusive_ptr<c10d::Store> store, int rank, int size, at::Device device,
                           std::chrono::milliseconds timeout);
 
+// NCCL process groups are shut down when the process exits (an atexit handler registered with the
+// first one; Gloo and emulated groups hold nothing to shut down): c10d's Backend::shutdown() on a normal exit — for NCCL, ProcessGroupNCCL::shutdown
+// (what torch.distributed.destroy_process_group does through _shutdown_backend) — and
+// Backend::abort() after abort_process_groups_at_exit() (an error: NCCL aborts its communicators
+// instead of waiting on collectives that may never finish). shutdown_process_groups runs it now.
+void abort_process_groups_at_exit();
+void shutdown_process_groups(bool abort);
+int live_process_groups();  // NCCL groups created and not yet shut down (tests)
+
 }  // namespace zb::runtime
