@@ -3,12 +3,21 @@
 
 #include "bench/micro/gemm.hpp"
 #include "runtime/device.hpp"
+#include "runtime/gpu_skus.hpp"
+#include "runtime/memory.hpp"
 
 namespace zb::bench {
 
 double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
-  micro::Gemm gemm(device, dtype, {"square", n, n, n});
-  return micro::measure_tflops(gemm, device);
+  double tflops = 0;
+  {
+    micro::Gemm gemm(device, dtype, {"square", n, n, n});
+    tflops = micro::measure_tflops(gemm, device);
+  }
+  // The operands (3 x 8192^2 on a GPU, 384 MiB in bf16) and cuBLAS's workspace go back to the
+  // driver: the run's reserved bytes and their peak are the training's, not the probe's.
+  runtime::empty_cuda_cache(device);
+  return tflops;
 }
 
 Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype) {
@@ -19,24 +28,26 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
     return p;
   }
   const std::string name = runtime::device_name(device);
+  const int64_t n = micro::peak_probe_shape(device, compute_dtype).n;
+  // Always probe a large GEMM in the compute dtype: on a GPU, MFU against the datasheet and
+  // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's matmuls
+  // run on TF32 tensor cores only when cuBLAS may use TF32
+  // (torch.backends.cuda.matmul.allow_tf32 / float32_matmul_precision; off by default).
+  p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
   if (device.is_cuda()) {
-    // Always probe a large GEMM in the compute dtype on a GPU: MFU against the datasheet and
-    // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's
-    // matmuls run on TF32 tensor cores only when cuBLAS may use TF32
-    // (torch.backends.cuda.matmul.allow_tf32 / float32_matmul_precision; off by default).
-    p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, micro::peak_probe_shape(device, compute_dtype).n);
+    // The datasheet figure by exact SKU (runtime/gpu_skus.hpp: name and memory size); a MIG slice
+    // or an unknown GPU falls through to the measured GEMM.
     const std::string math =
         compute_dtype == at::kFloat ? (at::globalContext().allowTF32CuBLAS() ? "tf32" : "fp32") : "bf16";
-    if (auto dt = runtime::datasheet_peak_tflops(name, math)) {
-      p.tflops = *dt;
-      p.source = "datasheet: " + name + " dense " + math;
+    if (auto sku = runtime::gpu_sku(name, runtime::device_total_memory_bytes(device))) {
+      p.tflops = *runtime::sku_peak_tflops(*sku, math);
+      p.source = "datasheet: " + sku->name + " (" + name + ") dense " + math;
       return p;
     }
   }
-  const int64_t n = micro::peak_probe_shape(device, compute_dtype).n;
-  p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
   p.tflops = p.measured_gemm_tflops;
-  p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name;
+  p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name +
+             (device.is_cuda() ? " (no datasheet figure: MIG slice or unknown SKU)" : "");
   return p;
 }
 

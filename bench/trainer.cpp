@@ -38,6 +38,7 @@ class StepRunner {
   StepRecord run(int64_t step, TrainResult& result, profiler::StepWindow* window) {
     const auto& t = spec_.train;
     const auto device = comm_.world().device;
+    runtime::reset_tracked_peak(device);  // this step's peaks (CUDA: allocated and reserved)
     const int rank = comm_.rank(), world = comm_.size();
     runtime::nvtx::Range step_range("step " + std::to_string(step));
     const double lr = backends::common::lr_at(t, step);
@@ -94,6 +95,10 @@ class StepRunner {
     rec.measured = step >= t.warmup;
     rec.lost_update_fraction = lost_fraction;
     rec.comm = result.comm_last_step;
+    rec.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
+    const auto cuda = runtime::cuda_memory_stats(device);
+    rec.peak_allocated_bytes = cuda.peak_allocated_bytes;
+    rec.peak_reserved_bytes = cuda.peak_reserved_bytes;
     return rec;
   }
 
@@ -154,8 +159,10 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   TrainResult result;
   result.tracked_after_init_bytes = runtime::tracked_bytes(device);
   result.cuda_after_init = runtime::cuda_memory_stats(device);
-  runtime::reset_tracked_peak(device);
   StepRunner runner(engine, spec, data, side);
+  // The peak window: from the first measured step, but never the first step this process runs
+  // (ZeRO-3's trace-recording step, first-use allocations) unless it is the only one.
+  result.peak_from_step = std::max(t.warmup, hooks.first_step + (t.steps - hooks.first_step > 1 ? 1 : 0));
 
   uint64_t measured_range = 0;  // nsys --capture-range=nvtx keys on "measured@zerobench"
   for (int64_t step = hooks.first_step; step < t.steps; ++step) {
@@ -173,7 +180,19 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
     if (hooks.after_step) hooks.after_step(step);
   }
   runtime::nvtx::end(measured_range);
-  result.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
+  // Peaks over the window's steps (each step's were reset as it started); the profiled steps
+  // below come after and are not in them. A run shorter than its warm-up: its last step.
+  result.cuda_peaks = runtime::cuda_memory_stats(device);
+  bool any = false;
+  for (const auto& s : result.steps) any = any || s.step >= result.peak_from_step;
+  if (!any && !result.steps.empty()) result.peak_from_step = result.steps.back().step;
+  result.cuda_peaks.peak_allocated_bytes = result.cuda_peaks.peak_reserved_bytes = 0;
+  for (const auto& s : result.steps) {
+    if (s.step < result.peak_from_step) continue;
+    result.peak_tracked_bytes = std::max(result.peak_tracked_bytes, s.peak_tracked_bytes);
+    result.cuda_peaks.peak_allocated_bytes = std::max(result.cuda_peaks.peak_allocated_bytes, s.peak_allocated_bytes);
+    result.cuda_peaks.peak_reserved_bytes = std::max(result.cuda_peaks.peak_reserved_bytes, s.peak_reserved_bytes);
+  }
   result.comm_total = comm.stats();
   if (profile_steps > 0 && result.diverged_step < 0) {
     const auto last_step_comm = result.comm_last_step;

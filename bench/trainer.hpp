@@ -28,6 +28,10 @@ struct StepRecord {
   bool measured = false; // false for warm-up steps
   double lost_update_fraction = -1;  // over all ranks; -1 unless train.measure_lost_updates
   CommSnapshot comm{};   // this rank's collectives in this step (crossval compares them per step)
+  // This step's memory high-water marks (the peaks are reset as the step starts): the counting
+  // CPU allocator or CUDA allocated bytes, and on CUDA the caching allocator's allocated/reserved.
+  int64_t peak_tracked_bytes = 0;
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;  // 0 on CPU
 };
 
 // What the profiled steps recorded (see RunOptions::profile).
@@ -45,7 +49,12 @@ struct TrainResult {
   backends::ModelStateBytes model_state_bytes;  // at the end of the last micro-batch's backward
   int64_t tracked_after_init_bytes = 0;
   runtime::CudaMemoryStats cuda_after_init{};  // caching allocator after init (zeros on CPU)
-  int64_t peak_tracked_bytes = 0;               // over all steps
+  // Peaks over the steps from peak_from_step on (see run_training): never warm-up, never the first
+  // step this process runs (ZeRO-3 records its module trace there; cuBLAS/NCCL set up), never the
+  // profiled steps; the GEMM peak probe's blocks are gone before (bench/peak.cpp).
+  int64_t peak_from_step = 0;
+  int64_t peak_tracked_bytes = 0;
+  runtime::CudaMemoryStats cuda_peaks{};        // peak_* over those steps; the rest: at the last of them
   CommSnapshot comm_last_step{};                // one step's traffic (the last)
   CommSnapshot comm_total{};                    // every step
   std::optional<ProfileResult> profile;         // with profile_steps > 0
