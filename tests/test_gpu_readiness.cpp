@@ -1,0 +1,307 @@
+// GPU readiness, checked on CPU (issue 22): what would make the first GPU run crash or mislead,
+// each with its fault planted so the check is seen to fail.
+//  - the configure-time CUDA-stack check (cmake/TorchCudaStack.cmake) on a planted mismatched nccl.h
+//    and a planted toolkit version (a tiny configure-only project around the same function);
+//  - the device bundle is complete: the real project configures with CMake's package search limited
+//    to the bundle's dpkg -x prefix (cmake/DepsPrefix.cmake), and fails with a package left out;
+//  - gpu-check.sh --dry-run with a planted failing cell goes on and still writes its summary;
+//  - the env gate over /proc/self/maps, the datasheet peak by exact SKU, and the one-rank-per-GPU
+//    check, on synthetic inputs.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/device.hpp"
+#include "runtime/env_gate.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/gpu_skus.hpp"
+#include "tests/run_binary.hpp"
+
+using namespace zb;
+using test_support::make_clean_dir;
+using test_support::run_command;
+
+namespace {
+const std::string kSource = ZEROBENCH_SOURCE_DIR;
+const std::string kPython = ZEROBENCH_PYTHON_EXE;
+const std::string kCmake = ZEROBENCH_CMAKE_COMMAND;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+bool exists(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0;
+}
+
+// torch.version.cuda of the build's interpreter ("13.0").
+std::string torch_cuda() {
+  auto r = run_command("'" + kPython + "' -c 'import torch; print(torch.version.cuda or \"\")'");
+  std::string v = r.output;
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+// Configures tests/cmake/nccl_check with `nccl_dir` ("" = the wheel's) and `toolkit`.
+test_support::BinaryResult nccl_check(const std::string& nccl_dir, const std::string& toolkit) {
+  const auto dir = make_clean_dir("nccl_check_build");
+  return run_command("'" + kCmake + "' -S '" + kSource + "/tests/cmake/nccl_check' -B '" + dir + "' -DZB_PYTHON='" +
+                     kPython + "' -DZB_NCCL_DIR='" + nccl_dir + "' -DZB_TOOLKIT='" + toolkit + "' 2>&1");
+}
+
+// The wheel's nccl.h, copied with its NCCL_VERSION_CODE replaced by `code` (empty: unchanged).
+std::string plant_nccl_header(const std::string& code) {
+  auto r = run_command("'" + kPython +
+                       "' -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], \"include\"))'");
+  std::string wheel_dir = r.output;
+  while (!wheel_dir.empty() && wheel_dir.back() == '\n') wheel_dir.pop_back();
+  const auto dir = make_clean_dir("planted_nccl");
+  const std::string sed = code.empty() ? "cat" : "sed 's/^#define NCCL_VERSION_CODE .*/#define NCCL_VERSION_CODE " + code + "/'";
+  run_command(sed + " '" + wheel_dir + "/nccl.h' > '" + dir + "/nccl.h'");
+  return dir;
+}
+
+bool torch_has_nccl() {
+  return run_command("'" + kPython + "' -c 'import torch; torch.cuda.nccl.version()' 2>&1").exit_code == 0;
+}
+}  // namespace
+
+// ---- the configure-time CUDA-stack check ----
+
+TEST(NcclConfigureCheck, PassesOnTheWheelsOwnHeaderAndFailsOnAPlantedMismatch) {
+  if (!torch_has_nccl()) GTEST_SKIP() << "this venv's torch has no NCCL (a CPU wheel): nothing to check against";
+  const auto cuda = torch_cuda();
+  auto ok = nccl_check("", cuda);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("headers from"), std::string::npos) << ok.output;
+  // An identical copy elsewhere passes too: the check reads the code, not the path.
+  auto copy = nccl_check(plant_nccl_header(""), cuda);
+  EXPECT_EQ(copy.exit_code, 0) << copy.output;
+  // The fault: a header one patch release away (NCCL_VERSION_CODE 22808 vs the wheel's 22809).
+  auto bad = nccl_check(plant_nccl_header("22808"), cuda);
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("has NCCL_VERSION_CODE 22808 but torch runs NCCL"), std::string::npos) << bad.output;
+}
+
+TEST(NcclConfigureCheck, FailsOnAToolkitOfAnotherCudaMajor) {
+  if (!torch_has_nccl()) GTEST_SKIP() << "this venv's torch has no NCCL (a CPU wheel): nothing to check against";
+  const auto cuda = torch_cuda();
+  const std::string other = cuda.rfind("12", 0) == 0 ? "13.0" : "12.8";
+  auto bad = nccl_check("", other);
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("the CUDA toolkit is " + other + " but torch was built with CUDA " + cuda), std::string::npos)
+      << bad.output;
+}
+
+// ---- the device bundle: configure with only the bundle's packages ----
+
+namespace {
+// dpkg -x every bundled .deb except those whose name starts with `leave_out` into a new prefix.
+std::string unpack_bundle(const std::string& name, const std::string& leave_out) {
+  const auto prefix = make_clean_dir(name);
+  std::string cmd = "set -e; for d in '" + kSource + "'/.bundle/debs/*.deb; do ";
+  if (!leave_out.empty()) cmd += "case \"$(basename \"$d\")\" in " + leave_out + "_*) continue;; esac; ";
+  cmd += "dpkg -x \"$d\" '" + prefix + "'; done";
+  const auto script = test_support::temp_path(name + ".sh");
+  std::ofstream(script) << cmd << "\n";
+  const auto r = run_command("bash '" + script + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return prefix;
+}
+
+test_support::BinaryResult configure_with_bundle_only(const std::string& prefix, const std::string& cuda) {
+  const auto dir = make_clean_dir("bundle_configure_" + cuda);
+  return run_command("cd '" + dir + "' && ZEROBENCH_PYTHON='" + kPython + "' '" + kCmake + "' -S '" + kSource +
+                     "' -B . -G Ninja -DZEROBENCH_CUDA=" + cuda + " -DZEROBENCH_DEPS_PREFIX='" + prefix +
+                     "' -DZEROBENCH_DEPS_ONLY=ON 2>&1; echo; cat CMakeCache.txt 2>/dev/null");
+}
+
+void ensure_bundle() {
+  // Fetches what is missing (network), else only verifies; exit 1 names what is missing.
+  const auto r = run_command("'" + kSource + "/scripts/device-bundle.sh' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+}  // namespace
+
+TEST(DeviceBundle, TheRealProjectConfiguresWithOnlyTheBundlesPackages) {
+  ensure_bundle();
+  const auto prefix = unpack_bundle("bundle_prefix", "");
+  // auto: the CUDA path too when this machine has nvcc (the GPU machine's configuration).
+  const auto r = configure_with_bundle_only(prefix, "auto");
+  ASSERT_NE(r.output.find("-- Generating done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("package search limited to " + prefix), std::string::npos) << r.output;
+  // Every package came from the prefix, none from /usr.
+  for (const char* var : {"yaml-cpp_DIR:PATH=", "CLI11_DIR:PATH=", "GTest_DIR:PATH=", "benchmark_DIR:PATH=",
+                          "nlohmann_json_DIR:PATH=", "OPENSSL_INCLUDE_DIR:PATH=", "ZEROBENCH_GLOO_INCLUDE:PATH="})
+    EXPECT_NE(r.output.find(std::string(var) + prefix + "/usr/"), std::string::npos) << var << "\n" << r.output;
+}
+
+TEST(DeviceBundle, APackageLeftOutOfTheBundleFailsTheConfigure) {
+  ensure_bundle();
+  // The plant: the bundle without libyaml-cpp-dev. /usr has it; the configure must not see it.
+  const auto r = configure_with_bundle_only(unpack_bundle("bundle_prefix_no_yaml", "libyaml-cpp-dev"), "OFF");
+  EXPECT_EQ(r.output.find("-- Generating done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Could not find a package configuration file provided by \"yaml-cpp\""), std::string::npos)
+      << r.output;
+  // A header-only package found by find_path (Gloo's headers) is hidden from /usr as well.
+  const auto g = configure_with_bundle_only(unpack_bundle("bundle_prefix_no_gloo", "libgloo-dev"), "OFF");
+  EXPECT_EQ(g.output.find("-- Generating done"), std::string::npos) << g.output;
+  EXPECT_NE(g.output.find("Gloo's headers (gloo/algorithm.h, Debian libgloo-dev) not found"), std::string::npos)
+      << g.output;
+}
+
+// ---- gpu-check.sh goes on past a failed cell and summarises ----
+
+TEST(GpuCheck, DryRunWithAPlantedFailingCellStillWritesItsSummary) {
+  const auto out = make_clean_dir("gpu_check_out");
+  const auto r = run_command("cd '" + kSource + "' && GPU_CHECK_PLANT_FAIL=build BUILD_DIR='" + out +
+                             "/build' scripts/gpu-check.sh '" + out + "' --dry-run 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // a failed cell: exit 1, after everything else ran
+  ASSERT_TRUE(exists(out + "/SUMMARY.md")) << r.output;
+  const auto summary = read_file(out + "/SUMMARY.md");
+  EXPECT_NE(summary.find("| build | FAILED | 1 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("1 failed: build"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("planted failure (GPU_CHECK_PLANT_FAIL=build)"), std::string::npos) << summary;
+  // The cells after the failed one were still reached (part 1's and part 2's).
+  for (const char* later : {"| cuda-tests | dry-run |", "| launch-blocking-bitwise | dry-run |", "| crossval-zero3 | dry-run |",
+                            "| matrix | dry-run |", "| nsys-fsdp-mixed | dry-run |"})
+    EXPECT_NE(summary.find(later), std::string::npos) << later << "\n" << summary;
+  // Without the plant the same dry run fails nothing.
+  const auto clean = make_clean_dir("gpu_check_clean");
+  const auto ok = run_command("cd '" + kSource + "' && BUILD_DIR='" + clean + "/build' scripts/gpu-check.sh '" + clean +
+                              "' --dry-run --part 1 2>&1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(read_file(clean + "/SUMMARY.md").find(", 0 failed"), std::string::npos);
+  // A bad argument: one line naming it, exit 2.
+  const auto bad = run_command("cd '" + kSource + "' && scripts/gpu-check.sh '" + clean + "' --part 3 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--part must be 1, 2 or all, got '3'"), std::string::npos) << bad.output;
+}
+
+// ---- the env gate: one CUDA stack per process ----
+
+namespace {
+const char* kOneStack =
+    "7f0000000000-7f0000100000 r-xp 00000000 08:01 1234 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13\n"
+    "7f0000100000-7f0000200000 r--p 00100000 08:01 1234 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13\n"
+    "7f0000300000-7f0000400000 r-xp 00000000 08:01 1300 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+    "7f0000500000-7f0000600000 r-xp 00000000 08:01 1400 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13\n"
+    "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n"
+    "7f0000700000-7f0000800000 rw-p 00000000 00:00 0 \n";
+}
+
+TEST(EnvGate, OneOfEachLibraryPasses) {
+  const auto libs = runtime::loaded_cuda_libraries(kOneStack);
+  ASSERT_EQ(libs.at("libcudart.so").size(), 1u);  // two mappings of one file: one library
+  EXPECT_EQ(libs.at("libnccl.so").size(), 1u);
+  EXPECT_EQ(libs.at("libcupti.so").size(), 1u);
+  EXPECT_EQ(runtime::check_one_cuda_stack(kOneStack, true), "");
+  EXPECT_EQ(runtime::check_one_cuda_stack(kOneStack, false), "");
+}
+
+TEST(EnvGate, ASecondCudaRuntimeFailsNamingBothFiles) {
+  const std::string two = std::string(kOneStack) +
+                          "7f0000900000-7f0000a00000 r-xp 00000000 08:01 99 /usr/local/cuda-12.8/lib64/libcudart.so.12.8.90\n";
+  const auto why = runtime::check_one_cuda_stack(two, false);
+  EXPECT_NE(why.find("2 libcudart.so* loaded"), std::string::npos) << why;
+  EXPECT_NE(why.find("/usr/local/cuda-12.8/lib64/libcudart.so.12.8.90"), std::string::npos) << why;
+  EXPECT_NE(why.find("nvidia/cu13/lib/libcudart.so.13"), std::string::npos) << why;
+  // A second libcupti (the toolkit's next to the wheel's), a path with a space, a deleted file.
+  const std::string cupti = std::string(kOneStack) +
+                            "7f0000b00000-7f0000c00000 r-xp 00000000 08:01 98 /opt/my cuda/extras/CUPTI/lib64/libcupti.so.13 (deleted)\n";
+  const auto w = runtime::check_one_cuda_stack(cupti, false);
+  EXPECT_NE(w.find("2 libcupti.so* loaded"), std::string::npos) << w;
+  EXPECT_NE(w.find("/opt/my cuda/extras/CUPTI/lib64/libcupti.so.13"), std::string::npos) << w;
+}
+
+TEST(EnvGate, AMissingLibraryFailsOnlyWhenEachIsRequired) {
+  const std::string no_nccl =
+      "7f0000000000-7f0000100000 r-xp 00000000 08:01 1234 /x/libcudart.so.13\n"
+      "7f0000500000-7f0000600000 r-xp 00000000 08:01 1400 /x/libcupti.so.13\n";
+  EXPECT_EQ(runtime::check_one_cuda_stack(no_nccl, false), "");
+  EXPECT_EQ(runtime::check_one_cuda_stack(no_nccl, true), "no libnccl.so* loaded");
+  // libcudart_static or a file merely named like one elsewhere in the path is not a library.
+  EXPECT_TRUE(runtime::loaded_cuda_libraries("1-2 r-xp 0 0:0 1 /libcudart.so.dir/other.so\n").at("libcudart.so").empty());
+}
+
+TEST(EnvGate, ThisProcessReadsItsOwnMaps) {
+  const auto maps = runtime::read_self_maps();
+  EXPECT_NE(maps.find("test_gpu_readiness"), std::string::npos);  // the executable itself is mapped
+}
+
+// ---- the datasheet peak by exact SKU (names as cudaGetDeviceProperties / nvidia-smi print them) ----
+
+TEST(GpuSkus, EveryListedSkuGetsItsOwnDenseFigure) {
+  const int64_t GiB = int64_t(1) << 30;
+  struct Case {
+    const char* name;
+    int64_t memory;
+    const char* sku;
+    double bf16, tf32, fp32;
+  };
+  const Case cases[] = {
+      {"NVIDIA A100-SXM4-40GB", 40 * GiB, "A100 SXM 40GB", 312, 156, 19.5},
+      {"NVIDIA A100-SXM4-80GB", 80 * GiB, "A100 SXM 80GB", 312, 156, 19.5},
+      {"NVIDIA A100-PCIE-40GB", 40 * GiB, "A100 PCIe 40GB", 312, 156, 19.5},
+      {"NVIDIA A100 80GB PCIe", 80 * GiB, "A100 PCIe 80GB", 312, 156, 19.5},
+      {"NVIDIA H100 80GB HBM3", 81559LL << 20, "H100 SXM", 989, 494.7, 67},
+      {"NVIDIA H100 PCIe", 81559LL << 20, "H100 PCIe", 756, 378, 51},
+      {"NVIDIA H100 NVL", 95830LL << 20, "H100 NVL", 835.5, 417.5, 60},
+      {"NVIDIA H200", 143771LL << 20, "H200", 989, 494.7, 67},
+      {"NVIDIA H200 NVL", 143771LL << 20, "H200 NVL", 835.5, 417.5, 60},
+      {"NVIDIA GH200 480GB", 97871LL << 20, "GH200", 989, 494.7, 67},
+  };
+  for (const auto& c : cases) {
+    for (int64_t memory : {c.memory, int64_t(-1)}) {  // with the memory size, and with the name alone
+      const auto sku = runtime::gpu_sku(c.name, memory);
+      ASSERT_TRUE(sku) << c.name;
+      EXPECT_EQ(sku->name, c.sku) << c.name;
+      EXPECT_EQ(runtime::datasheet_peak_tflops(c.name, "bf16", memory), c.bf16) << c.name;
+      EXPECT_EQ(runtime::datasheet_peak_tflops(c.name, "tf32", memory), c.tf32) << c.name;
+      EXPECT_EQ(runtime::datasheet_peak_tflops(c.name, "fp32", memory), c.fp32) << c.name;
+    }
+  }
+  // The old substring table gave the NVL the SXM figure and every MIG slice the whole GPU's.
+  EXPECT_NE(runtime::datasheet_peak_tflops("NVIDIA H100 NVL"), runtime::datasheet_peak_tflops("NVIDIA H100 80GB HBM3"));
+}
+
+TEST(GpuSkus, MigSlicesAndUnknownDevicesHaveNoDatasheetFigure) {
+  for (const char* mig : {"NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                          "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H200 MIG 7g.141gb"})
+    EXPECT_FALSE(runtime::gpu_sku(mig, -1)) << mig;
+  // A slice whose name does not say so: far less memory than its SKU.
+  EXPECT_FALSE(runtime::gpu_sku("NVIDIA H100 80GB HBM3", 20 * (int64_t(1) << 30)));
+  for (const char* other : {"NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB", "NVIDIA L40S", "cpu: AMD EPYC"})
+    EXPECT_FALSE(runtime::datasheet_peak_tflops(other)) << other;
+}
+
+// ---- ranks sharing a GPU under NCCL ----
+
+TEST(GpuSharing, MoreLocalRanksThanGpusIsRefusedNamingEmulateWorldSize) {
+  EXPECT_NO_THROW(runtime::check_one_rank_per_gpu(1, 1));
+  EXPECT_NO_THROW(runtime::check_one_rank_per_gpu(8, 8));
+  EXPECT_NO_THROW(runtime::check_one_rank_per_gpu(2, 8));
+  try {
+    runtime::check_one_rank_per_gpu(4, 1);
+    FAIL() << "4 ranks on 1 GPU accepted";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--emulate-world-size 4"), std::string::npos) << what;
+    EXPECT_NE(what.find("1 visible GPU(s)"), std::string::npos) << what;
+  }
+  EXPECT_THROW(runtime::check_one_rank_per_gpu(9, 8), UsageError);
+  // On CPU (or where no GPU is visible) the launcher's check does nothing: pick_device says why.
+  EXPECT_NO_THROW(runtime::check_local_ranks_fit("cpu", 64));
+}
+
+TEST(GpuSharing, TheCliExitsTwoBeforeAnyRankStartsWhereNoGpuIsVisible) {
+  if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is visible: scripts/gpu-check.sh's gpu-sharing-refused cell checks the CLI there";
+  const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --quiet --out /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
+}
