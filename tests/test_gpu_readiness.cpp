@@ -34,6 +34,16 @@ std::string read_file(const std::string& path) {
   s << f.rdbuf();
   return s.str();
 }
+// CMake wraps long messages over several lines: compare with whitespace runs made one space.
+std::string flat(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool space = c == ' ' || c == '\n' || c == '\t';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  return out;
+}
 bool exists(const std::string& path) {
   struct stat st{};
   return stat(path.c_str(), &st) == 0;
@@ -85,7 +95,7 @@ TEST(NcclConfigureCheck, PassesOnTheWheelsOwnHeaderAndFailsOnAPlantedMismatch) {
   // The fault: a header one patch release away (NCCL_VERSION_CODE 22808 vs the wheel's 22809).
   auto bad = nccl_check(plant_nccl_header("22808"), cuda);
   EXPECT_NE(bad.exit_code, 0) << bad.output;
-  EXPECT_NE(bad.output.find("has NCCL_VERSION_CODE 22808 but torch runs NCCL"), std::string::npos) << bad.output;
+  EXPECT_NE(flat(bad.output).find("has NCCL_VERSION_CODE 22808 but torch runs NCCL"), std::string::npos) << bad.output;
 }
 
 TEST(NcclConfigureCheck, FailsOnAToolkitOfAnotherCudaMajor) {
@@ -94,7 +104,7 @@ TEST(NcclConfigureCheck, FailsOnAToolkitOfAnotherCudaMajor) {
   const std::string other = cuda.rfind("12", 0) == 0 ? "13.0" : "12.8";
   auto bad = nccl_check("", other);
   EXPECT_NE(bad.exit_code, 0) << bad.output;
-  EXPECT_NE(bad.output.find("the CUDA toolkit is " + other + " but torch was built with CUDA " + cuda), std::string::npos)
+  EXPECT_NE(flat(bad.output).find("the CUDA toolkit is " + other + " but torch was built with CUDA " + cuda), std::string::npos)
       << bad.output;
 }
 
@@ -146,12 +156,12 @@ TEST(DeviceBundle, APackageLeftOutOfTheBundleFailsTheConfigure) {
   // The plant: the bundle without libyaml-cpp-dev. /usr has it; the configure must not see it.
   const auto r = configure_with_bundle_only(unpack_bundle("bundle_prefix_no_yaml", "libyaml-cpp-dev"), "OFF");
   EXPECT_EQ(r.output.find("-- Generating done"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("Could not find a package configuration file provided by \"yaml-cpp\""), std::string::npos)
+  EXPECT_NE(flat(r.output).find("Could not find a package configuration file provided by \"yaml-cpp\""), std::string::npos)
       << r.output;
   // A header-only package found by find_path (Gloo's headers) is hidden from /usr as well.
   const auto g = configure_with_bundle_only(unpack_bundle("bundle_prefix_no_gloo", "libgloo-dev"), "OFF");
   EXPECT_EQ(g.output.find("-- Generating done"), std::string::npos) << g.output;
-  EXPECT_NE(g.output.find("Gloo's headers (gloo/algorithm.h, Debian libgloo-dev) not found"), std::string::npos)
+  EXPECT_NE(flat(g.output).find("Gloo's headers (gloo/algorithm.h, Debian libgloo-dev) not found"), std::string::npos)
       << g.output;
 }
 
@@ -299,9 +309,37 @@ TEST(GpuSharing, MoreLocalRanksThanGpusIsRefusedNamingEmulateWorldSize) {
   EXPECT_NO_THROW(runtime::check_local_ranks_fit("cpu", 64));
 }
 
-TEST(GpuSharing, TheCliExitsTwoBeforeAnyRankStartsWhereNoGpuIsVisible) {
+TEST(GpuSharing, TheCliExitsTwoWhereNoGpuIsVisible) {
   if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is visible: scripts/gpu-check.sh's gpu-sharing-refused cell checks the CLI there";
-  const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --quiet --out /dev/null");
+  const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --warmup 0 --quiet --out /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
+}
+
+// ---- build.sh reconfigures when what it configured with changes ----
+
+TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
+  // A cmake stand-in on PATH records each call: build.sh's decisions are seen without building.
+  const auto dir = make_clean_dir("build_script");
+  std::ofstream(dir + "/cmake") << "#!/bin/bash\necho \"cmake $*\" >> '" << dir << "/calls'\n"
+                                << "if [ \"$1\" = -S ]; then mkdir -p \"$4\"; touch \"$4/build.ninja\" \"$4/CMakeCache.txt\"; fi\n";
+  run_command("chmod +x '" + dir + "/cmake'");
+  const auto build = [&](const std::string& env) {
+    return run_command("cd '" + kSource + "' && PATH='" + dir + "':$PATH BUILD_DIR='" + dir + "/build' " + env +
+                       " scripts/build.sh 2>&1; grep -c -- ' -S ' '" + dir + "/calls'");
+  };
+  const auto configures = [](const test_support::BinaryResult& r) {
+    const auto nl = r.output.find_last_of('\n', r.output.size() - 2);
+    return std::stoi(r.output.substr(nl == std::string::npos ? 0 : nl + 1));
+  };
+  EXPECT_EQ(configures(build("ZEROBENCH_CUDA=OFF")), 1);  // a new build folder
+  EXPECT_EQ(configures(build("ZEROBENCH_CUDA=OFF")), 1);  // nothing changed: no configure
+  const auto on = build("ZEROBENCH_CUDA=ON");                 // the option changed
+  EXPECT_EQ(configures(on), 2) << on.output;
+  EXPECT_NE(on.output.find("reconfiguring"), std::string::npos) << on.output;
+  const auto torch = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true");  // another interpreter: another torch
+  EXPECT_EQ(configures(torch), 3) << torch.output;
+  EXPECT_NE(torch.output.find("from a fresh cache"), std::string::npos) << torch.output;
+  const auto calls = read_file(dir + "/calls");
+  EXPECT_NE(calls.find("-DZEROBENCH_CUDA=ON"), std::string::npos) << calls;
 }
