@@ -76,7 +76,9 @@ std::string AllocSafetyViolation::message() const {
          "' under that use";
 }
 
-std::vector<AllocSafetyViolation> check_allocator_safety(Streams& streams) {
+std::vector<AllocSafetyViolation> check_allocator_safety(Streams& streams, AllocSafetyStats* stats) {
+  AllocSafetyStats local;
+  auto& st_out = stats ? *stats : local;
   streams.flush_frees();
   struct Use {
     int64_t seq;
@@ -116,8 +118,11 @@ std::vector<AllocSafetyViolation> check_allocator_safety(Streams& streams) {
       case StreamLogEntry::Kind::kFree: {
         std::string names;
         for (const auto& n : st.names) names += (names.empty() ? "'" : ", '") + n + "'";
+        st_out.frees += 1;
         for (const auto& u : st.uses) {
-          if (u.stream == st.alloc_stream || st.recorded_on.count(u.stream) > 0) continue;
+          if (u.stream == st.alloc_stream) continue;
+          st_out.cross_stream_uses += 1;
+          if (st.recorded_on.count(u.stream) > 0) continue;
           if (streams.happens_before(u.seq, e.seq)) continue;
           AllocSafetyViolation v;
           v.storage = e.storage;

@@ -75,7 +75,13 @@ struct AllocSafetyViolation {
   std::string message() const;
 };
 
+// What a check covered: frees checked, and uses on a stream other than the allocation stream
+// that those frees had to cover (0 would mean the check proved nothing).
+struct AllocSafetyStats {
+  int64_t frees = 0, cross_stream_uses = 0;
+};
+
 // Every violation of the rule in `streams`' log (after flush_frees()), in free order.
-std::vector<AllocSafetyViolation> check_allocator_safety(Streams& streams);
+std::vector<AllocSafetyViolation> check_allocator_safety(Streams& streams, AllocSafetyStats* stats = nullptr);
 
 }  // namespace zb::backends::common
