@@ -98,6 +98,7 @@ TEST(StreamLog, CollectivesRunOnTheCommunicatorStreamAfterTheIssuingStream) {
 
 TEST(StreamLog, EnqueuedWorkIsDeferredOnCpuUntilItsStreamIsWaitedFor) {
   Streams s(at::kCPU);
+  s.set_mode(backends::common::StreamMode::kDeferred);  // (test_streams_eager runs the rest eagerly)
   s.set_logging(true);
   const auto side = s.create("side");
   int ran = 0;

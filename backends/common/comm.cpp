@@ -113,7 +113,8 @@ PendingCollective Comm::issue(CollectiveKind kind, const runtime::World& group,
                               double issued_s, std::vector<at::Tensor> held) {
   if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
   PendingCollective p;
-  p.log_entry_ = streams_.log_collective(group_name(group), std::string(collective_name(kind)) + ":" + label);
+  p.log_entry_ = streams_.log_collective(group_name(group), std::string(collective_name(kind)) + ":" + label, held,
+                                         group.emulated);
   p.comm_ = this;
   p.work_ = work;
   p.held_ = std::move(held);
@@ -142,8 +143,11 @@ void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) 
   // Complete no later than wait() returned (Gloo may stamp its future just after waking us).
   const double stamped = p.completed_s_ ? p.completed_s_->load() : 0.0;
   const double completed = stamped > 0 ? std::min(stamped, wait_end_s) : wait_end_s;
-  if (device_timing_ && p.work_) {
+  if (world_.emulated) {
+    s.not_measured += 1;  // a local copy, on CUDA queued on the issuing stream: no comm time to report
+  } else if (device_timing_ && p.work_) {
     untimed_.emplace_back(p.kind_, timing_handle(p.work_));  // device duration read after the step's sync
+    if (untimed_.size() > kMaxTimingHandles) bound_timing_handles();
   } else {
     s.time_s += completed - p.issued_s_;
   }
@@ -154,6 +158,24 @@ void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) 
   p.work_.reset();
   p.held_.clear();
   p.completed_s_.reset();
+  streams_.flush_frees();  // the collective's references are gone: log what that freed
+}
+
+void Comm::bound_timing_handles() {
+  // Read the completed ones now (their events have fired); keep the rest for collect_device_times().
+  std::vector<std::pair<CollectiveKind, c10::intrusive_ptr<c10d::Work>>> kept, done;
+  for (auto& h : untimed_) (h.second->isCompleted() ? done : kept).push_back(std::move(h));
+  untimed_ = std::move(done);
+  collect_device_times();
+  // Still past the bound (nothing completed): the oldest are dropped and counted as untimed.
+  while (kept.size() > kMaxTimingHandles) {
+    stats_[size_t(kept.front().first)].untimed += 1;
+    if (timing_error_.empty())
+      timing_error_ = std::string(collective_name(kept.front().first)) + ": more than " +
+                      std::to_string(kMaxTimingHandles) + " collectives in flight without device time";
+    kept.erase(kept.begin());
+  }
+  untimed_ = std::move(kept);
 }
 
 void Comm::collect_device_times() {
@@ -271,6 +293,7 @@ std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     d[i].time_s = after[i].time_s - before[i].time_s;
     d[i].wait_s = after[i].wait_s - before[i].wait_s;
     d[i].untimed = after[i].untimed - before[i].untimed;
+    d[i].not_measured = after[i].not_measured - before[i].not_measured;
   }
   return d;
 }
@@ -285,6 +308,14 @@ nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(Collective
     j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"wait_s", c.wait_s},
                                 {"busbw_gbps", busbw}};
     if (c.untimed > 0) j[collective_name(kind)]["untimed"] = c.untimed;
+    if (c.not_measured > 0) {
+      // Emulated: no time or busbw is measured; null, never a number.
+      auto& k = j[collective_name(kind)];
+      k["not_measured"] = c.not_measured;
+      if (c.not_measured == c.count) k["time_s"] = nullptr;
+      k["busbw_gbps"] = nullptr;
+      k["timing"] = "not measured: emulated collectives are local copies on the issuing stream";
+    }
   }
   return j;
 }

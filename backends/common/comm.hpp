@@ -8,7 +8,12 @@
 // and end events (ProcessGroupNCCL collective timing, read by collect_device_times() after the
 // step's device sync); on Gloo from issue to completion on Gloo's worker thread. `wait_s` is
 // the time the calling thread spent blocked in wait(): the host-exposed part (on CUDA ~0, the
-// wait is a stream dependency).
+// wait is a stream dependency). Emulated collectives (--emulate-world-size) are not timed:
+// they are local copies (on CUDA, kernels queued on the issuing stream, so a host clock from
+// issue to wait would read launch latency); they are counted in `not_measured` and the report
+// gives no time and no busbw for them. NCCL timing handles not yet read are bounded
+// (kMaxTimingHandles): past the bound the completed ones are read at once, so a Comm whose
+// collect_device_times() is never called (the side channel) does not grow without limit.
 //
 // Streams. Every collective is issued on the current stream of `streams()` (the engine makes a
 // side stream current with Streams::Guard, as FSDP1 issues its all-gathers under
@@ -41,7 +46,8 @@ struct CollectiveStats {
   int64_t bytes = 0;
   double time_s = 0;
   double wait_s = 0;
-  int64_t untimed = 0;  // NCCL collectives whose device time could not be read (not in time_s)
+  int64_t untimed = 0;       // NCCL collectives whose device time could not be read (not in time_s)
+  int64_t not_measured = 0;  // emulated collectives: no time is measured (not in time_s)
 };
 
 class Comm;
@@ -123,6 +129,9 @@ class Comm {
   // (timing_error()); it is never silently taken as 0 s.
   void collect_device_times();
   const std::string& timing_error() const { return timing_error_; }
+  // NCCL timing handles not read yet (at most kMaxTimingHandles).
+  size_t pending_timing_handles() const { return untimed_.size(); }
+  static constexpr size_t kMaxTimingHandles = 256;
 
   // Every collective's [issue, completion] interval and the caller's [wait start, wait end]
   // in steady-clock ns, while recording is on (the profiler's host source on Gloo).
@@ -155,6 +164,7 @@ class Comm {
                           int64_t bytes, const std::string& label, double issued_s, std::vector<at::Tensor> held);
   void finish(PendingCollective& p, double wait_start_s, double wait_end_s);
   void wait_from_issue(PendingCollective&& p);
+  void bound_timing_handles();                      // reads the completed handles once past kMaxTimingHandles
   std::string group_name(const runtime::World& g);  // "world", "group1", ... for the log
   runtime::World world_;
   Streams streams_;

@@ -7,7 +7,11 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
+
+#include "backends/common/alloc_safety.hpp"
+#include "runtime/errors.hpp"
 
 namespace zb::backends::common {
 
@@ -25,11 +29,24 @@ const char* to_string(StreamLogEntry::Kind kind) {
     case StreamLogEntry::Kind::kCollective: return "collective";
     case StreamLogEntry::Kind::kWaitCollective: return "wait_collective";
     case StreamLogEntry::Kind::kRecordStream: return "record_stream";
+    case StreamLogEntry::Kind::kUse: return "use";
+    case StreamLogEntry::Kind::kAlloc: return "alloc";
+    case StreamLogEntry::Kind::kFree: return "free";
   }
   return "?";
 }
 
-Streams::Streams(at::Device device) : device_(device) {
+StreamMode stream_mode_from_env() {
+  const char* v = std::getenv("ZEROBENCH_STREAMS");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "deferred") return StreamMode::kDeferred;
+  if (std::string(v) == "eager") return StreamMode::kEager;
+  throw UsageError("ZEROBENCH_STREAMS=" + std::string(v) + ": expected 'deferred' or 'eager'");
+}
+
+const char* to_string(StreamMode mode) { return mode == StreamMode::kEager ? "eager" : "deferred"; }
+
+Streams::Streams(at::Device device)
+    : device_(device), mode_(stream_mode_from_env()), tracker_(std::make_unique<StorageTracker>()) {
   StreamState compute;
   compute.name = "compute";
   if (on_device()) compute.stream = guard_impl(device_).getStream(device_);
@@ -98,6 +115,7 @@ int64_t Streams::append(StreamLogEntry::Kind kind, StreamId s, const std::string
 
 void Streams::wait_stream(StreamId waiter, StreamId waited) {
   drain(waited);
+  flush_frees();
   if (on_device()) {
     c10::Event e(device_.type());
     e.record(streams_[size_t(waited)].stream);
@@ -109,6 +127,7 @@ void Streams::wait_stream(StreamId waiter, StreamId waited) {
 }
 
 StreamEvent Streams::record(StreamId s, const std::string& label) {
+  flush_frees();
   StreamEvent e;
   e.recorded_ = true;
   e.stream_ = s;
@@ -127,6 +146,7 @@ StreamEvent Streams::record(StreamId s, const std::string& label) {
 void Streams::wait_event(StreamId waiter, const StreamEvent& e) {
   if (!e.recorded_) return;
   drain(e.stream_);
+  flush_frees();
   if (on_device() && e.device_) static_cast<c10::Event*>(e.device_.get())->block(streams_[size_t(waiter)].stream);
   if (!logging() || e.entry_ < 0) return;
   merge(streams_[size_t(waiter)].clock, e.clock_);
@@ -143,6 +163,7 @@ bool Streams::query(const StreamEvent& e) {
 void Streams::synchronize(const StreamEvent& e) {
   if (!e.recorded_) return;
   drain(e.stream_);
+  flush_frees();
   if (on_device() && e.device_) static_cast<c10::Event*>(e.device_.get())->synchronize();
   if (!logging() || e.entry_ < 0) return;
   merge(host_clock_, e.clock_);
@@ -151,6 +172,7 @@ void Streams::synchronize(const StreamEvent& e) {
 
 void Streams::synchronize_stream(StreamId s) {
   drain(s);
+  flush_frees();
   if (on_device()) guard_impl(device_).synchronizeStream(streams_[size_t(s)].stream);
   if (!logging()) return;
   auto& clock = streams_[size_t(s)].clock;
@@ -160,19 +182,67 @@ void Streams::synchronize_stream(StreamId s) {
 }
 
 void Streams::record_stream(const at::Tensor& t, StreamId s, const std::string& label) {
+  if (planted_early_free(label)) return;  // test-only: the record the allocator needed is not made
   if (on_device() && t.defined() && t.storage().data_ptr().get())
     guard_impl(device_).recordDataPtrOnStream(t.storage().data_ptr(), streams_[size_t(s)].stream);
-  if (logging()) append(StreamLogEntry::Kind::kRecordStream, s, label, "", -1);
+  if (!logging()) return;
+  flush_frees();
+  const int64_t id = track(t, label);
+  append(StreamLogEntry::Kind::kRecordStream, s, label, "", -1);
+  log_.back().storage = id;
 }
 
-void Streams::op(const std::string& label) {
-  if (logging()) append(StreamLogEntry::Kind::kOp, current_, label, "", -1);
+void Streams::op(const std::string& label, const std::vector<at::Tensor>& uses) {
+  if (!logging()) return;
+  flush_frees();
+  append(StreamLogEntry::Kind::kOp, current_, label, "", -1);
+  for (const auto& t : uses) log_use(t, current_, label);
+}
+
+int64_t Streams::track(const at::Tensor& t, const std::string& label) {
+  const auto seen = tracker_->see(t, current_);
+  if (seen.is_new) {
+    append(StreamLogEntry::Kind::kAlloc, current_, label, "", -1);
+    log_.back().storage = seen.id;
+  }
+  return seen.id;
+}
+
+int64_t Streams::log_use(const at::Tensor& t, StreamId s, const std::string& label) {
+  const int64_t id = track(t, label);
+  if (id < 0) return id;
+  append(StreamLogEntry::Kind::kUse, s, label, "", -1);
+  log_.back().storage = id;
+  return id;
+}
+
+void Streams::flush_frees() {
+  if (!logging()) return;
+  std::vector<int64_t> refilled;
+  for (const auto& f : tracker_->sweep(current_, refilled)) {
+    append(StreamLogEntry::Kind::kFree, f.alloc_stream, f.how, "", -1);
+    log_.back().storage = f.id;
+  }
+  for (auto id : refilled) {
+    append(StreamLogEntry::Kind::kAlloc, current_, "refilled", "", -1);
+    log_.back().storage = id;
+  }
+}
+
+bool Streams::planted_early_free(const std::string& label) const {
+  return !planted_early_free_.empty() && label.find(planted_early_free_) != std::string::npos;
+}
+
+bool Streams::planted_early_free(const StreamEvent& e) const {
+  return e.entry_ >= 0 && size_t(e.entry_) < log_.size() && planted_early_free(log_[size_t(e.entry_)].label);
 }
 
 void HeldTensors::release(Streams& streams, const std::vector<StreamId>& waiters) {
-  for (auto w : waiters) streams.wait_event(w, event);
+  if (!streams.planted_early_free(event))
+    for (auto w : waiters) streams.wait_event(w, event);
   tensors.clear();
   event = StreamEvent();
+  streams.flush_frees();  // what the release freed, logged here
 }
 
 void Streams::drain(StreamId s) {
@@ -196,17 +266,39 @@ void Streams::drain_all() {
   for (size_t i = 0; i < streams_.size(); ++i) drain(StreamId(i));
 }
 
-int64_t Streams::log_collective(const std::string& group, const std::string& label) {
+int64_t Streams::log_collective(const std::string& group, const std::string& label,
+                                const std::vector<at::Tensor>& tensors, bool emulated) {
   if (!logging()) return -1;
+  flush_frees();
+  for (const auto& t : tensors) track(t, label);  // first seen here: allocated on the issuing stream
+  if (emulated) {
+    // EmulatedBackend: the collective's copies run on the current stream; nothing to wait for.
+    const int64_t entry = append(StreamLogEntry::Kind::kCollective, current_, label, "emulated:" + group, -1);
+    for (const auto& t : tensors) log_use(t, current_, label);
+    return entry;
+  }
   const StreamId c = stream_named("nccl:" + group);
   // ProcessGroupNCCL: the communicator stream waits for the current stream, then runs it.
   merge(streams_[size_t(c)].clock, streams_[size_t(current_)].clock);
   merge(streams_[size_t(c)].clock, host_clock_);
-  return append(StreamLogEntry::Kind::kCollective, c, label, streams_[size_t(current_)].name, -1);
+  const int64_t entry = append(StreamLogEntry::Kind::kCollective, c, label, streams_[size_t(current_)].name, -1);
+  for (const auto& t : tensors) {
+    // Used on the communicator stream and recorded there (recordStream in collective()).
+    if (log_use(t, c, label) < 0) continue;
+    append(StreamLogEntry::Kind::kRecordStream, c, label, "", -1);
+    log_.back().storage = log_[log_.size() - 2].storage;
+  }
+  return entry;
 }
 
 void Streams::log_collective_wait(int64_t entry, StreamId s, const std::string& label) {
   if (!logging() || entry < 0) return;
+  flush_frees();
+  const bool emulated = log_[size_t(entry)].other.rfind("emulated:", 0) == 0;
+  if (emulated) {  // a completed Work's wait(): logged, ordering nothing
+    append(StreamLogEntry::Kind::kWaitCollective, s, label + " (no-op: emulated)", log_[size_t(entry)].stream, entry);
+    return;
+  }
   merge(streams_[size_t(s)].clock, log_[size_t(entry)].clock);
   append(StreamLogEntry::Kind::kWaitCollective, s, label, log_[size_t(entry)].stream, entry);
 }
@@ -215,6 +307,7 @@ void Streams::clear_log() {
   log_.clear();
   host_clock_.clear();
   for (auto& s : streams_) s.clock.clear();
+  tracker_->clear();
 }
 
 bool Streams::happens_before(int64_t a, int64_t b) const {
@@ -245,6 +338,7 @@ std::string Streams::dump() const {
     out << e.seq << " " << to_string(e.kind) << " [" << e.stream << "] " << e.label;
     if (!e.other.empty()) out << " <" << e.other << ">";
     if (e.target >= 0) out << " ->" << e.target;
+    if (e.storage >= 0) out << " #s" << e.storage;
     out << "\n";
   }
   return out.str();

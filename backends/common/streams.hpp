@@ -22,6 +22,16 @@
 // work is enqueued there or the stream is waited for or synchronised — the host blocks in a
 // collective wait only about when a CUDA stream would have reached it — and it is logged at
 // enqueue time, in issue order. Work run directly under a Guard is not deferred on CPU.
+// StreamMode::kEager (ZEROBENCH_STREAMS=eager) runs enqueued work at once on CPU too: the host
+// then takes the CUDA path through every engine (flags such as FSDP-mode's gather_in_flight flip
+// at enqueue, as on the device), so the CUDA control flow is exercised on a CPU machine.
+//
+// Tensors in the log (alloc_safety.hpp): uses (op(label, tensors), the tensors of a collective),
+// record_stream calls and frees — a storage resized to 0 or its last reference dropped, seen at
+// the next logged call — each name a storage generation, so the CUDA caching allocator's rule
+// (no block reused before its uses on other streams are ordered or recorded) can be checked.
+// Emulation (--emulate-world-size) is logged as what it is: a collective is work on the issuing
+// stream (EmulatedBackend copies there) and its wait is a no-op, unlike ProcessGroupNCCL's.
 #pragma once
 #include <ATen/ATen.h>
 #include <c10/core/Stream.h>
@@ -47,7 +57,10 @@ struct StreamLogEntry {
     kHostSync,        // the host blocks until entry `target` (an event or a stream's tail) completed
     kCollective,      // a collective on the group's communicator stream `stream`, issued from `other`
     kWaitCollective,  // `stream` waits for the collective at entry `target`
-    kRecordStream,    // the caching allocator is told `label` is in use by `stream`
+    kRecordStream,    // the caching allocator is told `label` (storage `storage`) is in use by `stream`
+    kUse,             // storage `storage` is read or written by work on `stream` (label: the work)
+    kAlloc,           // storage `storage` first seen (or refilled) with `stream` current: its allocation stream
+    kFree,            // storage `storage` freed (label says how); logged on its allocation stream
   };
   int64_t seq = 0;
   Kind kind = Kind::kOp;
@@ -55,11 +68,19 @@ struct StreamLogEntry {
   std::string label;
   std::string other;
   int64_t target = -1;
+  int64_t storage = -1;        // kRecordStream/kUse/kAlloc/kFree: the storage generation (alloc_safety.hpp)
   std::vector<int64_t> clock;  // indexed by stream id
 };
 const char* to_string(StreamLogEntry::Kind kind);
 
 class Streams;
+class StorageTracker;  // alloc_safety.hpp
+
+// How enqueued work runs on CPU (on CUDA it always runs at once): deferred (the default) or
+// eager, as on CUDA. ZEROBENCH_STREAMS=deferred|eager picks it; any other value is a UsageError.
+enum class StreamMode { kDeferred, kEager };
+StreamMode stream_mode_from_env();
+const char* to_string(StreamMode mode);
 
 // An event recorded on a stream (FSDP1's _free_event_queue, DeepSpeed's param_reduce_events).
 class StreamEvent {
@@ -87,6 +108,7 @@ struct HeldTensors {
   StreamEvent event;
   bool held() const { return !tensors.empty(); }
   // Each of `waiters` waits for the event (stream.wait_event), then the tensors are dropped.
+  // (A planted early free — Streams::plant_early_free — skips the waits.)
   void release(Streams& streams, const std::vector<StreamId>& waiters);
 };
 
@@ -99,6 +121,10 @@ class Streams {
   Streams& operator=(const Streams&) = delete;
 
   bool on_device() const { return device_.is_cuda(); }
+  StreamMode mode() const { return mode_; }
+  void set_mode(StreamMode mode) { mode_ = mode; }
+  // Whether enqueued work runs at once (CUDA, or eager mode on CPU).
+  bool runs_at_enqueue() const { return on_device() || mode_ == StreamMode::kEager; }
   StreamId compute() const { return 0; }
   // A side stream from the device's stream pool (what torch.cuda.Stream(priority=...) returns).
   StreamId create(const std::string& name, bool high_priority = false);
@@ -128,8 +154,9 @@ class Streams {
   void synchronize_stream(StreamId s);                   // s.synchronize(): the host blocks
   // tensor.record_stream(s): t's block is not reused before the work now queued on s is done.
   void record_stream(const at::Tensor& t, StreamId s, const std::string& label = "");
-  // Logs work issued on the current stream (no-op on the device unless logging).
-  void op(const std::string& label);
+  // Logs work issued on the current stream (no-op on the device unless logging), and that it
+  // uses `uses` (their storages) there.
+  void op(const std::string& label, const std::vector<at::Tensor>& uses = {});
 
   // Runs `work` on stream `s` after `s` waits for `waits` (the collectives it consumes):
   // at once on CUDA with `s` current; on CPU deferred (see the file comment). `label` is logged
@@ -138,7 +165,7 @@ class Streams {
   template <typename Pending>
   void enqueue(StreamId s, std::vector<Pending> waits, const std::string& label, std::function<void()> work,
                size_t max_deferred = 1);
-  // Runs what is deferred on `s` (CPU; a no-op on CUDA).
+  // Runs what is deferred on `s` (CPU deferred mode; otherwise nothing is deferred).
   void drain(StreamId s);
   void drain_all();
 
@@ -154,12 +181,26 @@ class Streams {
   int64_t find(StreamLogEntry::Kind kind, const std::string& stream, const std::string& label_part,
                bool last = false) const;
   std::string dump() const;  // one line per entry (debugging, test failures)
+  // Logs the frees that happened since the last logged call (call before checking the log).
+  void flush_frees();
+  // Test-only fault injection: the record_stream calls and HeldTensors releases (by the label of
+  // their event) whose label contains `label_part` are skipped — a tensor freed before the stream
+  // that used it is ordered or recorded. "" plants nothing. The allocator-safety check must fail.
+  void plant_early_free(const std::string& label_part) { planted_early_free_ = label_part; }
+  bool planted_early_free(const std::string& label) const;
+  bool planted_early_free(const StreamEvent& e) const;
 
   // ---- for Comm ----
-  // A collective issued now from the current stream onto `group`'s communicator stream; returns
-  // its entry (-1 when not logging).
-  int64_t log_collective(const std::string& group, const std::string& label);
-  // Stream `s` waits for the collective at `entry` (no-op for -1 or while not logging).
+  // A collective issued now from the current stream onto `group`'s communicator stream, reading
+  // and writing `tensors`; returns its entry (-1 when not logging). ProcessGroupNCCL records
+  // every input and output on its stream (ProcessGroupNCCL.cpp collective(): recordStream of the
+  // inputs; each collective's fn, [Sync Streams]: of the outputs; TORCH_NCCL_AVOID_RECORD_STREAMS
+  // unset), so the log records them there. `emulated`: the collective is work on the current
+  // stream itself (EmulatedBackend), recorded nowhere else.
+  int64_t log_collective(const std::string& group, const std::string& label,
+                         const std::vector<at::Tensor>& tensors = {}, bool emulated = false);
+  // Stream `s` waits for the collective at `entry` (no-op for -1 or while not logging). For an
+  // emulated collective the wait is logged but orders nothing (c10d's completed Work::wait()).
   void log_collective_wait(int64_t entry, StreamId s, const std::string& label);
 
  private:
@@ -174,8 +215,13 @@ class Streams {
                  int64_t target);
   static void merge(std::vector<int64_t>& into, const std::vector<int64_t>& from);
   void set_current(StreamId s);
+  int64_t log_use(const at::Tensor& t, StreamId s, const std::string& label);  // kAlloc if new, then kUse
+  int64_t track(const at::Tensor& t, const std::string& label);                // its generation (kAlloc on first sight)
 
   at::Device device_;
+  StreamMode mode_ = StreamMode::kDeferred;
+  std::unique_ptr<StorageTracker> tracker_;
+  std::string planted_early_free_;
   std::vector<StreamState> streams_;
   StreamId current_ = 0;
   bool logging_ = false;
@@ -189,6 +235,7 @@ template <typename Pending>
 void Streams::enqueue(StreamId s, std::vector<Pending> waits, const std::string& label, std::function<void()> work,
                       size_t max_deferred) {
   // The log, in issue order: `s` waits for each collective, then the work runs on `s`.
+  flush_frees();
   for (auto& w : waits) w.log_stream_wait(s);
   if (logging()) append(StreamLogEntry::Kind::kOp, s, label, "", -1);
   auto shared = std::make_shared<std::vector<Pending>>(std::move(waits));
@@ -196,9 +243,9 @@ void Streams::enqueue(StreamId s, std::vector<Pending> waits, const std::string&
     for (auto& w : *shared) w.wait();
     work();
   };
-  // On CUDA it runs now, queued on `s`; on CPU work for the compute stream runs now too (the
-  // host is the compute stream).
-  if (on_device() || s == compute()) {
+  // On CUDA (and in eager mode) it runs now, queued on `s`; on CPU work for the compute stream
+  // runs now too (the host is the compute stream).
+  if (runs_at_enqueue() || s == compute()) {
     Guard g(*this, s);
     ++paused_;
     try {

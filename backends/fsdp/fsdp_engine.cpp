@@ -227,7 +227,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
 
   at::Tensor after_unit_forward(int u, at::Tensor output) override {
     auto& unit = units_[size_t(u)];
-    streams().op("forward unit" + std::to_string(u));  // the unit's compute, issued on the compute stream
+    streams().op("forward unit" + std::to_string(u), {unit.full});  // the unit's compute (compute stream)
     // _post_forward_reshard: the root is never freed after forward (its parameters are needed
     // first in backward); other units are freed under FULL_SHARD/HYBRID_SHARD. NO_SHARD with a
     // low-precision copy frees that copy for every unit (FlatParamHandle.post_reshard).
@@ -267,7 +267,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     at::NoGradGuard no_grad;
     auto& unit = units_[size_t(u)];
     const auto& l = layout_[size_t(u)];
-    streams().op("backward unit" + std::to_string(u));  // the unit's gradient computation (compute stream)
+    streams().op("backward unit" + std::to_string(u), {unit.full, autograd_grad});  // its gradient computation
     // _post_backward_reshard: _should_free_in_backward = sharded and (sync_gradients or a
     // reshard-after-forward strategy) — under no_sync SHARD_GRAD_OP keeps the unsharded
     // parameters; NO_SHARD frees its low-precision copy (post_reshard).

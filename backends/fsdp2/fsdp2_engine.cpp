@@ -918,7 +918,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       // all_gather_work.wait().
       s.wait_event(s.current(), r.event);
       r.work.wait();
-      s.op("all_gather copy-out " + label);
+      s.op("all_gather copy-out " + label, {r.output});
       std::vector<at::Tensor> outs;
       for (int id : g.params) {
         auto& p = params_[size_t(id)];
@@ -1058,7 +1058,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     const int S = mesh_.shard;
     const auto rd = dtypes_.reduce.value_or(grads.front().scalar_type());
     auto input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
-    s.op("reduce_scatter copy-in " + label);
+    s.op("reduce_scatter copy-in " + label, {input});
     auto input_2d = input.view({S, -1});
     at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
     grads.clear();                              // "Only after the copy-in finishes can we free the gradients"

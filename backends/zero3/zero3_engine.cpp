@@ -229,7 +229,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   }
 
   at::Tensor after_module_forward(int unit, int index, at::Tensor output) override {
-    streams().op("forward module " + module_name(unit, index));
+    streams().op("forward module " + module_name(unit, index), {params_[size_t(unit_first_[size_t(unit)] + index)].full});
     // parameter_offload.py _post_forward_module_hook -> PreBackwardFunctionForModule on the
     // outputs: the module's parameters are fetched when its output's gradient arrives.
     if (output.requires_grad())
@@ -289,7 +289,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
   void post_backward(int id, const at::Tensor& grad) {
     at::NoGradGuard no_grad;
     const auto& l = layout_[size_t(id)];
-    streams().op("backward module " + module_name(l.unit, l.index));
+    streams().op("backward module " + module_name(l.unit, l.index), {params_[size_t(id)].full, grad});
     if (bucket_numel_ > 0 && bucket_numel_ + l.numel > opts_.reduce_bucket_size) reduce_and_partition_bucket();
     add_grad_to_bucket(id, grad);
     release_if_allowed(id);  // the module's post-backward release
@@ -650,7 +650,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource {
       // host must not overwrite it before that work ran (a stream keeps that order on CUDA).
       if (ipg_in_use_) s.drain(rp_stream_);
       Streams::Guard on_rp(s, rp_stream_);
-      s.op("copy grad into IPG bucket " + module_name(l.unit, l.index));
+      s.op("copy grad into IPG bucket " + module_name(l.unit, l.index), {grad});
       auto slot = ipg_buffer_.narrow(0, bucket_numel_, l.numel);
       slot.copy_(e.grad);
       s.record_stream(grad, rp_stream_, "grad " + std::to_string(id));
