@@ -16,6 +16,9 @@ export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/zerobench/ccache}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 export CCACHE_BASEDIR="${root}"
+# With -g ccache hashes the working directory unless told not to (ccache docs, "hash_dir"): without
+# this a clone at another path (a worktree, CI's checkout) never hits the cache.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 
 # The interpreter cmake/FindTorchFromVenv.cmake will ask (same order).
 if [ -n "${ZEROBENCH_PYTHON:-}" ]; then python="${ZEROBENCH_PYTHON}"

@@ -18,6 +18,7 @@
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/device.hpp"
 #include "runtime/errors.hpp"
+#include "tests/gpu_required.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/thread_world.hpp"
 
@@ -433,8 +434,7 @@ TEST(EmulatedLog, AWaitOnAnotherStreamIsUnorderedOnlyInEmulation) {
 // of an emulated W=2 — the log and the allocator check over the device's own control flow, and
 // the losses of the CPU's eager run.
 TEST(CudaAllocSafety, EveryEngineOnOneGpuEmulatedKeepsTheAllocatorRuleAndTheCpuLosses) {
-  if (!runtime::cuda_built()) GTEST_SKIP() << "this build has no CUDA path (-DZEROBENCH_CUDA=OFF)";
-  if (!runtime::cuda_available()) GTEST_SKIP() << "no CUDA device is visible: CUDA test not run";
+  ZB_REQUIRE_GPU();
   for (const auto& c : all_cases()) {
     SCOPED_TRACE(c.name);
     const auto spec = spec_for(c, 2);

@@ -17,27 +17,12 @@
 #include "runtime/env_gate.hpp"
 #include "runtime/memory.hpp"
 #include "runtime/world.hpp"
+#include "tests/gpu_required.hpp"
 #include "tests/thread_world.hpp"
 
 using namespace zb;
 
 namespace {
-bool gpu_required() {
-  const char* v = std::getenv("ZEROBENCH_REQUIRE_GPU");
-  return v && std::string(v) == "1";
-}
-// Skips (saying why) without a CUDA build or a GPU; under ZEROBENCH_REQUIRE_GPU=1 that is a failure.
-#define ZB_SKIP_OR_FAIL(why)                                                          \
-  do {                                                                                \
-    if (gpu_required()) FAIL() << (why) << " (ZEROBENCH_REQUIRE_GPU=1: a skip fails)"; \
-    GTEST_SKIP() << (why);                                                            \
-  } while (0)
-#define ZB_REQUIRE_GPU()                                                                                  \
-  do {                                                                                                    \
-    if (!runtime::cuda_built()) ZB_SKIP_OR_FAIL("this build has no CUDA path (-DZEROBENCH_CUDA=OFF)");   \
-    if (!runtime::cuda_available()) ZB_SKIP_OR_FAIL("no CUDA device is visible: CUDA test not run");      \
-  } while (0)
-
 // One rank on GPU 0 over NCCL (a 1-rank process group on a HashStore).
 runtime::World gpu_world() {
   auto store = c10::make_intrusive<c10d::HashStore>();
