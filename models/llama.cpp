@@ -156,14 +156,23 @@ at::Tensor init_unit_flat(const ModelConfig& cfg, int unit, uint64_t seed) {
   return at::cat(parts);
 }
 
+// One split into all the unit's parameters, then a view each — FlatParamHandle.
+// _get_unflat_views_unaligned (torch/distributed/fsdp/_flat_param.py): `torch.split(tensor,
+// flat_param._numels)` + `.view(shape)`. Under autograd the split's backward is one cat of the
+// views' gradients into the flat gradient [numel]; a narrow per parameter would instead build a
+// zero-filled flat-size gradient per parameter and add them all up.
 std::vector<at::Tensor> unflatten_unit(const ModelConfig& cfg, int unit, const at::Tensor& flat) {
-  std::vector<at::Tensor> out;
-  int64_t offset = 0;
   const auto specs = unit_specs(cfg, unit);
+  std::vector<int64_t> numels;
+  int64_t total = 0;
   for (const auto& spec : specs) {
-    out.push_back(flat.narrow(0, offset, spec.numel()).view(spec.shape));
-    offset += spec.numel();
+    numels.push_back(spec.numel());
+    total += spec.numel();
   }
+  const at::Tensor whole = flat.numel() == total ? flat : flat.narrow(0, 0, total);
+  std::vector<at::Tensor> out;
+  auto parts = at::split_with_sizes(whole, numels, 0);
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(parts[i].view(specs[i].shape));
   return out;
 }
 
