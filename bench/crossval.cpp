@@ -353,6 +353,8 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     return logits_command(o, out, work);
   }
 
+  // A short crossval measures every step but the first by default (run's --warmup default may exceed it).
+  if (cmd.count("--warmup") == 0) r.train.warmup = std::max<int64_t>(0, std::min<int64_t>(r.train.warmup, r.train.steps - 1));
   // The backend and the default mode exactly as `zerobench run` resolves them (RunOptions::resolve:
   // --backend, or the one a --config / --accelerate-config / --deepspeed-config file picks).
   {
@@ -385,7 +387,6 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
 
   const int world = r.world_size_hint();
   r.nproc = world;
-  if (cmd.count("--warmup") == 0) r.train.warmup = std::min<int64_t>(r.train.warmup, r.train.steps - 1);
   const int threads = r.threads > 0 ? r.threads
                                     : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world));
   const double timeout_s = r.timeout_s > 0 ? r.timeout_s : 1800;

@@ -56,8 +56,10 @@ json run_case(const std::string& args, int expected_exit = 0, std::string* outpu
 
 // Every mode agrees; where docs/crossval.md calls a mode bitwise, every step's loss and grad
 // norm are equal to the last bit (rel diff exactly 0); every rank's collectives were compared.
+// `fp64_norm`: modes whose grad norm is an fp64 value (DeepSpeed's get_grad_norm_direct) bitwise
+// up to fp64 round-off (a few ulp, < 1e-15 relative; the loss stays bitwise).
 void expect_agreement(const json& doc, const std::string& upstream_name, size_t modes, int64_t steps,
-                      const std::set<std::string>& not_bitwise = {}) {
+                      const std::set<std::string>& not_bitwise = {}, const std::set<std::string>& fp64_norm = {}) {
   EXPECT_TRUE(doc["verdict"]["agree"].get<bool>()) << doc["verdict"].dump(2);
   EXPECT_NE(doc["upstream"]["name"].get<std::string>().find(upstream_name), std::string::npos) << doc["upstream"];
   ASSERT_EQ(doc["modes"].size(), modes);
@@ -70,7 +72,10 @@ void expect_agreement(const json& doc, const std::string& upstream_name, size_t 
       EXPECT_LE(s["grad_norm_rel_diff"].get<double>(), mode["tolerance"]["grad_norm_rel"].get<double>()) << s.dump();
       if (bitwise) {
         EXPECT_EQ(s["loss_rel_diff"].get<double>(), 0.0) << precision << " is bitwise in docs/crossval.md: " << s.dump();
-        EXPECT_EQ(s["grad_norm_rel_diff"].get<double>(), 0.0) << precision << " is bitwise: " << s.dump();
+        if (fp64_norm.count(precision))
+          EXPECT_LT(s["grad_norm_rel_diff"].get<double>(), 1e-15) << precision << ": fp64 round-off only: " << s.dump();
+        else
+          EXPECT_EQ(s["grad_norm_rel_diff"].get<double>(), 0.0) << precision << " is bitwise: " << s.dump();
       }
     }
     EXPECT_TRUE(mode["all_finite"].get<bool>()) << precision;
@@ -105,8 +110,8 @@ TEST(Crossval, Zero3AgreesWithDeepSpeedInEveryMode) {
   const auto doc = run_case("--backend zero3 --precision fp32,bf16 --steps 2 --grad-accum 2 --micro-batch 2");
   EXPECT_EQ(doc["upstream"]["version"], "0.19.8");
   // fp32: DeepSpeed's module hooks reorder a three-term gradient sum (docs/crossval.md): within
-  // 1e-5, not bitwise. bf16 is bitwise.
-  expect_agreement(doc, "DeepSpeed", 2, 2, {"fp32"});
+  // 1e-5, not bitwise. bf16: losses bitwise, the fp64 grad norm to fp64 round-off.
+  expect_agreement(doc, "DeepSpeed", 2, 2, {"fp32"}, {"bf16"});
 }
 
 // End to end, a planted fault is a disagreement (exit 1) whose reason is printed: zerobench's lr
