@@ -18,6 +18,7 @@
 #include "models/checkpoint/safetensors.hpp"
 #include "models/data.hpp"
 #include "models/llama.hpp"
+#include "reports/crossval_table.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
 #include "runtime/errors.hpp"
@@ -46,8 +47,12 @@ const Reference kReferences[] = {
 };
 
 // Flags that belong to crossval itself (not forwarded to `zerobench run`) or that crossval sets.
-const std::set<std::string> kOwnFlags = {"precision", "out", "python", "work-dir", "logits", "quiet", "help",
-                                         "deepspeed-config", "threads", "warmup", "plant-lr-scale"};
+const std::set<std::string> kOwnFlags = {"precision", "out",    "python", "work-dir",       "logits",          "quiet",
+                                         "help",      "table",  "nproc",  "threads",        "warmup",          "plant-lr-scale",
+                                         "deepspeed-config"};
+// For zero3 crossval writes one DeepSpeed JSON with every resolved value in it, which both sides
+// read: the config file that named the run is not forwarded beside it.
+const std::set<std::string> kConfigFlags = {"config", "accelerate-config"};
 
 bool is_file(const std::string& p) {
   struct stat st {};
@@ -72,12 +77,12 @@ std::string last_line(const std::string& text) {
 }
 
 // The `run` flags the user gave, as `--name value...`, minus crossval's own.
-std::vector<std::string> forwarded_run_flags(const CLI::App& cmd) {
+std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, const std::string& backend) {
   std::vector<std::string> out;
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
-    if (kOwnFlags.count(name)) continue;
+    if (kOwnFlags.count(name) || (backend == "zero3" && kConfigFlags.count(name))) continue;
     if (opt->get_expected_max() == 0) {  // a flag
       out.push_back("--" + name);
       continue;
@@ -90,12 +95,16 @@ std::vector<std::string> forwarded_run_flags(const CLI::App& cmd) {
   return out;
 }
 
-// The DeepSpeed JSON both sides read for one zero3 mode: the user's file (if any) with every
-// value zerobench resolved written in, plus what running the reference needs. Keys zerobench
-// does not read stay as the user wrote them (DeepSpeed honours them; a difference would show).
-json deepspeed_json(const RunOptions& r, const backends::EngineSpec& spec, int world, std::vector<std::string>& notes) {
+// The DeepSpeed JSON both sides read for one zero3 mode: the user's DeepSpeed file (if any: the
+// one the config resolution read, given directly or as an accelerate config's
+// deepspeed_config_file) with every value zerobench resolved written in, plus what running the
+// reference needs. Keys zerobench does not read stay as the user wrote them (DeepSpeed honours
+// them; a difference would show).
+json deepspeed_json(const RunOptions::Resolved& resolved, int world, std::vector<std::string>& notes) {
+  const auto& spec = resolved.spec;
   json ds = json::object();
-  if (!r.deepspeed_config.empty()) ds = json::parse(read_text(r.deepspeed_config));
+  for (const auto& src : resolved.provenance.sources)
+    if (src.kind == "deepspeed") ds = json::parse(read_text(src.path), nullptr, true, /*ignore_comments=*/true);
   for (const char* key : {"optimizer", "scheduler"}) {
     if (ds.contains(key)) {
       ds.erase(key);
@@ -317,15 +326,18 @@ void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {
   cmd.add_option("--python", o.python, "interpreter with torch (and deepspeed) for the reference (default: setup venv's)");
   cmd.add_option("--work-dir", o.work_dir, "where weights, batches and both sides' outputs go (default: <out>.work)");
   cmd.add_flag("--logits", o.logits, "check that the reference model's logits equal zerobench's (tests)")->group("");
+  cmd.add_option("--table", o.table,
+                 "print the Markdown summary table of the crossval documents (*.json) in this directory, run nothing "
+                 "(scripts/crossval-table.sh puts it into README.md and docs/crossval.md)");
 }
 
 int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   auto& r = o.run;
-  r.nproc_given = cmd.count("--nproc") > 0;
-  r.micro_batch_given = cmd.count("--micro-batch") > 0;
-  r.grad_accum_given = cmd.count("--grad-accum") > 0;
-  r.grad_clip_given = cmd.count("--grad-clip") > 0;
-  r.precision_given = true;
+  if (!o.table.empty()) {  // the README / docs table from committed crossval documents
+    std::cout << reports::crossval_results_table(reports::read_crossval_documents(o.table));
+    return kExitOk;
+  }
+  mark_given(cmd, r);  // as `zerobench run` records them: the config resolution reads these
   if (o.python.empty()) o.python = default_python();
   if (r.emulate_world_size > 0) throw UsageError("crossval runs real ranks on both sides: --emulate-world-size is not supported");
   if (r.profile || !r.trace.empty()) throw UsageError("crossval does not profile: drop --profile/--trace");
@@ -341,21 +353,33 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     return logits_command(o, out, work);
   }
 
+  // A short crossval measures every step but the first by default (run's --warmup default may exceed it).
+  if (cmd.count("--warmup") == 0) r.train.warmup = std::max<int64_t>(0, std::min<int64_t>(r.train.warmup, r.train.steps - 1));
+  // The backend and the default mode exactly as `zerobench run` resolves them (RunOptions::resolve:
+  // --backend, or the one a --config / --accelerate-config / --deepspeed-config file picks).
+  {
+    RunOptions probe = r;
+    probe.precision_given = false;  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
+    const auto base = probe.resolve();
+    r.backend = base.backend;
+    if (o.precisions.empty()) o.precisions = {base.spec.precision};
+  }
+  r.precision_given = true;  // every mode is run with its --precision
   const Reference* ref = nullptr;
   for (const auto& x : kReferences)
     if (r.backend == x.backend) ref = &x;
-  if (!ref) throw UsageError("crossval --backend '" + r.backend + "' has no reference framework (fsdp, fsdp2, zero3)");
+  if (!ref) {
+    const auto [path, flag] = r.config_file();
+    const bool from_file = !path.empty() && !r.backend_given;
+    throw UsageError("crossval: backend '" + r.backend + "'" + (from_file ? " (picked by " + flag + " " + path + ")" : "") +
+                     " has no reference framework (fsdp, fsdp2, zero3)");
+  }
   bool registered = false;
   for (const auto& b : backends::registered_backends()) registered = registered || b.name == r.backend;
   if (!registered)
     throw UsageError("crossval --backend " + r.backend + ": zerobench has no '" + r.backend +
                      "' backend yet (the reference, scripts/crossval/" + ref->script +
                      ", runs as soon as one is registered)");
-  if (o.precisions.empty()) {  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
-    RunOptions probe = r;
-    probe.precision_given = false;
-    o.precisions = {probe.engine_spec().precision};
-  }
   for (const auto& p : o.precisions) backends::validate_precision(r.backend, p);
   checked_python(o.python);
   const std::string script = crossval_scripts_dir() + "/" + ref->script;
@@ -363,7 +387,6 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
 
   const int world = r.world_size_hint();
   r.nproc = world;
-  if (cmd.count("--warmup") == 0) r.train.warmup = std::min<int64_t>(r.train.warmup, r.train.steps - 1);
   const int threads = r.threads > 0 ? r.threads
                                     : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world));
   const double timeout_s = r.timeout_s > 0 ? r.timeout_s : 1800;
@@ -398,9 +421,10 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     // Both sides see the same OpenMP environment (torchrun sets OMP_NUM_THREADS for its workers).
     std::vector<std::string> zb_argv = {"/usr/bin/env", "OMP_NUM_THREADS=" + std::to_string(threads),
                                         runtime::self_executable(), "run"};
-    for (const auto& a : forwarded_run_flags(cmd)) zb_argv.push_back(a);
+    for (const auto& a : forwarded_run_flags(cmd, r.backend)) zb_argv.push_back(a);
+    zb_argv.insert(zb_argv.end(), {"--nproc", std::to_string(world)});
     if (r.backend == "zero3") {
-      const auto ds = deepspeed_json(mode, spec, world, notes);
+      const auto ds = deepspeed_json(resolved, world, notes);
       reports::write_json_atomic(dir + "/ds_config.json", ds);
       spec_json["deepspeed_config"] = "ds_config.json";
       zb_argv.insert(zb_argv.end(), {"--deepspeed-config", dir + "/ds_config.json"});
@@ -476,6 +500,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   reports::write_text_atomic(stem + ".md", reports::render_crossval(doc, "md"));
   reports::write_text_atomic(stem + ".html", reports::render_crossval(doc, "html"));
   if (!r.quiet) std::cout << reports::render_crossval(doc, "md");
+  for (const auto& why : reasons) std::cerr << "crossval: disagreement: " << why << "\n";
   std::cerr << "crossval: " << (agree ? "agree" : "DISAGREE") << " — " << out << " (+ .md, .html)\n";
   return agree ? kExitOk : kExitFailed;
 }

@@ -22,6 +22,7 @@ struct CrossvalOptions {
   std::string python;                   // default: the setup venv's python
   std::string work_dir;                 // default: <out without .json>.work
   bool logits = false;                  // hidden: the logits parity check of the two models
+  std::string table;                    // --table DIR: print the summary table of DIR/*.json, run nothing
 };
 
 // Registers the `run` flags plus crossval's own on `cmd`.

@@ -2,10 +2,10 @@
 // and the reference's per-rank results (scripts/crossval/common.py) to one mode's verdict.
 // Owns: the tolerances and their derivation (docs/crossval.md), the per-step loss / grad-norm
 // check, model-state bytes per category per rank, collectives per step per kind, the
-// performance ratios (reported, never asserted), and the catalogue of known differences —
-// each one an expected upstream value computed from the configuration plus the upstream file
-// and function that explain it, so an explanation holds only when the numbers match it
-// exactly. Must not: run anything or read files.
+// performance ratios (reported, never asserted), and what counts as agreement: exactly W ranks
+// and T steps on each side, finite losses and grad norms, every category and every rank's
+// collectives of every kind compared. A difference is accepted only when a rule of
+// crossval_rules.hpp predicts the upstream value exactly. Must not: run anything or read files.
 #pragma once
 #include <nlohmann/json.hpp>
 

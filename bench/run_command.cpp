@@ -273,6 +273,14 @@ int run_rank(const RunOptions& o) {
   for (const auto& s : result.steps)
     if (s.measured) step_times.push_back(s.time_s);
   const auto& cuda = result.cuda_peaks;  // over the peak window: no warm-up, trace or profiled step
+  json comm_steps = json::array();  // this rank's collectives per step (zerobench crossval compares every rank's)
+  for (const auto& s : result.steps) {
+    json c = json::object();
+    for (size_t k = 0; k < s.comm.size(); ++k)
+      c[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
+                                                                                    {"bytes", s.comm[k].bytes}};
+    comm_steps.push_back(c);
+  }
   json rank_json = {
       {"rank", world.rank},
       {"host", hostname()},
@@ -303,6 +311,7 @@ int run_rank(const RunOptions& o) {
            cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
+      {"comm_steps", comm_steps},
       {"step_times_s", step_times},
       {"lifecycle", {{"load", load_json}, {"checkpoint", lifecycle::to_json(checkpointer.stats())}}}};
   // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).

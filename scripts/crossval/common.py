@@ -112,6 +112,27 @@ def storage_counter():
     return held
 
 
+def finite_or_text(value):
+    """JSON has no NaN or Infinity (Python would write the invalid literals): a non-finite float
+    becomes "nan" / "inf" / "-inf", which bench/crossval_compare.cpp reads back as non-finite and
+    counts as a disagreement."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite_or_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_text(v) for v in value]
+    return value
+
+
+def module_buffer_bytes(module, held):
+    """Registered module buffers (nn.Module.buffers()), counted once per storage: the reference
+    model registers none (RoPE tables are computed per call, scripts/crossval/model.py), and
+    FSDP1 / FSDP2 keep no persistent communication buffer (they allocate one per collective),
+    so zerobench's `buffers` category is compared with what is measured here."""
+    return sum(held(b) for b in module.buffers())
+
+
 def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
@@ -179,7 +200,7 @@ def run(make_runner):
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"rank{rank}.json")
     with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(finite_or_text(result), f, indent=1, allow_nan=False)
     os.replace(path + ".tmp", path)
     sys.stdout.flush()
     sys.stderr.flush()

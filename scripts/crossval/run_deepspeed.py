@@ -57,7 +57,28 @@ def make_runner(spec, work):
     optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
                                   weight_decay=t["weight_decay"], fused=True)
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+    check_setup(engine, spec, ds_config)
     return DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
+
+
+def check_setup(engine, spec, ds_config):
+    """Fails unless DeepSpeed runs the stage and precision zerobench was asked for: the engine's
+    zero_optimization_stage() (deepspeed/runtime/engine.py) equals the stage in the JSON and in
+    zerobench's resolved options (3), the optimizer it wrapped ours in is stage 3's
+    (DeepSpeedZeroOptimizer_Stage3, runtime/zero/stage3.py), and bf16 is on exactly for bf16."""
+    asked = int(spec["options"].get("stage", 3))
+    in_json = int(ds_config.get("zero_optimization", {}).get("stage", -1))
+    stage = engine.zero_optimization_stage()
+    if asked != 3 or in_json != 3 or stage != 3:
+        raise SystemExit(f"run_deepspeed.py: asked for ZeRO stage {asked} (JSON: {in_json}), DeepSpeed runs stage {stage}; "
+                         "this reference sets up stage 3 only")
+    cls = type(engine.optimizer).__name__
+    if cls != "DeepSpeedZeroOptimizer_Stage3":
+        raise SystemExit(f"run_deepspeed.py: DeepSpeed's optimizer is {cls}, expected DeepSpeedZeroOptimizer_Stage3")
+    want_bf16 = spec["precision"] == "bf16"
+    if bool(engine.bfloat16_enabled()) != want_bf16:
+        raise SystemExit(f"run_deepspeed.py: precision {spec['precision']} but DeepSpeed bf16 enabled = "
+                         f"{engine.bfloat16_enabled()}")
 
 
 class DeepSpeedRunner:

@@ -75,6 +75,7 @@ def make_runner(spec, work):
                    use_orig_params=True,
                    device_id=torch.device("cpu"),
                    **kwargs)
+    check_setup(wrapped, FSDP, strategy, mixed)
     if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
         for m in FSDP.fsdp_modules(wrapped):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
@@ -87,6 +88,30 @@ def make_runner(spec, work):
             wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={zbmodel.DecoderLayer}))
     return Fsdp1Runner(wrapped, t, FSDP)
+
+
+def check_setup(wrapped, fsdp_cls, strategy, mixed):
+    """Fails unless every FSDP instance runs what zerobench was asked for: the sharding strategy
+    (FSDP1 itself switches every strategy to NO_SHARD in a world of one: _init_utils.py
+    _init_core_state; zerobench's fsdp engine does the same), use_orig_params, the
+    MixedPrecision dtypes, and one shard group of the expected size."""
+    from torch.distributed.fsdp import ShardingStrategy
+    world = dist.get_world_size()
+    expected = ShardingStrategy.NO_SHARD if world == 1 else strategy
+    modules = fsdp_cls.fsdp_modules(wrapped)
+    if not modules:
+        raise SystemExit("run_fsdp1.py: no FullyShardedDataParallel instance after wrapping")
+    for m in modules:
+        if m.sharding_strategy != expected:
+            raise SystemExit(f"run_fsdp1.py: an FSDP instance runs {m.sharding_strategy.name}, asked for {expected.name}")
+        if not m._use_orig_params:
+            raise SystemExit("run_fsdp1.py: use_orig_params is off")
+        mp = m.mixed_precision
+        want = mixed or type(mp)()
+        if (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) != (want.param_dtype, want.reduce_dtype, want.buffer_dtype):
+            raise SystemExit(f"run_fsdp1.py: MixedPrecision is {mp}, asked for {want}")
+        if expected in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP) and m.process_group.size() != world:
+            raise SystemExit(f"run_fsdp1.py: shard group of {m.process_group.size()} ranks, expected {world}")
 
 
 class Fsdp1Runner:
@@ -167,7 +192,8 @@ class Fsdp1Runner:
         for state in self.optimizer.state.values():
             opt += common.storage_bytes(state["exp_avg"]) + common.storage_bytes(state["exp_avg_sq"])
             opt_step += common.storage_bytes(state["step"])
-        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt,
+        buffers = common.module_buffer_bytes(self.model, held_once)
+        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt, "buffers": buffers,
                           "optimizer_step_counters": opt_step},
                 "detail": detail}
 

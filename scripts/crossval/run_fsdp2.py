@@ -77,9 +77,41 @@ def make_runner(spec, work):
         fully_shard(net.model.embed_tokens, reshard_after_forward=reshard, mp_policy=policy)
         fully_shard([net.model.norm, net.lm_head], reshard_after_forward=False, mp_policy=policy)
     fully_shard(net, mp_policy=policy)  # reshard_after_forward=None: False for the root
+    check_setup(net, reshard, policy)
     if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
         raise SystemExit("run_fsdp2.py: activation checkpointing is not set up by this reference")
     return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")))
+
+
+def check_setup(net, reshard, policy):
+    """Fails unless every block's parameter group runs what zerobench was asked for: a 1-D mesh
+    over all W ranks (no HSDP), reshard_after_forward as resolved (True: the post-forward mesh is
+    the group's own; False: none; an int n: a shard mesh of n ranks, 1 meaning False and W
+    meaning True, as _fsdp_init.py _get_post_forward_mesh_info normalises it), and the
+    MixedPrecisionPolicy."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import HSDPMeshInfo
+    world = dist.get_world_size()
+    for i, layer in enumerate(net.model.layers):
+        group = layer._get_fsdp_state()._fsdp_param_group
+        if group is None:
+            raise SystemExit(f"run_fsdp2.py: block {i} has no FSDP parameter group")
+        info = group.mesh_info
+        if isinstance(info, HSDPMeshInfo) or info.mesh.ndim != 1 or info.shard_mesh_size != world:
+            raise SystemExit(f"run_fsdp2.py: block {i} shards over a mesh of shape {tuple(info.mesh.shape)}, "
+                             f"expected ({world},)")
+        post = group.post_forward_mesh_info
+        if reshard is True or (not isinstance(reshard, bool) and reshard == world):
+            ok = post is info
+        elif reshard is False or reshard == 1:
+            ok = post is None
+        else:
+            ok = post is not None and post.shard_mesh_size == reshard
+        if not ok:
+            got = None if post is None else post.shard_mesh_size
+            raise SystemExit(f"run_fsdp2.py: block {i} reshard_after_forward={reshard!r} but its post-forward mesh "
+                             f"shards over {got} ranks")
+        if group.mp_policy != policy:
+            raise SystemExit(f"run_fsdp2.py: block {i} MixedPrecisionPolicy {group.mp_policy}, asked for {policy}")
 
 
 class Fsdp2Runner:
@@ -136,7 +168,8 @@ class Fsdp2Runner:
         for s in self.optimizer.state.values():
             opt += held(s["exp_avg"]) + held(s["exp_avg_sq"])
             step_counters += held(s["step"])
-        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt,
+        buffers = common.module_buffer_bytes(self.model, held)
+        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt, "buffers": buffers,
                           "optimizer_step_counters": step_counters}}
 
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# crossval-table.sh — the README / docs crossval table, generated from the committed crossval
+# documents in reports/results/cpu/crossval/ (never typed in).
+#   ./scripts/crossval-table.sh          rewrite the table between the `crossval-table` markers
+#                                        of README.md and docs/crossval.md from the committed JSONs
+#   ./scripts/crossval-table.sh --run    first re-run every backend x mode the README lists
+#                                        (minutes: the real FSDP1, FSDP2 and DeepSpeed run), then
+#                                        rewrite the table
+#   ./scripts/crossval-table.sh --check  exit 1 if either file differs from the generated table
+# The table itself is `zerobench crossval --table DIR` (reports/crossval_table.cpp);
+# tests/test_crossval_compare.cpp (CrossvalTable.*) checks that the files match it byte for byte.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="${ZEROBENCH_BIN:-${root}/build/bin/zerobench}"
+dir="${root}/reports/results/cpu/crossval"
+mode="${1:-write}"
+case "${mode}" in write | --run | --check) ;; *) echo "crossval-table.sh: unknown argument '${mode}' (--run | --check)" >&2; exit 2 ;; esac
+[ -x "${bin}" ] || { echo "crossval-table.sh: ${bin} not built (./scripts/build.sh)" >&2; exit 2; }
+
+if [ "${mode}" = "--run" ]; then
+  # What the README lists: every backend x mode, W=2, tiny, 5 steps (CI runs grad accum 2).
+  common=(--nproc 2 --model tiny --steps 5 --quiet)
+  run() {  # name, then crossval arguments; the work dir (weights, batches, logs) is not committed
+    local name="$1"; shift
+    local rc=0
+    "${bin}" crossval "$@" "${common[@]}" --out "${dir}/${name}.json" --work-dir "/tmp/zb-crossval-${name}.work" || rc=$?
+    rm -f "${dir}/${name}.html"
+    [ "${rc}" -eq 0 ] || echo "crossval-table.sh: ${name} disagrees (exit ${rc}); its document says why" >&2
+  }
+  mkdir -p "${dir}"
+  run fsdp --backend fsdp --precision fp32,mixed,low
+  run fsdp2 --backend fsdp2 --precision fp32,mixed,low
+  run zero3 --backend zero3 --precision fp32,bf16
+
+
+
+fi
+
+table_file="$(mktemp)"
+trap 'rm -f "${table_file}"' EXIT
+"${bin}" crossval --table "${dir}" >"${table_file}"
+splice='
+import sys
+path, mode, table = sys.argv[1], sys.argv[2], open(sys.argv[3]).read()
+begin, end = "<!-- crossval-table:begin -->\n", "<!-- crossval-table:end -->"
+text = open(path).read()
+b, e = text.find(begin), text.find(end)
+if b < 0 or e < b:
+    sys.exit(f"crossval-table.sh: {path} has no crossval-table:begin / crossval-table:end markers")
+new = text[: b + len(begin)] + table + text[e:]
+if mode == "--check":
+    if new != text:
+        sys.exit(f"crossval-table.sh: {path} is out of date (run ./scripts/crossval-table.sh)")
+elif new != text:
+    open(path, "w").write(new)
+    print(f"crossval-table.sh: updated {path}")
+'
+status=0
+for file in "${root}/README.md" "${root}/docs/crossval.md"; do
+  python3 -c "${splice}" "${file}" "${mode}" "${table_file}" || status=1
+done
+exit "${status}"
