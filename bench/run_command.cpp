@@ -1,5 +1,6 @@
 // run_command.cpp — `zerobench run`: process roles (launcher / rank), the report's assembly.
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
@@ -390,6 +391,9 @@ int run_rank(const RunOptions& o) {
         {"pg_backend", world.pg_backend},
         {"launcher", emulated ? std::string("emulated") : env.source},
         {"threads_per_rank", threads},
+        // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
+        // capability round differently, so `regress` gates losses bitwise only between equals.
+        {"cpu_capability", at::get_cpu_capability()},
         {"emulated", emulated},
         {"emulated_rank", emulated ? o.emulate_rank : -1}}},
       {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance)},

@@ -51,7 +51,22 @@ void exact(RegressResult& res, const std::string& cell, const std::string& metri
 // in what the engines compute. NaN/Inf or a missing value on either side is a difference.
 // One row per metric: the first differing step, how many differ and the largest relative
 // difference; a matching metric is listed once as ok, so the table shows what was gated.
-void compare_numerics(RegressResult& res, const std::string& cell, const json& b, const json& c, double rtol) {
+// What decides whether two runs round alike: the device, the CPU kernels ATen dispatched to, the
+// torch build and the intra-op threads. "" when a report does not record all of them.
+std::string machine_kind(const json& r) {
+  if (!r.contains("env") || !r["env"].contains("cpu_capability")) return "";
+  const auto& e = r["env"];
+  return e.value("device", "?") + ", " + e.value("cpu_capability", "?") + ", torch " + e.value("torch", "?") + ", " +
+         std::to_string(e.value("threads_per_rank", 0)) + " threads";
+}
+
+void compare_numerics(RegressResult& res, const std::string& cell, const json& b, const json& c,
+                      const RegressOptions& o) {
+  const std::string bk = machine_kind(b), ck = machine_kind(c);
+  const bool same_kind = !bk.empty() && bk == ck;
+  const double rtol = same_kind ? o.numerics_rtol : o.numerics_rtol_other_machine;
+  const std::string kind_note = same_kind ? "" : bk.empty() || ck.empty() ? "; a report does not record its machine kind"
+                                                                          : "; other machine kind: " + bk + " vs " + ck;
   const json& bs = b.contains("steps") ? b["steps"] : json::array();
   const json& cs = c.contains("steps") ? c["steps"] : json::array();
   if (bs.size() != cs.size()) {
@@ -84,8 +99,8 @@ void compare_numerics(RegressResult& res, const std::string& cell, const json& b
       }
       max_rel = std::max(max_rel, rel);
     }
-    const std::string tol = rtol == 0 ? "bitwise" : "rtol " + fmt(rtol);
-    char note[160];
+    const std::string tol = (rtol == 0 ? "bitwise" : "rtol " + fmt(rtol)) + kind_note;
+    char note[320];
     if (differ == 0) {
       std::snprintf(note, sizeof(note), "%zu steps, max rel diff %.3g (%s)", bs.size(), max_rel, tol.c_str());
       res.checks.push_back({cell, std::string("steps.") + metric, "", "", "same", false, note});
@@ -122,7 +137,7 @@ void compare_cell(RegressResult& res, const json& b, const json& c, const Regres
   // Deterministic metrics.
   exact(res, cell, "summary.flops_per_token", b["summary"]["flops_per_token"], c["summary"]["flops_per_token"]);
   exact(res, cell, "config.model.params", b["config"]["model"]["params"], c["config"]["model"]["params"]);
-  compare_numerics(res, cell, b, c, o.numerics_rtol);
+  compare_numerics(res, cell, b, c, o);
   const size_t ranks = std::min(b["ranks"].size(), c["ranks"].size());
   if (b["ranks"].size() != c["ranks"].size())
     exact(res, cell, "ranks", json(b["ranks"].size()), json(c["ranks"].size()));

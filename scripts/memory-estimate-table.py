@@ -38,6 +38,11 @@ def setting(report):
         parts.append(f'{opts["sharding_strategy"]} (shard group {opts.get("shard_group_size")})')
     if "stage3_param_persistence_threshold" in opts and int(opts["stage3_param_persistence_threshold"]) != 100000:
         parts.append(f'persistence threshold {int(opts["stage3_param_persistence_threshold"])}')
+    if "reduce_bucket_size" in opts and cfg["backend"]["name"] == "zero3" and int(opts["reduce_bucket_size"]) != 500000000:
+        parts.append(f'reduce bucket {int(opts["reduce_bucket_size"])}')
+    topo = report["ranks"][0]["memory"]["estimate"].get("topology", {})
+    if topo and topo.get("ranks_per_node", 0) < topo.get("world", 0):
+        parts.append(f'{topo["world"] // topo["ranks_per_node"]} torchrun nodes x {topo["ranks_per_node"]}')
     raf = opts.get("reshard_after_forward")
     if raf not in (None, "true", True):
         parts.append(f"reshard_after_forward={raf}")

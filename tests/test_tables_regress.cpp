@@ -48,7 +48,8 @@ json fixture(const std::string& cell, const std::string& backend, const std::str
           {"status", {{"state", "ok"}, {"error", ""}}},
           {"env",
            {{"device", "cpu"}, {"device_count", 1}, {"peak_tflops", 0.1}, {"peak_source", "flag"}, {"torch", "2.11.0"},
-            {"compiler", "g++"}, {"git_sha", "x"}, {"host", "h"}, {"world_size", 1}, {"nodes", 1}}},
+            {"compiler", "g++"}, {"git_sha", "x"}, {"host", "h"}, {"world_size", 1}, {"nodes", 1},
+            {"cpu_capability", "AVX2"}, {"threads_per_rank", 1}}},
           {"config",
            {{"model", {{"preset", "tiny"}, {"layers", 2}, {"params", {{"total", 123}}}}},
             {"backend", {{"name", backend}, {"precision", precision}, {"options", json::object()}}},
@@ -216,6 +217,18 @@ TEST(Regress, GatesEveryStepsLossGradNormAndLrBitwiseUnlessToldATolerance) {
   r = reports::compare_reports(base, shorter, tol);
   EXPECT_TRUE(r.regression());
   EXPECT_NE(r.to_text().find("number of recorded steps"), std::string::npos) << r.to_text();
+  // Across machine kinds (another CPU capability, or a report that does not say) the last bits
+  // differ: only a change beyond --numerics-rtol-other-machine (2e-2) counts there.
+  auto other = ulp;
+  other[0]["env"]["cpu_capability"] = "AVX512";
+  r = reports::compare_reports(base, other, {});
+  EXPECT_FALSE(r.regression()) << r.to_text();
+  EXPECT_NE(r.to_text().find("other machine kind"), std::string::npos) << r.to_text();
+  other[0]["steps"][3]["loss"] = other[0]["steps"][3]["loss"].get<double>() * 1.05;
+  EXPECT_TRUE(reports::compare_reports(base, other, {}).regression());
+  auto unknown = ulp;
+  unknown[0]["env"].erase("cpu_capability");
+  EXPECT_FALSE(reports::compare_reports(base, unknown, {}).regression());
   // Matching numerics are listed (gated, same), so the table shows what was checked.
   EXPECT_NE(reports::compare_reports(base, base, {}).to_text().find("steps.loss"), std::string::npos);
 }
