@@ -14,6 +14,7 @@
 
 #include "backends/common/comm.hpp"
 #include "backends/common/lost_updates.hpp"
+#include "backends/topology.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
 #include "models/weight_source.hpp"
@@ -116,6 +117,9 @@ struct PeakEstimate {
     std::string formula;
   };
   std::vector<Term> terms;
+  // The topology the estimate was made for and the shard group it implies (the ranks a
+  // parameter is sharded over: W, FSDP1 HYBRID_SHARD's node, FSDP2's dp_shard; 1 unsharded).
+  int world = 1, ranks_per_node = 1, shard_group = 1;
   int64_t phase_bytes(const std::string& phase) const;
   int64_t moment_bytes(const std::string& moment) const;  // resident excluded
   int64_t peak_bytes() const;
@@ -129,11 +133,12 @@ struct BackendInfo {
   std::string description;
   std::vector<std::string> precisions;
   std::function<std::unique_ptr<Engine>(const EngineSpec&, const runtime::World&)> create;
-  // Closed-form engine-owned bytes per rank for `rank` of `world_size` (padding included).
-  std::function<ModelStateBytes(const EngineSpec&, int world_size, int rank)> expected_bytes;
-  // Pre-flight peak estimate for `rank` of `world_size` (may be empty: no estimate, no check);
+  // Closed-form engine-owned bytes per rank for `rank` of the job (padding included). The
+  // topology, not a bare world size: a shard group may be a node (HYBRID_SHARD), not the world.
+  std::function<ModelStateBytes(const EngineSpec&, const Topology&, int rank)> expected_bytes;
+  // Pre-flight peak estimate for `rank` of the job (may be empty: no estimate, no check);
   // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them.
-  std::function<PeakEstimate(const EngineSpec&, int world_size, int rank, bool gloo)> estimate_peak;
+  std::function<PeakEstimate(const EngineSpec&, const Topology&, int rank, bool gloo)> estimate_peak;
 };
 
 const std::vector<BackendInfo>& registered_backends();

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 
+#include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "models/activation_memory.hpp"
 
@@ -66,6 +68,14 @@ void add_optimizer_transient(PeakEstimate& e, int64_t largest_grad_numel, int gr
                      "largest gradient tensor*4 (its fp32 copy in the norm; fused AdamW adds nothing)"});
 }
 
+PeakEstimate for_topology(const Topology& t, int shard_group) {
+  PeakEstimate e;
+  e.world = t.world;
+  e.ranks_per_node = t.ranks_per_node;
+  e.shard_group = shard_group;
+  return e;
+}
+
 int bytes_of(const std::string& dtype_name, int fallback) {
   if (dtype_name == "fp32") return 4;
   if (dtype_name == "bf16") return 2;
@@ -106,14 +116,15 @@ nlohmann::json to_json(const PeakEstimate& e) {
   for (const char* m : kMoments) moments[m] = e.moment_bytes(m);
   return {{"peak_bytes", e.peak_bytes()},
           {"peak_phase", e.peak_phase()},
+          {"topology", {{"world", e.world}, {"ranks_per_node", e.ranks_per_node}, {"shard_group", e.shard_group}}},
           {"resident_bytes", e.phase_bytes(kResident)},
           {"moments", moments},
           {"terms", terms}};
 }
 
 // ddp: a full replica in the storage dtype s; "mixed" computes on bf16 copies of the weights.
-PeakEstimate estimate_ddp(const EngineSpec& spec, int world, int rank, bool /*gloo*/) {
-  PeakEstimate e;
+PeakEstimate estimate_ddp(const EngineSpec& spec, const Topology& world, int rank, bool /*gloo*/) {
+  PeakEstimate e = for_topology(world, 1);
   const bool mixed = spec.precision == "mixed";
   const int s = spec.precision == "low" ? 2 : 4, c = spec.precision == "fp32" ? 4 : 2;
   add_common(e, spec, backend("ddp").expected_bytes(spec, world, rank), c);
@@ -134,19 +145,17 @@ PeakEstimate estimate_ddp(const EngineSpec& spec, int world, int rank, bool /*gl
 
 // fsdp: flat shards of S-padded units; unsharded units in the param dtype p while gathered;
 // gradients reduced in r.
-PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool gloo) {
+PeakEstimate estimate_fsdp(const EngineSpec& spec, const Topology& world, int rank, bool gloo) {
   using namespace fsdp;
-  PeakEstimate e;
   const auto o = fsdp_options_from_json(spec.options);
+  // The shard group the engine builds (HYBRID_SHARD: the node's ranks, not the world).
+  const int S = fsdp::shard_group_size(spec, world);
+  PeakEstimate e = for_topology(world, S);
   const int s = spec.precision == "mixed" || spec.precision == "fp32" ? 4 : 2;
   const int p = spec.precision == "fp32" ? 4 : 2;
   const int r = spec.precision == "fp32" ? 4 : spec.precision == "mixed" && o.reduce_dtype == "fp32" ? 4 : p;
   const auto a = add_common(e, spec, backend("fsdp").expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
-  const bool sharded = o.sharding_strategy != ShardingStrategy::kNoShard;
-  int S = world;
-  if (!sharded) S = 1;
-  else if (o.sharding_strategy == ShardingStrategy::kHybridShard && o.hybrid_shard_group_size > 0)
-    S = o.hybrid_shard_group_size;
+  const bool sharded = S > 1;
   int64_t root = 0, block = 0, all = 0, local = 0;
   const auto units = models::unit_param_specs(spec.model);
   for (size_t u = 0; u < units.size(); ++u) {
@@ -159,7 +168,7 @@ PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool glo
     local += padded / (sharded ? S : 1);
   }
   const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
-  if (o.sharding_strategy == ShardingStrategy::kShardGradOp) {
+  if (sharded && o.sharding_strategy == ShardingStrategy::kShardGradOp) {
     e.terms.push_back({"unsharded units", kFwdBwd, all * p,
                        "sum(padded units)*p: SHARD_GRAD_OP keeps every unit gathered from forward to its post-backward"});
   } else if (!sharded) {
@@ -208,9 +217,108 @@ PeakEstimate estimate_fsdp(const EngineSpec& spec, int world, int rank, bool glo
   return e;
 }
 
+// fsdp2: every parameter Shard(0) over the mesh's dp_shard ranks S (padded to ceil(dim0/S) rows),
+// one all-gather per fully_shard group into a [S, sum of padded shards] output in the compute
+// dtype p, copied out into each parameter's [S * padded rows] buffer (backends/fsdp2/, docs/
+// backends/fsdp2.md); gradients in p, reduce-scattered per group in r, kept sharded in the
+// sharded dtype s and freed each step (zero_grad(set_to_none=True)).
+PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
+  using namespace fsdp2;
+  const auto o = fsdp2_options_from_json(spec.options);
+  const auto d = dtypes_for(spec.precision, o);
+  const auto mesh = resolve_mesh(o, topo.world);
+  const int S = mesh.shard;
+  PeakEstimate e = for_topology(topo, S);
+  const int s = int(c10::elementSize(d.orig)), p = int(c10::elementSize(d.compute())),
+            r = int(c10::elementSize(d.comm_reduce()));
+  const auto a = add_common(e, spec, closed_form_bytes(spec, topo, rank), p, /*grads_set_to_none=*/true);
+  const auto& m = spec.model;
+  const auto param_specs = models::unit_param_specs(m);
+  // Per group: its unsharded all-gather size (S x the padded shards, elements) and its unpadded
+  // numel (what autograd's gradients cover).
+  int64_t kept = 0, kept_numel = 0, block = 0, block_numel = 0, largest_local = 0, all = 0, all_numel = 0;
+  for (const auto& g : group_specs(m, o)) {
+    int64_t shard = 0, numel = 0;
+    for (const auto& [u, i] : g.params) {
+      const auto l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, S, rank % S);
+      shard += l.padded_shard_numel();
+      numel += l.numel;
+      largest_local = std::max(largest_local, l.local_numel());
+    }
+    const int64_t unsharded = shard * S;
+    all += unsharded;
+    all_numel += numel;
+    if (g.reshard_after_forward_false) {
+      kept += unsharded;
+      kept_numel += numel;
+    } else if (g.kind == GroupKind::kBlock) {
+      block = std::max(block, unsharded);
+      block_numel = std::max(block_numel, numel);
+    }
+  }
+  const int64_t L = std::max<int64_t>(1, m.layers);
+  const bool raf_false = o.reshard_after_forward == kReshardFalse || S == 1;
+  // The groups held unsharded at the loss head and in a block's backward: those never resharded
+  // after forward (the root, accelerate's tail), the current block, and the previous block
+  // prefetched (_backward_prefetch) with its all-gather output [S, shard] in p while it is in
+  // flight — on Gloo with a flat output-sized staging copy (ProcessGroupGloo allgather). With
+  // reshard_after_forward=False every group stays unsharded from forward to its post-backward;
+  // with an int N each block keeps 1/N of its unsharded data (to_sharded_post_forward).
+  if (raf_false) {
+    e.terms.push_back({"unsharded groups", kFwdBwd, all * p,
+                       "sum(S*padded shards)*p: reshard_after_forward=False keeps every group unsharded"});
+  } else {
+    const int64_t staging = gloo ? block * p : 0;
+    e.terms.push_back({"unsharded groups", kLossHead, (kept + block) * p + staging,
+                       std::string("(kept + block)*p (groups never resharded, the last block's prefetch output)") +
+                           (gloo ? " + block*p (Gloo's flat all-gather output)" : "")});
+    e.terms.push_back({"unsharded groups", kBackward, (kept + 2 * block) * p + staging,
+                       std::string("(kept + 2*block)*p (the current block, the previous one's prefetch output)") +
+                           (gloo ? " + block*p (Gloo's flat all-gather output)" : "")});
+    if (o.reshard_after_forward > 1)
+      e.terms.push_back({"post-forward shards", kFwdBwd, L * block / o.reshard_after_forward * p,
+                         "L*block/N*p (reshard_after_forward=N keeps 1/N of each block)"});
+  }
+  // Gradients: autograd's unsharded gradients in p — the kept groups' (the LM head's arrives in
+  // the loss head's backward and waits for the final callback) and one block's — then the block's
+  // post-backward copies them into a [S, shard] reduce-scatter input in r (chunk_cat) that stays
+  // alive until the next group's post-backward (ReduceScatterState), Gloo cloning it while in
+  // flight. The in-flight one belongs to the block after, whose activations are freed by then.
+  const int64_t held = kept_numel * p + block_numel * p;
+  const int64_t in_flight = S > 1 ? block * r * (gloo ? 2 : 1) : 0;
+  const int64_t block_act = a.blocks.bytes / L;
+  e.terms.push_back({"unsharded gradients", kBackward,
+                     std::max<int64_t>(0, held + std::max<int64_t>(0, in_flight - block_act) - block_act),
+                     "(kept numel + block numel)*p + max(0, in-flight reduce-scatter block*r" +
+                         std::string(gloo ? "*2 (Gloo's clone)" : "") +
+                         " - a block's activations) - a block's activations"});
+  // Under no_sync accumulation (set_requires_gradient_sync(False)) every unsharded gradient is
+  // held from the first micro-batch's backward to the last one's post-backward, in p (or upcast
+  // once to reduce_dtype when it is set).
+  if (spec.train.grad_accum > 1 && !o.sync_each_batch && !spec.train.sync_each_batch) {
+    const int held_bytes = d.reduce ? r : p;
+    e.terms.push_back({"accumulated unsharded gradients", kFwdBwd, all_numel * held_bytes,
+                       "params*" + std::string(d.reduce ? "r" : "p") + " (no_sync: held between micro-batches)"});
+  }
+  // The final callback: the kept groups' post-backward (the root's inputs need no gradient): its
+  // gradients and the reduce-scatter input, then the input, Gloo's clone and the output
+  // (cast to s when r differs).
+  const int64_t kept_shard = kept / std::max(1, S);
+  const int64_t rs_tail = std::max(kept_numel * p, (S > 1 && gloo ? kept * r : 0) + kept_shard * r) +
+                          (r != s ? kept_shard * s : 0);
+  e.terms.push_back({"root gradient reduce-scatter", kEndOfBackward, kept * r + rs_tail,
+                     "kept*r + max(kept numel*p, " + std::string(S > 1 && gloo ? "kept*r (Gloo's clone) + " : "") +
+                         "kept/S*r)" + (r != s ? " + kept/S*s (cast)" : "")});
+  // Optimizer: one vector_norm per local gradient (an fp32 copy of a bf16 one on CPU), the [P]
+  // stack; fused AdamW adds nothing full-size.
+  add_optimizer_transient(e, largest_local, s);
+  return e;
+}
+
 // zero3: per-parameter partitions; gathered parameters and gradient buckets in model/comm dtypes.
-PeakEstimate estimate_zero3(const EngineSpec& spec, int world, int rank, bool gloo) {
-  PeakEstimate e;
+PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
+  const int world = topo.world;  // ZeRO-3 partitions over every rank
+  PeakEstimate e = for_topology(topo, world);
   const auto o = zero3::zero3_options_from_json(spec.options);
   const int md = spec.precision == "bf16" ? 2 : 4;
   const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);

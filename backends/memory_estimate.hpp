@@ -11,8 +11,11 @@
 namespace zb::backends {
 
 // `gloo`: collectives run through Gloo in host memory (CPU runs), which stages reduce-scatters.
-PeakEstimate estimate_ddp(const EngineSpec& spec, int world_size, int rank, bool gloo);
-PeakEstimate estimate_fsdp(const EngineSpec& spec, int world_size, int rank, bool gloo);
-PeakEstimate estimate_zero3(const EngineSpec& spec, int world_size, int rank, bool gloo);
+// `topo`: the job's world and ranks per node; each estimate shards over the group its engine
+// builds from them (PeakEstimate::shard_group), never blindly over the world.
+PeakEstimate estimate_ddp(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
+PeakEstimate estimate_fsdp(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
+PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
+PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 
 }  // namespace zb::backends

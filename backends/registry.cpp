@@ -22,12 +22,11 @@ BackendInfo with_estimate(BackendInfo info, decltype(BackendInfo::estimate_peak)
 }  // namespace
 
 const std::vector<BackendInfo>& registered_backends() {
-  // Peak-memory estimates live together in memory_estimate.cpp (one per backend; fsdp2 has none
-  // yet, so its runs skip the pre-flight).
+  // Peak-memory estimates live together in memory_estimate.cpp (one per backend).
   static const std::vector<BackendInfo> all = {with_estimate(ddp::backend_info(), estimate_ddp),
                                                with_estimate(fsdp::backend_info(), estimate_fsdp),
                                                with_estimate(zero3::backend_info(), estimate_zero3),
-                                               fsdp2::backend_info()};
+                                               with_estimate(fsdp2::backend_info(), estimate_fsdp2)};
   return all;
 }
 

@@ -122,6 +122,14 @@ int main(int argc, char** argv) {
       ->check(bench::FiniteRange(0, 1));
   regress_cmd->add_option("--memory-threshold", regress.memory_threshold, "allocator peaks: allowed growth (0.05)")
       ->check(bench::FiniteRange(0, 10));
+  regress_cmd
+      ->add_option("--numerics-rtol", regress.numerics_rtol,
+                   "per-step loss, grad norm, lr: allowed relative difference on the same machine kind (0 = bitwise)")
+      ->check(bench::FiniteRange(0, 1));
+  regress_cmd
+      ->add_option("--numerics-rtol-other-machine", regress.numerics_rtol_other_machine,
+                   "... between different machine kinds (env.device, cpu_capability, torch, threads) (0.02)")
+      ->check(bench::FiniteRange(0, 1));
   regress_cmd->add_option("--timing", regress_timing, "gate|report: whether slower timings fail the check")
       ->check(CLI::IsMember({"gate", "report"}));
   regress_cmd->add_flag("--json", regress_json, "print the verdict as JSON");

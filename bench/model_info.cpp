@@ -14,6 +14,9 @@ int model_info_command(const ModelInfoOptions& o) {
   const auto f = models::flops_per_token(cfg, o.seq_len, false);
   const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
   nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object();
+  // One node of W ranks: model-info takes no backend options, so no shard group narrower than the
+  // world arises here (HYBRID_SHARD runs report theirs: ranks[i].memory.estimate.topology).
+  const backends::Topology topo(o.world_size);
   for (const auto& b : backends::registered_backends()) {
     for (const auto& p : b.precisions) {
       backends::EngineSpec spec;
@@ -24,7 +27,7 @@ int model_info_command(const ModelInfoOptions& o) {
       spec.train.grad_accum = 1;
       // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
       // rank's unpadded rows) every run of consecutive ranks with the same bytes.
-      const auto r0 = b.expected_bytes(spec, o.world_size, 0);
+      const auto r0 = b.expected_bytes(spec, topo, 0);
       auto& m = modes[b.name + ":" + p];
       m = backends::to_json(r0);
       m["total"] = r0.total();
@@ -32,7 +35,7 @@ int model_info_command(const ModelInfoOptions& o) {
       backends::ModelStateBytes prev = r0;
       int first = 0;
       for (int r = 1; r <= o.world_size; ++r) {
-        const auto cur = r < o.world_size ? b.expected_bytes(spec, o.world_size, r) : backends::ModelStateBytes{};
+        const auto cur = r < o.world_size ? b.expected_bytes(spec, topo, r) : backends::ModelStateBytes{};
         if (r < o.world_size && cur == prev) continue;
         auto range = backends::to_json(prev);
         range["first_rank"] = first;
@@ -45,7 +48,7 @@ int model_info_command(const ModelInfoOptions& o) {
       if (ranges.size() > 1) m["rank_ranges"] = ranges;
       // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
       if (b.estimate_peak)
-        estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, o.world_size, 0, o.run.device == "cpu"));
+        estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, topo, 0, o.run.device == "cpu"));
     }
   }
   nlohmann::json j = {{"model", cfg.preset},

@@ -21,14 +21,14 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-void check_memory(const std::string& backend, const backends::EngineSpec& spec, int world, int ranks_sharing,
-                  at::Device device) {
+void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
+                  int ranks_sharing, at::Device device) {
   const auto& info = backends::backend(backend);
   if (!info.estimate_peak) return;
   // Ranks differ only in padding ownership: the first and the last bound them.
-  auto estimate = info.estimate_peak(spec, world, 0, device.is_cpu());
-  if (world > 1) {
-    auto last = info.estimate_peak(spec, world, world - 1, device.is_cpu());
+  auto estimate = info.estimate_peak(spec, topo, 0, device.is_cpu());
+  if (topo.world > 1) {
+    auto last = info.estimate_peak(spec, topo, topo.world - 1, device.is_cpu());
     if (last.peak_bytes() > estimate.peak_bytes()) estimate = last;
   }
   int64_t total = -1;

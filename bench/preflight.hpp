@@ -15,8 +15,9 @@ namespace zb::bench {
 // Throws UsageError (exit 2) when `ranks_sharing` ranks, each needing the largest per-rank
 // estimate, do not fit in what `device` has available. No-op for a backend without an estimate
 // or when the available memory cannot be read.
-void check_memory(const std::string& backend, const backends::EngineSpec& spec, int world_size, int ranks_sharing,
-                  at::Device device);
+// `topo`: the job's world and ranks per node (a shard group may be a node: HYBRID_SHARD).
+void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
+                  int ranks_sharing, at::Device device);
 
 // "1.5 GiB", "312.0 MiB", "1.23 TiB".
 std::string human_bytes(double bytes);

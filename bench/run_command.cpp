@@ -1,5 +1,6 @@
 // run_command.cpp — `zerobench run`: process roles (launcher / rank), the report's assembly.
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
@@ -239,7 +240,9 @@ int run_rank(const RunOptions& o) {
     const int gpus = runtime::device_count(device), local = emulated ? 1 : std::max(1, env.local_world_size);
     int sharing = 0;
     for (int r = 0; r < local; ++r) sharing += (r % gpus) == device.index() ? 1 : 0;
-    check_memory(o.backend, spec, emulated ? o.emulate_world_size : env.world_size, sharing, device);
+    check_memory(o.backend, spec,
+                 emulated ? backends::Topology(o.emulate_world_size) : backends::Topology(env.world_size, local), sharing,
+                 device);
   }
   const int threads = set_threads(o, env.local_world_size);
   auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
@@ -263,9 +266,11 @@ int run_rank(const RunOptions& o) {
   if (checkpointer.enabled()) hooks.after_step = [&checkpointer](int64_t step) { checkpointer.after_step(step); };
   const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
 
+  // The job's shape as the engine saw it (a node's ranks form HYBRID_SHARD's shard group).
+  const backends::Topology topology(world.size, world.local_size);
   std::optional<backends::PeakEstimate> estimate;
   if (const auto& info = backends::backend(o.backend); info.estimate_peak)
-    estimate = info.estimate_peak(spec, world.size, world.rank, world.device.is_cpu());
+    estimate = info.estimate_peak(spec, topology, world.rank, world.device.is_cpu());
   const bool diverged = result.diverged_step >= 0;
 
   // This rank's part of the report, handed to rank 0 through the store.
@@ -289,7 +294,7 @@ int run_rank(const RunOptions& o) {
         {"model_states_total_bytes", result.model_state_bytes.total()},
         // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
         {"model_states_expected_bytes",
-         backends::to_json(backends::backend(o.backend).expected_bytes(spec, world.size, world.rank))},
+         backends::to_json(backends::backend(o.backend).expected_bytes(spec, topology, world.rank))},
         // The pre-flight estimate of this rank's peak (backends/memory_estimate.cpp), next to the
         // measured peaks below (peak_tracked_bytes: the counting CPU allocator or CUDA allocated).
         {"estimated_peak_bytes", estimate ? estimate->peak_bytes() : 0},
@@ -401,6 +406,9 @@ int run_rank(const RunOptions& o) {
         {"pg_backend", world.pg_backend},
         {"launcher", emulated ? std::string("emulated") : env.source},
         {"threads_per_rank", threads},
+        // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
+        // capability round differently, so `regress` gates losses bitwise only between equals.
+        {"cpu_capability", at::get_cpu_capability()},
         {"emulated", emulated},
         {"emulated_rank", emulated ? o.emulate_rank : -1}}},
       {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance)},
@@ -483,7 +491,8 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // CUDA each rank checks its own GPU in run_rank; ranks this launcher starts were checked here.)
   if (!o.no_memory_check && o.device == "cpu" && !runtime::launched_by_zerobench()) {
     const int local = o.emulate_world_size > 0 ? 1 : in_job ? std::max(1, env.local_world_size) : o.nproc;
-    check_memory(o.backend, spec, o.world_size(), local, at::kCPU);
+    const auto topo = o.emulate_world_size > 0 ? backends::Topology(o.world_size()) : backends::Topology(o.world_size(), local);
+    check_memory(o.backend, spec, topo, local, at::kCPU);
   }
   if (o.emulate_world_size > 0) {
     if (in_job) throw UsageError("--emulate-world-size runs one process; do not launch it with torchrun/srun");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -18,6 +19,11 @@ using json = nlohmann::json;
 std::string fmt(double v) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+std::string fmt9(double v) {  // enough digits to tell two floats apart
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
   return buf;
 }
 std::string pct(double ratio) {
@@ -38,6 +44,73 @@ std::vector<double> tokens_per_s_samples(const json& r) {
 void exact(RegressResult& res, const std::string& cell, const std::string& metric, const json& b, const json& c) {
   if (b == c) return;  // matching deterministic metrics are not listed
   res.checks.push_back({cell, metric, b.dump(), c.dump(), "changed", true, "deterministic metric must match exactly"});
+}
+
+// The numerics of a cell: per step, loss, grad norm and lr. With threads fixed, the same inputs
+// and the same code give the same bits, so any difference (beyond `rtol`, 0 = none) is a change
+// in what the engines compute. NaN/Inf or a missing value on either side is a difference.
+// One row per metric: the first differing step, how many differ and the largest relative
+// difference; a matching metric is listed once as ok, so the table shows what was gated.
+// What decides whether two runs round alike: the device, the CPU kernels ATen dispatched to, the
+// torch build and the intra-op threads. "" when a report does not record all of them.
+std::string machine_kind(const json& r) {
+  if (!r.contains("env") || !r["env"].contains("cpu_capability")) return "";
+  const auto& e = r["env"];
+  return e.value("device", "?") + ", " + e.value("cpu_capability", "?") + ", torch " + e.value("torch", "?") + ", " +
+         std::to_string(e.value("threads_per_rank", 0)) + " threads";
+}
+
+void compare_numerics(RegressResult& res, const std::string& cell, const json& b, const json& c,
+                      const RegressOptions& o) {
+  const std::string bk = machine_kind(b), ck = machine_kind(c);
+  const bool same_kind = !bk.empty() && bk == ck;
+  const double rtol = same_kind ? o.numerics_rtol : o.numerics_rtol_other_machine;
+  const std::string kind_note = same_kind ? "" : bk.empty() || ck.empty() ? "; a report does not record its machine kind"
+                                                                          : "; other machine kind: " + bk + " vs " + ck;
+  const json& bs = b.contains("steps") ? b["steps"] : json::array();
+  const json& cs = c.contains("steps") ? c["steps"] : json::array();
+  if (bs.size() != cs.size()) {
+    res.checks.push_back({cell, "steps", std::to_string(bs.size()), std::to_string(cs.size()), "changed", true,
+                          "number of recorded steps must match"});
+    return;
+  }
+  for (const char* metric : {"loss", "grad_norm", "lr"}) {
+    size_t differ = 0, first = 0;
+    double max_rel = 0;
+    std::string first_b, first_c;
+    for (size_t i = 0; i < bs.size(); ++i) {
+      const json bv = bs[i].value(metric, json()), cv = cs[i].value(metric, json());
+      bool same = false;
+      double rel = std::numeric_limits<double>::infinity();
+      if (bv.is_number() && cv.is_number()) {
+        const double x = bv.get<double>(), y = cv.get<double>();
+        const double d = std::fabs(x - y), scale = std::max(std::fabs(x), std::fabs(y));
+        rel = d == 0 ? 0 : scale > 0 ? d / scale : std::numeric_limits<double>::infinity();
+        same = std::isfinite(x) && std::isfinite(y) && (x == y || rel <= rtol);
+      }
+      if (same) {
+        max_rel = std::max(max_rel, rel);
+        continue;
+      }
+      if (differ++ == 0) {
+        first = i;
+        first_b = bv.is_number() ? fmt9(bv.get<double>()) : bv.dump();
+        first_c = cv.is_number() ? fmt9(cv.get<double>()) : cv.dump();
+      }
+      max_rel = std::max(max_rel, rel);
+    }
+    const std::string tol = (rtol == 0 ? "bitwise" : "rtol " + fmt(rtol)) + kind_note;
+    char note[320];
+    if (differ == 0) {
+      std::snprintf(note, sizeof(note), "%zu steps, max rel diff %.3g (%s)", bs.size(), max_rel, tol.c_str());
+      res.checks.push_back({cell, std::string("steps.") + metric, "", "", "same", false, note});
+    } else {
+      std::snprintf(note, sizeof(note), "%zu of %zu steps differ, max rel diff %.3g (gated: %s)", differ, bs.size(),
+                    max_rel, tol.c_str());
+      res.checks.push_back({cell, "steps[" + std::to_string(first) + "]." + metric, first_b, first_c, "changed", true,
+                            note});
+    }
+  }
 }
 
 void compare_cell(RegressResult& res, const json& b, const json& c, const RegressOptions& o) {
@@ -64,6 +137,7 @@ void compare_cell(RegressResult& res, const json& b, const json& c, const Regres
   // Deterministic metrics.
   exact(res, cell, "summary.flops_per_token", b["summary"]["flops_per_token"], c["summary"]["flops_per_token"]);
   exact(res, cell, "config.model.params", b["config"]["model"]["params"], c["config"]["model"]["params"]);
+  compare_numerics(res, cell, b, c, o);
   const size_t ranks = std::min(b["ranks"].size(), c["ranks"].size());
   if (b["ranks"].size() != c["ranks"].size())
     exact(res, cell, "ranks", json(b["ranks"].size()), json(c["ranks"].size()));

@@ -49,6 +49,7 @@ struct Row {
   int warnings = 0;  // config.warnings: the run is the framework's, maybe not what the file's author expected
   double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
   double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
+  double peak_over_est = NAN;  // the rank with the largest measured peak: its peak / its own estimate
   double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
   double states_mib() const {
     double sum = 0;
@@ -100,10 +101,13 @@ Row row_of(const json& r) {
   for (const auto& rk : r["ranks"]) {
     for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
       row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
-    row.peak_mib = std::max(row.peak_mib, rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB);
-    if (rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0)
-      row.est_mib = std::max(std::isfinite(row.est_mib) ? row.est_mib : 0.0,
-                             rk["memory"]["estimated_peak_bytes"].get<double>() / kMiB);
+    const double peak = rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB;
+    const bool has_est =
+        rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0;
+    const double est = has_est ? rk["memory"]["estimated_peak_bytes"].get<double>() / kMiB : NAN;
+    if (has_est) row.est_mib = std::max(std::isfinite(row.est_mib) ? row.est_mib : 0.0, est);
+    if (peak >= row.peak_mib) row.peak_over_est = has_est ? peak / est : NAN;
+    row.peak_mib = std::max(row.peak_mib, peak);
     double comm = 0;
     for (const auto& [k, v] : rk["comm"].items()) comm += v["bytes"].get<double>();
     row.comm_mib = std::max(row.comm_mib, comm / kMiB);
@@ -155,7 +159,7 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
   for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
   c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
   c.push_back(r.state == "ok" && std::isfinite(r.est_mib) ? fmt("%.2f", r.est_mib) : "-");
-  c.push_back(r.state == "ok" && std::isfinite(r.est_mib) && r.est_mib > 0 ? fmt("%.2f", r.peak_mib / r.est_mib) : "-");
+  c.push_back(r.state == "ok" && std::isfinite(r.peak_over_est) ? fmt("%.2f", r.peak_over_est) : "-");
   c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
   c.push_back(std::isfinite(r.overlap) ? fmt("%.2f", r.overlap) : "-");
   c.push_back(std::isfinite(r.final_loss) ? fmt("%.4f", r.final_loss) : "-");

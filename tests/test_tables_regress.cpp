@@ -2,6 +2,7 @@
 // verdicts; the matrix runner's failure recording and resume.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 
@@ -47,7 +48,8 @@ json fixture(const std::string& cell, const std::string& backend, const std::str
           {"status", {{"state", "ok"}, {"error", ""}}},
           {"env",
            {{"device", "cpu"}, {"device_count", 1}, {"peak_tflops", 0.1}, {"peak_source", "flag"}, {"torch", "2.11.0"},
-            {"compiler", "g++"}, {"git_sha", "x"}, {"host", "h"}, {"world_size", 1}, {"nodes", 1}}},
+            {"compiler", "g++"}, {"git_sha", "x"}, {"host", "h"}, {"world_size", 1}, {"nodes", 1},
+            {"cpu_capability", "AVX2"}, {"threads_per_rank", 1}}},
           {"config",
            {{"model", {{"preset", "tiny"}, {"layers", 2}, {"params", {{"total", 123}}}}},
             {"backend", {{"name", backend}, {"precision", precision}, {"options", json::object()}}},
@@ -180,6 +182,55 @@ TEST(Regress, ANewConfigFieldStillMatchesButAChangedSettingIsFlagged) {
   const auto r = reports::compare_reports(base, changed, {});
   ASSERT_TRUE(r.regression());
   EXPECT_NE(r.to_text().find("different configuration"), std::string::npos) << r.to_text();
+}
+
+TEST(Regress, GatesEveryStepsLossGradNormAndLrBitwiseUnlessToldATolerance) {
+  const std::vector<json> base = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1, 0.1})};
+  EXPECT_FALSE(reports::compare_reports(base, base, {}).regression());
+  // One ulp of a float loss at step 2: a change in the numerics.
+  auto ulp = base;
+  const float l2 = float(ulp[0]["steps"][2]["loss"].get<double>());
+  ulp[0]["steps"][2]["loss"] = double(std::nextafter(l2, 100.0f));
+  auto r = reports::compare_reports(base, ulp, {});
+  ASSERT_TRUE(r.regression()) << r.to_text();
+  EXPECT_NE(r.to_text().find("steps[2].loss"), std::string::npos) << r.to_text();
+  EXPECT_NE(r.to_text().find("1 of 4 steps differ"), std::string::npos) << r.to_text();
+  // A documented tolerance lets the last bits vary ...
+  reports::RegressOptions tol;
+  tol.numerics_rtol = 1e-6;
+  EXPECT_FALSE(reports::compare_reports(base, ulp, tol).regression()) << reports::compare_reports(base, ulp, tol).to_text();
+  // ... but not a real change, a NaN, a missing value or a missing step.
+  auto moved = base;
+  moved[0]["steps"][3]["grad_norm"] = 1.001;
+  r = reports::compare_reports(base, moved, tol);
+  EXPECT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("steps[3].grad_norm"), std::string::npos) << r.to_text();
+  auto nan = base;
+  nan[0]["steps"][1]["loss"] = nullptr;  // how nlohmann writes a NaN
+  EXPECT_TRUE(reports::compare_reports(base, nan, tol).regression());
+  EXPECT_TRUE(reports::compare_reports(nan, nan, tol).regression()) << "NaN is never equal to NaN";
+  auto lr = base;
+  lr[0]["steps"][0]["lr"] = 1.001e-3;
+  EXPECT_NE(reports::compare_reports(base, lr, {}).to_text().find("steps[0].lr"), std::string::npos);
+  auto shorter = base;
+  shorter[0]["steps"].erase(3);
+  r = reports::compare_reports(base, shorter, tol);
+  EXPECT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("number of recorded steps"), std::string::npos) << r.to_text();
+  // Across machine kinds (another CPU capability, or a report that does not say) the last bits
+  // differ: only a change beyond --numerics-rtol-other-machine (2e-2) counts there.
+  auto other = ulp;
+  other[0]["env"]["cpu_capability"] = "AVX512";
+  r = reports::compare_reports(base, other, {});
+  EXPECT_FALSE(r.regression()) << r.to_text();
+  EXPECT_NE(r.to_text().find("other machine kind"), std::string::npos) << r.to_text();
+  other[0]["steps"][3]["loss"] = other[0]["steps"][3]["loss"].get<double>() * 1.05;
+  EXPECT_TRUE(reports::compare_reports(base, other, {}).regression());
+  auto unknown = ulp;
+  unknown[0]["env"].erase("cpu_capability");
+  EXPECT_FALSE(reports::compare_reports(base, unknown, {}).regression());
+  // Matching numerics are listed (gated, same), so the table shows what was checked.
+  EXPECT_NE(reports::compare_reports(base, base, {}).to_text().find("steps.loss"), std::string::npos);
 }
 
 TEST(Regress, BadInputExits2AndARegressionExits1) {

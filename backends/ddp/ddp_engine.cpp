@@ -158,7 +158,7 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   models::RopeCache rope_;
 };
 
-ModelStateBytes expected_bytes(const EngineSpec& spec, int /*world*/, int /*rank*/) {
+ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& /*topo*/, int /*rank*/) {
   const auto d = dtypes_for(spec.precision);
   const int64_t n = models::count_params(spec.model).total;
   const int64_t e = int64_t(c10::elementSize(d.storage));

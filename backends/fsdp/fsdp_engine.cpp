@@ -623,15 +623,15 @@ torch::autograd::variable_list UnitGather::backward(torch::autograd::AutogradCon
   return {at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
-ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) {
+ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
   const auto opts = fsdp_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, opts);
   // Closed form: every rank holds sum_u ceil(numel_u / S) (padding included) elements of the
   // flat shard, the same of gradient, twice that of AdamW state, all in the flat-param dtype.
   // No persistent communication buffers (FSDP1 allocates its collective tensors per call).
-  const int local = opts.hybrid_shard_group_size > 0 ? opts.hybrid_shard_group_size : world;
-  const auto st = effective_strategy(opts, world, local);
-  const int S = shard_group_size(st, opts, world, local);
+  // S is the shard group as the engine builds it: the node's ranks under HYBRID_SHARD.
+  const auto st = effective_strategy(opts, topo.world, topo.ranks_per_node);
+  const int S = shard_group_size(st, opts, topo.world, topo.ranks_per_node);
   int64_t elems = 0;
   for (const auto& l : layouts(spec.model, S, is_sharded(st))) elems += l.shard_numel;
   const int64_t e = int64_t(c10::elementSize(d.storage));
@@ -639,6 +639,12 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) 
 }
 
 }  // namespace
+
+int shard_group_size(const EngineSpec& spec, const Topology& topo) {
+  const auto opts = fsdp_options_from_json(spec.options);
+  return shard_group_size(effective_strategy(opts, topo.world, topo.ranks_per_node), opts, topo.world,
+                          topo.ranks_per_node);
+}
 
 void set_observer(Engine& engine, FsdpObserver observer) {
   if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));

@@ -794,7 +794,9 @@ torch::autograd::variable_list ParamGather::backward(torch::autograd::AutogradCo
   return {at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
-ModelStateBytes expected_bytes(const EngineSpec& spec, int world, int /*rank*/) {
+// ZeRO-3 partitions over the whole data-parallel group (no hpZ/MiCS here): the topology's world.
+ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
+  const int world = topo.world;
   const auto o = zero3_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, o);
   int groups = 1;
