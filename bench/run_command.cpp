@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -42,6 +43,17 @@ namespace zb::bench {
 
 namespace {
 using json = nlohmann::json;
+
+// The variables that pin oneMKL's and oneDNN's kernel choice (empty when unset): with ATen's
+// capability they decide how a CPU run rounds (docs/regression.md).
+std::string cpu_math_pins() {
+  std::string out;
+  for (const char* name : {"MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) out += (out.empty() ? "" : " ") + std::string(name) + "=" + v;
+  }
+  return out;
+}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -409,6 +421,9 @@ int run_rank(const RunOptions& o) {
         // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
         // capability round differently, so `regress` gates losses bitwise only between equals.
         {"cpu_capability", at::get_cpu_capability()},
+        // The GEMM libraries pick their own kernels; these pins (scripts/cpu-isa.sh) make them,
+        // and ATen through ATEN_CPU_CAPABILITY, round alike on every x86 CPU with AVX2.
+        {"cpu_math_pins", cpu_math_pins()},
         {"emulated", emulated},
         {"emulated_rank", emulated ? o.emulate_rank : -1}}},
       {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance)},

@@ -51,13 +51,14 @@ void exact(RegressResult& res, const std::string& cell, const std::string& metri
 // in what the engines compute. NaN/Inf or a missing value on either side is a difference.
 // One row per metric: the first differing step, how many differ and the largest relative
 // difference; a matching metric is listed once as ok, so the table shows what was gated.
-// What decides whether two runs round alike: the device, the CPU kernels ATen dispatched to, the
-// torch build and the intra-op threads. "" when a report does not record all of them.
+// What decides whether two runs round alike: the device, the CPU kernels ATen dispatched to and
+// the GEMM libraries' pins (env.cpu_math_pins), the torch build and the intra-op threads. "" when a report does not record all of them.
 std::string machine_kind(const json& r) {
   if (!r.contains("env") || !r["env"].contains("cpu_capability")) return "";
   const auto& e = r["env"];
-  return e.value("device", "?") + ", " + e.value("cpu_capability", "?") + ", torch " + e.value("torch", "?") + ", " +
-         std::to_string(e.value("threads_per_rank", 0)) + " threads";
+  const std::string pins = e.value("cpu_math_pins", "");
+  return e.value("device", "?") + ", " + e.value("cpu_capability", "?") + (pins.empty() ? "" : " (" + pins + ")") +
+         ", torch " + e.value("torch", "?") + ", " + std::to_string(e.value("threads_per_rank", 0)) + " threads";
 }
 
 void compare_numerics(RegressResult& res, const std::string& cell, const json& b, const json& c,

@@ -8,6 +8,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "${root}/scripts/setup.sh"
 "${root}/scripts/build.sh"
 cd "${root}"
+# Same rounding on every AVX2+ x86 CPU, so losses gate bitwise (scripts/cpu-isa.sh).
+source "${root}/scripts/cpu-isa.sh"
 bin="${BUILD_DIR:-${root}/build}/bin/zerobench"
 tmp="$(mktemp -d)"
 "${bin}" matrix bench/matrices/cpu-smoke.yaml --out "${tmp}/cpu-smoke"

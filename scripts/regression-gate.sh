@@ -7,6 +7,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
+# Same rounding on every AVX2+ x86 CPU, so losses gate bitwise (scripts/cpu-isa.sh).
+source "${root}/scripts/cpu-isa.sh"
 bin="${BUILD_DIR:-${root}/build}/bin/zerobench"
 out="${ZEROBENCH_GATE_OUT:-out/ci-smoke}"
 rm -rf "${out}"
