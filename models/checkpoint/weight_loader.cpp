@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/bounded_readers.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "runtime/errors.hpp"
 
@@ -30,16 +31,10 @@ std::string load_strategy_name(LoadStrategy s) {
 
 ModelConfig read_model_dir_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw UsageError("--model-dir: " + path + " does not exist or cannot be read");
-  std::stringstream s;
-  s << in.rdbuf();
-  nlohmann::json c;
-  try {
-    c = nlohmann::json::parse(s.str());
-  } catch (const std::exception& e) {
-    throw UsageError("--model-dir: " + path + " is not JSON (" + e.what() + ")");
-  }
+  // Bounded read and parse (config/bounded_readers.hpp): kMaxModelJsonBytes, depth, values.
+  const std::string where = "--model-dir: " + path + ": ";
+  const config::Limits limits{config::kMaxModelJsonBytes, config::kMaxNestingDepth, config::kMaxModelJsonBytes};
+  const nlohmann::json c = config::parse_json_bounded(config::read_file_bounded(path, where, limits.max_bytes), where, limits);
   // transformers' GraniteConfig (models/granite/configuration_granite.py) scales embeddings,
   // residuals, attention scores and logits; zerobench's decoder is Llama's, so only the neutral
   // values are honoured.
