@@ -16,6 +16,7 @@
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
 #include "bench/lifecycle/checkpoint.hpp"
+#include "bench/lifecycle/checkpoint_preflight.hpp"
 #include "bench/peak.hpp"
 #include "bench/preflight.hpp"
 #include "bench/trainer.hpp"
@@ -458,8 +459,13 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // name the run (run_id, default --out), resolve() still reads the file the same way.
   o.backend = resolved.backend;
   o.precision = spec.precision;
+  int64_t first_step = 0;
   if (!o.resume.empty())  // a checkpoint of another job exits 2 here, naming the mismatch
-    lifecycle::find_resume(o.resume, o.backend, spec, o.world_size());
+    first_step = lifecycle::find_resume(o.resume, o.backend, spec, o.world_size()).step;
+  // The checkpoint directory before any rank starts: writable, room for every save (exit 2).
+  if (!runtime::launched_by_zerobench())
+    lifecycle::check_checkpoint_dir({o.checkpoint_dir, o.checkpoint_every, o.state_dict, o.resume}, o.backend, spec,
+                                    o.world_size(), first_step);
   if (!runtime::launched_by_zerobench() && !o.quiet)
     for (const auto& w : resolved.provenance.notes.warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const auto env = runtime::discover_dist_env(runtime::process_env());
@@ -474,15 +480,32 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
     if (in_job) throw UsageError("--emulate-world-size runs one process; do not launch it with torchrun/srun");
     return run_rank(o);
   }
-  if (in_job || o.nproc == 1) {
-    if (!in_job) {
-      // A lone process still rendezvouses (world of 1 on a private port).
-      setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-    }
-    return run_rank(o);
-  }
   const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
+  // Leave a report that says the run failed and why (never a half-written one): a failed run is a result too.
+  auto write_failed = [&](const std::string& state, const std::string& error) {
+    json config = {{"model", model_json(spec.model)},
+                   {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
+                   {"train", train_json(spec.train)},
+                   {"world_size", o.nproc}};
+    add_provenance(config, resolved.provenance);
+    reports::write_json_atomic(out, reports::failed_report(state, error, config));
+  };
+  if (in_job) return run_rank(o);
+  if (o.nproc == 1) {
+    // A lone process still rendezvouses (world of 1 on a private port).
+    setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    std::remove(out.c_str());
+    try {
+      return run_rank(o);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {  // its own message is the report's status.error
+      const std::string what = e.what();
+      write_failed("failed", "rank 0 failed: " + what.substr(0, what.find('\n')));
+      throw;
+    }
+  }
   std::remove(out.c_str());  // whatever report is there after the launch is this run's
   runtime::LaunchOptions lo;
   lo.nproc = o.nproc;
@@ -500,16 +523,11 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   std::string error = res.message;
   if (res.signal == SIGKILL) {
     state = "oom";
-    error += ": SIGKILL, the signal the kernel's OOM killer sends";
+    error = res.ended + ": SIGKILL, the signal the kernel's OOM killer sends" +
+            (res.rank_error_line.empty() ? "" : "; its last stderr line: " + res.rank_error_line);
   }
   std::cerr << "zerobench: run failed: " << error << "\n";
-  // Leave a report that says so (never a half-written one): a failed run is a result too.
-  json config = {{"model", model_json(spec.model)},
-                 {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
-                 {"train", train_json(spec.train)},
-                 {"world_size", o.nproc}};
-  add_provenance(config, resolved.provenance);
-  reports::write_json_atomic(out, reports::failed_report(state, error, config));
+  write_failed(state, error);
   return res.exit_code == kExitUsage ? kExitUsage : kExitFailed;
 }
 

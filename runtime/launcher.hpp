@@ -1,7 +1,9 @@
 // launcher.hpp — the built-in local launcher behind `zerobench run --nproc N`.
 // Owns: spawning N ranks of this very binary with torchrun's environment on a free port,
-// watching them, and tearing the whole group down when one fails. Must not: know what the
-// ranks do (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set).
+// watching them, and tearing the whole group down when one fails; each rank's stderr goes through
+// a pipe, passed on to ours as it comes and its tail kept, so the failing rank's own last line
+// (its exception's what()) names the failure in the result. Must not: know what the ranks do
+// (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set) or parse what they print.
 #pragma once
 #include <chrono>
 #include <string>
@@ -21,8 +23,15 @@ struct LaunchResult {
   int exit_code = 0;      // 0 ok; the failed rank's exit code (1 if killed by a signal); 124 timeout
   int failed_rank = -1;   // first rank that failed, -1 if none
   int signal = 0;         // the signal that killed it (SIGKILL: typically the kernel's OOM killer), 0 if none
-  std::string message;    // "rank 1 exited with code 1" / "rank 0 was killed by signal 9 (Killed)"
+  std::string message;    // "rank 1 exited with code 1: <its last stderr line>" /
+                          // "rank 0 was killed by signal 9 (Killed); its last stderr line: <line>"
+  std::string ended;            // how the failed rank ended: "rank 1 exited with code 1" ("" if none failed)
+  std::string rank_error_line;  // the failed rank's last non-empty stderr line ("" if none)
 };
+
+// The last non-empty line of `text` (trailing spaces and carriage returns dropped), at most
+// `max_chars` characters (the line's end kept when longer).
+std::string last_line(const std::string& text, size_t max_chars = 400);
 
 // True inside a rank that the launcher started.
 bool launched_by_zerobench();
