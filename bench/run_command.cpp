@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -227,6 +228,9 @@ json end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
   return j;
 }
 
+int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
+                      backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world);
+
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
@@ -245,6 +249,24 @@ int run_rank(const RunOptions& o) {
   const int threads = set_threads(o, env.local_world_size);
   auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
                         : runtime::init_world(env, device, std::chrono::minutes(10));
+  if (emulated || world.size == 1) return run_rank_in_world(o, env, resolved, spec, device, threads, emulated, world);
+  try {
+    return run_rank_in_world(o, env, resolved, spec, device, threads, emulated, world);
+  } catch (const std::exception& e) {
+    // A rank of a job that fails says why while its process group is still up, then exits: its
+    // teardown closes its connections, and a peer failing on them must not be heard first (the
+    // launcher names the rank whose failure line arrived first). The line and exit code are main's.
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));  // c10::Error carries a backtrace after the first line
+    const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
+    std::cout.flush();
+    std::cerr << "zerobench: rank " << world.rank << ": " << (usage ? "error: " : "failed: ") << what << std::endl;
+    std::_Exit(usage ? kExitUsage : kExitFailed);
+  }
+}
+
+int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
+                      backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world) {
   backends::common::Comm side(world.side_channel());
 
   const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);

@@ -38,11 +38,12 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
 
 // One rank's stderr pipe: what arrives is written to ours at once and its tail kept.
 struct RankStderr {
-  int fd = -1;       // read end, non-blocking; -1 once closed
-  std::string tail;  // the last kTailBytes bytes it wrote
+  int fd = -1;           // read end, non-blocking; -1 once closed
+  std::string tail;      // the last kTailBytes bytes it wrote
+  int64_t last_seq = -1; // when its last bytes arrived, in the order of all ranks' reads
   static constexpr size_t kTailBytes = 8192;
 
-  void drain() {
+  void drain(int64_t& seq) {
     char buf[4096];
     while (fd >= 0) {
       const ssize_t n = ::read(fd, buf, sizeof(buf));
@@ -53,6 +54,7 @@ struct RankStderr {
           off += w > 0 ? w : 0;
         }
         tail.append(buf, size_t(n));
+        last_seq = seq++;
         if (tail.size() > kTailBytes) tail.erase(0, tail.size() - kTailBytes);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
         ::close(fd);  // the rank (and everything holding its stderr) is gone
@@ -63,6 +65,12 @@ struct RankStderr {
     }
   }
 };
+// The line zerobench's main prints for a rank that fails on its own ("zerobench: rank R: failed: ..."
+// or "...: error: ...", bench/main.cpp).
+bool is_failure_line(const std::string& line, int rank) {
+  const std::string prefix = "zerobench: rank " + std::to_string(rank) + ": ";
+  return line.rfind(prefix + "failed: ", 0) == 0 || line.rfind(prefix + "error: ", 0) == 0;
+}
 }  // namespace
 
 std::string last_line(const std::string& text, size_t max_chars) {
@@ -153,6 +161,7 @@ LaunchResult launch_local(const LaunchOptions& opts) {
   }
 
   LaunchResult result;
+  int64_t seq = 0;  // orders the chunks read from all ranks' pipes
   const auto t0 = std::chrono::steady_clock::now();
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
@@ -173,7 +182,7 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       const int rank = rank_of[pid];
       rank_of.erase(pid);
       if (failed(status) && result.failed_rank < 0 && !stopping) {
-        err[size_t(rank)].drain();  // all it wrote is in the pipe now
+        err[size_t(rank)].drain(seq);  // all it wrote is in the pipe now
         result.failed_rank = rank;
         result.rank_error_line = last_line(err[size_t(rank)].tail);
         result.ended = describe(rank, status);
@@ -206,12 +215,31 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     } else if (poll(fds.data(), fds.size(), 20) > 0) {
       for (auto& e : err)
-        if (e.fd >= 0) e.drain();
+        if (e.fd >= 0) e.drain(seq);
     }
   }
   for (auto& e : err) {
-    e.drain();
+    e.drain(seq);
     if (e.fd >= 0) ::close(e.fd);
+  }
+  // The first rank reaped is not always the cause: a rank that throws closes its sockets as it
+  // exits, and a peer can fail on the closed connection and be reaped first. The cause printed its
+  // own failure line before that: a rank whose last line is zerobench's failure line and arrived
+  // before the first reaped rank's last line failed first, and is named.
+  if (result.failed_rank >= 0) {
+    int cause = result.failed_rank;
+    for (int r = 0; r < opts.nproc; ++r) {
+      const auto& e = err[size_t(r)];
+      if (r != result.failed_rank && e.last_seq >= 0 && e.last_seq < err[size_t(cause)].last_seq &&
+          is_failure_line(last_line(e.tail), r))
+        cause = r;
+    }
+    if (cause != result.failed_rank) {
+      const std::string line = last_line(err[size_t(cause)].tail);
+      result.message = "rank " + std::to_string(cause) + " failed first: " + line + " (then " + result.message + ")";
+      result.failed_rank = cause;
+      result.rank_error_line = line;
+    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -2,8 +2,10 @@
 // Owns: spawning N ranks of this very binary with torchrun's environment on a free port,
 // watching them, and tearing the whole group down when one fails; each rank's stderr goes through
 // a pipe, passed on to ours as it comes and its tail kept, so the failing rank's own last line
-// (its exception's what()) names the failure in the result. Must not: know what the ranks do
-// (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set) or parse what they print.
+// (its exception's what()) names the failure in the result — the rank that failed first, told by
+// the order its failure line arrived in, not by the order the ranks were reaped. Must not: know what
+// the ranks do (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set) or read their
+// output beyond keeping its tail and recognising zerobench's own failure line (bench/main.cpp).
 #pragma once
 #include <chrono>
 #include <string>
@@ -24,7 +26,8 @@ struct LaunchResult {
   int failed_rank = -1;   // first rank that failed, -1 if none
   int signal = 0;         // the signal that killed it (SIGKILL: typically the kernel's OOM killer), 0 if none
   std::string message;    // "rank 1 exited with code 1: <its last stderr line>" /
-                          // "rank 0 was killed by signal 9 (Killed); its last stderr line: <line>"
+                          // "rank 0 was killed by signal 9 (Killed); its last stderr line: <line>" /
+                          // "rank 1 failed first: <its line> (then rank 0 exited with code 1: <line>)"
   std::string ended;            // how the failed rank ended: "rank 1 exited with code 1" ("" if none failed)
   std::string rank_error_line;  // the failed rank's last non-empty stderr line ("" if none)
 };
