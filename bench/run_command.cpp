@@ -231,6 +231,21 @@ json end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
 int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
                       backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world);
 
+// A rank of a job that fails says why while its engine and process groups are still up, then
+// exits: unwinding would destroy them and close its connections first, and a peer failing on
+// those must not be taken for the cause (the launcher names the first rank to announce,
+// runtime::announce_rank_failure). The line and the exit code are main's.
+[[noreturn]] void fail_now(int rank, const std::exception& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));  // c10::Error carries a backtrace after the first line
+  const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
+  const std::string line = "zerobench: rank " + std::to_string(rank) + ": " + (usage ? "error: " : "failed: ") + what;
+  runtime::announce_rank_failure(rank, line);
+  std::cout.flush();
+  std::cerr << line << std::endl;
+  std::_Exit(usage ? kExitUsage : kExitFailed);
+}
+
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
@@ -253,15 +268,7 @@ int run_rank(const RunOptions& o) {
   try {
     return run_rank_in_world(o, env, resolved, spec, device, threads, emulated, world);
   } catch (const std::exception& e) {
-    // A rank of a job that fails says why while its process group is still up, then exits: its
-    // teardown closes its connections, and a peer failing on them must not be heard first (the
-    // launcher names the rank whose failure line arrived first). The line and exit code are main's.
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));  // c10::Error carries a backtrace after the first line
-    const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
-    std::cout.flush();
-    std::cerr << "zerobench: rank " << world.rank << ": " << (usage ? "error: " : "failed: ") << what << std::endl;
-    std::_Exit(usage ? kExitUsage : kExitFailed);
+    fail_now(world.rank, e);
   }
 }
 
@@ -284,7 +291,14 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   TrainHooks hooks;
   if (!o.resume.empty()) hooks.first_step = checkpointer.resume();
   if (checkpointer.enabled()) hooks.after_step = [&checkpointer](int64_t step) { checkpointer.after_step(step); };
-  const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+  const auto result = [&] {
+    if (emulated || world.size == 1) return run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+    try {  // the training loop (and its checkpoint saves) fail here with the engine still alive
+      return run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+    } catch (const std::exception& e) {
+      fail_now(world.rank, e);
+    }
+  }();
 
   std::optional<backends::PeakEstimate> estimate;
   if (const auto& info = backends::backend(o.backend); info.estimate_peak)

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -40,10 +41,9 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
 struct RankStderr {
   int fd = -1;           // read end, non-blocking; -1 once closed
   std::string tail;      // the last kTailBytes bytes it wrote
-  int64_t last_seq = -1; // when its last bytes arrived, in the order of all ranks' reads
   static constexpr size_t kTailBytes = 8192;
 
-  void drain(int64_t& seq) {
+  void drain() {
     char buf[4096];
     while (fd >= 0) {
       const ssize_t n = ::read(fd, buf, sizeof(buf));
@@ -54,7 +54,6 @@ struct RankStderr {
           off += w > 0 ? w : 0;
         }
         tail.append(buf, size_t(n));
-        last_seq = seq++;
         if (tail.size() > kTailBytes) tail.erase(0, tail.size() - kTailBytes);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
         ::close(fd);  // the rank (and everything holding its stderr) is gone
@@ -65,13 +64,39 @@ struct RankStderr {
     }
   }
 };
-// The line zerobench's main prints for a rank that fails on its own ("zerobench: rank R: failed: ..."
-// or "...: error: ...", bench/main.cpp).
-bool is_failure_line(const std::string& line, int rank) {
-  const std::string prefix = "zerobench: rank " + std::to_string(rank) + ": ";
-  return line.rfind(prefix + "failed: ", 0) == 0 || line.rfind(prefix + "error: ", 0) == 0;
+// Reads what is there from a non-blocking fd into `out`; closes it (fd = -1) at end of file.
+void read_available(int& fd, std::string& out) {
+  char buf[4096];
+  while (fd >= 0) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, size_t(n));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      ::close(fd);
+      fd = -1;
+    } else if (errno != EINTR) {
+      return;
+    }
+  }
 }
+
+constexpr const char* kFailureFdEnv = "ZEROBENCH_FAILURE_FD";
 }  // namespace
+
+void announce_rank_failure(int rank, const std::string& line) {
+  const char* v = std::getenv(kFailureFdEnv);
+  if (!v || !*v) return;
+  // One write of at most PIPE_BUF bytes: atomic, so announcements never interleave and their order
+  // in the pipe is the order the ranks failed in.
+  std::string one = line.substr(0, 3000);
+  std::replace(one.begin(), one.end(), '\n', ' ');
+  const std::string msg = std::to_string(rank) + "\t" + one + "\n";
+  const int fd = std::atoi(v);
+  ssize_t w;
+  do {
+    w = ::write(fd, msg.data(), msg.size());
+  } while (w < 0 && errno == EINTR);
+}
 
 std::string last_line(const std::string& text, size_t max_chars) {
   size_t end = text.size();
@@ -125,6 +150,11 @@ LaunchResult launch_local(const LaunchOptions& opts) {
 
   std::map<pid_t, int> rank_of;
   std::vector<RankStderr> err(size_t(opts.nproc));
+  // One pipe all ranks announce their failure on (announce_rank_failure): its order is causal,
+  // unlike the order the ranks are reaped in (a peer failing on a dead rank's closed connection
+  // can exit first).
+  int failure_fds[2];
+  if (pipe2(failure_fds, O_CLOEXEC) != 0) throw RunError("launcher: pipe failed: " + std::string(strerror(errno)));
   for (int rank = 0; rank < opts.nproc; ++rank) {
     int fds[2];
     // O_CLOEXEC: no other rank inherits this pipe (dup2 below clears it on the rank's fd 2).
@@ -136,6 +166,8 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher_pid) _exit(1);
       if (dup2(fds[1], STDERR_FILENO) < 0) _exit(127);
+      fcntl(failure_fds[1], F_SETFD, 0);  // kept across exec
+      setenv(kFailureFdEnv, std::to_string(failure_fds[1]).c_str(), 1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -159,9 +191,12 @@ LaunchResult launch_local(const LaunchOptions& opts) {
     err[size_t(rank)].fd = fds[0];
     rank_of[pid] = rank;
   }
+  ::close(failure_fds[1]);
+  int failure_fd = failure_fds[0];
+  fcntl(failure_fd, F_SETFL, O_NONBLOCK);
+  std::string announced;
 
   LaunchResult result;
-  int64_t seq = 0;  // orders the chunks read from all ranks' pipes
   const auto t0 = std::chrono::steady_clock::now();
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
@@ -182,7 +217,7 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       const int rank = rank_of[pid];
       rank_of.erase(pid);
       if (failed(status) && result.failed_rank < 0 && !stopping) {
-        err[size_t(rank)].drain(seq);  // all it wrote is in the pipe now
+        err[size_t(rank)].drain();  // all it wrote is in the pipe now
         result.failed_rank = rank;
         result.rank_error_line = last_line(err[size_t(rank)].tail);
         result.ended = describe(rank, status);
@@ -211,31 +246,26 @@ LaunchResult launch_local(const LaunchOptions& opts) {
     std::vector<pollfd> fds;
     for (const auto& e : err)
       if (e.fd >= 0) fds.push_back({e.fd, POLLIN, 0});
+    read_available(failure_fd, announced);
     if (fds.empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     } else if (poll(fds.data(), fds.size(), 20) > 0) {
       for (auto& e : err)
-        if (e.fd >= 0) e.drain(seq);
+        if (e.fd >= 0) e.drain();
     }
   }
   for (auto& e : err) {
-    e.drain(seq);
+    e.drain();
     if (e.fd >= 0) ::close(e.fd);
   }
-  // The first rank reaped is not always the cause: a rank that throws closes its sockets as it
-  // exits, and a peer can fail on the closed connection and be reaped first. The cause printed its
-  // own failure line before that: a rank whose last line is zerobench's failure line and arrived
-  // before the first reaped rank's last line failed first, and is named.
-  if (result.failed_rank >= 0) {
-    int cause = result.failed_rank;
-    for (int r = 0; r < opts.nproc; ++r) {
-      const auto& e = err[size_t(r)];
-      if (r != result.failed_rank && e.last_seq >= 0 && e.last_seq < err[size_t(cause)].last_seq &&
-          is_failure_line(last_line(e.tail), r))
-        cause = r;
-    }
-    if (cause != result.failed_rank) {
-      const std::string line = last_line(err[size_t(cause)].tail);
+  read_available(failure_fd, announced);
+  if (failure_fd >= 0) ::close(failure_fd);
+  // The first announced failure is the cause (the first rank reaped may be a peer that failed on
+  // its closed connection).
+  if (const auto tab = announced.find('\t'); result.failed_rank >= 0 && tab != std::string::npos) {
+    const int cause = std::atoi(announced.substr(0, tab).c_str());
+    const std::string line = announced.substr(tab + 1, announced.find('\n') - tab - 1);
+    if (cause != result.failed_rank && cause >= 0 && cause < opts.nproc) {
       result.message = "rank " + std::to_string(cause) + " failed first: " + line + " (then " + result.message + ")";
       result.failed_rank = cause;
       result.rank_error_line = line;

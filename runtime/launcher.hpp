@@ -3,9 +3,9 @@
 // watching them, and tearing the whole group down when one fails; each rank's stderr goes through
 // a pipe, passed on to ours as it comes and its tail kept, so the failing rank's own last line
 // (its exception's what()) names the failure in the result — the rank that failed first, told by
-// the order its failure line arrived in, not by the order the ranks were reaped. Must not: know what
-// the ranks do (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set) or read their
-// output beyond keeping its tail and recognising zerobench's own failure line (bench/main.cpp).
+// the order of the ranks' announcements on one shared pipe (announce_rank_failure), not by the order
+// they were reaped in. Must not: know what the ranks do (they re-run the same command line with
+// ZEROBENCH_LAUNCHED=1 set) or interpret what they print.
 #pragma once
 #include <chrono>
 #include <string>
@@ -35,6 +35,11 @@ struct LaunchResult {
 // The last non-empty line of `text` (trailing spaces and carriage returns dropped), at most
 // `max_chars` characters (the line's end kept when longer).
 std::string last_line(const std::string& text, size_t max_chars = 400);
+
+// Inside a rank this launcher started: tells the launcher that this rank failed and why (`line`, its
+// failure line), in the order of all ranks' announcements; a no-op elsewhere. Call it before the
+// rank's teardown closes its connections.
+void announce_rank_failure(int rank, const std::string& line);
 
 // True inside a rank that the launcher started.
 bool launched_by_zerobench();
