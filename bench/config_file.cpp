@@ -15,6 +15,7 @@
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
+#include "config/bounded_readers.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench {
@@ -31,12 +32,9 @@ std::string upper(std::string s) {
   return s;
 }
 
+// At most config::kMaxConfigFileBytes (config/bounded_readers.hpp, docs/configs.md "Limits").
 std::string read_bytes(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(flag + " " + path + ": cannot read the file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return config::read_file_bounded(path, flag + " " + path + ": ", config::kMaxConfigFileBytes);
 }
 
 std::string sha256_hex(const std::string& bytes) {
@@ -83,26 +81,17 @@ json plain_scalar(const std::string& s) {
   return s;
 }
 
-json yaml_to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Scalar:
-      // Quoted scalars carry the "!" tag and stay strings; so does an explicit !!str.
-      if (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str") return n.Scalar();
-      return plain_scalar(n.Scalar());
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& e : n) a.push_back(yaml_to_json(e));
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.Scalar()] = yaml_to_json(kv.second);  // the last duplicate wins (PyYAML)
-      return o;
-    }
-  }
-  return nullptr;
+// One scalar node as PyYAML types it. Quoted scalars carry the "!" tag and stay strings; so
+// does an explicit !!str.
+json yaml_scalar(const YAML::Node& n) {
+  if (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str") return n.Scalar();
+  return plain_scalar(n.Scalar());
+}
+
+// The YAML tree as JSON by a counted walk (config/bounded_readers.hpp): this conversion follows
+// every alias, so it is where an alias bomb would expand; the walk stops at the node budget.
+json yaml_to_json(const YAML::Node& n, const std::string& where) {
+  return config::yaml_to_json_bounded(n, yaml_scalar, where);
 }
 
 // JSON as DeepSpeed reads it (hjson with dict_raise_error_on_duplicate_keys): comments allowed,
@@ -118,14 +107,8 @@ json parse_json(const std::string& text, const std::string& where) {
       duplicate = parsed.get<std::string>();
     return true;
   };
-  json root;
-  try {
-    root = json::parse(text, cb, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    if (auto p = msg.find("parse error"); p != std::string::npos) msg = msg.substr(p);
-    throw UsageError(where + "not valid JSON: " + msg);
-  }
+  // Size, depth and value count bounded while parsing (config/bounded_readers.hpp).
+  json root = config::parse_json_bounded(text, where, {}, /*ignore_comments=*/true, cb);
   if (!duplicate.empty()) throw UsageError(where + "key \"" + duplicate + "\" appears twice in one object (DeepSpeed refuses duplicate keys)");
   return root;
 }
@@ -290,12 +273,8 @@ struct Accelerate {
   void fsdp2(const std::string& mp) {
     if (mp == "fp16" || mp == "fp8")
       throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
-    YAML::Node node;
-    try {
-      node = YAML::LoadFile(req.path);
-    } catch (const YAML::Exception& e) {
-      throw UsageError(e.what());
-    }
+    // The file again, bounded as load() read it (a JSON file is YAML too).
+    const YAML::Node node = config::load_yaml_bounded(read_bytes(req.path, req.flag), "");
     const auto cfg = backends::fsdp2::read_accelerate_fsdp2_config(node, "");
     out.backend = "fsdp2";
     out.precision = mp == "bf16" ? "mixed" : "fp32";
@@ -433,11 +412,13 @@ Loaded load(const std::string& path, const std::string& flag) {
   if (looks_json) {
     d.root = parse_json(d.bytes, where);
   } else {
+    YAML::Node node;
     try {
-      d.root = yaml_to_json(YAML::Load(d.bytes));
+      node = YAML::Load(d.bytes);  // the byte cap is read_bytes'; aliases stay shared here
     } catch (const YAML::Exception& e) {
       throw UsageError(where + "not valid YAML: " + e.what());
     }
+    d.root = yaml_to_json(node, where);
   }
   if (!d.root.is_object()) throw UsageError(where + "expected a mapping of settings");
   // accelerate's configs name a distributed_type (or at least its launch settings); DeepSpeed's do not.
@@ -445,6 +426,42 @@ Loaded load(const std::string& path, const std::string& flag) {
     if (d.root.contains(k)) d.accelerate = true;
   if (!looks_json) d.accelerate = true;  // YAML is accelerate's format; DeepSpeed reads JSON
   return d;
+}
+
+// A value of the wrong type or range deep in a reader (nlohmann's type_error / out_of_range, a
+// yaml-cpp conversion, std::stoi) is the file's fault: exit 2 naming the file, never exit 1.
+template <class F>
+auto file_fault_is_usage(const std::string& where, F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const json::exception& e) {
+    throw UsageError(where + "a value of the wrong type or out of range (" + e.what() + ")");
+  } catch (const YAML::Exception& e) {
+    throw UsageError(where + "a value of the wrong type (" + e.what() + ")");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(where + "a value that is not a number (" + e.what() + ")");
+  } catch (const std::out_of_range& e) {
+    throw UsageError(where + "a number out of range (" + e.what() + ")");
+  }
+}
+
+// The file read and resolved into `out` (resolve_config adds the file to every message).
+void resolve_into(const ConfigRequest& req, ResolvedConfig& out) {
+  const auto d = load(req.path, req.flag);
+  out.provenance.sources.push_back({req.path, sha256_hex(d.bytes), d.accelerate ? "accelerate" : "deepspeed"});
+  if (req.flag == "--deepspeed-config" && d.accelerate)
+    throw UsageError("this is an accelerate config, not a DeepSpeed JSON (use --config)");
+  if (req.flag == "--accelerate-config" && !d.accelerate)
+    throw UsageError("this is a DeepSpeed JSON, not an accelerate config (use --config)");
+  if (d.accelerate) {
+    Accelerate a{d.root, req, out, out.provenance.notes};
+    a.resolve();
+  } else {
+    Accelerate::read_deepspeed(d.root, backends::zero3::AutoFill::kHfTrainer, req, out, out.provenance.notes);
+  }
+  // --backend fsdp names FSDP, which an accelerate file runs as version 1 or 2.
+  if (req.backend_given && req.backend != out.backend && !(req.backend == "fsdp" && out.backend == "fsdp2"))
+    throw UsageError("--backend " + req.backend + " conflicts with the file, which configures " + out.backend);
 }
 }  // namespace
 
@@ -460,7 +477,13 @@ nlohmann::json provenance_json(const ConfigProvenance& p) {
 }
 
 int config_num_processes(const std::string& path, const std::string& flag, bool nproc_given) {
-  const auto d = load(path, flag);
+  const auto d = [&] {
+    try {
+      return file_fault_is_usage(flag + " " + path + ": ", [&] { return load(path, flag); });
+    } catch (const UsageError& e) {
+      throw UsageError(config::clip_message(e.what()));
+    }
+  }();
   if (!d.accelerate || !d.root.contains("num_processes") || d.root["num_processes"].is_null()) return 0;
   const auto& v = d.root["num_processes"];
   if (!v.is_number_integer())
@@ -478,26 +501,13 @@ ResolvedConfig resolve_config(const ConfigRequest& req) {
   ResolvedConfig out;
   out.train = req.train;
   try {
-    const auto d = load(req.path, req.flag);
-    out.provenance.sources.push_back({req.path, sha256_hex(d.bytes), d.accelerate ? "accelerate" : "deepspeed"});
-    if (req.flag == "--deepspeed-config" && d.accelerate)
-      throw UsageError("this is an accelerate config, not a DeepSpeed JSON (use --config)");
-    if (req.flag == "--accelerate-config" && !d.accelerate)
-      throw UsageError("this is a DeepSpeed JSON, not an accelerate config (use --config)");
-    if (d.accelerate) {
-      Accelerate a{d.root, req, out, out.provenance.notes};
-      a.resolve();
-    } else {
-      Accelerate::read_deepspeed(d.root, backends::zero3::AutoFill::kHfTrainer, req, out, out.provenance.notes);
-    }
-    // --backend fsdp names FSDP, which an accelerate file runs as version 1 or 2.
-    if (req.backend_given && req.backend != out.backend && !(req.backend == "fsdp" && out.backend == "fsdp2"))
-      throw UsageError("--backend " + req.backend + " conflicts with the file, which configures " + out.backend);
+    file_fault_is_usage(where, [&] { resolve_into(req, out); });
   } catch (const UsageError& e) {
     const std::string msg = e.what();
-    throw UsageError(msg.rfind(req.flag, 0) == 0 ? msg : where + msg);
+    throw UsageError(config::clip_message(msg.rfind(req.flag, 0) == 0 ? msg : where + msg));
   }
   return out;
 }
+
 
 }  // namespace zb::bench

@@ -12,6 +12,7 @@
 
 #include "bench/config_file.hpp"
 #include "bench/run_options.hpp"
+#include "config/bounded_readers.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/subprocess.hpp"
@@ -138,12 +139,10 @@ std::vector<std::string> cell_run_args(const MatrixCell& cell) {
 }
 
 MatrixSpec load_matrix(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const std::exception& e) {
-    throw UsageError("matrix " + path + ": " + e.what());
-  }
+  // Bounded (config/bounded_readers.hpp): size, depth and alias expansion capped, exit 2.
+  const std::string where = "matrix " + path + ": ";
+  const YAML::Node root =
+      config::load_yaml_bounded(config::read_file_bounded(path, where, config::kMaxConfigFileBytes), where);
   MatrixSpec spec;
   try {
     static const std::set<std::string> known = {"name", "base", "axes", "include", "exclude", "timeout_s"};
@@ -205,13 +204,13 @@ MatrixSpec load_matrix(const std::string& path) {
     throw UsageError("matrix " + path + ": " + e.what());
   } catch (const UsageError& e) {
     const std::string msg = e.what();
-    throw UsageError(msg.rfind("matrix ", 0) == 0 ? msg : "matrix " + path + ": " + msg);
+    throw UsageError(config::clip_message(msg.rfind("matrix ", 0) == 0 ? msg : "matrix " + path + ": " + msg));
   }
   for (const auto& c : spec.cells) {
     try {
       validate_cell(c);
     } catch (const UsageError& e) {
-      throw UsageError("matrix " + path + ": " + e.what());
+      throw UsageError(config::clip_message("matrix " + path + ": " + e.what()));
     }
   }
   return spec;

@@ -18,6 +18,7 @@
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
 #include "bench/lifecycle/checkpoint.hpp"
+#include "bench/lifecycle/checkpoint_preflight.hpp"
 #include "bench/peak.hpp"
 #include "bench/preflight.hpp"
 #include "bench/trainer.hpp"
@@ -239,6 +240,24 @@ json end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
   return j;
 }
 
+int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
+                      backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world);
+
+// A rank of a job that fails says why while its engine and process groups are still up, then
+// exits: unwinding would destroy them and close its connections first, and a peer failing on
+// those must not be taken for the cause (the launcher names the first rank to announce,
+// runtime::announce_rank_failure). The line and the exit code are main's.
+[[noreturn]] void fail_now(int rank, const std::exception& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));  // c10::Error carries a backtrace after the first line
+  const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
+  const std::string line = "zerobench: rank " + std::to_string(rank) + ": " + (usage ? "error: " : "failed: ") + what;
+  runtime::announce_rank_failure(rank, line);
+  std::cout.flush();
+  std::cerr << line << std::endl;
+  std::_Exit(usage ? kExitUsage : kExitFailed);
+}
+
 // Runs this process as one rank of the job and returns its exit code.
 int run_rank(const RunOptions& o) {
   runtime::install_counting_cpu_allocator();
@@ -259,6 +278,16 @@ int run_rank(const RunOptions& o) {
   const int threads = set_threads(o, env.local_world_size);
   auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
                         : runtime::init_world(env, device, std::chrono::minutes(10));
+  if (emulated || world.size == 1) return run_rank_in_world(o, env, resolved, spec, device, threads, emulated, world);
+  try {
+    return run_rank_in_world(o, env, resolved, spec, device, threads, emulated, world);
+  } catch (const std::exception& e) {
+    fail_now(world.rank, e);
+  }
+}
+
+int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
+                      backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world) {
   backends::common::Comm side(world.side_channel());
 
   const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
@@ -276,7 +305,14 @@ int run_rank(const RunOptions& o) {
   TrainHooks hooks;
   if (!o.resume.empty()) hooks.first_step = checkpointer.resume();
   if (checkpointer.enabled()) hooks.after_step = [&checkpointer](int64_t step) { checkpointer.after_step(step); };
-  const auto result = run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+  const auto result = [&] {
+    if (emulated || world.size == 1) return run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+    try {  // the training loop (and its checkpoint saves) fail here with the engine still alive
+      return run_training(*engine, spec, *data, side, o.fault(), profiling ? o.profile_steps : 0, hooks);
+    } catch (const std::exception& e) {
+      fail_now(world.rank, e);
+    }
+  }();
 
   // The job's shape as the engine saw it (a node's ranks form HYBRID_SHARD's shard group).
   const backends::Topology topology(world.size, world.local_size);
@@ -496,8 +532,13 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // name the run (run_id, default --out), resolve() still reads the file the same way.
   o.backend = resolved.backend;
   o.precision = spec.precision;
+  int64_t first_step = 0;
   if (!o.resume.empty())  // a checkpoint of another job exits 2 here, naming the mismatch
-    lifecycle::find_resume(o.resume, o.backend, spec, o.world_size());
+    first_step = lifecycle::find_resume(o.resume, o.backend, spec, o.world_size()).step;
+  // The checkpoint directory before any rank starts: writable, room for every save (exit 2).
+  if (!runtime::launched_by_zerobench())
+    lifecycle::check_checkpoint_dir({o.checkpoint_dir, o.checkpoint_every, o.state_dict, o.resume}, o.backend, spec,
+                                    o.world_size(), first_step);
   if (!runtime::launched_by_zerobench() && !o.quiet)
     for (const auto& w : resolved.provenance.notes.warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const auto env = runtime::discover_dist_env(runtime::process_env());
@@ -513,16 +554,33 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
     if (in_job) throw UsageError("--emulate-world-size runs one process; do not launch it with torchrun/srun");
     return run_rank(o);
   }
-  if (in_job || o.nproc == 1) {
-    if (!in_job) {
-      // A lone process still rendezvouses (world of 1 on a private port).
-      setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
+  const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
+  // Leave a report that says the run failed and why (never a half-written one): a failed run is a result too.
+  auto write_failed = [&](const std::string& state, const std::string& error) {
+    json config = {{"model", model_json(spec.model)},
+                   {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
+                   {"train", train_json(spec.train)},
+                   {"world_size", o.nproc}};
+    add_provenance(config, resolved.provenance);
+    reports::write_json_atomic(out, reports::failed_report(state, error, config));
+  };
+  if (in_job) return run_rank(o);
+  if (o.nproc == 1) {
+    // A lone process still rendezvouses (world of 1 on a private port).
+    setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    std::remove(out.c_str());
+    try {
+      return run_rank(o);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {  // its own message is the report's status.error
+      const std::string what = e.what();
+      write_failed("failed", "rank 0 failed: " + what.substr(0, what.find('\n')));
+      throw;
     }
-    return run_rank(o);
   }
   runtime::check_local_ranks_fit(o.device, o.nproc);  // before any rank starts: one GPU per NCCL rank
-  const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
   std::remove(out.c_str());  // whatever report is there after the launch is this run's
   runtime::LaunchOptions lo;
   lo.nproc = o.nproc;
@@ -540,16 +598,11 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   std::string error = res.message;
   if (res.signal == SIGKILL) {
     state = "oom";
-    error += ": SIGKILL, the signal the kernel's OOM killer sends";
+    error = res.ended + ": SIGKILL, the signal the kernel's OOM killer sends" +
+            (res.rank_error_line.empty() ? "" : "; its last stderr line: " + res.rank_error_line);
   }
   std::cerr << "zerobench: run failed: " << error << "\n";
-  // Leave a report that says so (never a half-written one): a failed run is a result too.
-  json config = {{"model", model_json(spec.model)},
-                 {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
-                 {"train", train_json(spec.train)},
-                 {"world_size", o.nproc}};
-  add_provenance(config, resolved.provenance);
-  reports::write_json_atomic(out, reports::failed_report(state, error, config));
+  write_failed(state, error);
   return res.exit_code == kExitUsage ? kExitUsage : kExitFailed;
 }
 

@@ -162,7 +162,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   app.add_option("--resume", o.resume, "continue exactly from a checkpoint (a --checkpoint-dir, or one tag dir in it)");
   app.add_flag("--quiet", o.quiet, "print only errors");
-  app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang|sigkill:RANK:STEP")->group("");
+  app.add_option("--fault-inject", o.fault_inject, "test hook: exit|crash|hang|sigkill|save-sigkill|save-error:RANK:STEP")->group("");
   app.add_option("--plant-lr-scale", o.plant_lr_scale, "test hook: multiply the lr schedule (crossval's planted difference)")
       ->check(CLI::PositiveNumber)
       ->group("");
@@ -410,8 +410,9 @@ FaultInjection RunOptions::fault() const {
   } catch (const std::exception&) {
     throw UsageError("--fault-inject '" + fault_inject + "' is not KIND:RANK:STEP");
   }
-  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang" && f.kind != "sigkill" && f.kind != "save-sigkill")
-    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash, hang, sigkill or save-sigkill");
+  if (f.kind != "exit" && f.kind != "crash" && f.kind != "hang" && f.kind != "sigkill" && f.kind != "save-sigkill" &&
+      f.kind != "save-error")
+    throw UsageError("--fault-inject kind '" + f.kind + "' must be exit, crash, hang, sigkill, save-sigkill or save-error");
   return f;
 }
 

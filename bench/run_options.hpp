@@ -12,7 +12,7 @@
 
 namespace zb::bench {
 
-struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sigkill|save-sigkill:RANK:STEP
+struct FaultInjection {  // hidden test hook: --fault-inject exit|crash|hang|sigkill|save-sigkill|save-error:RANK:STEP
   std::string kind;      // empty = none
   int rank = -1;
   int64_t step = -1;

@@ -19,7 +19,7 @@ namespace zb::bench {
 
 namespace {
 void maybe_inject(const FaultInjection& f, int rank, int64_t step) {
-  if (f.kind.empty() || f.kind == "save-sigkill" || f.rank != rank || f.step != step) return;  // save-sigkill: in the save
+  if (f.kind.empty() || f.kind.rfind("save-", 0) == 0 || f.rank != rank || f.step != step) return;  // save-*: in the save
   if (f.kind == "exit") std::_Exit(1);
   if (f.kind == "crash") std::abort();
   if (f.kind == "sigkill") raise(SIGKILL);  // what the kernel's OOM killer does

@@ -1,13 +1,16 @@
 // launcher.cpp — fork/exec of N ranks with torchrun's variables; failure propagation.
 #include "runtime/launcher.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +36,84 @@ std::string describe(int rank, int status) {
 }
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// One rank's stderr pipe: what arrives is written to ours at once and its tail kept.
+struct RankStderr {
+  int fd = -1;           // read end, non-blocking; -1 once closed
+  std::string tail;      // the last kTailBytes bytes it wrote
+  static constexpr size_t kTailBytes = 8192;
+
+  void drain() {
+    char buf[4096];
+    while (fd >= 0) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n > 0) {
+        for (ssize_t off = 0; off < n;) {  // pass it through (a short write is retried)
+          const ssize_t w = ::write(STDERR_FILENO, buf + off, size_t(n - off));
+          if (w <= 0 && errno != EINTR) break;
+          off += w > 0 ? w : 0;
+        }
+        tail.append(buf, size_t(n));
+        if (tail.size() > kTailBytes) tail.erase(0, tail.size() - kTailBytes);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        ::close(fd);  // the rank (and everything holding its stderr) is gone
+        fd = -1;
+      } else if (errno != EINTR) {
+        return;  // nothing more for now
+      }
+    }
+  }
+};
+// Reads what is there from a non-blocking fd into `out`; closes it (fd = -1) at end of file.
+void read_available(int& fd, std::string& out) {
+  char buf[4096];
+  while (fd >= 0) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, size_t(n));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      ::close(fd);
+      fd = -1;
+    } else if (errno != EINTR) {
+      return;
+    }
+  }
+}
+
+constexpr const char* kFailureFdEnv = "ZEROBENCH_FAILURE_FD";
 }  // namespace
+
+void announce_rank_failure(int rank, const std::string& line) {
+  const char* v = std::getenv(kFailureFdEnv);
+  if (!v || !*v) return;
+  // One write of at most PIPE_BUF bytes: atomic, so announcements never interleave and their order
+  // in the pipe is the order the ranks failed in.
+  std::string one = line.substr(0, 3000);
+  std::replace(one.begin(), one.end(), '\n', ' ');
+  const std::string msg = std::to_string(rank) + "\t" + one + "\n";
+  const int fd = std::atoi(v);
+  ssize_t w;
+  do {
+    w = ::write(fd, msg.data(), msg.size());
+  } while (w < 0 && errno == EINTR);
+}
+
+std::string last_line(const std::string& text, size_t max_chars) {
+  size_t end = text.size();
+  while (true) {
+    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ')) --end;
+    if (end == 0) return "";
+    const size_t nl = text.rfind('\n', end - 1);
+    const size_t begin = nl == std::string::npos ? 0 : nl + 1;
+    std::string line = text.substr(begin, end - begin);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      end = begin;
+      continue;
+    }
+    if (line.size() > max_chars) line = "..." + line.substr(line.size() - max_chars);
+    return line;
+  }
+}
 
 bool launched_by_zerobench() { return std::getenv("ZEROBENCH_LAUNCHED") != nullptr; }
 
@@ -69,13 +149,25 @@ LaunchResult launch_local(const LaunchOptions& opts) {
   g_interrupted = 0;
 
   std::map<pid_t, int> rank_of;
+  std::vector<RankStderr> err(size_t(opts.nproc));
+  // One pipe all ranks announce their failure on (announce_rank_failure): its order is causal,
+  // unlike the order the ranks are reaped in (a peer failing on a dead rank's closed connection
+  // can exit first).
+  int failure_fds[2];
+  if (pipe2(failure_fds, O_CLOEXEC) != 0) throw RunError("launcher: pipe failed: " + std::string(strerror(errno)));
   for (int rank = 0; rank < opts.nproc; ++rank) {
+    int fds[2];
+    // O_CLOEXEC: no other rank inherits this pipe (dup2 below clears it on the rank's fd 2).
+    if (pipe2(fds, O_CLOEXEC) != 0) throw RunError("launcher: pipe failed: " + std::string(strerror(errno)));
     pid_t pid = fork();
     if (pid < 0) throw RunError("launcher: fork failed: " + std::string(strerror(errno)));
     if (pid == 0) {
       // Child: die with the launcher, take torchrun's variables, exec ourselves.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher_pid) _exit(1);
+      if (dup2(fds[1], STDERR_FILENO) < 0) _exit(127);
+      fcntl(failure_fds[1], F_SETFD, 0);  // kept across exec
+      setenv(kFailureFdEnv, std::to_string(failure_fds[1]).c_str(), 1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -94,8 +186,15 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       execv(exe.c_str(), args.data());
       _exit(127);
     }
+    ::close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    err[size_t(rank)].fd = fds[0];
     rank_of[pid] = rank;
   }
+  ::close(failure_fds[1]);
+  int failure_fd = failure_fds[0];
+  fcntl(failure_fd, F_SETFL, O_NONBLOCK);
+  std::string announced;
 
   LaunchResult result;
   const auto t0 = std::chrono::steady_clock::now();
@@ -118,8 +217,13 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       const int rank = rank_of[pid];
       rank_of.erase(pid);
       if (failed(status) && result.failed_rank < 0 && !stopping) {
+        err[size_t(rank)].drain();  // all it wrote is in the pipe now
         result.failed_rank = rank;
-        result.message = describe(rank, status);
+        result.rank_error_line = last_line(err[size_t(rank)].tail);
+        result.ended = describe(rank, status);
+        result.message = result.ended;
+        if (!result.rank_error_line.empty())
+          result.message += (WIFEXITED(status) ? ": " : "; its last stderr line: ") + result.rank_error_line;
         result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed;
         result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         begin_stop();
@@ -138,7 +242,34 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       begin_stop();
     }
     if (stopping && now > stop_deadline) signal_all(SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Wait up to 20 ms for output from any rank (the loop's tick), passing it through.
+    std::vector<pollfd> fds;
+    for (const auto& e : err)
+      if (e.fd >= 0) fds.push_back({e.fd, POLLIN, 0});
+    read_available(failure_fd, announced);
+    if (fds.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else if (poll(fds.data(), fds.size(), 20) > 0) {
+      for (auto& e : err)
+        if (e.fd >= 0) e.drain();
+    }
+  }
+  for (auto& e : err) {
+    e.drain();
+    if (e.fd >= 0) ::close(e.fd);
+  }
+  read_available(failure_fd, announced);
+  if (failure_fd >= 0) ::close(failure_fd);
+  // The first announced failure is the cause (the first rank reaped may be a peer that failed on
+  // its closed connection).
+  if (const auto tab = announced.find('\t'); result.failed_rank >= 0 && tab != std::string::npos) {
+    const int cause = std::atoi(announced.substr(0, tab).c_str());
+    const std::string line = announced.substr(tab + 1, announced.find('\n') - tab - 1);
+    if (cause != result.failed_rank && cause >= 0 && cause < opts.nproc) {
+      result.message = "rank " + std::to_string(cause) + " failed first: " + line + " (then " + result.message + ")";
+      result.failed_rank = cause;
+      result.rank_error_line = line;
+    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

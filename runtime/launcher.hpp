@@ -1,7 +1,11 @@
 // launcher.hpp — the built-in local launcher behind `zerobench run --nproc N`.
 // Owns: spawning N ranks of this very binary with torchrun's environment on a free port,
-// watching them, and tearing the whole group down when one fails. Must not: know what the
-// ranks do (they re-run the same command line with ZEROBENCH_LAUNCHED=1 set).
+// watching them, and tearing the whole group down when one fails; each rank's stderr goes through
+// a pipe, passed on to ours as it comes and its tail kept, so the failing rank's own last line
+// (its exception's what()) names the failure in the result — the rank that failed first, told by
+// the order of the ranks' announcements on one shared pipe (announce_rank_failure), not by the order
+// they were reaped in. Must not: know what the ranks do (they re-run the same command line with
+// ZEROBENCH_LAUNCHED=1 set) or interpret what they print.
 #pragma once
 #include <chrono>
 #include <string>
@@ -21,8 +25,21 @@ struct LaunchResult {
   int exit_code = 0;      // 0 ok; the failed rank's exit code (1 if killed by a signal); 124 timeout
   int failed_rank = -1;   // first rank that failed, -1 if none
   int signal = 0;         // the signal that killed it (SIGKILL: typically the kernel's OOM killer), 0 if none
-  std::string message;    // "rank 1 exited with code 1" / "rank 0 was killed by signal 9 (Killed)"
+  std::string message;    // "rank 1 exited with code 1: <its last stderr line>" /
+                          // "rank 0 was killed by signal 9 (Killed); its last stderr line: <line>" /
+                          // "rank 1 failed first: <its line> (then rank 0 exited with code 1: <line>)"
+  std::string ended;            // how the failed rank ended: "rank 1 exited with code 1" ("" if none failed)
+  std::string rank_error_line;  // the failed rank's last non-empty stderr line ("" if none)
 };
+
+// The last non-empty line of `text` (trailing spaces and carriage returns dropped), at most
+// `max_chars` characters (the line's end kept when longer).
+std::string last_line(const std::string& text, size_t max_chars = 400);
+
+// Inside a rank this launcher started: tells the launcher that this rank failed and why (`line`, its
+// failure line), in the order of all ranks' announcements; a no-op elsewhere. Call it before the
+// rank's teardown closes its connections.
+void announce_rank_failure(int rank, const std::string& line);
 
 // True inside a rank that the launcher started.
 bool launched_by_zerobench();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "config/bounded_readers.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -297,19 +298,23 @@ Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std
   return c;
 }
 
+// The file through the bounded reader (config/bounded_readers.hpp): size, depth and alias
+// expansion capped, exit 2 naming the limit.
+namespace {
+YAML::Node load_accelerate_yaml(const std::string& path) {
+  const std::string where = "--accelerate-config " + path + ": ";
+  return config::load_yaml_bounded(config::read_file_bounded(path, where, config::kMaxConfigFileBytes), where);
+}
+}  // namespace
+
 Accelerate2Config read_accelerate_fsdp2_config(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const std::exception& e) {
-    throw UsageError("--accelerate-config " + path + ": " + e.what());
-  }
-  return read_accelerate_fsdp2_config(root, "--accelerate-config " + path + ": ");
+  return read_accelerate_fsdp2_config(load_accelerate_yaml(path), "--accelerate-config " + path + ": ");
 }
 
 bool is_accelerate_fsdp2_config(const std::string& path) {
+  const YAML::Node root = load_accelerate_yaml(path);
   try {
-    return accelerate_fsdp_version(YAML::LoadFile(path)) == 2;
+    return accelerate_fsdp_version(root) == 2;
   } catch (const YAML::Exception& e) {
     throw UsageError("--accelerate-config " + path + ": " + e.what());
   } catch (const UsageError& e) {

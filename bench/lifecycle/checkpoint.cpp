@@ -208,6 +208,11 @@ void Checkpointer::save(int64_t steps_done) {
     mkdirs(tmp);
   }
   barrier();
+  // Test hook (--fault-inject save-error:RANK:STEPS): this rank's write fails as a full disk makes
+  // it fail, so a test sees the rank's own message reach the report's status.error.
+  if (fault_.kind == "save-error" && fault_.rank == rank && fault_.step == steps_done)
+    throw RunError("cannot write " + tmp + "/" + optim_file(backend_, spec_.precision, rank) +
+                   ": No space left on device (planted by --fault-inject save-error)");
   int64_t written = 0;
   const auto state = engine_.state_tensors();
   if (opts_.state_dict == "sharded") {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 
+#include "config/bounded_readers.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::models::checkpoint {
@@ -163,12 +164,12 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (int64_t(header_size) > m->size - 8)
     throw bad("header size " + std::to_string(header_size) + " exceeds the file (" + std::to_string(m->size) + " bytes)");
   m->data_offset = 8 + int64_t(header_size);
-  json header;
-  try {
-    header = json::parse(m->base + 8, m->base + m->data_offset);
-  } catch (const json::exception& e) {
-    throw bad(std::string("header is not valid JSON: ") + e.what());
-  }
+  // Bounded parse (config/bounded_readers.hpp): the 100 MB size above, nesting depth capped
+  // (a tensor entry is 2 levels deep), values capped by the size alone.
+  const config::Limits header_limits{kMaxHeaderBytes, config::kMaxNestingDepth, kMaxHeaderBytes};
+  const json header = config::parse_json_bounded(reinterpret_cast<const char*>(m->base + 8),
+                                                 reinterpret_cast<const char*>(m->base + m->data_offset),
+                                                 "safetensors file " + path + ": header: ", header_limits);
   if (!header.is_object()) throw bad("header is not a JSON object");
   const int64_t data_size = m->size - m->data_offset;
   for (const auto& [key, v] : header.items()) {
@@ -355,21 +356,11 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path_in) {
     return c;
   }
   c.sharded_ = true;
-  json index;
-  {
-    const int fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw UsageError("checkpoint index " + index_path + ": cannot open: " + std::strerror(errno));
-    std::string text;
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, size_t(n));
-    ::close(fd);
-    try {
-      index = json::parse(text);
-    } catch (const json::exception& e) {
-      throw UsageError("checkpoint index " + index_path + ": not valid JSON: " + e.what());
-    }
-  }
+  // Bounded read and parse (config/bounded_readers.hpp): kMaxModelJsonBytes, depth, values.
+  const std::string where = "checkpoint index " + index_path + ": ";
+  const config::Limits index_limits{config::kMaxModelJsonBytes, config::kMaxNestingDepth, config::kMaxModelJsonBytes};
+  const json index = config::parse_json_bounded(
+      config::read_file_bounded(index_path, where, config::kMaxModelJsonBytes), where, index_limits);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw UsageError("checkpoint index " + index_path + ": weight_map is missing");
   if (index.contains("metadata") && index["metadata"].is_object())

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/bounded_readers.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "runtime/errors.hpp"
 
@@ -28,18 +29,23 @@ std::string load_strategy_name(LoadStrategy s) {
   return "?";
 }
 
+// config.json's fields checked and read (read_model_dir_config's second half).
+static ModelConfig model_config_from_config_json(const nlohmann::json& c, const std::string& path);
+
 ModelConfig read_model_dir_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw UsageError("--model-dir: " + path + " does not exist or cannot be read");
-  std::stringstream s;
-  s << in.rdbuf();
-  nlohmann::json c;
+  // Bounded read and parse (config/bounded_readers.hpp): kMaxModelJsonBytes, depth, values.
+  const std::string where = "--model-dir: " + path + ": ";
+  const config::Limits limits{config::kMaxModelJsonBytes, config::kMaxNestingDepth, config::kMaxModelJsonBytes};
+  const nlohmann::json c = config::parse_json_bounded(config::read_file_bounded(path, where, limits.max_bytes), where, limits);
   try {
-    c = nlohmann::json::parse(s.str());
-  } catch (const std::exception& e) {
-    throw UsageError("--model-dir: " + path + " is not JSON (" + e.what() + ")");
+    return model_config_from_config_json(c, path);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type: the file's fault (exit 2)
+    throw UsageError(where + "a value of the wrong type or out of range (" + e.what() + ")");
   }
+}
+
+static ModelConfig model_config_from_config_json(const nlohmann::json& c, const std::string& path) {
   // transformers' GraniteConfig (models/granite/configuration_granite.py) scales embeddings,
   // residuals, attention scores and logits; zerobench's decoder is Llama's, so only the neutral
   // values are honoured.
