@@ -175,6 +175,9 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.backward_s = bwd;
     costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
     costs.other_s = units.value("other_s", 0.0);
+    // Where the root's compute ran (§3): the embedding before block 1, its gradient after block 1.
+    costs.root_forward_pre_s = units.value("root_forward_pre_s", 0.0) / double(accum_m);
+    costs.root_backward_post_s = units.value("root_backward_post_s", 0.0) / double(accum_m);
     // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
     // when both measurements exist): the suite's own measurement — the square GEMM the report's
     // rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same
@@ -215,6 +218,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
         for (auto& v : costs.backward_s) v *= slowdown;
         costs.optimizer_s *= slowdown;
         costs.other_s *= slowdown;
+        costs.root_forward_pre_s *= slowdown;
+        costs.root_backward_post_s *= slowdown;
         char buf[64];
         std::snprintf(buf, sizeof(buf), "compute x%.3f: ", slowdown);
         notes.push_back(buf + slowdown_basis);
