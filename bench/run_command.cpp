@@ -152,7 +152,8 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
   for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
   // Per-unit compute times: the median over ranks of each rank's per-step medians.
   json units = json::object();
-  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s"}) {
+  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s", "root_forward_pre_s",
+                        "root_backward_post_s"}) {
     std::vector<double> v;
     for (const auto& r : per_rank) v.push_back(r["units"].value(k, 0.0));
     units[k] = reports::summarize(v).median;

@@ -170,24 +170,43 @@ UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& 
   UnitTimes t;
   t.window_s = double(w.end_ns - w.start_ns) / 1e9;
   std::map<int, double> fwd, bwd;
+  std::vector<Interval> passes[2], blocks[2];  // forward/backward ranges and their blocks' ranges
   for (const auto& a : activities) {
     if (a.kind != ActivityKind::kRange || a.start_ns < w.start_ns || a.start_ns > w.end_ns) continue;
     const Interval r{a.start_ns, std::min(a.end_ns, w.end_ns)};
     if (a.name == "forward") {
       t.forward_total_s += compute_in(r);
+      passes[0].push_back(r);
     } else if (a.name == "backward") {
       t.backward_total_s += compute_in(r);
+      passes[1].push_back(r);
     } else if (a.name == "optimizer_step") {
       t.optimizer_s += compute_in(r);
     } else {
-      for (const auto& [prefix, into] : {std::pair<std::string, std::map<int, double>*>{"forward unit", &fwd},
-                                         std::pair<std::string, std::map<int, double>*>{"backward unit", &bwd}}) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::string prefix = pass == 0 ? "forward unit" : "backward unit";
         if (a.name.rfind(prefix, 0) != 0) continue;
         const int u = std::atoi(a.name.c_str() + prefix.size());
-        if (u >= 1) (*into)[u] += compute_in(r);  // the root's ranges nest the blocks': taken as the rest
+        if (u < 1) continue;  // the root's ranges nest the blocks': taken as the rest
+        (pass == 0 ? fwd : bwd)[u] += compute_in(r);
+        blocks[pass].push_back(r);
       }
     }
   }
+  // Where the root's compute runs: before the first block range of each forward, after the
+  // last block range of each backward.
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& p : passes[pass]) {
+      int64_t first = p.second, last = p.first;
+      for (const auto& b : blocks[pass])
+        if (b.first >= p.first && b.first <= p.second) {
+          first = std::min(first, b.first);
+          last = std::max(last, b.second);
+        }
+      if (first > last) continue;  // no block ranges (ddp): nothing to split
+      if (pass == 0) t.root_forward_pre_s += compute_in({p.first, first});
+      else t.root_backward_post_s += compute_in({last, p.second});
+    }
   int units = 1;
   for (const auto* m : {&fwd, &bwd})
     if (!m->empty()) units = std::max(units, m->rbegin()->first + 1);
@@ -211,7 +230,8 @@ UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& 
 nlohmann::json unit_times_json(const UnitTimes& t) {
   return {{"forward_s", t.forward_s},       {"backward_s", t.backward_s}, {"forward_total_s", t.forward_total_s},
           {"backward_total_s", t.backward_total_s}, {"optimizer_s", t.optimizer_s}, {"window_s", t.window_s},
-          {"other_s", t.other_s}};
+          {"other_s", t.other_s}, {"root_forward_pre_s", t.root_forward_pre_s},
+          {"root_backward_post_s", t.root_backward_post_s}};
 }
 
 nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
@@ -264,6 +284,8 @@ nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const 
     units.optimizer_s = med_of([](const UnitTimes& u) { return u.optimizer_s; });
     units.window_s = med_of([](const UnitTimes& u) { return u.window_s; });
     units.other_s = med_of([](const UnitTimes& u) { return u.other_s; });
+    units.root_forward_pre_s = med_of([](const UnitTimes& u) { return u.root_forward_pre_s; });
+    units.root_backward_post_s = med_of([](const UnitTimes& u) { return u.root_backward_post_s; });
   }
   return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}, {"units", unit_times_json(units)}};
 }

@@ -68,10 +68,16 @@ std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, 
 // inside the range (runtime call -> kernel by correlation id). The root unit (embedding, final
 // norm, LM head: unit 0) is the rest of "forward"/"backward" once the blocks are taken out;
 // `other_s` is the step's compute outside those three ranges (loss bookkeeping, callbacks).
+// The root's compute is split where it runs: `root_forward_pre_s` is the part of forward_s[0]
+// before the first block's range (the embedding), `root_backward_post_s` the part of
+// backward_s[0] after the last block's range ends (the embedding's backward, the root's
+// post-backward); the rest runs after the blocks in forward (final norm, LM head, loss) and
+// before them in backward.
 struct UnitTimes {
   std::vector<double> forward_s, backward_s;  // [unit]; unit 0 = root
   double forward_total_s = 0, backward_total_s = 0, optimizer_s = 0, window_s = 0;
   double other_s = 0;  // compute in the step outside forward, backward and optimizer_step
+  double root_forward_pre_s = 0, root_backward_post_s = 0;
 };
 UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& window);
 nlohmann::json unit_times_json(const UnitTimes& t);

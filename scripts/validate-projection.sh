@@ -6,6 +6,13 @@
 # beside the measured throughput. Usage: scripts/validate-projection.sh OUT_DIR [REPS]
 # Env: MODELS (default "tiny small"), CELLS (default "fsdp:fp32 zero3:fp32 ddp:fp32": bf16 matmuls are
 # very slow on an AVX2-only CPU), STEPS (6), WARMUP (2), MICRO_MIN_TIME (0.2).
+# The W=2 and W=4 runs also write a trace (`--trace`), replayed through their own schedule
+# (`project --replay`, docs/projection.md §5a), and the error is split: schedule error =
+# (replayed - measured) / measured, cost error = (projected - replayed) / replayed, both on the
+# traced steps' medians. CONCURRENT_GEMM=1 also calibrates with `micro --concurrent-gemm` (each
+# rank's square GEMM running beside its collectives, as a training step's compute does) into
+# cal/cal_cg_wW.json, projects with it too (the compute slowdown still from cal_wW.json's GEMMs),
+# and prints that cost error beside the other.
 # Run it on a quiet machine: it measures time.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,25 +29,58 @@ micro_args=(--benchmark_filter='^(all_gather|reduce_scatter|all_reduce|broadcast
 mkdir -p "${out}"
 for rep in $(seq 1 "${reps}"); do
   d="${out}/rep${rep}"
-  mkdir -p "${d}/cal"
+  mkdir -p "${d}/cal" "${d}/traces"
   for w in 2 4; do
     [ -f "${d}/cal/micro_w${w}.json" ] || "${bin}" micro --nproc "${w}" --threads 1 --model small --micro-batch 2 \
       --seq-len 128 --max-bytes $((64 << 20)) --out "${d}/cal/micro_w${w}.json" --calibrate "${d}/cal/cal_w${w}.json" \
       "${micro_args[@]}" > "${d}/cal/micro_w${w}.log"
+    [ "${CONCURRENT_GEMM:-0}" = 1 ] && [ ! -f "${d}/cal/micro_cg_w${w}.json" ] && "${bin}" micro --nproc "${w}" --threads 1 \
+      --model small --micro-batch 2 --seq-len 128 --max-bytes $((64 << 20)) --concurrent-gemm --suite comm \
+      --out "${d}/cal/micro_cg_w${w}.json" --calibrate "${d}/cal/cal_cg_w${w}.json" "${micro_args[@]}" \
+      > "${d}/cal/micro_cg_w${w}.log"
   done
   for model in ${models}; do
     for cell in ${cells}; do
       backend="${cell%%:*}" precision="${cell##*:}"
       name="${model}_${backend}_${precision}"
       for w in 1 2 4; do
+        trace=()
+        [ "${w}" = 1 ] || trace=(--trace "${d}/traces/${name}_w${w}.trace.json")  # not beside the reports: `table` reads those
         [ -f "${d}/${name}_w${w}.json" ] || "${bin}" run --nproc "${w}" --model "${model}" --backend "${backend}" \
-          --precision "${precision}" "${common[@]}" --out "${d}/${name}_w${w}.json"
+          --precision "${precision}" "${common[@]}" "${trace[@]}" --out "${d}/${name}_w${w}.json"
       done
       for w in 2 4; do
         "${bin}" project "${d}/${name}_w1.json" --calibration "${d}/cal/cal_w${w}.json" --nproc "${w}" \
           --out "${d}/${name}_w${w}_projected.json" > /dev/null
+        if [ "${CONCURRENT_GEMM:-0}" = 1 ]; then  # collectives from cal_cg, the GEMM slowdown from cal
+          python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); \
+b['gemm_square_tflops']=a['gemm_square_tflops']; json.dump(b,open(sys.argv[3],'w'))" \
+            "${d}/cal/cal_w${w}.json" "${d}/cal/cal_cg_w${w}.json" "${d}/cal/cal_cg_gemm_w${w}.json"
+          "${bin}" project "${d}/${name}_w1.json" --calibration "${d}/cal/cal_cg_gemm_w${w}.json" --nproc "${w}" \
+            --out "${d}/${name}_w${w}_projected_cg.json" > /dev/null
+        fi
+        "${bin}" project "${d}/${name}_w${w}.json" --replay "${d}/traces/${name}_w${w}.trace.json" \
+          --out "${d}/${name}_w${w}.replay" > /dev/null
       done
     done
   done
   "${bin}" table "${d}"
+  # Schedule vs cost: medians over the traced steps of every rank.
+  python3 - "${d}" <<'EOF'
+import glob, json, os, statistics, sys
+print("| cell | W | measured s (traced) | replayed s | projected s | schedule error | cost error | total error | "
+      "projected s, concurrent-GEMM calibration | its cost error |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.replay"))):
+    rep = json.load(open(path))
+    cell = os.path.basename(path)[:-len(".replay")]
+    proj = json.load(open(os.path.join(sys.argv[1], cell + "_projected.json")))["projection"]["step_time_s"]
+    m = statistics.median(s["measured_s"] for s in rep["steps"])
+    r = statistics.median(s["replayed_s"] for s in rep["steps"])
+    cg = os.path.join(sys.argv[1], cell + "_projected_cg.json")
+    cg = json.load(open(cg))["projection"]["step_time_s"] if os.path.exists(cg) else None
+    cg_cols = f"{cg:.4f} | {100 * (cg / r - 1):+.1f}% |" if cg else "- | - |"
+    print(f"| {cell.rsplit('_w', 1)[0]} | {rep['world_size']} | {m:.4f} | {r:.4f} | {proj:.4f} | {100 * (r / m - 1):+.1f}% | "
+          f"{100 * (proj / r - 1):+.1f}% | {100 * (proj / m - 1):+.1f}% | {cg_cols}")
+EOF
 done

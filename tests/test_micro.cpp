@@ -140,6 +140,24 @@ TEST(MicroCli, FlagsThatWouldBreakLockstepOrOutputAreRefused) {
   }
 }
 
+TEST(MicroCli, ConcurrentGemmRunsTheSquareGemmBesideEveryCollectiveOnCpuOnly) {
+  const auto out = test_support::temp_path("micro_cg.json");
+  auto r = test_support::run_zerobench("micro --nproc 2 --quick --suite comm --threads 1 --concurrent-gemm "
+                                       "--max-bytes 4096 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int collectives = 0;
+  const auto j = read_json(out);
+  for (const auto& b : j["benchmarks"]) {
+    if (b.value("run_type", "") != "iteration") continue;
+    ++collectives;
+    EXPECT_GT(b.value("concurrent_gemm_runs", 0.0), 0.0) << b["name"];  // a GEMM was running beside it
+  }
+  EXPECT_GT(collectives, 0);
+  std::remove(out.c_str());
+  r = test_support::run_zerobench("micro --quick --device cuda --concurrent-gemm");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 TEST(RegressGoogleBenchmark, IdenticalPassesAPlantedTwentyPercentBusbwDropIsFlagged) {
   const auto base = gb_fixture(5, 1.0, 1);
   EXPECT_FALSE(reports::compare_benchmarks(base, base, {}).regression());

@@ -9,8 +9,13 @@
 //   busbw       algbw * factor, factor (W-1)/W all-gather/reduce-scatter, 2(W-1)/W all-reduce, 1 broadcast
 //   world_size  W
 // with t the mean per-op time (Google Benchmark's real_time: manual time, max over ranks).
+// With --concurrent-gemm (CPU) every rank runs its square GEMM on a thread of its own while its
+// collectives are timed (concurrent_gemm.hpp), counter concurrent_gemm_runs (GEMMs started).
 #include <benchmark/benchmark.h>
 
+#include <memory>
+
+#include "bench/micro/concurrent_gemm.hpp"
 #include "bench/micro/harness.hpp"
 
 namespace zb::bench::micro {
@@ -63,8 +68,11 @@ void register_collective_benchmarks(Harness& h, const SuiteOptions& o) {
         const std::string name = std::string(backends::common::collective_name(bench.kind)) + "/" + dtype_name(dtype) +
                                  "/W:" + std::to_string(w) + "/bytes:" + std::to_string(size);
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&h, bench, dtype, in_n, out_n, w](benchmark::State& state) {
+                                     [&h, bench, dtype, in_n, out_n, w, beside = o.concurrent_gemm](benchmark::State& state) {
                                        const auto opts = at::TensorOptions().dtype(dtype).device(h.device());
+                                       // The training step's compute beside the collective (fp32 probe).
+                                       std::unique_ptr<ConcurrentGemm> gemm;
+                                       if (beside) gemm = std::make_unique<ConcurrentGemm>(h.device(), at::kFloat);
                                        auto in = at::ones({in_n}, opts);
                                        auto out = bench.kind == CollectiveKind::kAllGather ||
                                                           bench.kind == CollectiveKind::kReduceScatter
@@ -77,6 +85,7 @@ void register_collective_benchmarks(Harness& h, const SuiteOptions& o) {
                                        state.counters["algbw"] = algbw;
                                        state.counters["busbw"] = algbw * backends::common::busbw_factor(bench.kind, w);
                                        state.counters["world_size"] = double(w);
+                                       if (gemm) state.counters["concurrent_gemm_runs"] = double(gemm->runs());
                                        state.SetLabel(dtype_name(dtype));
                                      })
             ->UseManualTime()

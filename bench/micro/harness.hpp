@@ -35,6 +35,7 @@ struct SuiteOptions {
   bool comm = true, compute = true;    // which families
   models::ModelConfig model;           // GEMM shapes and buffer sizes come from its units
   int64_t tokens = 0;                  // micro_batch x seq_len: the GEMMs' token dimension
+  bool concurrent_gemm = false;        // collectives timed beside a GEMM loop (concurrent_gemm.hpp)
 };
 
 // "fp32" | "bf16" | "fp16" (the names benchmark entries and calibration files use).

@@ -28,6 +28,7 @@ struct MicroOptions {
   double timeout_s = 0;
   std::vector<std::string> benchmark_args;  // the user's --benchmark_* flags, passed through
   bool min_bytes_given = false, max_bytes_given = false;
+  bool concurrent_gemm = false;       // CPU: time the collectives beside a GEMM loop on each rank
 };
 
 void add_micro_options(CLI::App& app, MicroOptions& o);

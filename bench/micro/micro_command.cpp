@@ -58,6 +58,9 @@ SuiteOptions suite_of(const MicroOptions& o) {
   if (o.suite != "all" && o.suite != "comm" && o.suite != "compute")
     throw UsageError("--suite '" + o.suite + "' must be all, comm or compute");
   s.comm = o.suite != "compute";
+  s.concurrent_gemm = o.concurrent_gemm;
+  if (o.concurrent_gemm && o.device != "cpu")
+    throw UsageError("--concurrent-gemm is for CPU collectives (Gloo); --device is " + o.device);
   s.compute = o.suite != "comm";
   s.model = o.model.model_config();
   s.tokens = o.model.train.micro_batch * o.model.train.seq_len;
@@ -160,6 +163,9 @@ void add_micro_options(CLI::App& app, MicroOptions& o) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--seq-len", o.model.train.seq_len, "GEMM shapes: tokens per sample")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--concurrent-gemm", o.concurrent_gemm,
+               "CPU: time each collective while the rank runs its square GEMM on a thread of its own (a training "
+               "step's compute beside its collectives); counter concurrent_gemm_runs");
   app.add_option("--timeout", o.timeout_s, "stop all ranks after this many seconds (0 = no limit)")
       ->check(CLI::NonNegativeNumber);
   app.allow_extras();  // --benchmark_* flags pass through to Google Benchmark

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <map>
 
+#include "bench/projection/replay.hpp"
 #include "reports/metrics.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
@@ -20,21 +22,6 @@ namespace zb::bench::projection {
 namespace {
 using json = nlohmann::json;
 using backends::common::CollectiveKind;
-
-models::ModelConfig model_of(const json& m) {
-  models::ModelConfig c;
-  c.preset = m.value("preset", "custom");
-  c.layers = m.value("layers", int64_t(0));
-  c.hidden = m.value("hidden", int64_t(0));
-  c.heads = m.value("heads", int64_t(0));
-  c.kv_heads = m.value("kv_heads", int64_t(0));
-  c.ffn = m.value("ffn", int64_t(0));
-  c.vocab = m.value("vocab", int64_t(0));
-  c.rope_theta = m.value("rope_theta", 10000.0);
-  c.norm_eps = m.value("norm_eps", 1e-5);
-  c.validate();
-  return c;
-}
 
 json dist(double v) {
   return {{"median", v}, {"p10", v}, {"p90", v}, {"min", v}, {"max", v}, {"mean", v}, {"n", 0}};
@@ -125,7 +112,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     options.erase("sharding_strategy_requested");
     options.erase("sharding_strategy_note");
   }
-  const auto model_m = model_of(cfg_j["model"]);
+  const auto model_m = schedule_input_of_report(r).model;
   backends::TrainConfig train;
   const auto& tj = cfg_j["train"];
   train.micro_batch = tj.value("micro_batch", int64_t(1));
@@ -188,6 +175,9 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.backward_s = bwd;
     costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
     costs.other_s = units.value("other_s", 0.0);
+    // Where the root's compute ran (§3): the embedding before block 1, its gradient after block 1.
+    costs.root_forward_pre_s = units.value("root_forward_pre_s", 0.0) / double(accum_m);
+    costs.root_backward_post_s = units.value("root_backward_post_s", 0.0) / double(accum_m);
     // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
     // when both measurements exist): the suite's own measurement — the square GEMM the report's
     // rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same
@@ -228,6 +218,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
         for (auto& v : costs.backward_s) v *= slowdown;
         costs.optimizer_s *= slowdown;
         costs.other_s *= slowdown;
+        costs.root_forward_pre_s *= slowdown;
+        costs.root_backward_post_s *= slowdown;
         char buf[64];
         std::snprintf(buf, sizeof(buf), "compute x%.3f: ", slowdown);
         notes.push_back(buf + slowdown_basis);
@@ -394,9 +386,13 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
 void add_project_options(CLI::App& app, ProjectOptions& o) {
   app.add_option("report", o.report, "a measured report (run with --profile for per-unit times)")->required();
   app.add_option("--calibration", o.calibration,
-                 "a `zerobench micro` JSON, a calibration JSON (micro --calibrate), or a preset: a100-nvlink, h100-sxm")
-      ->required();
-  app.add_option("--nproc", o.world, "ranks to project to (all nodes)")->required()->check(CLI::Range(1, 1 << 20));
+                 "a `zerobench micro` JSON, a calibration JSON (micro --calibrate), or a preset: a100-nvlink, h100-sxm "
+                 "(required unless --replay)");
+  app.add_option("--nproc", o.world, "ranks to project to, all nodes (required unless --replay)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--replay", o.replay,
+                 "instead of projecting: replay the report's own `run --trace` FILE (its measured per-op durations) "
+                 "through the schedule at the run's W and print replayed vs measured step time per rank and step");
   app.add_option("--nodes", o.nodes, "nodes the ranks are spread over (presets: inter-node links)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -423,7 +419,51 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
       ->capture_default_str();
 }
 
+namespace {
+// `project REPORT --replay TRACE`: the schedule checked against the run's own durations.
+json read_json(const std::string& path, const std::string& what) {
+  std::ifstream f(path);
+  if (!f) throw UsageError("project: " + what + " " + path + ": cannot open");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    throw UsageError("project: " + what + " " + path + ": not JSON (" + e.what() + ")");
+  }
+}
+
+// The report may be trimmed to what the replay reads (run_id, env, config: tests/data/replay/).
+int replay_command(const ProjectOptions& o) {
+  const auto report = read_json(o.report, "report");
+  if (!report.is_object() || !report.contains("config") || !report.contains("env"))
+    throw UsageError("project: report " + o.report + " has no config/env (a `zerobench run` report)");
+  const auto trace = read_json(o.replay, "--replay");
+  json out;
+  try {
+    out = replay(report, trace);
+  } catch (const json::exception& e) {
+    throw UsageError("project: --replay: the report or trace lacks a field the replay reads (" + std::string(e.what()) + ")");
+  }
+  std::printf("| backend | W | rank | step | measured s | replayed s | error | replayed comm s | exposed comm s |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& s : out["steps"])
+    std::printf("| %s | %d | %d | %lld | %.4f | %.4f | %+.1f%% | %.4f | %.4f |\n", out["backend"].get<std::string>().c_str(),
+                out["world_size"].get<int>(), s["rank"].get<int>(), (long long)s["step"].get<int64_t>(),
+                s["measured_s"].get<double>(), s["replayed_s"].get<double>(), 100 * s["error"].get<double>(),
+                s["replayed_comm_s"].get<double>(), s["replayed_exposed_comm_s"].get<double>());
+  std::printf("median error %+.2f%%, largest |error| %.2f%%\n", 100 * out["median_error"].get<double>(),
+              100 * out["max_abs_error"].get<double>());
+  if (!o.out.empty()) {
+    reports::write_json_atomic(o.out, out);
+    std::printf("replay: %s\n", o.out.c_str());
+  }
+  return kExitOk;
+}
+}  // namespace
+
 int project_command(const ProjectOptions& o) {
+  if (!o.replay.empty()) return replay_command(o);
+  if (o.calibration.empty()) throw UsageError("project: --calibration is required (or --replay TRACE)");
+  if (o.world < 1) throw UsageError("project: --nproc is required (or --replay TRACE)");
   const auto report = reports::read_report(o.report);
   const auto cal = Calibration::load(o.calibration);
   const auto out = project(report, cal, o);

@@ -27,6 +27,7 @@ struct ProjectOptions {
   double peak_tflops = 0;    // 0: the preset's, else the calibration's measured GEMM, else the report's
   bool timeline = false;     // include every simulated span in the output
   std::string cpu_contention = "auto";  // auto | cores | gemm (docs/projection.md)
+  std::string replay;        // a `run --trace` file of the report's run: replay it (replay.hpp) instead
 };
 
 void add_project_options(CLI::App& app, ProjectOptions& o);

@@ -110,6 +110,7 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
     // Forward: the root's all-gather, then each block (unit_weights / after_unit_forward).
     unshard(0);
     if (forward_prefetch && L >= 1) issue_unshard(1);
+    last_compute = p.compute("F0", in.costs.root_forward().first);  // the embedding, before block 1's pre-forward
     for (int u = 1; u <= L; ++u) {
       unshard(u);
       if (forward_prefetch && u + 1 <= L) issue_unshard(u + 1);
@@ -119,7 +120,7 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
         needs_pre_backward[size_t(u)] = true;
       }
     }
-    last_compute = p.compute("F0", share_at(in.costs.forward_s, 0));  // embedding + final norm + LM head
+    last_compute = p.compute("F0", in.costs.root_forward().second);  // final norm + LM head + loss
     // Backward: the root's pre-backward (prefetch of the last block), its LM-head backward,
     // then each block from the last.
     auto post_backward = [&](int u) {  // post_backward: reshard, prefetch, reduce, finish the previous
@@ -143,7 +144,7 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
       }
     };
     if (prefetch == "BACKWARD_PRE") prefetch_backward(0);
-    last_compute = p.compute("B0", share_at(in.costs.backward_s, 0));
+    last_compute = p.compute("B0", in.costs.root_backward().first);  // loss, LM head, final norm
     for (int u = L; u >= 1; --u) {
       if (needs_pre_backward[size_t(u)]) unshard(u);  // pre_backward
       needs_pre_backward[size_t(u)] = false;
@@ -151,6 +152,7 @@ Program fsdp_program(const ScheduleInput& in, const Calibration& cal) {
       last_compute = p.compute("B" + std::to_string(u), share_at(in.costs.backward_s, size_t(u)));
       post_backward(u);
     }
+    last_compute = p.compute("B0", in.costs.root_backward().second);  // the embedding's gradient: the root's last
     post_backward(0);
     // post_backward_final: every reduce-scatter is waited for before the optimizer or the next
     // micro-batch (CUDA: the compute stream waits for the post-backward stream).
@@ -179,6 +181,7 @@ class Zero3Builder {
     reuse_distance_ = o.value("stage3_max_reuse_distance", int64_t(1000000000));
     reduce_bucket_ = o.value("reduce_bucket_size", int64_t(500000000));
     overlap_comm_ = o.value("overlap_comm", true);
+    contiguous_ = o.value("contiguous_gradients", true);
     sub_groups_ = o.value("sub_groups", int64_t(1));  // the engine's resolved option
     const int64_t persistence = o.value("stage3_param_persistence_threshold", int64_t(100000));
     model_ = dt_option(o, "model_dtype", compute_dt(in.precision));
@@ -344,18 +347,26 @@ class Zero3Builder {
   void finish_reductions(bool host) {
     for (int r : inflight_reductions_) host ? prog_.host_wait(r) : prog_.wait(r);
     inflight_reductions_.clear();
+    ipg_in_use_ = false;
   }
 
   void flush_bucket() {  // __reduce_and_partition_ipg_grads
     if (bucket_.empty()) return;
+    // CPU: the engine's query() of its param_reduce_events runs the reduce-and-partition
+    // stream's deferred partition_grads (Streams::query drains it), so the host finishes every
+    // earlier bucket before it issues this one (CUDA: query does not block).
+    if (cpu_) finish_reductions(false);
     int64_t total = 0;
     for (int id : bucket_) total += params_[size_t(id)].part;
     const int64_t bytes = int64_t(W_) * total * comm_.bytes;  // input [W, sum P_i]
     const int rs = prog_.issue(CollectiveKind::kReduceScatter, "bucket", bytes,
                                cal_.collective_s(CollectiveKind::kReduceScatter, comm_.name, bytes, W_, in_.nodes), true);
+    // One gradient that went into the IPG buffer and divides by W is reduce-scattered in place
+    // on that buffer (the engine's in_place_on_ipg).
+    const auto& first = params_[size_t(bucket_.front())];
+    ipg_in_use_ = contiguous_ && bucket_.size() == 1 && first.numel % W_ == 0 && first.numel <= reduce_bucket_;
     bucket_.clear();
     bucket_numel_ = 0;
-    if (cpu_) finish_reductions(false);  // the engine finishes the previous bucket here
     inflight_reductions_.push_back(rs);
     if (!overlap_comm_) finish_reductions(false);
   }
@@ -364,6 +375,9 @@ class Zero3Builder {
     if (id == first_[0]) fetch(id);
     const auto& p = params_[size_t(id)];
     if (bucket_numel_ > 0 && bucket_numel_ + p.numel > reduce_bucket_) flush_bucket();
+    // add_grad_to_bucket (CPU): copying into the IPG buffer while an in-place reduce-scatter
+    // may still read it waits for that reduce-scatter (the engine drains its stream).
+    if (cpu_ && ipg_in_use_ && contiguous_ && bucket_numel_ + p.numel <= reduce_bucket_) finish_reductions(false);
     bucket_.push_back(id);
     bucket_numel_ += p.numel;
     release_if_allowed(id);
@@ -382,6 +396,7 @@ class Zero3Builder {
       held_.push_back(first_[size_t(u)] + i);
     };
     module(0, 0);
+    prog_.compute("F0", in_.costs.root_forward().first);  // the embedding
     for (int u = 1; u < units(); ++u) {
       if (in_.train.activation_checkpointing) {  // unit_weights: the whole block fetched at once
         release_held();
@@ -402,14 +417,14 @@ class Zero3Builder {
     }
     module(0, 1);
     module(0, 2);
-    prog_.compute("F0", share_at(in_.costs.forward_s, 0));
+    prog_.compute("F0", in_.costs.root_forward().second);
     release_held();
     // Backward: pre_backward(root), the LM head's and final norm's gradients, then each block
     // module by module in reverse execution order (_pre_backward_module_hook: fetch_sub_module
     // when the module's output gradient arrives, then its weight's gradient).
     fetch(first_[0] + 2);
     fetch(first_[0] + 1);
-    prog_.compute("B0", share_at(in_.costs.backward_s, 0));
+    prog_.compute("B0", in_.costs.root_backward().first);
     post_backward(first_[0] + 2);
     post_backward(first_[0] + 1);
     for (int u = units() - 1; u >= 1; --u) {
@@ -425,6 +440,7 @@ class Zero3Builder {
         post_backward(first_[size_t(u)] + i);
       }
     }
+    prog_.compute("B0", in_.costs.root_backward().second);  // the embedding's gradient
     post_backward(first_[0]);
     // end_of_backward: the last bucket; every reduction finished (CUDA: the host synchronizes
     // the reduce-and-partition stream, independent_gradient_partition_epilogue); release all.
@@ -455,7 +471,7 @@ class Zero3Builder {
   const Calibration& cal_;
   int W_;
   int64_t prefetch_bucket_, max_live_, reuse_distance_, reduce_bucket_;
-  bool overlap_comm_ = true, cpu_ = true;
+  bool overlap_comm_ = true, contiguous_ = true, cpu_ = true, ipg_in_use_ = false;
   int64_t sub_groups_ = 1;
   Dt model_, comm_;
   std::vector<Param> params_;
@@ -533,13 +549,14 @@ Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
     // Forward: the root's pre-forward, then each block's (unshard + wait), compute, reshard.
     unshard(0);
     wait_for_unshard(0);
+    p.compute("F0", in.costs.root_forward().first);  // the embedding
     for (int g = 1; g <= L; ++g) {
       unshard(g);
       wait_for_unshard(g);
       p.compute("F" + std::to_string(g), share_at(in.costs.forward_s, size_t(g)));
       if (reshard_blocks) unsharded[size_t(g)] = false;  // post_forward: reshard
     }
-    p.compute("F0", share_at(in.costs.forward_s, 0));  // the root keeps its parameters (False)
+    p.compute("F0", in.costs.root_forward().second);  // the root keeps its parameters (False)
     // Backward: the root's pre-backward prefetches the last block (_backward_prefetch in reverse
     // post-forward order), each block's pre-backward waits its gather and prefetches the one before.
     auto post_backward = [&](int g) {  // post_backward: reshard; reduce unless no_sync
@@ -556,7 +573,7 @@ Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
                                    true));
     };
     if (L >= 1) unshard(L);
-    p.compute("B0", share_at(in.costs.backward_s, 0));
+    p.compute("B0", in.costs.root_backward().first);
     for (int g = L; g >= 1; --g) {
       unshard(g);
       wait_for_unshard(g);
@@ -564,6 +581,7 @@ Program fsdp2_program(const ScheduleInput& in, const Calibration& cal) {
       p.compute("B" + std::to_string(g), share_at(in.costs.backward_s, size_t(g)));
       post_backward(g);
     }
+    p.compute("B0", in.costs.root_backward().second);  // the embedding's gradient
     post_backward(0);  // the root at the final callback (its input needs no gradient)
     for (int r : reductions) p.wait(r);  // finalize_backward
   }
@@ -610,6 +628,16 @@ Program ddp_program(const ScheduleInput& in, const Calibration& cal) {
   return p;
 }
 }  // namespace
+
+std::pair<double, double> UnitCosts::root_forward() const {
+  const double all = share_at(forward_s, 0), pre = std::clamp(root_forward_pre_s, 0.0, all);
+  return {pre, all - pre};
+}
+
+std::pair<double, double> UnitCosts::root_backward() const {
+  const double all = share_at(backward_s, 0), post = std::clamp(root_backward_post_s, 0.0, all);
+  return {all - post, post};
+}
 
 bool projection_supports(const std::string& backend) {
   return backend == "fsdp" || backend == "fsdp2" || backend == "zero3" || backend == "ddp";

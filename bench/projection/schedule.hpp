@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/engine.hpp"
@@ -32,6 +33,13 @@ struct UnitCosts {
   std::vector<double> forward_s, backward_s;
   double optimizer_s = 0;  // per optimizer step, on this world size's shard
   double other_s = 0;      // per step: compute outside forward, backward and the optimizer
+  // Where the root's compute runs (profiler/analysis.hpp unit_times): this much of forward_s[0]
+  // before the first block (the embedding), of backward_s[0] after the last block's backward
+  // (the embedding's gradient); the rest after the blocks in forward, before them in backward.
+  double root_forward_pre_s = 0, root_backward_post_s = 0;
+  // The split of forward_s[0] / backward_s[0] into {before the blocks, after the blocks}.
+  std::pair<double, double> root_forward() const;
+  std::pair<double, double> root_backward() const;
 };
 
 struct ScheduleInput {

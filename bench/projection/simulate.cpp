@@ -51,6 +51,19 @@ void Program::host_sync(int compute_action) {
   actions_.push_back(a);
 }
 
+void Program::set_duration(int action, double seconds) {
+  auto& a = actions_.at(size_t(action));
+  if (a.kind != Action::kCompute && a.kind != Action::kIssue)
+    throw std::logic_error("projection: only compute and issue actions have a duration");
+  a.duration_s = std::max(0.0, seconds);
+}
+
+void Program::set_issue_host_s(int action, double seconds) {
+  auto& a = actions_.at(size_t(action));
+  if (a.kind != Action::kIssue) throw std::logic_error("projection: only an issue action has a call time");
+  a.host_s = std::max(0.0, seconds);
+}
+
 namespace {
 using Iv = std::pair<double, double>;
 std::vector<Iv> merged(std::vector<Iv> v) {
@@ -111,6 +124,13 @@ Timeline simulate(const Program& p, ExecModel model) {
         break;
       }
       case Action::kIssue: {
+        if (a.host_s > 0) {  // the call keeps the host busy; the collective is queued at its end
+          if (cpu) {
+            t.spans.push_back({"issue " + a.name, false, host, host + a.host_s});
+            compute_iv.push_back({host, host + a.host_s});
+          }
+          host += a.host_s;
+        }
         const double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
         const double start = std::max(comm_free, ready);
         const double end = start + a.duration_s;

@@ -31,6 +31,9 @@ struct Action {
   bool after_compute = false;  // issue: waits for the compute stream first (kAsyncDevice)
   backends::common::CollectiveKind coll = backends::common::CollectiveKind::kAllGather;
   int64_t bytes = 0;       // issue: nccl-tests size
+  // issue: how long the call itself keeps the host before the collective is queued (Gloo's
+  // reduce-scatter clones its input on the calling thread); 0 unless the replay measured it.
+  double host_s = 0;
 };
 
 class Program {
@@ -42,6 +45,10 @@ class Program {
   void wait(int collective);       // compute waits for it (CPU: the host blocks)
   void host_wait(int collective);  // the host blocks until it is done
   void host_sync(int compute_action);  // the host blocks until that compute has run
+  // Replaces a compute or issue action's duration (the replay puts a trace's own times in).
+  void set_duration(int action, double seconds);
+  // An issue action's call time on the host (Action::host_s).
+  void set_issue_host_s(int action, double seconds);
   const std::vector<Action>& actions() const { return actions_; }
   int collectives() const { return collectives_; }
 
