@@ -1,7 +1,7 @@
 """common.py — what every crossval reference runner shares: the work directory zerobench wrote
 (spec.json, weights/ as an HF Llama safetensors checkpoint, batches.safetensors), the device and
 process-group backend crossval gives (--device cpu: Gloo; --device cuda: NCCL, one GPU per rank,
-torch.cuda.set_device(LOCAL_RANK) as accelerate's PartialState does), the lr schedule, the
+torch.cuda.set_device(LOCAL_RANK) as accelerate's PartialState.set_device does, state.py), the lr schedule, the
 training loop with zerobench's step boundaries, per-step collective counts, memory and timing,
 and writing one JSON per rank.
 

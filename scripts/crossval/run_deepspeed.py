@@ -17,7 +17,7 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     engine.py _configure_optimizer takes the client optimizer as the basic optimizer, FusedAdam
     is only imported; stage3.py / partition_parameters.py load QuantizerBuilder only for
     quantized weights/gradients (zero_quantized_*), swap_tensor/ AsyncIOBuilder only for NVMe
-    offload, utils/pin_memory.py PinMemoryBuilder only for pinned offload). forbid_op_builds()
+    offload, utils/pin_memory.py PinMemoryBuilder only with DS_PIN_MEMORY_BACKEND=native). forbid_op_builds()
     turns any JIT build (OpBuilder.jit_load, torch.utils.cpp_extension.load/load_inline) into
     one clear error naming the op, instead of a compile;
   - the model is built under deepspeed.zero.Init(config_dict_or_path=the JSON), so parameters

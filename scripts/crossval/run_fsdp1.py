@@ -16,14 +16,13 @@ Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's se
          precision had also been activated ..."
   low    bf16 model, no MixedPrecision (accelerate with mixed_precision "no")
 Wrapping: transformer_auto_wrap_policy on the decoder block (accelerate's
-TRANSFORMER_BASED_WRAP), device_id=the rank's device (accelerate passes
-torch.device(<accelerator>, local_process_index): utils/dataclasses.py
-FullyShardedDataParallelPlugin / accelerator.py prepare_model; the model is built and loaded on the
-CPU and FSDP moves it there), use_orig_params=True (accelerate's default,
+TRANSFORMER_BASED_WRAP), device_id=the rank's device (accelerate 1.15 accelerator.py
+prepare_model passes "device_id": self.device; the model is built and loaded on the CPU and FSDP
+moves it there), use_orig_params=True (accelerate's default,
 FullyShardedDataParallelPlugin.use_orig_params; zerobench's fsdp engine takes its norm over the
 original parameters' gradient views), the resolved sharding strategy, backward/forward
-prefetch, limit_all_gathers and, on CUDA, sync_module_states as resolved (FSDP1 refuses it for
-CPU parameters: off on CPU).
+prefetch, limit_all_gathers and, on CUDA, sync_module_states as zerobench resolved it (FSDP1
+refuses it for CPU parameters: off on CPU; its broadcast is setup traffic, not compared).
 Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync()
 (every micro-batch synced with sync_each_batch), loss / gradient_accumulation_steps before
 backward; clipping through the root's clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1);
