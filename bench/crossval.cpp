@@ -14,6 +14,7 @@
 
 #include "backends/engine.hpp"
 #include "bench/crossval_compare.hpp"
+#include "bench/crossval_device.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/checkpoint/safetensors.hpp"
 #include "models/data.hpp"
@@ -21,6 +22,7 @@
 #include "reports/crossval_table.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
+#include "runtime/device.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/subprocess.hpp"
 
@@ -341,8 +343,14 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   if (o.python.empty()) o.python = default_python();
   if (r.emulate_world_size > 0) throw UsageError("crossval runs real ranks on both sides: --emulate-world-size is not supported");
   if (r.profile || !r.trace.empty()) throw UsageError("crossval does not profile: drop --profile/--trace");
-  if (r.device != "cpu") throw UsageError("crossval --device " + r.device + ": only cpu (Gloo) is supported so far");
   if (!r.fault_inject.empty()) throw UsageError("crossval does not take --fault-inject");
+  if (o.logits && r.device != "cpu") throw UsageError("crossval --logits --device " + r.device + ": the logits check runs on cpu only");
+  // Both sides on one device kind (zerobench's --device is forwarded; the runners get --device
+  // and the backend that goes with it), refused here before anything is written or started.
+  const bool wants_cuda = r.device == "cuda";
+  const CrossvalDevice dev = resolve_crossval_device(
+      r.device, o.logits ? 1 : r.world_size_hint(), runtime::cuda_built(),
+      wants_cuda && runtime::cuda_available() ? runtime::device_count(at::Device(at::kCUDA, 0)) : 0);
 
   const std::string out = r.out.empty() ? "out/crossval-" + r.backend + "-" + r.model + ".json" : r.out;
   const std::string work = o.work_dir.empty() ? strip_json_suffix(out) + ".work" : o.work_dir;
@@ -439,9 +447,10 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
       zb_argv.insert(zb_argv.end(), {"--plant-lr-scale", s.str()});
       notes.push_back("planted difference: zerobench's lr x " + s.str() + " (--plant-lr-scale)");
     }
-    const auto zb = run_side(zb_argv, timeout_s, "zerobench " + r.backend + " " + precision + " on " + std::to_string(world) + " ranks");
+    const std::string where = " on " + std::to_string(world) + " ranks (" + dev.kind + ", " + dev.dist_backend + ")";
+    const auto zb = run_side(zb_argv, timeout_s, "zerobench " + r.backend + " " + precision + where);
     const std::vector<std::string> py_argv = {"/usr/bin/env",
-                                              "DS_ACCELERATOR=cpu",
+                                              "DS_ACCELERATOR=" + dev.ds_accelerator,
                                               "OMP_NUM_THREADS=" + std::to_string(threads),
                                               "PYTHONUNBUFFERED=1",
                                               o.python,
@@ -452,18 +461,22 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                                               std::to_string(world),
                                               script,
                                               "--work",
-                                              dir};
-    const auto up = run_side(py_argv, timeout_s,
-                             std::string(ref->framework) + " " + precision + " on " + std::to_string(world) + " ranks",
-                             dir + "/upstream.log");
+                                              dir,
+                                              "--device",
+                                              dev.kind};
+    const auto up = run_side(py_argv, timeout_s, std::string(ref->framework) + " " + precision + where, dir + "/upstream.log");
 
     json section;
     if (zb.ok && up.ok) {
       std::vector<json> ranks;
       for (int k = 0; k < world; ++k) ranks.push_back(json::parse(read_text(dir + "/upstream/rank" + std::to_string(k) + ".json")));
-      CrossvalContext ctx{r.backend, world, spec};
+      CrossvalContext ctx{r.backend, world, spec, dev.kind};
       section = compare_mode(ctx, reports::read_report(dir + "/zerobench.json"), ranks);
       upstream_id = ranks.front()["upstream"];
+      for (const auto& why : upstream_device_mismatches(dev, ranks)) {  // a reference that ran elsewhere
+        section["verdict"]["agree"] = false;
+        section["verdict"]["reasons"].push_back(why);
+      }
     } else {
       section = {{"precision", precision},
                  {"status", {{"zerobench", zb.ok ? "ok" : "failed: " + zb.error},
@@ -489,6 +502,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
               {"backend", r.backend},
               {"upstream", upstream_id},
               {"world_size", world},
+              {"device", {{"kind", dev.kind}, {"dist_backend", dev.dist_backend}}},
               {"model", {{"preset", cfg.preset}, {"layers", cfg.layers}, {"hidden", cfg.hidden}, {"heads", cfg.heads},
                          {"kv_heads", cfg.kv_heads}, {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
               {"train", train_json(r.engine_spec().train)},

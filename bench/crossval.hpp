@@ -4,7 +4,8 @@
 // Owns: the work directory (weights as an HF Llama safetensors checkpoint, the token batches,
 // spec.json, the DeepSpeed JSON both sides read), running both sides as child processes
 // (`zerobench run` through the built-in launcher; `python -m torch.distributed.run` with
-// scripts/crossval/run_<framework>.py), and the crossval document (JSON + Markdown + HTML).
+// scripts/crossval/run_<framework>.py --device cpu|cuda: Gloo or NCCL, crossval_device.hpp), and
+// the crossval document (JSON + Markdown + HTML).
 // Must not: compare (crossval_compare.hpp) or train in-process.
 #pragma once
 #include <CLI/CLI.hpp>

@@ -20,15 +20,19 @@ struct CrossvalContext {
   std::string backend;    // zerobench's backend name
   int world_size = 1;
   backends::EngineSpec spec;  // resolved: model, train, precision, backend options (unplanted)
+  std::string device = "cpu";  // where both sides ran: "cpu" (Gloo) | "cuda" (NCCL)
 };
 
-// Relative tolerances for loss and grad norm per step (docs/crossval.md derives them).
+// Relative tolerances for loss and grad norm per step (docs/crossval.md derives them, per device:
+// measured on cpu; on cuda the same bounds, not yet measured on a GPU — measured_on_device false).
 struct Tolerance {
   double loss_rel = 1e-5;
   double grad_norm_rel = 1e-5;
   std::string basis;
+  bool measured_on_device = true;
 };
-Tolerance tolerance_for(const std::string& backend, const std::string& precision, int64_t steps);
+Tolerance tolerance_for(const std::string& backend, const std::string& precision, int64_t steps,
+                        const std::string& device = "cpu");
 
 // One mode: `report` is zerobench's run report; `upstream` the reference's rank<r>.json files
 // in rank order. Returns the mode's section of the crossval document (SCHEMA in

@@ -2,16 +2,27 @@
 // against the C++ model's; every mode docs/crossval.md calls bitwise, one invocation per
 // framework (W=2, tiny, 2 steps x 2 micro-batches: PyTorch FSDP1 through an accelerate config,
 // FSDP2, DeepSpeed ZeRO-3), asserting the bitwise modes are bitwise; a planted 1% lr difference
-// that must be reported as a disagreement, its reason printed; and bad input. The comparison's
-// own gates (NaN, missing ranks, one-sided categories, every rank's collectives) are unit-tested
-// on synthetic results in test_crossval_compare.cpp.
+// that must be reported as a disagreement, its reason printed; and bad input. The device
+// plumbing (cpu + Gloo, cuda + NCCL): what a CPU can check — the device resolved and refused up
+// front (more ranks than GPUs, no GPU), the runners' --device and their clean refusals, every
+// reference rank reporting the device it ran on, DeepSpeed never compiling an op — and, on a
+// GPU (tests/gpu_required.hpp: skipped without one, a failure under ZEROBENCH_REQUIRE_GPU=1),
+// crossval --device cuda at W=1 against each framework. The comparison's own gates (NaN,
+// missing ranks, one-sided categories, every rank's collectives) are unit-tested on synthetic
+// results in test_crossval_compare.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
-
+#include <iostream>
 #include <set>
+#include <sstream>
 
 #include "bench/crossval.hpp"
+#include "bench/crossval_compare.hpp"
+#include "bench/crossval_device.hpp"
+#include "runtime/errors.hpp"
+#include "tests/gpu_required.hpp"
 #include "tests/run_binary.hpp"
 
 using json = nlohmann::json;
@@ -175,4 +186,177 @@ TEST(Crossval, BadInputExitsTwoWithOneClearLine) {
   r = run_zerobench("crossval --table /nonexistent/dir");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("'/nonexistent/dir' is not a directory"), std::string::npos) << r.output;
+}
+
+// ---- the device: cpu + Gloo, cuda + NCCL ----
+
+namespace {
+// The message of the UsageError `f` throws ("" when it throws none).
+template <class F>
+std::string usage_error_of(F f) {
+  try {
+    f();
+  } catch (const zb::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int visible_gpus() {
+  return zb::runtime::cuda_available() ? zb::runtime::device_count(at::Device(at::kCUDA, 0)) : 0;
+}
+
+std::vector<std::string> non_empty_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+TEST(CrossvalDevice, CpuIsGlooCudaIsNcclAndRanksBeyondTheGpusAreRefused) {
+  using zb::bench::resolve_crossval_device;
+  const auto cpu = resolve_crossval_device("cpu", 4, false, 0);
+  EXPECT_EQ(cpu.kind, "cpu");
+  EXPECT_EQ(cpu.dist_backend, "gloo");
+  EXPECT_EQ(cpu.ds_accelerator, "cpu");
+  const auto cuda = resolve_crossval_device("cuda", 1, true, 1);
+  EXPECT_EQ(cuda.dist_backend, "nccl");
+  EXPECT_EQ(cuda.ds_accelerator, "cuda");
+  EXPECT_EQ(resolve_crossval_device("cuda", 8, true, 8).kind, "cuda");
+  // Planted: two ranks on one GPU (NCCL's "Duplicate GPU detected").
+  auto why = usage_error_of([] { resolve_crossval_device("cuda", 2, true, 1); });
+  EXPECT_NE(why.find("--nproc 2: 2 ranks but 1 visible GPU(s), and NCCL cannot run two ranks on one GPU"),
+            std::string::npos)
+      << why;
+  why = usage_error_of([] { resolve_crossval_device("cuda", 1, true, 0); });
+  EXPECT_NE(why.find("no CUDA device is visible"), std::string::npos) << why;
+  why = usage_error_of([] { resolve_crossval_device("cuda", 1, false, 0); });
+  EXPECT_NE(why.find("no CUDA path"), std::string::npos) << why;
+  why = usage_error_of([] { resolve_crossval_device("tpu", 1, true, 1); });
+  EXPECT_NE(why.find("'tpu'"), std::string::npos) << why;
+}
+
+TEST(CrossvalDevice, EveryReferenceRankMustReportTheDeviceItWasGiven) {
+  const zb::bench::CrossvalDevice cuda{"cuda", "nccl", "cuda"};
+  const json ok = {{"device", {{"kind", "cuda"}, {"backend", "nccl"}, {"index", 0}}}};
+  EXPECT_TRUE(zb::bench::upstream_device_mismatches(cuda, {ok, ok}).empty());
+  // Planted: rank 1 ran on the CPU with Gloo; rank 0 does not say.
+  const json cpu = {{"device", {{"kind", "cpu"}, {"backend", "gloo"}}}};
+  const auto why = zb::bench::upstream_device_mismatches(cuda, {json::object(), cpu});
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_EQ(why[0], "upstream rank 0 ran on '?' with '?', asked for 'cuda' with 'nccl'");
+  EXPECT_EQ(why[1], "upstream rank 1 ran on 'cpu' with 'gloo', asked for 'cuda' with 'nccl'");
+}
+
+TEST(CrossvalDevice, CudaTolerancesAreExplicitAndMarkedUnmeasured) {
+  for (const std::string p : {"fp32", "mixed", "low", "bf16"}) {
+    const auto cpu = zb::bench::tolerance_for("fsdp", p, 5, "cpu");
+    const auto cuda = zb::bench::tolerance_for("fsdp", p, 5, "cuda");
+    EXPECT_TRUE(cpu.measured_on_device) << p;
+    EXPECT_FALSE(cuda.measured_on_device) << p;
+    EXPECT_EQ(cuda.loss_rel, cpu.loss_rel) << p;  // the cpu bounds until a GPU run measures its own
+    EXPECT_EQ(cuda.grad_norm_rel, cpu.grad_norm_rel) << p;
+    EXPECT_NE(cuda.basis.find("not yet measured on a GPU"), std::string::npos) << cuda.basis;
+  }
+}
+
+// Refused before anything is written or started: without a GPU, --device cuda; with one, more
+// ranks than GPUs. --logits compares on the CPU only.
+TEST(CrossvalDevice, CrossvalRefusesCudaItCannotRunUpFront) {
+  const auto out = temp_path("cuda_refused.json");
+  std::remove(out.c_str());
+  const int gpus = visible_gpus();
+  const int nproc = gpus > 0 ? gpus + 1 : 1;
+  auto r = run_zerobench("crossval --backend fsdp --device cuda --nproc " + std::to_string(nproc) + " --model tiny --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string want = gpus > 0 ? "NCCL cannot run two ranks on one GPU"
+                                    : (zb::runtime::cuda_built() ? "no CUDA device is visible" : "no CUDA path");
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  EXPECT_EQ(non_empty_lines(r.output).size(), 1u) << r.output;
+  std::ifstream written(out);
+  EXPECT_FALSE(written.good()) << "refused, yet " << out << " was written";
+  r = run_zerobench("crossval --logits --device cuda --model tiny --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--logits --device cuda"), std::string::npos) << r.output;
+  r = run_zerobench("crossval --backend fsdp --device tpu --model tiny --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device: tpu not in {cpu,cuda}"), std::string::npos) << r.output;
+}
+
+// The runners take --device cpu|cuda (cpu: every crossval above) and refuse what cannot run
+// before any process group exists: exit 2, one line. Without a GPU: cuda itself; with one: more
+// ranks on the machine than GPUs.
+TEST(CrossvalDevice, RunnersRefuseCudaTheyCannotRunWithOneLine) {
+  const int gpus = visible_gpus();
+  const std::string env = gpus > 0 ? "LOCAL_RANK=0 LOCAL_WORLD_SIZE=" + std::to_string(gpus + 1) + " " : "";
+  const std::string want = gpus > 0 ? "NCCL cannot run two ranks on one GPU" : "--device cuda: torch.cuda is not available";
+  for (const std::string script : {"run_fsdp1.py", "run_fsdp2.py", "run_deepspeed.py"}) {
+    const std::string base = "cd " + zb::bench::crossval_scripts_dir() + " && " + env + zb::bench::default_python() + " " +
+                             script + " --work " + temp_path("no_work");
+    auto r = zb::test_support::run_command(base + " --device cuda 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << script << ": " << r.output;
+    const auto lines = non_empty_lines(r.output);
+    ASSERT_EQ(lines.size(), 1u) << script << ": " << r.output;
+    EXPECT_EQ(lines[0].rfind(script + ": ", 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find(want), std::string::npos) << lines[0];
+    if (script == "run_fsdp1.py") {
+      r = zb::test_support::run_command(base + " --device tpu 2>&1");
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_EQ(non_empty_lines(r.output), std::vector<std::string>{"run_fsdp1.py: --device must be cpu or cuda, got 'tpu'"});
+    }
+  }
+}
+
+// DeepSpeed on the GPU machine must not compile an op (no network, maybe no compiler): the
+// reference installs a guard that refuses any JIT build naming the op; without it (planted) the
+// check fails.
+TEST(CrossvalDevice, DeepSpeedReferenceRefusesEveryOpBuild) {
+  const std::string check = "cd " + zb::bench::crossval_scripts_dir() + " && DS_ACCELERATOR=cpu " +
+                            zb::bench::default_python() + " check_no_op_builds.py";
+  auto r = zb::test_support::run_command(check + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("DeepSpeed tried to compile op 'cpu_adam' (OpBuilder.jit_load)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("every op build refused"), std::string::npos) << r.output;
+  r = zb::test_support::run_command(check + " --no-guard 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("CPUAdamBuilder.load(): not refused by the guard"), std::string::npos) << r.output;
+}
+
+// On a GPU: crossval --device cuda at W=1 (NCCL) against each framework, one mode each. The
+// tolerances on CUDA are the CPU's, not yet measured there (docs/crossval.md): agreement within
+// them is asserted, bitwise is not; the documents carry the measured differences.
+// DeepSpeed and safetensors come from the device bundle's pip --target folder on the GPU machine
+// (scripts/gpu-check.sh: BUILD_DIR/pydeps, next to this build's bin/): on PYTHONPATH when present.
+TEST(CrossvalCuda, AgreesWithFsdp1Fsdp2AndDeepSpeedAtW1) {
+  ZB_REQUIRE_GPU();
+  const std::string bin = ZEROBENCH_BIN;
+  const std::string pydeps = bin.substr(0, bin.rfind("/bin/")) + "/pydeps";
+  const std::string env = std::ifstream(pydeps + "/deepspeed/__init__.py").good()
+                              ? "PYTHONPATH='" + pydeps + "'${PYTHONPATH:+:$PYTHONPATH} "
+                              : "";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fsdp", "mixed"}, {"fsdp2", "fp32"}, {"zero3", "bf16"}};
+  for (const auto& [backend, precision] : cases) {
+    const auto out = temp_path("crossval_cuda_" + backend + ".json");
+    const auto r = zb::test_support::run_command(env + bin + " crossval --device cuda --nproc 1 --backend " + backend +
+                                                 " --precision " + precision +
+                                                 " --model tiny --steps 3 --grad-accum 2 --micro-batch 2 --out " + out +
+                                                 " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << backend << ": " << r.output;
+    const auto doc = read_json(out);
+    EXPECT_EQ(doc["device"]["kind"], "cuda") << backend;
+    EXPECT_EQ(doc["device"]["dist_backend"], "nccl") << backend;
+    EXPECT_EQ(doc["world_size"], 1) << backend;
+    EXPECT_TRUE(doc["verdict"]["agree"].get<bool>()) << backend << ": " << doc["verdict"].dump(2);
+    ASSERT_EQ(doc["modes"].size(), 1u) << backend;
+    const auto& mode = doc["modes"][0];
+    EXPECT_FALSE(mode["tolerance"]["measured_on_device"].get<bool>()) << backend;
+    EXPECT_EQ(mode["comm_ranks_compared"], 1) << backend;
+    EXPECT_GT(mode["perf"]["upstream_peak_cuda_allocated_bytes"].get<int64_t>(), 0) << backend;
+    std::cout << "[crossval cuda] " << backend << " " << precision << ": max loss rel diff "
+              << mode["max_loss_rel_diff"].dump() << ", max grad-norm rel diff " << mode["max_grad_norm_rel_diff"].dump()
+              << "\n";
+  }
 }

@@ -1,7 +1,15 @@
 """common.py — what every crossval reference runner shares: the work directory zerobench wrote
-(spec.json, weights/ as an HF Llama safetensors checkpoint, batches.safetensors), the lr
-schedule, the training loop with zerobench's step boundaries, per-step collective counts,
-memory and timing, and writing one JSON per rank.
+(spec.json, weights/ as an HF Llama safetensors checkpoint, batches.safetensors), the device and
+process-group backend crossval gives (--device cpu: Gloo; --device cuda: NCCL, one GPU per rank,
+torch.cuda.set_device(LOCAL_RANK) as accelerate's PartialState.set_device does, state.py), the lr schedule, the
+training loop with zerobench's step boundaries, per-step collective counts, memory and timing,
+and writing one JSON per rank.
+
+Weights and batches are read to the CPU (safetensors) and moved: batches to the rank's device up
+front; the model by each runner, as its framework places it (FSDP1 device_id, FSDP2 the mesh's
+device, DeepSpeed zero.Init on the accelerator's current device). On CUDA the step time ends
+after torch.cuda.synchronize(), and the GPU peak (torch.cuda.max_memory_allocated) is taken from
+zerobench's first measured step on (bench/trainer.cpp peak_from_step).
 
 Owns: the loop's semantics, which match bench/trainer.cpp: per optimizer step, grad_accum
 micro-batches (rank r's micro-batch a of step s is the batch zerobench's DataSource gives it),
@@ -31,7 +39,53 @@ import comm_counter
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--work", required=True, help="crossval work directory (spec.json, weights/, batches.safetensors)")
+    p.add_argument("--device", default="cpu", help="cpu (Gloo) or cuda (NCCL, one GPU per rank); default cpu")
     return p.parse_args()
+
+
+def usage_error(message):
+    """Bad input: one line naming the bad value on stderr, exit 2 (zerobench's convention)."""
+    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class Device:
+    """Where this rank computes and how it communicates: kind "cpu" | "cuda", torch (the
+    torch.device), backend ("gloo" | "nccl": the process group's, and DeepSpeed's dist_backend)."""
+
+    def __init__(self, kind, index=None):
+        self.kind = kind
+        self.torch = torch.device(kind) if index is None else torch.device(kind, index)
+        self.backend = "nccl" if kind == "cuda" else "gloo"
+
+    def synchronize(self):
+        if self.kind == "cuda":
+            torch.cuda.synchronize(self.torch)
+
+    def describe(self):
+        name = torch.cuda.get_device_name(self.torch) if self.kind == "cuda" else "cpu"
+        return {"kind": self.kind, "index": self.torch.index, "backend": self.backend, "name": name}
+
+
+def setup_device(kind):
+    """The rank's Device, checked before any process group exists: cuda needs torch.cuda and one
+    GPU per rank on this machine (NCCL cannot run two ranks on one GPU: "Duplicate GPU
+    detected"); then torch.cuda.set_device(LOCAL_RANK). Refusals exit 2 with one line."""
+    if kind == "cpu":
+        return Device("cpu")
+    if kind != "cuda":
+        usage_error(f"--device must be cpu or cuda, got '{kind}'")
+    if not torch.cuda.is_available():
+        usage_error(f"--device cuda: torch.cuda is not available (torch {torch.__version__}, CUDA "
+                    f"{torch.version.cuda or 'none'}, {torch.cuda.device_count()} visible GPU(s))")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    count = torch.cuda.device_count()
+    if local_world > count:
+        usage_error(f"--device cuda: {local_world} ranks on this machine (LOCAL_WORLD_SIZE) but {count} visible "
+                    f"GPU(s), and NCCL cannot run two ranks on one GPU")
+    torch.cuda.set_device(local_rank)
+    return Device("cuda", local_rank)
 
 
 def load_spec(work):
@@ -141,34 +195,47 @@ def setup_threads(spec):
     torch.set_num_threads(max(1, int(spec["threads"])))
 
 
+def peak_from_step(train):
+    """bench/trainer.cpp's peak window: from the first measured step, never the first step (the
+    trace-recording step, first-use allocations) unless it is the only one."""
+    return max(train["warmup"], 1 if train["steps"] > 1 else 0)
+
+
 def run(make_runner):
-    """Drives `make_runner(spec, work)` -> runner through spec['train']['steps'] steps and writes
-    <work>/upstream/rank<r>.json. The runner initialises the process group (some frameworks
-    insist on doing it themselves) and exposes:
+    """Drives `make_runner(spec, work, device)` -> runner through spec['train']['steps'] steps and
+    writes <work>/upstream/rank<r>.json. The runner initialises the process group with
+    device.backend (some frameworks insist on doing it themselves), puts the model on
+    device.torch as its framework does, and exposes:
       name, version                       what ran (e.g. "torch FSDP1", torch.__version__)
       forward_backward(tokens, targets, loss_scale, last_micro_batch) -> float loss (unscaled)
       optimizer_step(lr) -> float grad norm before clipping
       model_state_bytes() -> {category: bytes} and optional details
       notes (list of str)"""
     args = parse_args()
+    device = setup_device(args.device)
     work = args.work
     spec = load_spec(work)
     setup_threads(spec)
     counter = comm_counter.install()  # before any framework binds torch.distributed functions
     counter.active = True
-    runner = make_runner(spec, work)
+    runner = make_runner(spec, work, device)
     counter.active = False
     setup_comm = counter.snapshot()  # what the framework communicated while it was set up
     rank = dist.get_rank()
-    batches = load_batches(work, spec, rank)
+    batches = [[(tokens.to(device.torch), targets.to(device.torch)) for tokens, targets in row]
+               for row in load_batches(work, spec, rank)]
     t = spec["train"]
     steps = []
     states = None
+    peak_from = peak_from_step(t)
     dist.barrier()
     for step in range(t["steps"]):
         counter.reset()
         counter.active = True
         lr = lr_at(t, step)
+        if device.kind == "cuda" and step == peak_from:
+            device.synchronize()
+            torch.cuda.reset_peak_memory_stats(device.torch)
         losses = []
         t0 = time.perf_counter()
         for a in range(t["grad_accum"]):
@@ -180,6 +247,7 @@ def run(make_runner):
                 states = runner.model_state_bytes()
                 counter.active = True
         grad_norm = runner.optimizer_step(lr)
+        device.synchronize()  # the step's kernels are done before the clock stops
         elapsed = time.perf_counter() - t0
         counter.active = False
         steps.append({"step": step, "loss": sum(losses) / len(losses), "micro_losses": losses,
@@ -193,9 +261,14 @@ def run(make_runner):
         "model_states_detail": states.get("detail", {}),
         "setup_comm": setup_comm,
         "peak_rss_bytes": peak_rss_bytes(),
+        "device": device.describe(),
         "threads": torch.get_num_threads(),
         "notes": getattr(runner, "notes", []),
     }
+    if device.kind == "cuda":
+        result["peak_cuda_allocated_bytes"] = torch.cuda.max_memory_allocated(device.torch)
+        result["peak_cuda_reserved_bytes"] = torch.cuda.max_memory_reserved(device.torch)
+        result["peak_cuda_from_step"] = peak_from
     out_dir = os.path.join(work, "upstream")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"rank{rank}.json")

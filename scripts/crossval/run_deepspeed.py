@@ -1,14 +1,25 @@
 """run_deepspeed.py — the reference for zerobench's `zero3` backend: DeepSpeed ZeRO stage 3
-(deepspeed.initialize with the same JSON zerobench's zero3 backend read) on CPU with Gloo.
+(deepspeed.initialize with the same JSON zerobench's zero3 backend read) on CPU with Gloo or on
+CUDA with NCCL.
 
 Launched by `zerobench crossval` as
-  DS_ACCELERATOR=cpu python -m torch.distributed.run --standalone --nproc-per-node W \
-      run_deepspeed.py --work DIR
+  DS_ACCELERATOR=cpu|cuda python -m torch.distributed.run --standalone --nproc-per-node W \
+      run_deepspeed.py --work DIR --device cpu|cuda
 
 Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPSTREAM_ON_CPU.md):
-  - deepspeed.init_distributed(dist_backend="gloo"); the shared-memory all-reduce op that
-    deepspeed.comm JIT-compiles at start (deepspeed/comm/torch.py, build_shm_op; inference/TP
-    only, never used by ZeRO-3 training) is skipped;
+  - deepspeed.init_distributed(dist_backend="gloo" | "nccl"), with DeepSpeed's accelerator
+    (DS_ACCELERATOR, set by crossval) checked to be the device's; the shared-memory all-reduce op
+    that deepspeed.comm JIT-compiles at start on CPU (deepspeed/comm/torch.py, build_shm_op;
+    inference/TP only, never used by ZeRO-3 training; on CUDA the accelerator has no
+    ShareMemCommBuilder, so build_shm_op returns None) is skipped;
+  - no op is ever compiled (the GPU machine may have no compiler and has no network): with the
+    client torch.optim.AdamW and no offload, ZeRO-3 training loads no op (read in 0.19.8:
+    engine.py _configure_optimizer takes the client optimizer as the basic optimizer, FusedAdam
+    is only imported; stage3.py / partition_parameters.py load QuantizerBuilder only for
+    quantized weights/gradients (zero_quantized_*), swap_tensor/ AsyncIOBuilder only for NVMe
+    offload, utils/pin_memory.py PinMemoryBuilder only with DS_PIN_MEMORY_BACKEND=native). forbid_op_builds()
+    turns any JIT build (OpBuilder.jit_load, torch.utils.cpp_extension.load/load_inline) into
+    one clear error naming the op, instead of a compile;
   - the model is built under deepspeed.zero.Init(config_dict_or_path=the JSON), so parameters
     are partitioned at construction in the config's dtype (bf16 when "bf16" is enabled), then
     the weights zerobench wrote are copied in under GatheredParameters(modifier_rank=0)
@@ -35,15 +46,46 @@ import common
 import model as zbmodel
 
 
-def make_runner(spec, work):
+class OpBuildForbidden(RuntimeError):
+    pass
+
+
+def forbid_op_builds():
+    """Makes every DeepSpeed op JIT build fail at once, naming the op: OpBuilder.jit_load (what
+    OpBuilder.load calls for an op not installed prebuilt, ops/op_builder/builder.py) and, for
+    builders with their own load(), torch.utils.cpp_extension.load / load_inline (what
+    jit_load compiles with, looked up at call time). Prebuilt ops still load."""
+    import torch.utils.cpp_extension as cpp_extension
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    def refuse(what):
+        def raise_(*args, **kwargs):
+            name = getattr(args[0], "name", "?") if what == "OpBuilder.jit_load" and args else \
+                kwargs.get("name", args[0] if args else "?")
+            raise OpBuildForbidden(f"run_deepspeed.py: DeepSpeed tried to compile op '{name}' ({what}); this "
+                                   "reference runs without compiled ops")
+        return raise_
+
+    OpBuilder.jit_load = refuse("OpBuilder.jit_load")
+    cpp_extension.load = refuse("torch.utils.cpp_extension.load")
+    cpp_extension.load_inline = refuse("torch.utils.cpp_extension.load_inline")
+
+
+def make_runner(spec, work, device):
     import deepspeed
     import deepspeed.comm.torch  # noqa: F401  (`import ... as` would bind deepspeed.comm's `torch` attribute)
+    from deepspeed.accelerator import get_accelerator
 
-    # No 40 s g++ JIT of an op ZeRO-3 training never calls (TorchBackend.__init__ builds it).
+    # No 40 s g++ JIT of an op ZeRO-3 training never calls (TorchBackend.__init__ builds it on CPU).
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    forbid_op_builds()
+    accelerator = get_accelerator().device_name()
+    if accelerator != device.kind:
+        raise SystemExit(f"run_deepspeed.py: DeepSpeed's accelerator is '{accelerator}' (DS_ACCELERATOR="
+                         f"{os.environ.get('DS_ACCELERATOR', 'unset')}), asked for '{device.kind}'")
     with open(os.path.join(work, spec["deepspeed_config"])) as f:
         ds_config = json.load(f)
-    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    deepspeed.init_distributed(dist_backend=device.backend, verbose=False)
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
         net = zbmodel.LlamaForCausalLM(cfg)
@@ -57,15 +99,16 @@ def make_runner(spec, work):
     optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
                                   weight_decay=t["weight_decay"], fused=True)
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
-    check_setup(engine, spec, ds_config)
+    check_setup(engine, spec, ds_config, device)
     return DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
 
 
-def check_setup(engine, spec, ds_config):
+def check_setup(engine, spec, ds_config, device):
     """Fails unless DeepSpeed runs the stage and precision zerobench was asked for: the engine's
     zero_optimization_stage() (deepspeed/runtime/engine.py) equals the stage in the JSON and in
     zerobench's resolved options (3), the optimizer it wrapped ours in is stage 3's
-    (DeepSpeedZeroOptimizer_Stage3, runtime/zero/stage3.py), and bf16 is on exactly for bf16."""
+    (DeepSpeedZeroOptimizer_Stage3, runtime/zero/stage3.py), bf16 is on exactly for bf16, and the
+    parameter partitions live on the rank's device."""
     asked = int(spec["options"].get("stage", 3))
     in_json = int(ds_config.get("zero_optimization", {}).get("stage", -1))
     stage = engine.zero_optimization_stage()
@@ -79,6 +122,9 @@ def check_setup(engine, spec, ds_config):
     if bool(engine.bfloat16_enabled()) != want_bf16:
         raise SystemExit(f"run_deepspeed.py: precision {spec['precision']} but DeepSpeed bf16 enabled = "
                          f"{engine.bfloat16_enabled()}")
+    for flat in engine.optimizer.fp16_partitioned_groups_flat:
+        if flat.device != device.torch:
+            raise SystemExit(f"run_deepspeed.py: a parameter partition is on {flat.device}, asked for {device.torch}")
 
 
 class DeepSpeedRunner:

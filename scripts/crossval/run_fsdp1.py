@@ -1,9 +1,10 @@
 """run_fsdp1.py — the reference for zerobench's `fsdp` backend: PyTorch FSDP1
-(torch.distributed.fsdp.FullyShardedDataParallel) on CPU with Gloo, set up as accelerate's FSDP
-plugin sets it up (accelerate/accelerator.py, prepare_model for DistributedType.FSDP).
+(torch.distributed.fsdp.FullyShardedDataParallel) on CPU with Gloo or on CUDA with NCCL, set up
+as accelerate's FSDP plugin sets it up (accelerate/accelerator.py, prepare_model for
+DistributedType.FSDP).
 
 Launched by `zerobench crossval` as
-  python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp1.py --work DIR
+  python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp1.py --work DIR --device cpu|cuda
 
 Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's setting):
   fp32   fp32 model, no MixedPrecision
@@ -15,10 +16,13 @@ Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's se
          precision had also been activated ..."
   low    bf16 model, no MixedPrecision (accelerate with mixed_precision "no")
 Wrapping: transformer_auto_wrap_policy on the decoder block (accelerate's
-TRANSFORMER_BASED_WRAP), device_id=cpu, use_orig_params=True (accelerate's default,
+TRANSFORMER_BASED_WRAP), device_id=the rank's device (accelerate 1.15 accelerator.py
+prepare_model passes "device_id": self.device; the model is built and loaded on the CPU and FSDP
+moves it there), use_orig_params=True (accelerate's default,
 FullyShardedDataParallelPlugin.use_orig_params; zerobench's fsdp engine takes its norm over the
 original parameters' gradient views), the resolved sharding strategy, backward/forward
-prefetch, limit_all_gathers and sync_module_states.
+prefetch, limit_all_gathers and, on CUDA, sync_module_states as zerobench resolved it (FSDP1
+refuses it for CPU parameters: off on CPU; its broadcast is setup traffic, not compared).
 Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync()
 (every micro-batch synced with sync_each_batch), loss / gradient_accumulation_steps before
 backward; clipping through the root's clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1);
@@ -36,12 +40,12 @@ import common
 import model as zbmodel
 
 
-def make_runner(spec, work):
+def make_runner(spec, work, device):
     from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    dist.init_process_group("gloo")
+    dist.init_process_group(device.backend)
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
     load_dtype = torch.float32 if precision == "fp32" else torch.bfloat16
@@ -59,7 +63,7 @@ def make_runner(spec, work):
     if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
         from torch.distributed.device_mesh import init_device_mesh
         shard = opts.get("hybrid_shard_group_size") or int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
-        kwargs["device_mesh"] = init_device_mesh("cpu", (dist.get_world_size() // shard, shard))
+        kwargs["device_mesh"] = init_device_mesh(device.kind, (dist.get_world_size() // shard, shard))
     wrapped = FSDP(net,
                    sharding_strategy=strategy,
                    auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
@@ -70,12 +74,12 @@ def make_runner(spec, work):
                    limit_all_gathers=bool(opts.get("limit_all_gathers", True)),
                    # FSDP1 refuses sync_module_states with CPU parameters (_init_utils.py,
                    # _check_module_states_for_sync_module_states); every rank loads the same
-                   # weights, so only the init-time broadcast is missing.
-                   sync_module_states=False,
+                   # weights, so on CPU only the init-time broadcast is missing.
+                   sync_module_states=device.kind == "cuda" and bool(opts.get("sync_module_states", True)),
                    use_orig_params=True,
-                   device_id=torch.device("cpu"),
+                   device_id=device.torch,
                    **kwargs)
-    check_setup(wrapped, FSDP, strategy, mixed)
+    check_setup(wrapped, FSDP, strategy, mixed, device)
     if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
         for m in FSDP.fsdp_modules(wrapped):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
@@ -87,14 +91,15 @@ def make_runner(spec, work):
         apply_activation_checkpointing(
             wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={zbmodel.DecoderLayer}))
-    return Fsdp1Runner(wrapped, t, FSDP)
+    return Fsdp1Runner(wrapped, t, FSDP, device)
 
 
-def check_setup(wrapped, fsdp_cls, strategy, mixed):
+def check_setup(wrapped, fsdp_cls, strategy, mixed, device):
     """Fails unless every FSDP instance runs what zerobench was asked for: the sharding strategy
     (FSDP1 itself switches every strategy to NO_SHARD in a world of one: _init_utils.py
     _init_core_state; zerobench's fsdp engine does the same), use_orig_params, the
-    MixedPrecision dtypes, and one shard group of the expected size."""
+    MixedPrecision dtypes, one shard group of the expected size, and every FlatParameter on the
+    rank's device."""
     from torch.distributed.fsdp import ShardingStrategy
     world = dist.get_world_size()
     expected = ShardingStrategy.NO_SHARD if world == 1 else strategy
@@ -112,13 +117,15 @@ def check_setup(wrapped, fsdp_cls, strategy, mixed):
             raise SystemExit(f"run_fsdp1.py: MixedPrecision is {mp}, asked for {want}")
         if expected in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP) and m.process_group.size() != world:
             raise SystemExit(f"run_fsdp1.py: shard group of {m.process_group.size()} ranks, expected {world}")
+        if m._has_params and m._flat_param.device != device.torch:
+            raise SystemExit(f"run_fsdp1.py: a FlatParameter is on {m._flat_param.device}, asked for {device.torch}")
 
 
 class Fsdp1Runner:
     name = "PyTorch FSDP1 (FullyShardedDataParallel)"
     version = torch.__version__
 
-    def __init__(self, wrapped, train, fsdp_cls):
+    def __init__(self, wrapped, train, fsdp_cls, device):
         self.model, self.train, self.fsdp_cls = wrapped, train, fsdp_cls
         b1, b2 = train["betas"]
         # Built after accelerate's upcast (HF Trainer creates the optimizer after prepare_model
@@ -127,7 +134,10 @@ class Fsdp1Runner:
                                            weight_decay=train["weight_decay"], fused=True)
         self.sync_each_batch = bool(train.get("sync_each_batch", False))
         self.notes = ["use_orig_params=True and torch.optim.AdamW(fused=True): accelerate's and HF Trainer's defaults",
-                      "sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same weights"]
+                      f"device_id={device.torch}, process group {device.backend}"]
+        if device.kind == "cpu":
+            self.notes.append("sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same "
+                              "weights")
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
         def run():

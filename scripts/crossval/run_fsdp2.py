@@ -1,9 +1,15 @@
 """run_fsdp2.py — the reference for zerobench's `fsdp2` backend: PyTorch FSDP2
-(torch.distributed.fsdp.fully_shard) on CPU with Gloo, as accelerate 1.x prepares a model for
-fsdp_version 2 (accelerate/utils/fsdp_utils.py, fsdp2_prepare_model).
+(torch.distributed.fsdp.fully_shard) on CPU with Gloo or on CUDA with NCCL, as accelerate 1.x
+prepares a model for fsdp_version 2 (accelerate/utils/fsdp_utils.py, fsdp2_prepare_model).
 
 Launched by `zerobench crossval` as
-  python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp2.py --work DIR
+  python -m torch.distributed.run --standalone --nproc-per-node W run_fsdp2.py --work DIR --device cpu|cuda
+
+Mesh: one 1-D DeviceMesh over the W ranks on the rank's device type, passed to every
+fully_shard — what fully_shard builds itself without one (_fully_shard/_fsdp_init.py,
+_init_default_fully_shard_mesh: init_device_mesh(<current accelerator>, (world,))), named so the
+device is the one crossval gave; fully_shard moves each module's parameters to that device
+(_fsdp_init.py _move_states_to_device).
 
 Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp group_specs):
   root (default)  fully_shard(each decoder block, reshard_after_forward=R), then fully_shard(model)
@@ -44,10 +50,11 @@ def _dtype(name, default):
     return {"": default, "none": None, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def make_runner(spec, work):
+def make_runner(spec, work, device):
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    dist.init_process_group("gloo")
+    dist.init_process_group(device.backend)
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
     unsupported = {"dp_replicate_size": 1, "modules_to_forward_prefetch": 0, "modules_to_backward_prefetch": 0,
                    "force_sum_reduction_for_comms": False, "cpu_ram_efficient_loading": False,
@@ -71,24 +78,25 @@ def make_runner(spec, work):
                                       reduce_dtype=_dtype(opts.get("reduce_dtype", ""), torch.bfloat16),
                                       output_dtype=_dtype(opts.get("output_dtype", ""), torch.bfloat16))
     reshard = opts.get("reshard_after_forward", True)
+    mesh = init_device_mesh(device.kind, (dist.get_world_size(),))
     for layer in net.model.layers:
-        fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     if opts.get("grouping", "root") == "accelerate":
-        fully_shard(net.model.embed_tokens, reshard_after_forward=reshard, mp_policy=policy)
-        fully_shard([net.model.norm, net.lm_head], reshard_after_forward=False, mp_policy=policy)
-    fully_shard(net, mp_policy=policy)  # reshard_after_forward=None: False for the root
-    check_setup(net, reshard, policy)
+        fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard([net.model.norm, net.lm_head], mesh=mesh, reshard_after_forward=False, mp_policy=policy)
+    fully_shard(net, mesh=mesh, mp_policy=policy)  # reshard_after_forward=None: False for the root
+    check_setup(net, reshard, policy, device)
     if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
         raise SystemExit("run_fsdp2.py: activation checkpointing is not set up by this reference")
     return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")))
 
 
-def check_setup(net, reshard, policy):
+def check_setup(net, reshard, policy, device):
     """Fails unless every block's parameter group runs what zerobench was asked for: a 1-D mesh
     over all W ranks (no HSDP), reshard_after_forward as resolved (True: the post-forward mesh is
     the group's own; False: none; an int n: a shard mesh of n ranks, 1 meaning False and W
-    meaning True, as _fsdp_init.py _get_post_forward_mesh_info normalises it), and the
-    MixedPrecisionPolicy."""
+    meaning True, as _fsdp_init.py _get_post_forward_mesh_info normalises it), the
+    MixedPrecisionPolicy, and every local shard on the rank's device."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import HSDPMeshInfo
     world = dist.get_world_size()
     for i, layer in enumerate(net.model.layers):
@@ -112,6 +120,11 @@ def check_setup(net, reshard, policy):
                              f"shards over {got} ranks")
         if group.mp_policy != policy:
             raise SystemExit(f"run_fsdp2.py: block {i} MixedPrecisionPolicy {group.mp_policy}, asked for {policy}")
+        if info.mesh.device_type != device.kind:
+            raise SystemExit(f"run_fsdp2.py: block {i} mesh on {info.mesh.device_type}, asked for {device.kind}")
+    for name, p in net.named_parameters():
+        if p.to_local().device != device.torch:
+            raise SystemExit(f"run_fsdp2.py: {name} is on {p.to_local().device}, asked for {device.torch}")
 
 
 class Fsdp2Runner:
