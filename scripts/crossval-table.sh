@@ -39,24 +39,4 @@ fi
 table_file="$(mktemp)"
 trap 'rm -f "${table_file}"' EXIT
 "${bin}" crossval --table "${dir}" >"${table_file}"
-splice='
-import sys
-path, mode, table = sys.argv[1], sys.argv[2], open(sys.argv[3]).read()
-begin, end = "<!-- crossval-table:begin -->\n", "<!-- crossval-table:end -->"
-text = open(path).read()
-b, e = text.find(begin), text.find(end)
-if b < 0 or e < b:
-    sys.exit(f"crossval-table.sh: {path} has no crossval-table:begin / crossval-table:end markers")
-new = text[: b + len(begin)] + table + text[e:]
-if mode == "--check":
-    if new != text:
-        sys.exit(f"crossval-table.sh: {path} is out of date (run ./scripts/crossval-table.sh)")
-elif new != text:
-    open(path, "w").write(new)
-    print(f"crossval-table.sh: updated {path}")
-'
-status=0
-for file in "${root}/README.md" "${root}/docs/crossval.md"; do
-  python3 -c "${splice}" "${file}" "${mode}" "${table_file}" || status=1
-done
-exit "${status}"
+python3 "${root}/scripts/splice_table.py" crossval-table "${mode}" "${table_file}" "${root}/README.md" "${root}/docs/crossval.md"

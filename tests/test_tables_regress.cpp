@@ -287,3 +287,33 @@ TEST(Matrix, AFailingCellIsRecordedTheNextRunsAndARerunResumes) {
   EXPECT_NE(r.output.find("megatron"), std::string::npos) << r.output;
   std::system(("rm -rf " + dir + " " + dir + "2 " + file).c_str());
 }
+
+// The README's benchmark table is generated from the committed cpu-smoke baseline
+// (scripts/bench-table.sh), never typed in: the committed README holds exactly what the script
+// generates, and the check fails on a stale copy (planted: a README-like file whose table has
+// one changed digit).
+TEST(ReadmeBenchTable, IsGeneratedFromTheCommittedBaselineAndAStaleCopyFails) {
+  using test_support::run_command;
+  const std::string src = ZEROBENCH_SOURCE_DIR;
+  const auto ok = run_command("ZEROBENCH_BIN=" + std::string(ZEROBENCH_BIN) + " " + src +
+                              "/scripts/bench-table.sh --check 2>&1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+
+  const auto table = run_command(std::string(ZEROBENCH_BIN) + " table " + src +
+                                 "/reports/baselines/cpu-smoke --baseline fsdp_mixed 2>/dev/null");
+  ASSERT_EQ(table.exit_code, 0);
+  const auto dir = test_support::make_clean_dir("readme_table");
+  const std::string table_file = dir + "/table.md", readme = dir + "/README.md";
+  std::ofstream(table_file) << table.output;
+  std::string stale = table.output;
+  const auto digit = stale.find_first_of("0123456789", stale.find("| fsdp_mixed |") + 14);
+  ASSERT_NE(digit, std::string::npos);
+  stale[digit] = stale[digit] == '9' ? '8' : char(stale[digit] + 1);
+  std::ofstream(readme) << "intro\n<!-- bench-table:begin -->\n" << stale << "<!-- bench-table:end -->\nrest\n";
+  const std::string splice = "python3 " + src + "/scripts/splice_table.py bench-table ";
+  const auto stale_check = run_command(splice + "--check " + table_file + " " + readme + " 2>&1");
+  EXPECT_EQ(stale_check.exit_code, 1) << stale_check.output;
+  EXPECT_NE(stale_check.output.find("out of date"), std::string::npos) << stale_check.output;
+  ASSERT_EQ(run_command(splice + "write " + table_file + " " + readme + " 2>&1").exit_code, 0);
+  EXPECT_EQ(run_command(splice + "--check " + table_file + " " + readme + " 2>&1").exit_code, 0);
+}
