@@ -568,8 +568,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   if (in_job) return run_rank(o);
   if (o.nproc == 1) {
     // A lone process still rendezvouses (world of 1 on a private port).
-    setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    runtime::hold_rendezvous_port();  // MASTER_ADDR/PORT + the held socket its TCPStore serves on
     std::remove(out.c_str());
     try {
       return run_rank(o);

@@ -135,9 +135,42 @@ int find_free_port() {
   return port;
 }
 
+const char* const kMasterListenFdEnv = "ZEROBENCH_MASTER_LISTEN_FD";
+
+HeldPort hold_rendezvous_port(bool into_env) {
+  HeldPort h;
+  h.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (h.fd < 0) throw RunError("launcher: socket() failed: " + std::string(strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(h.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(h.fd, SOMAXCONN) != 0 ||
+      getsockname(h.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = strerror(errno);
+    ::close(h.fd);
+    throw RunError("launcher: cannot hold a rendezvous port: " + why);
+  }
+  h.port = ntohs(addr.sin_port);
+  if (into_env) {
+    fcntl(h.fd, F_SETFD, 0);  // this process's TCPStore (rank 0) takes it over
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(h.port).c_str(), 1);
+    setenv(kMasterListenFdEnv, std::to_string(h.fd).c_str(), 1);
+  }
+  return h;
+}
+
 LaunchResult launch_local(const LaunchOptions& opts) {
   const std::string exe = self_executable();
-  const int port = find_free_port();
+  // Held until every rank has exited: rank 0's TCPStore serves on it (masterListenFd).
+  const HeldPort held = hold_rendezvous_port(/*into_env=*/false);
+  struct CloseOnReturn {
+    int fd;
+    ~CloseOnReturn() { ::close(fd); }
+  } close_held{held.fd};
+  const int port = held.port;
   const pid_t launcher_pid = getpid();
 
   struct sigaction sa {};
@@ -176,6 +209,12 @@ LaunchResult launch_local(const LaunchOptions& opts) {
       setenv("LOCAL_WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
       setenv("MASTER_ADDR", opts.master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (rank == 0) {
+        fcntl(held.fd, F_SETFD, 0);  // kept across exec: rank 0's TCPStore listens on it
+        setenv(kMasterListenFdEnv, std::to_string(held.fd).c_str(), 1);
+      } else {
+        unsetenv(kMasterListenFdEnv);
+      }
       setenv("ZEROBENCH_LAUNCHED", "1", 1);
       std::vector<char*> args;
       std::string arg0 = exe;

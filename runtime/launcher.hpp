@@ -50,4 +50,18 @@ LaunchResult launch_local(const LaunchOptions& opts);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int find_free_port();
 
+// The rendezvous port, held: a socket already listening on a free port (all interfaces, as
+// TCPStore's server listens), handed to rank 0's TCPStore as TCPStoreOptions::masterListenFd
+// through ZEROBENCH_MASTER_LISTEN_FD — torchrun's agent does the same with its store socket. A port
+// merely found free can be taken by another process (a parallel test) before rank 0 binds it
+// (EADDRINUSE at rendezvous); a held one cannot. Sets MASTER_ADDR/MASTER_PORT and the fd variable
+// in this process's environment (a lone rank) unless `into_env` is false; returns {fd, port}.
+struct HeldPort {
+  int fd = -1;
+  int port = 0;
+};
+HeldPort hold_rendezvous_port(bool into_env = true);
+// The fd variable's name; world.cpp reads it on rank 0.
+extern const char* const kMasterListenFdEnv;
+
 }  // namespace zb::runtime

@@ -16,6 +16,7 @@
 
 #include "runtime/emulated_backend.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/launcher.hpp"
 
 namespace zb::runtime {
 
@@ -149,6 +150,13 @@ World init_world(const DistEnv& env, at::Device device, std::chrono::millisecond
   opts.numWorkers = size_t(env.world_size);
   opts.waitWorkers = true;
   opts.timeout = timeout;
+  // Rank 0 of a job the local launcher started (or a lone rank) serves on the socket the launcher
+  // already holds (runtime/launcher.hpp hold_rendezvous_port): no window for another process to
+  // take the port. torchrun/srun jobs bind MASTER_PORT as before.
+  if (const char* fd = std::getenv(kMasterListenFdEnv); fd && *fd && env.rank == 0) {
+    opts.masterListenFd = std::atoi(fd);
+    unsetenv(kMasterListenFdEnv);  // the store owns the socket now: never handed out twice
+  }
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);

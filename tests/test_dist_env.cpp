@@ -1,10 +1,18 @@
 // Rank discovery from torchrun, SLURM and Open MPI environments.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <map>
 
 #include "runtime/dist_env.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/launcher.hpp"
 
 using namespace zb::runtime;
 
@@ -65,4 +73,41 @@ TEST(DistEnv, BadValuesNameTheVariable) {
   }
   EXPECT_THROW(discover_dist_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}})), zb::UsageError);
   EXPECT_THROW(discover_dist_env(env_of({{"MASTER_PORT", "70000"}})), zb::UsageError);
+}
+
+// The rendezvous port is held, not merely found free: while the launcher holds it nobody else can
+// bind it (a port found free by find_free_port can be taken by a parallel job before rank 0's
+// TCPStore binds it — EADDRINUSE at rendezvous, seen in a ctest -j2 run), and rank 0's TCPStore
+// serves on the held socket (TCPStoreOptions::masterListenFd) so a client on that port reaches it.
+TEST(RendezvousPort, AHeldPortCannotBeTakenAndTheStoreServesOnIt) {
+  auto try_bind = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(uint16_t(port));
+    const int rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    const int err = errno;
+    close(fd);
+    return rc == 0 ? 0 : err;
+  };
+  // The old way leaves the window: the found port is free for anyone.
+  EXPECT_EQ(try_bind(zb::runtime::find_free_port()), 0);
+  const auto held = zb::runtime::hold_rendezvous_port(/*into_env=*/false);
+  EXPECT_EQ(try_bind(held.port), EADDRINUSE);
+  c10d::TCPStoreOptions server;
+  server.port = uint16_t(held.port);
+  server.isServer = true;
+  server.numWorkers = 2;
+  server.waitWorkers = false;
+  server.masterListenFd = held.fd;
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server);
+  c10d::TCPStoreOptions client;
+  client.port = uint16_t(held.port);
+  client.isServer = false;
+  client.numWorkers = 2;
+  client.waitWorkers = false;
+  auto peer = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", client);
+  peer->set("k", std::vector<uint8_t>{4, 2});
+  EXPECT_EQ(store->get("k"), (std::vector<uint8_t>{4, 2}));
 }

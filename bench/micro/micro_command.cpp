@@ -181,8 +181,7 @@ int micro_command(const MicroOptions& o_in, const std::vector<std::string>& argv
     throw UsageError("--calibrate needs collectives across ranks: --nproc 2 or more (at W=1 they are local copies)");
   if (in_job || o.nproc == 1) {
     if (!in_job) {
-      setenv("MASTER_PORT", std::to_string(runtime::find_free_port()).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      runtime::hold_rendezvous_port();  // MASTER_ADDR/PORT + the held socket its TCPStore serves on
     }
     return micro_rank(o);
   }
