@@ -55,6 +55,13 @@ verify
 if ((${#missing[@]})) && [ "${check_only}" = 0 ]; then
   mkdir -p "${bundle}/debs" "${bundle}/wheels"
   [ -x "${venv}/bin/python" ] || { echo "device-bundle.sh: no venv at ${venv} (run scripts/setup.sh)" >&2; exit 1; }
+  # apt-get download needs the package lists; a machine whose packages were all preinstalled may
+  # never have fetched them (setup.sh updates only when it installs something).
+  if [[ " ${missing[*]} " == *" deb:"* ]] && ! apt-cache show libyaml-cpp-dev >/dev/null 2>&1; then
+    sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    echo "[bundle] apt-get update (no package lists yet)"
+    $sudo_cmd apt-get update -qq
+  fi
   for m in "${missing[@]}"; do
     case "${m}" in
       deb:*)
