@@ -19,6 +19,7 @@
 #include "reports/report.hpp"
 #include "reports/table.hpp"
 #include "runtime/errors.hpp"
+#include "tests/resolve_run.hpp"
 #include "tests/run_binary.hpp"
 
 using namespace zb;
@@ -39,16 +40,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 }
 
 // The run as `zerobench run FLAGS` would resolve it (no process started).
-bench::RunOptions::Resolved resolve(const std::vector<std::string>& flags) {
-  CLI::App app;
-  bench::RunOptions o;
-  bench::add_run_options(app, o);
-  std::vector<std::string> args(flags.rbegin(), flags.rend());  // CLI11 takes a reversed vector
-  app.parse(args);
-  bench::mark_given(app, o);
-  o.nproc = o.world_size_hint();
-  return o.resolve();
-}
+bench::RunOptions::Resolved resolve(const std::vector<std::string>& flags) { return test_support::resolve_run(flags); }
 
 std::string usage_error(const std::vector<std::string>& flags) {
   try {

@@ -27,6 +27,7 @@
 #include "models/checkpoint/weight_loader.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/memory.hpp"
+#include "tests/resolve_run.hpp"
 #include "tests/run_binary.hpp"
 
 using namespace zb;
@@ -61,16 +62,7 @@ std::vector<std::string> files_in(const std::string& dir, const std::vector<std:
 }
 
 // `zerobench run FLAGS` resolved in-process (no process started): the readers the binary runs.
-void resolve_run(const std::vector<std::string>& flags) {
-  CLI::App app;
-  bench::RunOptions o;
-  bench::add_run_options(app, o);
-  std::vector<std::string> args(flags.rbegin(), flags.rend());  // CLI11 takes a reversed vector
-  app.parse(args);
-  bench::mark_given(app, o);
-  o.nproc = o.world_size_hint();
-  o.resolve();
-}
+void resolve_run(const std::vector<std::string>& flags) { test_support::resolve_run(flags); }
 
 // The bomb: fsdp_sharding_strategy is a sequence whose element k anchors 9 aliases of
 // element k-1 — `levels` levels, 9^levels scalars once expanded (11 levels: ~3.1e10 nodes).

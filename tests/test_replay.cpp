@@ -40,15 +40,7 @@ const std::vector<std::string> kCells = {"ddp_w2",   "fsdp_w2",  "fsdp2_w2", "ze
 Program program_for(const ScheduleInput& base, const TracedStep& s) {
   ScheduleInput in = base;
   in.costs = s.costs;
-  Calibration none;
-  none.pg_backend = "gloo";
-  for (int k = 0; k < int(CollectiveKind::kCount); ++k) {
-    CollectiveFit f;
-    f.kind = CollectiveKind(k);
-    f.world_size = in.world;
-    none.fits.push_back(f);
-  }
-  return build_program(in, none);
+  return build_program(in, zero_cost_calibration(in.world));
 }
 
 // The planted fault: the same program, but every collective waited for as soon as it is issued

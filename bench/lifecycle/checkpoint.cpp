@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -39,15 +41,8 @@ int64_t file_size(const std::string& path) {
 }
 
 void mkdirs(const std::string& path) {
-  std::string cur;
-  std::stringstream ss(path);
-  std::string part;
-  if (!path.empty() && path[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) throw RunError("cannot create directory " + cur);
-  }
+  const auto failed = make_dirs(path);
+  if (!failed.empty()) throw RunError("cannot create directory " + failed);
 }
 
 void remove_tree(const std::string& path) {
@@ -100,6 +95,19 @@ std::string tag_for(const std::string& backend, int64_t steps_done) {
 }
 
 }  // namespace
+
+std::string make_dirs(const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return cur + " (" + std::strerror(errno) + ")";
+  }
+  return "";
+}
 
 json to_json(const CheckpointStats& s) {
   return {{"saves", s.saves},

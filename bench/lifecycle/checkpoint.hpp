@@ -31,6 +31,10 @@
 
 namespace zb::bench::lifecycle {
 
+// Creates `path` and its missing parents (mkdir -p); returns "" on success, else the first
+// directory that could not be created with the reason. Callers raise their own error kind.
+std::string make_dirs(const std::string& path);
+
 struct CheckpointOptions {
   std::string dir;                     // --checkpoint-dir
   int64_t every = 0;                   // --checkpoint-every N optimizer steps (0: never)

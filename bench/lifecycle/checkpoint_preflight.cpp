@@ -27,16 +27,8 @@ constexpr int64_t kMetadataBytesPerEntry = 256; // metadata.json: one per rank a
 constexpr int64_t kConfigJsonBytes = 4096;      // full: the HF config.json
 
 void mkdirs(const std::string& path) {
-  std::string cur;
-  std::stringstream ss(path);
-  std::string part;
-  if (!path.empty() && path[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      throw UsageError("--checkpoint-dir " + path + ": cannot create " + cur + " (" + std::strerror(errno) + ")");
-  }
+  const auto failed = make_dirs(path);
+  if (!failed.empty()) throw UsageError("--checkpoint-dir " + path + ": cannot create " + failed);
 }
 }  // namespace
 

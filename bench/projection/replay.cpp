@@ -191,20 +191,24 @@ ScheduleInput schedule_input_of_report(const json& r) {
   return in;
 }
 
-ReplayedStep replay_step(const ScheduleInput& base, const TracedStep& s) {
-  ScheduleInput in = base;
-  in.costs = s.costs;
-  in.exec = ExecModel::kHostIsDevice;
-  Calibration none;  // a zero-cost placeholder: every collective's duration is the trace's
+Calibration zero_cost_calibration(int world) {
+  Calibration none;
   none.source = "replay";
   none.pg_backend = "gloo";
   for (int k = 0; k < int(CollectiveKind::kCount); ++k) {
     CollectiveFit f;
     f.kind = CollectiveKind(k);
-    f.world_size = in.world;
+    f.world_size = world;
     none.fits.push_back(f);
   }
-  return replay_program(build_program(in, none), s);
+  return none;
+}
+
+ReplayedStep replay_step(const ScheduleInput& base, const TracedStep& s) {
+  ScheduleInput in = base;
+  in.costs = s.costs;
+  in.exec = ExecModel::kHostIsDevice;
+  return replay_program(build_program(in, zero_cost_calibration(in.world)), s);
 }
 
 namespace {

@@ -65,6 +65,10 @@ struct ReplayedStep {
   int collectives = 0;
 };
 
+// A calibration with a zero-cost fit for every collective kind at `world` ranks: a program built
+// with it leaves each collective's duration to the trace it is replayed against.
+Calibration zero_cost_calibration(int world);
+
 // Replays one traced step. Throws RunError when the program's collectives (kind, label, bytes,
 // in issue order) differ from the trace's: the schedule issues something the engine did not.
 ReplayedStep replay_step(const ScheduleInput& in, const TracedStep& step);
