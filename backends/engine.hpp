@@ -14,6 +14,7 @@
 
 #include "backends/common/comm.hpp"
 #include "backends/common/lost_updates.hpp"
+#include "backends/precision_plan.hpp"
 #include "backends/topology.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
@@ -139,6 +140,10 @@ struct BackendInfo {
   // Pre-flight peak estimate for `rank` of the job (may be empty: no estimate, no check);
   // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them.
   std::function<PeakEstimate(const EngineSpec&, const Topology&, int rank, bool gloo)> estimate_peak;
+  // The dtypes the engine holds and moves each piece of model state in, for spec.precision and
+  // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
+  // precision the backend does not offer.
+  std::function<PrecisionPlan(const EngineSpec&)> precision_plan;
 };
 
 const std::vector<BackendInfo>& registered_backends();

@@ -13,7 +13,8 @@ int model_info_command(const ModelInfoOptions& o) {
   const auto n = models::count_params(cfg);
   const auto f = models::flops_per_token(cfg, o.seq_len, false);
   const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
-  nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object();
+  nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object(),
+                 plans = nlohmann::json::object();
   // One node of W ranks: model-info takes no backend options, so no shard group narrower than the
   // world arises here (HYBRID_SHARD runs report theirs: ranks[i].memory.estimate.topology).
   const backends::Topology topo(o.world_size);
@@ -46,6 +47,8 @@ int model_info_command(const ModelInfoOptions& o) {
         first = r;
       }
       if (ranges.size() > 1) m["rank_ranges"] = ranges;
+      // The dtypes of each piece of model state (the blog's Table 2), from the engine's own rules.
+      plans[b.name + ":" + p] = backends::to_json(b.precision_plan(spec));
       // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
       if (b.estimate_peak)
         estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, topo, 0, o.run.device == "cpu"));
@@ -61,6 +64,7 @@ int model_info_command(const ModelInfoOptions& o) {
                       {"flops_per_token", {{"six_n", f.six_n}, {"palm", f.palm}, {"palm_recompute", f_ac.palm_recompute}}},
                       {"world_size", o.world_size},
                       {"model_state_bytes_per_rank", modes},
+                      {"precision_plans", plans},
                       {"estimated_peak_bytes_per_rank",
                        {{"micro_batch", o.run.train.micro_batch},
                         {"seq_len", o.seq_len},
@@ -88,6 +92,15 @@ int model_info_command(const ModelInfoOptions& o) {
         std::printf("  %-14s   ranks %d-%d: %lld bytes\n", "", r["first_rank"].get<int>(), r["last_rank"].get<int>(),
                     (long long)r["total"].get<int64_t>());
   }
+  std::printf("precision plan (default options; a config file's keys can change reduce/grads):\n");
+  std::printf("  %-14s %-5s %-6s %-7s %-6s %-5s %-6s %s\n", "mode", "load", "params", "compute", "reduce", "grads",
+              "master", "optimizer");
+  for (const auto& [mode, pl] : plans.items())
+    std::printf("  %-14s %-5s %-6s %-7s %-6s %-5s %-6s %s\n", mode.c_str(), pl["load"].get<std::string>().c_str(),
+                pl["params"].get<std::string>().c_str(), pl["compute"].get<std::string>().c_str(),
+                pl["reduce"].get<std::string>().c_str(), pl["grads"].get<std::string>().c_str(),
+                pl["master"].is_null() ? "-" : pl["master"].get<std::string>().c_str(),
+                pl["optimizer_states"].get<std::string>().c_str());
   std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s):\n", (long long)o.run.train.micro_batch,
               (long long)o.seq_len, o.run.train.activation_checkpointing ? ", activation checkpointing" : "");
   for (const auto& [mode, e] : estimates.items())

@@ -127,6 +127,7 @@ json config_json(const RunOptions& o, const backends::EngineSpec& spec, const js
                  {"train", train_json(spec.train)},
                  {"data", {{"kind", spec.train.data}, {"entropy_floor_nats", entropy_floor}}},
                  {"device", o.device}};
+  config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
   add_provenance(config, provenance);
   return config;
 }
@@ -562,6 +563,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
                    {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
                    {"train", train_json(spec.train)},
                    {"world_size", o.nproc}};
+    config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
     add_provenance(config, resolved.provenance);
     reports::write_json_atomic(out, reports::failed_report(state, error, config));
   };

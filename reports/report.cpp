@@ -95,6 +95,13 @@ std::vector<std::string> validate_report(const json& r) {
     entries("source_files", {"path", "sha256"});
     entries("ignored", {"key", "value", "reason"});
     entries("applied", {"key", "value", "as"});
+    if (c.contains("precision_plan")) {  // backends/precision_plan.hpp (reports before 2026-11-24 lack it)
+      for (const char* f : {"load", "params", "compute", "reduce", "grads", "optimizer_states", "notes"})
+        require(c, "config/", std::string("precision_plan/") + f, Type::String, p);
+      if (!c["precision_plan"].is_object() || !c["precision_plan"].contains("master") ||
+          !(c["precision_plan"]["master"].is_string() || c["precision_plan"]["master"].is_null()))
+        p.push_back("config/precision_plan/master: expected a dtype name or null");
+    }
     if (c.contains("warnings")) {
       if (!c["warnings"].is_array()) p.push_back("config/warnings: expected array");
       else

@@ -204,3 +204,57 @@ TEST(MemoryEstimateTwoNodes, HybridShardEstimateParamsTermEqualsTheMeasuredParam
   for (const char* f : {"node0.log", "node1.log"}) std::remove(temp_path(f).c_str());
   std::remove(out.c_str());
 }
+
+// The precision plan (config.precision_plan, the blog's Table 2) is what the engines allocate: at
+// W=1, where nothing is padded or partitioned, each closed-form byte category is the model's
+// parameter count times the plan's dtype (zero3's params also hold its persistent parameters'
+// full copies, measured by the engine itself: config.backend.options.persistent_numel).
+TEST(PrecisionPlan, ClosedFormBytesFollowThePlanAtW1) {
+  const auto cfg = models::preset("tiny");
+  const int64_t n = models::count_params(cfg).total;
+  int checked = 0;
+  for (const auto& b : backends::registered_backends()) {
+    ASSERT_TRUE(bool(b.precision_plan)) << b.name << " registers no precision plan";
+    for (const auto& p : b.precisions) {
+      const auto spec = tiny_spec(p, json::object());
+      const auto plan = b.precision_plan(spec);
+      const auto bytes = b.expected_bytes(spec, backends::Topology(1), 0);
+      auto size = [](at::ScalarType t) { return int64_t(c10::elementSize(t)); };
+      SCOPED_TRACE(b.name + ":" + p);
+      EXPECT_EQ(bytes.grads, n * size(plan.grads));
+      EXPECT_EQ(bytes.optimizer, 2 * n * size(plan.optimizer_states));
+      EXPECT_EQ(bytes.master_params, plan.master ? n * size(*plan.master) : 0);
+      if (b.name != "zero3") EXPECT_EQ(bytes.params, n * size(plan.params));
+      else EXPECT_GE(bytes.params, n * size(plan.params));
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 11);
+}
+
+// The plans as docs/precision.md and docs/backends/*.md describe each mode (load, params, compute,
+// reduce, grads, master, optimizer states), with default options.
+TEST(PrecisionPlan, EveryModeAsDocumented) {
+  const std::map<std::string, std::string> want = {
+      {"ddp:fp32", "fp32 fp32 fp32 fp32 fp32 - fp32"},    {"ddp:low", "bf16 bf16 bf16 bf16 bf16 - bf16"},
+      {"ddp:mixed", "fp32 fp32 bf16 fp32 fp32 - fp32"},   {"fsdp:fp32", "fp32 fp32 fp32 fp32 fp32 - fp32"},
+      {"fsdp:low", "bf16 bf16 bf16 bf16 bf16 - bf16"},    {"fsdp:mixed", "bf16 fp32 bf16 bf16 fp32 - fp32"},
+      {"fsdp2:fp32", "fp32 fp32 fp32 fp32 fp32 - fp32"},  {"fsdp2:low", "bf16 bf16 bf16 bf16 bf16 - bf16"},
+      {"fsdp2:mixed", "bf16 fp32 bf16 bf16 fp32 - fp32"}, {"zero3:fp32", "fp32 fp32 fp32 fp32 fp32 fp32 fp32"},
+      {"zero3:bf16", "bf16 bf16 bf16 bf16 bf16 fp32 fp32"}};
+  std::map<std::string, std::string> got;
+  for (const auto& b : backends::registered_backends())
+    for (const auto& p : b.precisions) {
+      const auto j = backends::to_json(b.precision_plan(tiny_spec(p, json::object())));
+      std::string row;
+      for (const char* k : {"load", "params", "compute", "reduce", "grads", "master", "optimizer_states"})
+        row += (row.empty() ? "" : " ") + (j[k].is_null() ? std::string("-") : j[k].get<std::string>());
+      got[b.name + ":" + p] = row;
+    }
+  EXPECT_EQ(got, want);
+  // Options move the plan the way the engines read them: FSDP1 mixed with reduce_dtype fp32, ZeRO-3
+  // bf16 with communication_data_type fp32 (DeepSpeed's fp32 gradient reduction).
+  EXPECT_EQ(backends::backend("fsdp").precision_plan(tiny_spec("mixed", {{"reduce_dtype", "fp32"}})).reduce, at::kFloat);
+  EXPECT_EQ(backends::backend("zero3").precision_plan(tiny_spec("bf16", {{"communication_data_type", "fp32"}})).reduce,
+            at::kFloat);
+}

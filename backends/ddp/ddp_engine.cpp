@@ -167,6 +167,17 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& /*topo*/,
 
 }  // namespace
 
+// DDP with torch.autocast's mixed precision: fp32 replicas (loaded in fp32), bf16 compute, the
+// gradients accumulate into the fp32 leaves and are all-reduced in fp32 (reducer.cpp buckets
+// are the parameters' dtype); "low" is the model loaded and kept in bf16.
+PrecisionPlan precision_plan(const EngineSpec& spec) {
+  const auto d = dtypes_for(spec.precision);
+  PrecisionPlan p;
+  p.load = p.params = p.reduce = p.grads = p.optimizer_states = d.storage;
+  p.compute = d.compute;
+  return p;
+}
+
 BackendInfo backend_info() {
   BackendInfo info;
   info.name = "ddp";
@@ -174,6 +185,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.precision_plan = precision_plan;
   return info;
 }
 

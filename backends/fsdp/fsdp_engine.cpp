@@ -650,6 +650,21 @@ void set_observer(Engine& engine, FsdpObserver observer) {
   if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));
 }
 
+// FSDP1 with accelerate: every mode loads the model as the blog does (fp32 for fp32, bf16
+// otherwise); "mixed" upcasts the bf16-loaded FlatParameter to fp32 (accelerate >= 0.30
+// prepare_model) under MixedPrecision(param_dtype=bf16, reduce_dtype, buffer_dtype); the sharded
+// gradient is cast back to the flat parameter's dtype (_runtime_utils.py _cast_grad_to_param_dtype)
+// and AdamW's states follow the flat parameter (torch.optim zeros_like).
+PrecisionPlan precision_plan(const EngineSpec& spec) {
+  const auto d = dtypes_for(spec.precision, fsdp_options_from_json(spec.options));
+  PrecisionPlan p;
+  p.load = spec.precision == "fp32" ? at::kFloat : at::kBFloat16;
+  p.params = p.grads = p.optimizer_states = d.storage;
+  p.compute = d.param;
+  p.reduce = d.reduce;
+  return p;
+}
+
 BackendInfo backend_info() {
   BackendInfo info;
   info.name = "fsdp";
@@ -657,6 +672,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.precision_plan = precision_plan;
   return info;
 }
 

@@ -1044,6 +1044,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
   info.expected_bytes = closed_form_bytes;
+  info.precision_plan = precision_plan;
   return info;
 }
 

@@ -50,6 +50,20 @@ Dtypes dtypes_for(const std::string& precision, const Fsdp2Options& o) {
   return d;
 }
 
+// accelerate fsdp2_prepare_model: "low" shards the bf16-loaded model as is; "mixed" upcasts the
+// bf16-loaded weights to fp32 sharded parameters. Sharded gradients and AdamW states are in the
+// sharded parameters' dtype (foreach_reduce casts the reduce output to orig_dtype).
+PrecisionPlan precision_plan(const EngineSpec& spec) {
+  const auto d = dtypes_for(spec.precision, fsdp2_options_from_json(spec.options));
+  PrecisionPlan p;
+  p.load = spec.precision == "fp32" ? at::kFloat : at::kBFloat16;
+  p.params = p.grads = p.optimizer_states = d.orig;
+  p.compute = d.compute();
+  p.reduce = d.comm_reduce();
+  if (d.output) p.notes = "the root casts the loss to " + dtype_short_name(*d.output) + " (MixedPrecisionPolicy.output_dtype)";
+  return p;
+}
+
 // ---------------------------------------------------------------- mesh and layouts
 
 Mesh resolve_mesh(const Fsdp2Options& o, int world) {

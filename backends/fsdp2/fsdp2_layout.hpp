@@ -31,6 +31,8 @@ struct Dtypes {
 
 // Throws UsageError for a precision or policy FSDP2-mode does not offer.
 Dtypes dtypes_for(const std::string& precision, const Fsdp2Options& o);
+// The run's PrecisionPlan from dtypes_for (BackendInfo::precision_plan).
+PrecisionPlan precision_plan(const EngineSpec& spec);
 
 // ---------------------------------------------------------------- mesh and layouts
 

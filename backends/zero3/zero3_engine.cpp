@@ -817,6 +817,20 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
 
 }  // namespace
 
+// DeepSpeed ZeRO-3: parameters made by zero.Init in the model dtype (bf16 with "bf16": enabled),
+// gradients reduced in communication_data_type and kept in grad_accum_dtype, and an fp32 master
+// partition per sub-group that AdamW updates (stage3.py _create_fp32_partitions) in every mode.
+PrecisionPlan precision_plan(const EngineSpec& spec) {
+  const auto d = dtypes_for(spec.precision, zero3_options_from_json(spec.options));
+  PrecisionPlan p;
+  p.load = p.params = p.compute = d.model;
+  p.reduce = d.comm;
+  p.grads = d.grad_accum;
+  p.master = at::kFloat;
+  p.optimizer_states = at::kFloat;
+  return p;
+}
+
 BackendInfo backend_info() {
   BackendInfo info;
   info.name = "zero3";
@@ -824,6 +838,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "bf16"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.precision_plan = precision_plan;
   return info;
 }
 

@@ -1,0 +1,32 @@
+// precision_plan.hpp — the typed precision plan of a run: which dtype each piece of model state
+// is held and moved in (the blog's Table 2: load, flat/sharded parameters, compute, reduction,
+// gradients, masters, optimizer states). Each backend works it out from its own dtype rules
+// (BackendInfo::precision_plan) — the same functions its engine builds its tensors from — and
+// every report carries it under config.precision_plan, one set of keys for every backend.
+// Owns: the struct and its JSON form. Must not: know a particular backend.
+#pragma once
+#include <c10/core/ScalarType.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace zb::backends {
+
+struct PrecisionPlan {
+  at::ScalarType load = at::kFloat;     // the weights as loaded, before any upcast the engine makes
+  at::ScalarType params = at::kFloat;   // the persistent (flat, sharded or partitioned) parameters
+  at::ScalarType compute = at::kFloat;  // unsharded parameters, matmuls and activations
+  at::ScalarType reduce = at::kFloat;   // gradients on the wire (all-reduce / reduce-scatter)
+  at::ScalarType grads = at::kFloat;    // the gradient the optimizer reads (flat, sharded, partition)
+  std::optional<at::ScalarType> master;  // a separate master copy the optimizer updates (none: params)
+  at::ScalarType optimizer_states = at::kFloat;  // AdamW exp_avg / exp_avg_sq
+  std::string notes;                    // what the table cannot say (e.g. the loss returned in bf16)
+};
+
+// "fp32" | "bf16" | "fp16" (any other dtype: c10's name).
+std::string dtype_short_name(at::ScalarType t);
+// {"load","params","compute","reduce","grads","master" (null = none),"optimizer_states","notes"}
+nlohmann::json to_json(const PrecisionPlan& p);
+
+}  // namespace zb::backends
