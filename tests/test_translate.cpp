@@ -257,7 +257,8 @@ TEST(TranslateCorpus, UnrunnableSourcesTranslateAndTheRefusedKeysAreNamed) {
   const auto hybrid = translate_file(hybrid_src, Target::kDeepSpeed);
   EXPECT_EQ(hybrid.config["zero_optimization"]["zero_hpz_partition_size"], 4);
   EXPECT_EQ(entry(hybrid, "fsdp_config.fsdp_sharding_strategy")->kind, Kind::kApproximate);
-  EXPECT_NE(entry(hybrid, "fsdp_config.fsdp_sharding_strategy")->refused, "");
+  EXPECT_NE(entry(hybrid, "fsdp_config.fsdp_sharding_strategy")->refused.find("hpZ"), std::string::npos);
+  EXPECT_NE(hybrid.target_refusal, "");
 
   const auto ddp = translate_file(kCorpus + "alignment-handbook_ddp.yaml", Target::kFsdp);
   EXPECT_EQ(ddp.config["fsdp_config"]["fsdp_sharding_strategy"], "NO_SHARD");
@@ -288,10 +289,39 @@ TEST(TranslateBytes, FullShardFp32AndItsZero3TranslationHoldTheSameStatesUpToPad
     EXPECT_LE(std::llabs(fsdp.grads - zero3.grads), pad_bound);
     EXPECT_LE(std::llabs(fsdp.optimizer - zero3.optimizer), 2 * pad_bound);
   }
-  // The mapping says why the layouts differ.
-  bool padding = false;
-  for (const auto& e : t.mapping) padding = padding || e.reason.find("padding") != std::string::npos;
-  EXPECT_TRUE(padding);
+  // Where they differ, the mapping says why: DeepSpeed's fp32 master copy and reduce bucket (and padding).
+  const auto fsdp = backends::backend("fsdp").expected_bytes(a.spec, 2, 0);
+  const auto zero3 = backends::backend("zero3").expected_bytes(b.spec, 2, 0);
+  const auto* strategy = entry(t, "fsdp_config.fsdp_sharding_strategy");
+  ASSERT_NE(strategy, nullptr);
+  EXPECT_NE(strategy->reason.find("padding"), std::string::npos);
+  if (zero3.master_params != fsdp.master_params) EXPECT_NE(strategy->reason.find("fp32 master copy"), std::string::npos);
+  if (zero3.buffers != fsdp.buffers) EXPECT_NE(strategy->reason.find("reduce bucket"), std::string::npos);
+}
+
+// bf16: the same setting (mixed_precision bf16 <-> bf16.enabled), different storage, and the
+// mapping says so: FSDP mixed holds fp32 params and grads, DeepSpeed bf16 holds bf16 params and
+// grads plus an fp32 master.
+TEST(TranslateBytes, Bf16MixedAndDeepSpeedBf16HoldDifferentCopiesAndTheMappingSaysWhy) {
+  const auto f = kSource + "/bench/configs/accelerate_fsdp_blog.yaml";
+  const auto t = translate_file(f, Target::kDeepSpeed);
+  const auto a = resolve(f);
+  const auto b = resolve(write_translation(t, "bytes_bf16"));
+  ASSERT_EQ(a.spec.precision, "mixed");
+  ASSERT_EQ(b.spec.precision, "bf16");
+  const auto fsdp = backends::backend("fsdp").expected_bytes(a.spec, 2, 0);
+  const auto zero3 = backends::backend("zero3").expected_bytes(b.spec, 2, 0);
+  std::cout << "[ bf16 rank 0 fsdp mixed params/master/grads/optimizer " << fsdp.params << "/" << fsdp.master_params << "/"
+            << fsdp.grads << "/" << fsdp.optimizer << "  zero3 bf16 " << zero3.params << "/" << zero3.master_params << "/"
+            << zero3.grads << "/" << zero3.optimizer << " ]\n";
+  EXPECT_EQ(fsdp.params, 2 * zero3.params);  // fp32 flat shard vs bf16 partition
+  EXPECT_EQ(fsdp.master_params, 0);
+  EXPECT_EQ(zero3.master_params, fsdp.params);  // DeepSpeed's fp32 master is FSDP mixed's fp32 shard
+  EXPECT_EQ(fsdp.optimizer, zero3.optimizer);   // fp32 AdamW states on both
+  const auto* mp = entry(t, "mixed_precision");
+  ASSERT_NE(mp, nullptr);
+  EXPECT_NE(mp->reason.find("fp32 flat params"), std::string::npos);
+  EXPECT_NE(mp->reason.find("fp32 master copy"), std::string::npos);
 }
 
 TEST(TranslateCli, WritesTheConfigAndTheMappingAndRefusesBadInput) {

@@ -82,7 +82,8 @@ const std::vector<Rule>& rules() {
       {F, "fsdp_sharding_strategy", kToDs, "zero_optimization.stage", M,
        "FULL_SHARD -> 3, SHARD_GRAD_OP -> 2, NO_SHARD -> 0 (usage_guides/fsdp.md); HYBRID_SHARD -> 3 with ZeRO++ hpZ "
        "(approximate). Bytes per rank agree up to padding: FSDP pads each unit's flat parameter to a multiple of W, "
-       "DeepSpeed pads each parameter"},
+       "DeepSpeed pads each parameter; DeepSpeed also holds an fp32 master copy (even in fp32) and its reduce bucket buffer "
+       "(reduce_bucket_size elements), which FSDP does not"},
       {F, "fsdp_reshard_after_forward", kToDs, "zero_optimization.stage", M,
        "FSDP1: a strategy name, as fsdp_sharding_strategy; FSDP2: true -> 3, false -> 2 (to_fsdp2.py's inverse), an "
        "int N -> 3 with zero_hpz_partition_size N (approximate)"},

@@ -243,8 +243,10 @@ ojson build_deepspeed(const Source& s, const Concepts& c) {
   ojson zo = ojson::object();
   zo["stage"] = c.stage;
   if (c.hpz > 1) zo["zero_hpz_partition_size"] = c.hpz;
-  if (c.offload_param && c.stage == 3) zo["offload_param"]["device"] = "cpu";
-  if (c.offload_optimizer) zo["offload_optimizer"]["device"] = "cpu";
+  if (s.kind != "ddp" || c.offload_param || c.offload_optimizer) {
+    zo["offload_param"]["device"] = c.offload_param ? "cpu" : "none";
+    zo["offload_optimizer"]["device"] = c.offload_optimizer ? "cpu" : "none";
+  }
   if (s.kind != "ddp") {
     zo["overlap_comm"] = true;
     zo["reduce_bucket_size"] = "auto";
@@ -405,6 +407,7 @@ void refine(MappingEntry& e, const SourceKey& k, const Concepts& c, const Source
     e.reason = why + "; " + e.reason;
   };
   if (k.scope == Scope::kFsdp && (k.normalized == "fsdp_sharding_strategy" || k.normalized == "fsdp_reshard_after_forward")) {
+    if (c.strategy == "HYBRID_SHARD" && c.hpz > 1) e.target_key += ",zero_optimization.zero_hpz_partition_size";
     if (c.strategy == "HYBRID_SHARD")
       approx(c.hpz > 1 ? "HYBRID_SHARD -> ZeRO++ hpZ (a secondary param copy per " + std::to_string(c.hpz) +
                              " ranks; grads and optimizer states stay sharded over all ranks)"
