@@ -496,6 +496,16 @@ int config_num_processes(const std::string& path, const std::string& flag, bool 
   return n > 0 ? int(n) : 0;
 }
 
+nlohmann::json read_config_tree(const std::string& path, const std::string& flag, bool* accelerate) {
+  try {
+    auto d = file_fault_is_usage(flag + " " + path + ": ", [&] { return load(path, flag); });
+    if (accelerate) *accelerate = d.accelerate;
+    return std::move(d.root);
+  } catch (const UsageError& e) {
+    throw UsageError(config::clip_message(e.what()));
+  }
+}
+
 ResolvedConfig resolve_config(const ConfigRequest& req) {
   const std::string where = req.flag + " " + req.path + ": ";
   ResolvedConfig out;

@@ -60,6 +60,12 @@ ResolvedConfig resolve_config(const ConfigRequest& request);
 // `nproc_given` (accelerate wants --num_processes then).
 int config_num_processes(const std::string& path, const std::string& flag, bool nproc_given);
 
+// The file's settings as its framework reads them (PyYAML's typing for YAML; JSON with comments
+// and DeepSpeed's duplicate-key refusal), bounded, unresolved: for tools that walk every key
+// (bench/translate). `accelerate` (may be null) says whether it is an accelerate config.
+// Throws UsageError naming the file.
+nlohmann::json read_config_tree(const std::string& path, const std::string& flag, bool* accelerate = nullptr);
+
 // SHA-256 of a file's bytes, lower-case hex (OpenSSL's EVP digest); throws UsageError if unreadable.
 std::string file_sha256(const std::string& path);
 

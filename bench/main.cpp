@@ -19,6 +19,7 @@
 #include "bench/micro/micro.hpp"
 #include "bench/projection/projection.hpp"
 #include "bench/study.hpp"
+#include "bench/translate/translate.hpp"
 #include "reports/regress.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
@@ -190,6 +191,15 @@ int main(int argc, char** argv) {
   consolidate_cmd->add_option("--from", consolidate_from, "checkpoint dir (with `latest`) or one tag dir")->required();
   consolidate_cmd->add_option("--out", consolidate_out, "HF folder to write (config.json, model.safetensors)")->required();
 
+  bench::translate::TranslateOptions translate;
+  auto* translate_cmd = app.add_subcommand(
+      "translate", "a config file as the other framework's equivalent (accelerate's FSDP vs DeepSpeed guide), with the "
+                   "mapping of every key");
+  translate_cmd->add_option("file", translate.file, "accelerate YAML (FSDP, DEEPSPEED, MULTI_GPU) or DeepSpeed JSON");
+  translate_cmd->add_option("--to", translate.to, "deepspeed|fsdp|fsdp2");
+  translate_cmd->add_option("--out", translate.out, "write the config here (and F.mapping.md, F.mapping.json)");
+  translate_cmd->add_flag("--list-mapping", translate.list_mapping, "print the key table as Markdown");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -235,6 +245,7 @@ int main(int argc, char** argv) {
     }
     if (*lifecycle_cmd) return bench::lifecycle::lifecycle_study_command(lifecycle_study);
     if (*consolidate_cmd) return bench::lifecycle::consolidate_command(consolidate_from, consolidate_out);
+    if (*translate_cmd) return bench::translate::translate_command(translate);
     if (*table_cmd) return table_command(table_inputs, table, table_out);
     if (*regress_cmd) {
       regress.gate_timing = regress_timing == "gate";
