@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bench/commands.hpp"
+#include "bench/compare/compare_command.hpp"
 #include "runtime/world.hpp"
 #include "bench/crossval.hpp"
 #include "bench/lifecycle/checkpoint.hpp"
@@ -176,6 +177,12 @@ int main(int argc, char** argv) {
   lifecycle_cmd->add_option("--backend", lifecycle_study.backend, "backend of every run")->capture_default_str();
   lifecycle_cmd->add_option("--timeout", lifecycle_study.timeout_s, "per-run timeout in seconds")->capture_default_str();
 
+  bench::compare::CompareOptions compare;
+  auto* compare_cmd = app.add_subcommand(
+      "compare", "train two or more configs on one workload, interleaved; Table 2 and 3 with intervals, memory, comm, "
+                 "curves and a verdict (docs/compare.md)");
+  bench::compare::add_compare_options(*compare_cmd, compare);
+
   bench::CrossvalOptions crossval;
   auto* crossval_cmd = app.add_subcommand(
       "crossval", "train zerobench and the real framework (FSDP1, FSDP2, DeepSpeed ZeRO-3) on the same weights and "
@@ -219,6 +226,7 @@ int main(int argc, char** argv) {
     if (*info_cmd) return bench::model_info_command(info);
     if (*crossval_cmd) return bench::crossval_command(crossval, *crossval_cmd);
     if (*matrix_cmd) return bench::matrix_command(matrix);
+    if (*compare_cmd) return bench::compare::compare_command(compare, *compare_cmd);
     if (*project_cmd) return bench::projection::project_command(project);
     if (*micro_cmd) {
       micro.benchmark_args = micro_cmd->remaining();

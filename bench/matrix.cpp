@@ -97,6 +97,8 @@ std::string format_duration(double s) {
   return buf;
 }
 
+}  // namespace
+
 // Parses a cell exactly as `zerobench run` would; throws UsageError on a bad option.
 void validate_cell(const MatrixCell& cell) {
   CLI::App app;
@@ -117,7 +119,6 @@ void validate_cell(const MatrixCell& cell) {
     throw UsageError("cell " + cell.id + ": " + e.what());
   }
 }
-}  // namespace
 
 std::vector<std::string> cell_run_args(const MatrixCell& cell) {
   std::vector<std::string> args;

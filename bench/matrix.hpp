@@ -27,6 +27,10 @@ MatrixSpec load_matrix(const std::string& path);
 // The `zerobench run` arguments for a cell (without the program name).
 std::vector<std::string> cell_run_args(const MatrixCell& cell);
 
+// Parses a cell's arguments exactly as `zerobench run` would (flags, then config files resolved);
+// throws UsageError "cell ID: ..." naming the bad option. `zerobench compare` checks its sides.
+void validate_cell(const MatrixCell& cell);
+
 struct MatrixOptions {
   std::string file;
   std::string out_dir;

@@ -1,4 +1,4 @@
-// stats.cpp — Mann-Whitney U (see stats.hpp).
+// stats.cpp — Mann-Whitney U and the order-statistic median interval (see stats.hpp).
 #include "reports/stats.hpp"
 
 #include <algorithm>
@@ -33,6 +33,45 @@ double mann_whitney_greater_p(const std::vector<double>& a, const std::vector<do
   if (var <= 0) return u > mean ? 0.0 : 1.0;
   const double z = (u - mean - 0.5) / std::sqrt(var);  // continuity correction toward the null
   return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+}  // namespace zb::reports
+
+namespace zb::reports {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double order_statistic_coverage(int n, int k) {
+  if (n <= 0 || k <= 0 || 2 * k > n + 1) return 0.0;
+  // P(Bin(n, 1/2) <= k - 1) = sum_{i < k} C(n, i) / 2^n, in logs so n in the thousands is fine.
+  double tail = 0;
+  for (int i = 0; i < k; ++i)
+    tail += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0));
+  return std::max(0.0, 1.0 - 2.0 * tail);
+}
+
+MedianInterval median_interval(const std::vector<double>& sample, double level) {
+  MedianInterval r;
+  r.n = int(sample.size());
+  if (sample.empty()) {
+    r.median = r.lo = r.hi = std::nan("");
+    return r;
+  }
+  std::vector<double> v = sample;
+  std::sort(v.begin(), v.end());
+  r.median = median(v);
+  int k = 1;
+  while (2 * (k + 1) <= r.n + 1 && order_statistic_coverage(r.n, k + 1) >= level) ++k;
+  r.k = k;
+  r.lo = v[size_t(k - 1)];
+  r.hi = v[size_t(r.n - k)];
+  r.coverage = r.n == 1 ? 0.0 : order_statistic_coverage(r.n, k);
+  return r;
 }
 
 }  // namespace zb::reports

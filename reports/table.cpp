@@ -12,7 +12,9 @@
 #include <sstream>
 
 #include "reports/report.hpp"
+#include "reports/stats.hpp"
 #include "reports/svg.hpp"
+#include "reports/svg_interval.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::reports {
@@ -48,6 +50,11 @@ struct Row {
   int world = 0;
   int warnings = 0;  // config.warnings: the run is the framework's, maybe not what the file's author expected
   double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
+  // tokens/GPU/s's 95% interval: the order-statistic interval of the median step time over the
+  // measured steps (reports/stats.hpp median_interval), mapped through tokens / step time.
+  double tps_lo = NAN, tps_hi = NAN, tps_coverage = NAN;
+  int tps_n = 0;
+  std::string plan_key;  // the precision plan's "compute / optimizer updates" pair, for the pivot
   double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
   double peak_over_est = NAN;  // the rank with the largest measured peak: its peak / its own estimate
   double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
@@ -98,6 +105,28 @@ Row row_of(const json& r) {
   row.mfu = s["mfu"];
   row.mfu_6n = s["mfu_6n"];
   row.final_loss = s.value("final_loss", NAN);
+  std::vector<double> step_times;
+  for (const auto& st : r.value("steps", json::array()))
+    if (st.value("measured", false) && st.contains("time_s") && st["time_s"].is_number())
+      step_times.push_back(st["time_s"].get<double>());
+  const double tokens = s.value("tokens_per_rank_per_step", 0.0);
+  if (!step_times.empty() && tokens > 0) {
+    const auto iv = median_interval(step_times);
+    row.tps_lo = tokens / iv.hi;
+    row.tps_hi = tokens / iv.lo;
+    row.tps_coverage = iv.coverage;
+    row.tps_n = iv.n;
+  }
+  // The blog's pairing: modes that compute in the same dtype and update weights of the same dtype
+  // (FSDP mixed's fp32 flat parameters, ZeRO-3 bf16's fp32 masters) compare like for like.
+  if (cfg.contains("precision_plan") && cfg["precision_plan"].is_object()) {
+    const auto& pl = cfg["precision_plan"];
+    const auto updates = pl["master"].is_string() ? pl["master"] : pl["params"];
+    row.plan_key = "compute " + pl.value("compute", "?") + ", optimizer updates " + updates.get<std::string>() +
+                   " weights";
+  } else {
+    row.plan_key = "precision " + row.precision + " (report without config.precision_plan)";
+  }
   for (const auto& rk : r["ranks"]) {
     for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
       row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
@@ -185,6 +214,48 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
+std::string interval_text(const Row& r) {
+  if (r.state != "ok" || !std::isfinite(r.tps_lo)) return "-";
+  std::string t = fmt("%.1f", r.tps_lo) + " – " + fmt("%.1f", r.tps_hi);
+  if (r.tps_coverage < 0.95) t += fmt(" (%.0f%%", 100 * r.tps_coverage) + ", n=" + std::to_string(r.tps_n) + ")";
+  return t;
+}
+
+// FSDP vs DeepSpeed per precision: one row per precision plan class (what the matmuls run in and
+// what the optimizer updates), one column per backend; each cell the median tokens/GPU/s and its
+// interval (several runs of a backend in one class, e.g. two FSDP2 groupings: one line each).
+std::string render_pivot(const std::vector<Row>& rows) {
+  std::vector<std::string> keys, backends;
+  for (const auto& r : rows) {
+    if (r.state != "ok" || r.projected) continue;
+    if (std::find(keys.begin(), keys.end(), r.plan_key) == keys.end()) keys.push_back(r.plan_key);
+    if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+  }
+  if (keys.empty()) return "";
+  std::ostringstream o;
+  o << "<h2>Per precision: backends side by side</h2>\n<p>Rows pair the modes that compute in the same dtype and "
+       "whose optimizer updates weights of the same dtype (config.precision_plan): FSDP <code>mixed</code> (fp32 "
+       "flat parameters) meets ZeRO-3 <code>bf16</code> (fp32 masters), as the blog's Table 2 pairs them. Cells: "
+       "median tokens/GPU/s [95% interval].</p>\n<table><thead><tr><th>precision plan</th>";
+  for (const auto& b : backends) o << "<th>" << svg::escape(b) << "</th>";
+  o << "</tr></thead><tbody>\n";
+  for (const auto& k : keys) {
+    o << "<tr><td>" << svg::escape(k) << "</td>";
+    for (const auto& b : backends) {
+      std::string cell;
+      for (const auto& r : rows) {
+        if (r.state != "ok" || r.projected || r.plan_key != k || r.backend != b) continue;
+        cell += (cell.empty() ? "" : "<br>") + fmt("%.1f", r.tps) + " [" + svg::escape(interval_text(r)) + "]" +
+                " <small>" + svg::escape(r.cell) + "</small>";
+      }
+      o << "<td>" << (cell.empty() ? "-" : cell) << "</td>";
+    }
+    o << "</tr>\n";
+  }
+  o << "</tbody></table>\n";
+  return o.str();
+}
+
 std::string render_html(const std::vector<json>& reports, const std::vector<Row>& rows, const Row* base,
                         const std::vector<std::string>& head, bool with_projection) {
   std::ostringstream o;
@@ -198,19 +269,31 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
     << " runs. Throughput and MFU are medians over measured steps; memory is the maximum over ranks; comm is one "
        "step's bytes per rank.";
   if (base) o << " Relative columns compare with cell <b>" << svg::escape(base->cell) << "</b>.";
+  o << " The 95% interval of tokens/GPU/s is the order-statistic interval of the median step time over a run's "
+       "measured steps (exact coverage shown when fewer steps give less than 95%); steps of one run are not "
+       "independent draws, so it shows the run's own spread, not run-to-run noise (`zerobench compare` "
+       "repeats runs for that).";
   o << "</p>\n<table><thead><tr>";
-  for (const auto& h : head) o << "<th>" << svg::escape(h) << "</th>";
+  // The interval column follows tokens/GPU/s (HTML only: the Markdown/CSV columns are a contract).
+  const size_t tps_col = size_t(std::find(head.begin(), head.end(), "tokens/GPU/s") - head.begin());
+  for (size_t i = 0; i < head.size(); ++i) {
+    o << "<th>" << svg::escape(head[i]) << "</th>";
+    if (i == tps_col) o << "<th>95% interval</th>";
+  }
   o << "</tr></thead><tbody>\n";
   for (const auto& r : rows) {
     o << "<tr>";
     const auto c = cells_of(r, base, with_projection);
-    for (size_t i = 0; i < c.size(); ++i)
+    for (size_t i = 0; i < c.size(); ++i) {
       o << (i + 1 == c.size() && r.state != "ok" ? "<td class=\"bad\">" : "<td>") << svg::escape(c[i]) << "</td>";
+      if (i == tps_col) o << "<td>" << svg::escape(interval_text(r)) << "</td>";
+    }
     o << "</tr>\n";
   }
   o << "</tbody></table>\n";
+  o << render_pivot(rows);
   std::vector<std::string> labels;
-  std::vector<double> tps;
+  std::vector<svg::IntervalPoint> tps;
   std::vector<std::pair<std::string, std::vector<double>>> mem = {
       {"params", {}},  {"master params", {}}, {"grads", {}}, {"optimizer", {}}, {"buffers", {}},
       {"other (peak - states)", {}}};
@@ -220,7 +303,7 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
     const auto& r = rows[i];
     if (r.state != "ok") continue;
     labels.push_back(r.cell);
-    tps.push_back(r.tps);
+    tps.push_back({r.cell, r.tps, std::isfinite(r.tps_lo) ? r.tps_lo : r.tps, std::isfinite(r.tps_hi) ? r.tps_hi : r.tps});
     for (int c = 0; c < kNumCategories; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
     mem[kNumCategories].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
     svg::Series l{r.cell, {}, {}}, g{r.cell, {}, {}};
@@ -237,8 +320,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
   auto figure = [&](const std::string& svg_text, const std::string& caption) {
     o << "<figure>" << svg_text << "<figcaption>" << svg::escape(caption) << "</figcaption></figure>\n";
   };
-  figure(svg::bar_chart("Throughput", labels, tps, "tokens/GPU/s"),
-         "Median tokens per GPU per second (higher is better).");
+  figure(svg::interval_chart("Throughput", tps, "tokens/GPU/s", NAN, ""),
+         "Median tokens per GPU per second with its 95% interval over the run's measured steps (higher is better).");
   figure(svg::stacked_bar_chart("Per-rank memory by category", labels, mem, "MiB"),
          "Engine-owned model states by category (max over ranks; buffers = persistent communication "
          "buffers such as ZeRO-3's IPG bucket); 'other' is the allocator peak above them (activations, gathered "

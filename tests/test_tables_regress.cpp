@@ -109,6 +109,36 @@ TEST(Table, HtmlIsOneWellFormedPageWithOneSvgPerPlot) {
   EXPECT_NE(html.find("a&lt;b"), std::string::npos);
 }
 
+// The HTML draws each run's tokens/GPU/s with its 95% interval (order statistics of the measured
+// steps' times) and pivots backends per precision plan: FSDP mixed (fp32 flat params) and ZeRO-3
+// bf16 (fp32 masters) share a row, FSDP low (bf16 weights updated) gets its own.
+TEST(Table, HtmlDrawsIntervalsAndPivotsBackendsPerPrecisionPlan) {
+  auto with_plan = [](json r, const std::string& params, const json& master) {
+    r["config"]["precision_plan"] = {{"load", "bf16"}, {"params", params},   {"compute", "bf16"},
+                                     {"reduce", "bf16"}, {"grads", params},  {"master", master},
+                                     {"optimizer_states", "fp32"}, {"notes", ""}};
+    for (auto& st : r["steps"]) st["measured"] = true;
+    return r;
+  };
+  const std::vector<double> t = {0.13, 0.10, 0.17, 0.12, 0.15, 0.11, 0.16, 0.14};
+  const std::vector<json> rs = {with_plan(fixture("fsdp_mixed", "fsdp", "mixed", t), "fp32", nullptr),
+                                with_plan(fixture("zero3_bf16", "zero3", "bf16", t), "bf16", "fp32"),
+                                with_plan(fixture("fsdp_low", "fsdp", "low", t), "bf16", nullptr)};
+  const auto html = reports::render_table(rs, {"html", ""});
+  // n = 8: k = 1 is the largest order statistic with coverage >= 0.95 (1 - 2/256), so [min, max]
+  // of the step times, i.e. 512/0.17 .. 512/0.10 tokens/GPU/s.
+  EXPECT_NE(html.find("<th>95% interval</th>"), std::string::npos);
+  EXPECT_EQ(count(html, "<td>3011.8 – 5120.0</td>"), 3) << html;
+  EXPECT_NE(html.find("<tr><td>compute bf16, optimizer updates fp32 weights</td><td>"), std::string::npos) << html;
+  const auto row = html.substr(html.find("<tr><td>compute bf16, optimizer updates fp32 weights</td>"));
+  const auto row_end = row.find("</tr>");
+  EXPECT_NE(row.substr(0, row_end).find("fsdp_mixed"), std::string::npos);
+  EXPECT_NE(row.substr(0, row_end).find("zero3_bf16"), std::string::npos);
+  EXPECT_EQ(row.substr(0, row_end).find("fsdp_low"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>compute bf16, optimizer updates bf16 weights</td>"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), 4);
+}
+
 TEST(Stats, MannWhitneySeparatesShiftedSamplesAndNotNoise) {
   EXPECT_LT(reports::mann_whitney_greater_p(times(1.1, 0.02, 1), times(1.0, 0.02, 2)), 0.001);
   EXPECT_GT(reports::mann_whitney_greater_p(times(1.0, 0.02, 3), times(1.0, 0.02, 4)), 0.05);

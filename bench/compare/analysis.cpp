@@ -1,0 +1,286 @@
+// analysis.cpp — the compare document's numbers (see analysis.hpp). Report fields read (reports/
+// SCHEMA.md): summary.{tokens_per_gpu_per_s,step_time_s}.median, summary.{mfu,mfu_6n},
+// summary.tokens_per_rank_per_step, config.{backend,train,precision_plan,applied,ignored,warnings},
+// ranks[i].memory.{model_states_bytes,model_states_total_bytes,peak_tracked_bytes,peak_rss_bytes,
+// estimate.peak_bytes}, ranks[i].comm.<kind>.{count,bytes,time_s} (the last step),
+// profile.{exposed_comm_s,overlap_ratio}, steps[].{step,loss,grad_norm}, status.{state,error}.
+#include "bench/compare/analysis.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "bench/compare/config_diff.hpp"
+#include "reports/stats.hpp"
+
+namespace zb::bench::compare {
+
+namespace {
+using json = nlohmann::json;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A number at a JSON pointer, NaN when absent, null or not a number.
+double num(const json& j, const char* pointer) {
+  if (!j.is_object()) return kNaN;
+  const json::json_pointer p(pointer);
+  if (!j.contains(p)) return kNaN;
+  const auto& v = j.at(p);
+  return v.is_number() ? v.get<double>() : kNaN;
+}
+
+json num_json(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json interval_json(const std::vector<double>& sample) {
+  const auto r = reports::median_interval(sample);
+  return {{"median", num_json(r.median)}, {"lo", num_json(r.lo)},   {"hi", num_json(r.hi)},
+          {"coverage", r.coverage},       {"n", r.n},               {"k", r.k}};
+}
+
+bool ok(const json& report) {
+  return report.is_object() && report.contains("status") && report["status"].value("state", "") == "ok";
+}
+
+std::vector<double> series(const json& report, const char* key) {
+  std::vector<double> out;
+  if (!report.is_object() || !report.contains("steps") || !report["steps"].is_array()) return out;
+  for (const auto& s : report["steps"]) out.push_back(s.contains(key) && s[key].is_number() ? s[key].get<double>() : kNaN);
+  return out;
+}
+
+json memory_of(const json& report) {
+  json ranks = json::array();
+  double max_states = kNaN, max_peak = kNaN, max_est = kNaN;
+  auto up = [](double& m, double v) {
+    if (std::isfinite(v)) m = std::isfinite(m) ? std::max(m, v) : v;
+  };
+  if (report.contains("ranks") && report["ranks"].is_array())
+    for (const auto& r : report["ranks"]) {
+      const json& m = r.contains("memory") ? r["memory"] : json::object();
+      double est = num(m, "/estimate/peak_bytes");
+      if (!std::isfinite(est)) est = num(m, "/estimated_peak_bytes");
+      const double states = num(m, "/model_states_total_bytes"), peak = num(m, "/peak_tracked_bytes");
+      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))},
+                       {"model_states_bytes", m.value("model_states_bytes", json::object())},
+                       {"model_states_total_bytes", num_json(states)},
+                       {"peak_tracked_bytes", num_json(peak)},
+                       {"estimate_peak_bytes", num_json(est)},
+                       {"peak_rss_bytes", num_json(num(m, "/peak_rss_bytes"))}});
+      up(max_states, states);
+      up(max_peak, peak);
+      up(max_est, est);
+    }
+  return {{"ranks", ranks},
+          {"max", {{"model_states_total_bytes", num_json(max_states)},
+                   {"peak_tracked_bytes", num_json(max_peak)},
+                   {"estimate_peak_bytes", num_json(max_est)}}}};
+}
+
+json comm_of(const json& report, const std::vector<json>& ok_runs) {
+  json ranks = json::array();
+  if (report.contains("ranks") && report["ranks"].is_array())
+    for (const auto& r : report["ranks"]) {
+      json kinds = json::object();
+      double bytes = 0, count = 0, time = 0;
+      if (r.contains("comm") && r["comm"].is_object())
+        for (const auto& [kind, c] : r["comm"].items()) {
+          const double b = num(c, "/bytes"), n = num(c, "/count"), t = num(c, "/time_s");
+          kinds[kind] = {{"count", num_json(n)}, {"bytes", num_json(b)}, {"time_s", num_json(t)}};
+          if (std::isfinite(b)) bytes += b;
+          if (std::isfinite(n)) count += n;
+          if (std::isfinite(t)) time += t;
+        }
+      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))}, {"kinds", kinds},
+                       {"count_per_step", count}, {"bytes_per_step", bytes}, {"time_s_per_step", time}});
+    }
+  std::vector<double> exposed, overlap;
+  for (const auto& run : ok_runs) {
+    if (const double e = num(run, "/profile/exposed_comm_s"); std::isfinite(e)) exposed.push_back(e);
+    if (const double o = num(run, "/profile/overlap_ratio"); std::isfinite(o)) overlap.push_back(o);
+  }
+  return {{"ranks", ranks}, {"profiled", !exposed.empty()},
+          {"exposed_comm_s", interval_json(exposed)}, {"overlap_ratio", interval_json(overlap)}};
+}
+
+// Sum of a category over ranks' max: the numeric model-state categories of the rank holding most.
+double category_max(const json& memory, const std::string& category) {
+  double m = kNaN;
+  for (const auto& r : memory["ranks"]) {
+    const auto& c = r["model_states_bytes"];
+    if (c.contains(category) && c[category].is_number()) {
+      const double v = c[category].get<double>();
+      m = std::isfinite(m) ? std::max(m, v) : v;
+    }
+  }
+  return m;
+}
+
+double ratio(double a, double b) { return std::isfinite(a) && std::isfinite(b) && b != 0 ? a / b : kNaN; }
+}  // namespace
+
+double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = kNaN;
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
+    const double d = std::abs(a[i] - b[i]) / std::max(std::abs(a[i]), 1e-30);
+    m = std::isfinite(m) ? std::max(m, d) : d;
+  }
+  return m;
+}
+
+json analyse(const std::vector<SideRuns>& sides, const json& workload, int repeat) {
+  json out = {{"schema", {{"name", "zerobench.compare"}, {"version", 1}}},
+              {"workload", workload},
+              {"repeat", repeat},
+              {"interval", {{"method", "order statistics of the sample (distribution-free median interval)"},
+                            {"level", 0.95}}},
+              {"baseline", sides.empty() ? "" : sides.front().label},
+              {"sides", json::array()},
+              {"comparisons", json::array()}};
+  std::vector<json> first_ok(sides.size());  // each side's first successful report (curves, memory, config)
+  std::vector<std::vector<double>> tok(sides.size()), step(sides.size());  // per round, NaN if not ok
+  for (size_t s = 0; s < sides.size(); ++s) {
+    const auto& side = sides[s];
+    json runs = json::array();
+    std::vector<double> t_ok, st_ok, mfu_ok, mfu6_ok;
+    std::vector<json> ok_runs;
+    for (size_t i = 0; i < side.runs.size(); ++i) {
+      const json& r = side.runs[i];
+      const bool good = ok(r);
+      const double t = num(r, "/summary/tokens_per_gpu_per_s/median"), st = num(r, "/summary/step_time_s/median");
+      const double mfu = num(r, "/summary/mfu"), mfu6 = num(r, "/summary/mfu_6n");
+      tok[s].push_back(good ? t : kNaN);
+      step[s].push_back(good ? st : kNaN);
+      std::string state = "missing", error = "no report";
+      if (r.is_object() && r.contains("status")) {
+        state = r["status"].value("state", "missing");
+        error = r["status"].value("error", "");
+      }
+      runs.push_back({{"round", int(i) + 1},
+                      {"report", i < side.report_files.size() ? side.report_files[i] : ""},
+                      {"state", state},
+                      {"error", error},
+                      {"tokens_per_gpu_per_s", num_json(t)},
+                      {"step_time_s", num_json(st)},
+                      {"mfu", num_json(mfu)},
+                      {"mfu_6n", num_json(mfu6)},
+                      {"exposed_comm_s", num_json(num(r, "/profile/exposed_comm_s"))},
+                      {"overlap_ratio", num_json(num(r, "/profile/overlap_ratio"))}});
+      if (!good) continue;
+      if (first_ok[s].is_null()) first_ok[s] = r;
+      ok_runs.push_back(r);
+      if (std::isfinite(t)) t_ok.push_back(t);
+      if (std::isfinite(st)) st_ok.push_back(st);
+      if (std::isfinite(mfu)) mfu_ok.push_back(mfu);
+      if (std::isfinite(mfu6)) mfu6_ok.push_back(mfu6);
+    }
+    const json& rep = first_ok[s];
+    const json config = rep.is_object() && rep.contains("config") ? rep["config"] : json(nullptr);
+    json entry = {{"label", side.label},
+                  {"spec", side.spec},
+                  {"runs", runs},
+                  {"ok_runs", int(ok_runs.size())},
+                  {"failed_runs", int(side.runs.size() - ok_runs.size())},
+                  {"throughput", {{"tokens_per_gpu_per_s", interval_json(t_ok)},
+                                  {"step_time_s", interval_json(st_ok)},
+                                  {"mfu", interval_json(mfu_ok)},
+                                  {"mfu_6n", interval_json(mfu6_ok)}}}};
+    if (config.is_object()) {
+      entry["backend"] = config.value(json::json_pointer("/backend/name"), "");
+      entry["precision"] = config.value(json::json_pointer("/backend/precision"), "");
+      // Table 2 comes only from the report's own typed plan; absent: null (rendered "—").
+      entry["precision_plan"] = config.contains("precision_plan") ? config["precision_plan"] : json(nullptr);
+      entry["train"] = {{"micro_batch", num_json(num(config, "/train/micro_batch"))},
+                        {"grad_accum", num_json(num(config, "/train/grad_accum"))},
+                        {"seq_len", num_json(num(config, "/train/seq_len"))},
+                        {"tokens_per_rank_per_step", num_json(num(rep, "/summary/tokens_per_rank_per_step"))}};
+      entry["provenance"] = {{"source_files", config.value("source_files", json::array())},
+                             {"applied", config.value("applied", json::array())},
+                             {"ignored", config.value("ignored", json::array())},
+                             {"warnings", config.value("warnings", json::array())}};
+      entry["memory"] = memory_of(rep);
+      entry["comm"] = comm_of(rep, ok_runs);
+      const auto loss = series(rep, "loss"), gn = series(rep, "grad_norm");
+      json steps = json::array();
+      for (const auto& st : rep["steps"]) steps.push_back(st.value("step", int(steps.size())));
+      json l = json::array(), g = json::array();
+      for (double v : loss) l.push_back(num_json(v));
+      for (double v : gn) g.push_back(num_json(v));
+      // Repetitions train the same seed and data: their curves should be identical; say if not.
+      double across = kNaN;
+      for (const auto& r : ok_runs)
+        for (const char* key : {"loss", "grad_norm"}) {
+          const double d = max_relative_difference(series(rep, key), series(r, key));
+          if (std::isfinite(d)) across = std::isfinite(across) ? std::max(across, d) : d;
+        }
+      entry["curves"] = {{"step", steps}, {"loss", l}, {"grad_norm", g},
+                         {"round", 1 + int(std::find_if(side.runs.begin(), side.runs.end(), ok) - side.runs.begin())},
+                         {"max_rel_diff_across_rounds", num_json(ok_runs.size() > 1 ? across : kNaN)},
+                         {"identical_across_rounds", ok_runs.size() > 1 ? json(across == 0) : json(nullptr)}};
+    } else {
+      entry["precision_plan"] = nullptr;
+    }
+    out["sides"].push_back(entry);
+  }
+  // Paired B-vs-A ratios: round i of each side ran next to round i of the baseline.
+  for (size_t s = 1; s < sides.size(); ++s) {
+    std::vector<double> tr, sr;
+    for (size_t i = 0; i < std::min(tok[0].size(), tok[s].size()); ++i) {
+      const double t = ratio(tok[s][i], tok[0][i]), st = ratio(step[s][i], step[0][i]);
+      if (std::isfinite(t)) tr.push_back(t);
+      if (std::isfinite(st)) sr.push_back(st);
+    }
+    const auto& a = out["sides"][0];
+    const auto& b = out["sides"][s];
+    json c = {{"side", sides[s].label}, {"baseline", sides[0].label}, {"paired_rounds", int(tr.size())},
+              {"throughput_ratio", interval_json(tr)}, {"step_time_ratio", interval_json(sr)}};
+    const auto ti = reports::median_interval(tr);
+    c["throughput_change_pct"] = {{"median", num_json((ti.median - 1) * 100)},
+                                  {"lo", num_json((ti.lo - 1) * 100)},
+                                  {"hi", num_json((ti.hi - 1) * 100)}};
+    c["beyond_noise"] = ti.n >= 2 && (ti.lo > 1 || ti.hi < 1);
+    if (a.contains("memory") && b.contains("memory")) {
+      const auto& ma = a["memory"]["max"];
+      const auto& mb = b["memory"]["max"];
+      auto value = [](const json& j, const char* key) { return j[key].is_number() ? j[key].get<double>() : kNaN; };
+      auto r = [&](const char* key) { return num_json(ratio(value(mb, key), value(ma, key))); };
+      c["model_states_ratio"] = r("model_states_total_bytes");
+      c["peak_tracked_ratio"] = r("peak_tracked_bytes");
+      c["estimate_peak_ratio"] = r("estimate_peak_bytes");
+      // The category whose bytes differ most (rank holding the most of it, each side).
+      std::string largest;
+      double delta = 0;
+      for (const char* cat : {"params", "master_params", "grads", "optimizer", "buffers"}) {
+        const double d = category_max(b["memory"], cat) - category_max(a["memory"], cat);
+        if (std::isfinite(d) && std::abs(d) > std::abs(delta)) delta = d, largest = cat;
+      }
+      c["largest_category_difference"] = {{"category", largest}, {"delta_bytes", delta}};
+      const double ma_master = category_max(a["memory"], "master_params"),
+                   mb_master = category_max(b["memory"], "master_params");
+      c["keeps_master"] = {{"side", std::isfinite(mb_master) && mb_master > 0},
+                           {"baseline", std::isfinite(ma_master) && ma_master > 0}};
+    }
+    if (a.contains("curves") && b.contains("curves")) {
+      std::vector<double> la, lb, ga, gb;
+      for (const auto& v : a["curves"]["loss"]) la.push_back(v.is_number() ? v.get<double>() : kNaN);
+      for (const auto& v : b["curves"]["loss"]) lb.push_back(v.is_number() ? v.get<double>() : kNaN);
+      for (const auto& v : a["curves"]["grad_norm"]) ga.push_back(v.is_number() ? v.get<double>() : kNaN);
+      for (const auto& v : b["curves"]["grad_norm"]) gb.push_back(v.is_number() ? v.get<double>() : kNaN);
+      c["loss_max_rel_diff"] = num_json(max_relative_difference(la, lb));
+      c["grad_norm_max_rel_diff"] = num_json(max_relative_difference(ga, gb));
+      c["steps_compared"] = int(std::min(la.size(), lb.size()));
+    }
+    out["comparisons"].push_back(c);
+  }
+  std::vector<json> configs;
+  for (size_t s = 0; s < sides.size(); ++s)
+    configs.push_back(first_ok[s].is_object() && first_ok[s].contains("config") ? first_ok[s]["config"] : json(nullptr));
+  out["config_differences"] = config_differences(configs);
+  json workload_keys = json::array();
+  for (const auto& d : out["config_differences"])
+    if (d["workload"].get<bool>()) workload_keys.push_back(d["key"]);
+  out["workload_differences"] = workload_keys;
+  return out;
+}
+
+}  // namespace zb::bench::compare
