@@ -2,6 +2,7 @@
 // once as a Table (header + rows of text) and written either way.
 #include "bench/compare/render.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -275,7 +276,7 @@ std::string render_html(const json& cmp) {
   o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>zerobench compare: " << html_escape(labels)
     << "</title>\n<style>\nbody{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}\n"
        "table{border-collapse:collapse;margin:8px 0 20px}\nth,td{border:1px solid #ccc;padding:4px 8px;"
-       "font-size:13px}\nth{background:#f2f2f2}\ntd{text-align:right}\ntd:first-child{text-align:left}\n"
+       "font-size:13px}\nth{background:#f2f2f2}\ntd{text-align:left}\ntd.n{text-align:right}\n"
        ".verdict{background:#f6f8fa;border-left:4px solid #4e79a7;padding:10px 14px;font-size:15px}\n"
        ".note{color:#555;font-size:13px}\n.charts svg{margin:6px}\n</style></head><body>\n"
     << "<h1>zerobench compare: " << html_escape(labels) << "</h1>\n<p class=\"note\">Workload: "
@@ -308,13 +309,20 @@ std::string render_html(const json& cmp) {
     o << "</tr>\n";
     for (const auto& row : t.rows) {
       o << "<tr>";
-      for (const auto& c : row) o << "<td>" << html_escape(c) << "</td>";
+      for (const auto& c : row) {
+        const bool number = !c.empty() && (std::isdigit(static_cast<unsigned char>(c[0])) || c[0] == '-');
+        o << (number ? "<td class=\"n\">" : "<td>") << html_escape(c) << "</td>";
+      }
       o << "</tr>\n";
     }
     o << "</table>\n";
+    if (t.title == "Collectives per step")  // the curves next to the numbers, before the long key lists
+      o << "<h2>Loss and grad-norm curves</h2>\n<p class=\"note\">Each side's first successful round (rounds "
+           "train the same seed and data; compare.json says whether they were identical).</p>\n"
+           "<div class=\"charts\">\n"
+        << curve_svg(cmp, "loss") << curve_svg(cmp, "grad_norm") << "</div>\n";
   }
-  o << "<h2>Loss and grad-norm curves</h2>\n<div class=\"charts\">\n" << curve_svg(cmp, "loss")
-    << curve_svg(cmp, "grad_norm") << "</div>\n</body></html>\n";
+  o << "</body></html>\n";
   return o.str();
 }
 

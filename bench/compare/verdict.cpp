@@ -66,10 +66,12 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
     }
     const std::string delta = std::string(d(lc["delta_bytes"]) >= 0 ? "+" : "-") +
                               mib(std::abs(d(lc["delta_bytes"]))) + " MiB on " + b;
-    if (largest == "master_params" && !master.empty())
+    // "because": only when B holds clearly more (>= 5%) and the masters are what it holds more of.
+    if (largest == "master_params" && !master.empty() && d(c["model_states_ratio"]) >= 1.05)
       out += " because " + master + " (" + delta + ")";
     else if (!largest.empty())
-      out += "; the largest difference is " + largest + " (" + delta + ")" + (master.empty() ? "" : ", and " + master);
+      out += "; the largest difference by category is " + largest + " (" + delta + ")" +
+             (master.empty() ? "" : ": " + master);
     out += ". ";
   }
   if (c["peak_tracked_ratio"].is_number()) {
