@@ -40,7 +40,8 @@ std::string slurp(const std::string& path) {
 
 // A copy of a report whose throughput is scaled by `factor` (step time divided by it).
 json scaled(json r, double factor) {
-  r["summary"]["tokens_per_gpu_per_s"]["median"] = r["summary"]["tokens_per_gpu_per_s"]["median"].get<double>() * factor;
+  r["summary"]["tokens_per_gpu_per_s"]["median"] =
+      r["summary"]["tokens_per_gpu_per_s"]["median"].get<double>() * factor;
   r["summary"]["step_time_s"]["median"] = r["summary"]["step_time_s"]["median"].get<double>() / factor;
   return r;
 }
@@ -122,9 +123,9 @@ TEST(CompareSides, ParsesFilesAndSpecs) {
 }
 
 TEST(CompareSides, BadSpecsNameThemselves) {
-  for (const std::string bad : {"nosuch.yaml", "fsdp", "fsdp:", ":mixed", "fsdp:mixed:", "fsdp:mixed:x",
-                                "fsdp:mixed:seq-len=8", "fsdp:mixed:backend=zero3", "a:b:c:d",
-                                "fsdp:mixed:forward-prefetch=true,forward-prefetch=false"}) {
+  for (const std::string bad :
+       {"nosuch.yaml", "fsdp", "fsdp:", ":mixed", "fsdp:mixed:", "fsdp:mixed:x", "fsdp:mixed:seq-len=8",
+        "fsdp:mixed:backend=zero3", "a:b:c:d", "fsdp:mixed:forward-prefetch=true,forward-prefetch=false"}) {
     try {
       parse_side(bad);
       ADD_FAILURE() << bad << " accepted";
@@ -141,7 +142,8 @@ TEST(CompareSides, BinaryRefusesABadSideBeforeRunningAnything) {
     std::string args, expect;
   } cases[] = {
       {"fsdp:mixed fsdp:mixd", "side 'fsdp:mixd': --precision 'mixd'"},
-      {"fsdp:mixed zero3:bf16:reduce-bucket-size=abc", "side 'zero3:bf16:reduce-bucket-size=abc': --reduce-bucket-size"},
+      {"fsdp:mixed zero3:bf16:reduce-bucket-size=abc",
+       "side 'zero3:bf16:reduce-bucket-size=abc': --reduce-bucket-size"},
       {"fsdp:mixed nosuch.yaml", "side 'nosuch.yaml': not an existing file"},
       // A config file that contradicts a workload flag: named, refused up front.
       {"fsdp:mixed " + kSrc + "/bench/configs/deepspeed_zero3_blog.json --micro-batch 4",
@@ -174,12 +176,16 @@ TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {
   const std::vector<double> jitter = {1.00, 1.01, 0.99, 1.02, 0.98, 1.005};
   std::vector<double> slow;
   for (double j : jitter) slow.push_back(0.9 * j * (1 + 0.001));
-  const auto c = compare_of({rounds("fsdp_mixed", smoke("fsdp_mixed"), jitter), rounds("zero3_bf16", smoke("zero3_bf16"), slow)});
+  const auto c =
+      compare_of({rounds("fsdp_mixed", smoke("fsdp_mixed"), jitter), rounds("zero3_bf16", smoke("zero3_bf16"), slow)});
   const auto& cmp = c["comparisons"][0];
   ASSERT_TRUE(cmp["beyond_noise"].get<bool>());
   const std::string v = c["verdict"];
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(v, m, std::regex(R"(zero3_bf16 is ([0-9.]+)% slower than fsdp_mixed in tokens/GPU/s \(95% interval ([0-9.]+)–([0-9.]+)%, 6 paired rounds\))")))
+  ASSERT_TRUE(std::regex_search(
+      v, m,
+      std::regex(
+          R"(zero3_bf16 is ([0-9.]+)% slower than fsdp_mixed in tokens/GPU/s \(95% interval ([0-9.]+)–([0-9.]+)%, 6 paired rounds\))")))
       << v;
   const auto& pct = cmp["throughput_change_pct"];
   EXPECT_EQ(m[1].str(), fmt("%.1f", -pct["median"].get<double>()));
@@ -192,17 +198,22 @@ TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {
   EXPECT_NEAR(cmp["throughput_ratio"]["median"].get<double>(), 0.9009 * base, 1e-9);
   EXPECT_NEAR(cmp["throughput_ratio"]["lo"].get<double>(), 0.9009 * base, 1e-9);
   EXPECT_NEAR(cmp["throughput_ratio"]["hi"].get<double>(), 0.9009 * base, 1e-9);
-  ASSERT_TRUE(std::regex_search(v, m, std::regex(R"(holds ([0-9.]+)× fsdp_mixed's model-state memory per rank \(([0-9.]+) vs ([0-9.]+) MiB\))")))
+  ASSERT_TRUE(std::regex_search(
+      v, m, std::regex(R"(holds ([0-9.]+)× fsdp_mixed's model-state memory per rank \(([0-9.]+) vs ([0-9.]+) MiB\))")))
       << v;
   EXPECT_EQ(m[1].str(), fmt("%.2f", cmp["model_states_ratio"].get<double>()));
   const auto& sides = c["sides"];
   EXPECT_EQ(m[2].str(), fmt("%.1f", sides[1]["memory"]["max"]["model_states_total_bytes"].get<double>() / 1048576));
   EXPECT_EQ(m[3].str(), fmt("%.1f", sides[0]["memory"]["max"]["model_states_total_bytes"].get<double>() / 1048576));
-  ASSERT_TRUE(std::regex_search(v, m, std::regex(R"(\(([0-9.]+)×; pre-flight estimates ([0-9.]+) vs ([0-9.]+) MiB\): fsdp_mixed fits in less)")))
+  ASSERT_TRUE(std::regex_search(
+      v, m, std::regex(R"(\(([0-9.]+)×; pre-flight estimates ([0-9.]+) vs ([0-9.]+) MiB\): fsdp_mixed fits in less)")))
       << v;
   EXPECT_EQ(m[1].str(), fmt("%.2f", cmp["peak_tracked_ratio"].get<double>()));
   EXPECT_EQ(m[2].str(), fmt("%.1f", sides[1]["memory"]["max"]["estimate_peak_bytes"].get<double>() / 1048576));
-  ASSERT_TRUE(std::regex_search(v, m, std::regex(R"(agree to ([0-9.e+-]+) \(max relative difference per step over (\d+) steps; grad norms to ([0-9.e+-]+)\))")))
+  ASSERT_TRUE(std::regex_search(
+      v, m,
+      std::regex(
+          R"(agree to ([0-9.e+-]+) \(max relative difference per step over (\d+) steps; grad norms to ([0-9.e+-]+)\))")))
       << v;
   EXPECT_EQ(m[1].str(), fmt("%.1e", cmp["loss_max_rel_diff"].get<double>()));
   EXPECT_EQ(std::stoi(m[2].str()), cmp["steps_compared"].get<int>());
@@ -211,7 +222,8 @@ TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {
   double worst = 0;
   const auto la = smoke("fsdp_mixed")["steps"], lb = smoke("zero3_bf16")["steps"];
   for (size_t i = 0; i < la.size(); ++i)
-    worst = std::max(worst, std::abs(lb[i]["loss"].get<double>() - la[i]["loss"].get<double>()) / std::abs(la[i]["loss"].get<double>()));
+    worst = std::max(worst, std::abs(lb[i]["loss"].get<double>() - la[i]["loss"].get<double>()) /
+                                std::abs(la[i]["loss"].get<double>()));
   EXPECT_DOUBLE_EQ(cmp["loss_max_rel_diff"].get<double>(), worst);
   // The curves of identical rounds are identical.
   EXPECT_TRUE(sides[0]["curves"]["identical_across_rounds"].get<bool>());
@@ -266,8 +278,9 @@ TEST(CompareAnalysis, ConfigDifferencesHaveEffects) {
 
 TEST(CompareAnalysis, PrecisionPlanIsReadNeverGuessed) {
   json a = smoke("fsdp_mixed"), b = smoke("zero3_bf16");
-  b["config"]["precision_plan"] = {{"load", "bf16"}, {"params", "bf16"}, {"compute", "bf16"}, {"reduce", "bf16"},
-                                   {"grads", "bf16"}, {"optimizer_states", "fp32"}, {"master", "fp32"}, {"notes", "x"}};
+  b["config"]["precision_plan"] = {{"load", "bf16"},   {"params", "bf16"}, {"compute", "bf16"},
+                                   {"reduce", "bf16"}, {"grads", "bf16"},  {"optimizer_states", "fp32"},
+                                   {"master", "fp32"}, {"notes", "x"}};
   const auto c = compare_of({rounds("fsdp_mixed", a, {1}), rounds("zero3_bf16", b, {1})});
   EXPECT_TRUE(c["sides"][0]["precision_plan"].is_null());
   EXPECT_EQ(c["sides"][1]["precision_plan"]["master"], "fp32");
@@ -292,7 +305,8 @@ TEST(CompareRender, FromDirWritesJsonMarkdownHtml) {
     for (int s = 0; s < 2; ++s) {
       const std::string id = std::string(s ? "b_zero3_bf16" : "a_fsdp_mixed") + "_r" + std::to_string(r);
       plan["cells"].push_back({{"id", id}, {"side", s}, {"round", r}});
-      reports::write_json_atomic(dir + "/runs/" + id + ".json", scaled(smoke(s ? "zero3_bf16" : "fsdp_mixed"), 1.0 + 0.01 * r));
+      reports::write_json_atomic(dir + "/runs/" + id + ".json",
+                                 scaled(smoke(s ? "zero3_bf16" : "fsdp_mixed"), 1.0 + 0.01 * r));
     }
   reports::write_json_atomic(dir + "/plan.json", plan);
   const auto r = run_zerobench("compare --from-dir " + dir);
@@ -326,8 +340,10 @@ TEST(CompareRender, FromDirWritesJsonMarkdownHtml) {
 
 TEST(CompareEndToEnd, TinyTwoSidesTwoRounds) {
   const auto dir = test_support::make_clean_dir("cmp_e2e");
-  const std::string args = "compare ddp:fp32 fsdp:fp32 --model tiny --nproc 2 --repeat 2 --steps 3 --warmup 1 "
-                           "--timeout 300 --out " + dir;
+  const std::string args =
+      "compare ddp:fp32 fsdp:fp32 --model tiny --nproc 2 --repeat 2 --steps 3 --warmup 1 "
+      "--timeout 300 --out " +
+      dir;
   const auto r = run_zerobench(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json c = json::parse(slurp(dir + "/compare.json"));
@@ -350,8 +366,10 @@ TEST(CompareEndToEnd, TinyTwoSidesTwoRounds) {
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(json::parse(slurp(dir + "/compare.json")), c);
   // Another compare into the same directory is refused (it would reuse the other plan's runs).
-  const auto other = run_zerobench("compare ddp:fp32 fsdp:mixed --model tiny --nproc 2 --repeat 2 --steps 3 "
-                                   "--warmup 1 --out " + dir);
+  const auto other = run_zerobench(
+      "compare ddp:fp32 fsdp:mixed --model tiny --nproc 2 --repeat 2 --steps 3 "
+      "--warmup 1 --out " +
+      dir);
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("holds a different compare"), std::string::npos) << other.output;
 }

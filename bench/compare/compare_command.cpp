@@ -55,6 +55,8 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
 
 json plan_from_options(const CompareOptions& o, const CLI::App& app) {
   if (o.repeat < 1) throw UsageError("--repeat " + std::to_string(o.repeat) + " must be at least 1");
+  if (o.warmup >= o.steps)  // checked here so the line names compare's flags, not the first side
+    throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below --steps " + std::to_string(o.steps));
   const auto sides = parse_sides(o.sides);
   const RunArgs workload = workload_args(o, app);
   json plan = {{"schema", {{"name", "zerobench.compare-plan"}, {"version", 1}}},
@@ -158,9 +160,14 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--nproc", o.nproc, "ranks per run")->check(FiniteRange(1, 1024))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sample")->check(AtLeastOne())->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "samples per rank (default: each side's own)")->check(AtLeastOne());
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (default: each side's own)")->check(AtLeastOne());
-  app.add_option("--steps", o.steps, "optimizer steps per run (warm-up included)")->check(AtLeastOne())->capture_default_str();
-  app.add_option("--warmup", o.warmup, "steps left out of each run's timing")->check(NonNegative())->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (default: each side's own)")
+      ->check(AtLeastOne());
+  app.add_option("--steps", o.steps, "optimizer steps per run (warm-up included)")
+      ->check(AtLeastOne())
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "steps left out of each run's timing")
+      ->check(NonNegative())
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads per rank")->check(NonNegative());
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--data", o.data, "random|markov")->check(CLI::IsMember({"random", "markov"}));
@@ -197,7 +204,8 @@ int compare_command(const CompareOptions& o, const CLI::App& app) {
   try {
     const json old = read_plan(dir);
     if (old != plan)
-      throw UsageError("--out " + dir + " holds a different compare (its plan.json: other sides, workload or --repeat); "
+      throw UsageError("--out " + dir +
+                       " holds a different compare (its plan.json: other sides, workload or --repeat); "
                        "choose another --out or remove it");
   } catch (const UsageError& e) {
     if (std::string(e.what()).find("holds a different compare") != std::string::npos) throw;
