@@ -341,10 +341,9 @@ TEST(CompareRender, FromDirWritesJsonMarkdownHtml) {
 TEST(CompareEndToEnd, TinyTwoSidesTwoRounds) {
   const auto dir = test_support::make_clean_dir("cmp_e2e");
   const std::string args =
-      "compare ddp:fp32 fsdp:fp32 --model tiny --nproc 2 --repeat 2 --steps 3 --warmup 1 "
-      "--timeout 300 --out " +
-      dir;
-  const auto r = run_zerobench(args);
+      "compare ddp:fp32 fsdp:fp32 --model tiny --nproc 2 --steps 3 --warmup 1 --timeout 300 --out " + dir + " --repeat";
+  const std::string args2 = args + " 2";
+  const auto r = run_zerobench(args2);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json c = json::parse(slurp(dir + "/compare.json"));
   ASSERT_EQ(c["sides"].size(), 2u);
@@ -362,9 +361,17 @@ TEST(CompareEndToEnd, TinyTwoSidesTwoRounds) {
   for (const char* f : {"/compare.md", "/compare.html", "/plan.json", "/runs/index.json"})
     EXPECT_EQ(system(("test -s " + dir + f).c_str()), 0) << f;
   // Same command again: resumes (nothing re-run), same document but the timestamps-free parts.
-  const auto again = run_zerobench(args);
+  const auto again = run_zerobench(args2);
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(json::parse(slurp(dir + "/compare.json")), c);
+  // A larger --repeat keeps the finished rounds and adds one.
+  const auto more = run_zerobench(args + " 3");
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("a_ddp-fp32_r2"), std::string::npos) << more.output;
+  EXPECT_NE(more.output.find("(ok)"), std::string::npos) << more.output;  // run_matrix's mark of a kept run
+  const json c3 = json::parse(slurp(dir + "/compare.json"));
+  EXPECT_EQ(c3["sides"][0]["ok_runs"], 3);
+  EXPECT_EQ(c3["sides"][0]["runs"][0], c["sides"][0]["runs"][0]);  // round 1 reused, not re-run
   // Another compare into the same directory is refused (it would reuse the other plan's runs).
   const auto other = run_zerobench(
       "compare ddp:fp32 fsdp:mixed --model tiny --nproc 2 --repeat 2 --steps 3 "

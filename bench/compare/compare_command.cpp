@@ -200,16 +200,18 @@ int compare_command(const CompareOptions& o, const CLI::App& app) {
   mo.file = "compare " + dir;
   mo.dry_run = o.dry_run;
   if (o.dry_run) return run_matrix(spec, mo);
-  // Resume only the same compare: runs in DIR/runs/ of another plan would be silently reused.
+  // Resume only the same compare (same sides and workload; --repeat may grow, --timeout change):
+  // runs in DIR/runs/ of another plan would otherwise be silently reused.
+  json old;
   try {
-    const json old = read_plan(dir);
-    if (old != plan)
-      throw UsageError("--out " + dir +
-                       " holds a different compare (its plan.json: other sides, workload or --repeat); "
-                       "choose another --out or remove it");
-  } catch (const UsageError& e) {
-    if (std::string(e.what()).find("holds a different compare") != std::string::npos) throw;
+    old = read_plan(dir);
+  } catch (const UsageError&) {
+    old = nullptr;  // no plan there yet
   }
+  if (old.is_object() && (old["sides"] != plan["sides"] || old["workload"] != plan["workload"]))
+    throw UsageError("--out " + dir +
+                     " holds a different compare (its plan.json has other sides or another workload); "
+                     "choose another --out or remove it");
   reports::make_directories(dir);
   reports::write_json_atomic(dir + "/plan.json", plan);
   const int rc = run_matrix(spec, mo);  // resumes: runs with a report are kept
