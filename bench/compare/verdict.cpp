@@ -119,8 +119,8 @@ std::string verdict(const json& cmp) {
       keys += (keys.empty() ? "" : "; ") + dif["key"].get<std::string>() + " " + vals;
     }
     out += "The sides do not train the same workload (" + keys +
-           "): tokens/GPU/s compares them per token, but memory and losses are not like for like (give --micro-batch "
-           "/ --grad-accum to compare to train the same batch). ";
+           "): tokens/GPU/s compares them per token, but memory and losses are not like for like (pass compare "
+           "--micro-batch and --grad-accum so that every side trains the same batch). ";
   }
   for (const auto& s : sides)
     if (s["ok_runs"].get<int>() == 0) {
