@@ -69,7 +69,8 @@ std::string interval_chart(const std::string& title, const std::vector<IntervalP
     o << "<text x=\"" << x << "\" y=\"" << kTop + ph + 18 << "\" text-anchor=\"middle\">" << escape(p.label)
       << "</text>\n";
     if (!std::isfinite(p.value)) {
-      o << "<text x=\"" << x << "\" y=\"" << kTop + ph / 2 << "\" text-anchor=\"middle\" fill=\"#999\">no data</text>\n";
+      o << "<text x=\"" << x << "\" y=\"" << kTop + ph / 2
+        << "\" text-anchor=\"middle\" fill=\"#999\">no data</text>\n";
       continue;
     }
     if (std::isfinite(p.lo) && std::isfinite(p.hi)) {

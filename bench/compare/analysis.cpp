@@ -32,8 +32,12 @@ json num_json(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json interval_json(const std::vector<double>& sample) {
   const auto r = reports::median_interval(sample);
-  return {{"median", num_json(r.median)}, {"lo", num_json(r.lo)},   {"hi", num_json(r.hi)},
-          {"coverage", r.coverage},       {"n", r.n},               {"k", r.k}};
+  return {{"median", num_json(r.median)},
+          {"lo", num_json(r.lo)},
+          {"hi", num_json(r.hi)},
+          {"coverage", r.coverage},
+          {"n", r.n},
+          {"k", r.k}};
 }
 
 bool ok(const json& report) {
@@ -43,7 +47,8 @@ bool ok(const json& report) {
 std::vector<double> series(const json& report, const char* key) {
   std::vector<double> out;
   if (!report.is_object() || !report.contains("steps") || !report["steps"].is_array()) return out;
-  for (const auto& s : report["steps"]) out.push_back(s.contains(key) && s[key].is_number() ? s[key].get<double>() : kNaN);
+  for (const auto& s : report["steps"])
+    out.push_back(s.contains(key) && s[key].is_number() ? s[key].get<double>() : kNaN);
   return out;
 }
 
@@ -70,9 +75,10 @@ json memory_of(const json& report) {
       up(max_est, est);
     }
   return {{"ranks", ranks},
-          {"max", {{"model_states_total_bytes", num_json(max_states)},
-                   {"peak_tracked_bytes", num_json(max_peak)},
-                   {"estimate_peak_bytes", num_json(max_est)}}}};
+          {"max",
+           {{"model_states_total_bytes", num_json(max_states)},
+            {"peak_tracked_bytes", num_json(max_peak)},
+            {"estimate_peak_bytes", num_json(max_est)}}}};
 }
 
 json comm_of(const json& report, const std::vector<json>& ok_runs) {
@@ -89,16 +95,21 @@ json comm_of(const json& report, const std::vector<json>& ok_runs) {
           if (std::isfinite(n)) count += n;
           if (std::isfinite(t)) time += t;
         }
-      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))}, {"kinds", kinds},
-                       {"count_per_step", count}, {"bytes_per_step", bytes}, {"time_s_per_step", time}});
+      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))},
+                       {"kinds", kinds},
+                       {"count_per_step", count},
+                       {"bytes_per_step", bytes},
+                       {"time_s_per_step", time}});
     }
   std::vector<double> exposed, overlap;
   for (const auto& run : ok_runs) {
     if (const double e = num(run, "/profile/exposed_comm_s"); std::isfinite(e)) exposed.push_back(e);
     if (const double o = num(run, "/profile/overlap_ratio"); std::isfinite(o)) overlap.push_back(o);
   }
-  return {{"ranks", ranks}, {"profiled", !exposed.empty()},
-          {"exposed_comm_s", interval_json(exposed)}, {"overlap_ratio", interval_json(overlap)}};
+  return {{"ranks", ranks},
+          {"profiled", !exposed.empty()},
+          {"exposed_comm_s", interval_json(exposed)},
+          {"overlap_ratio", interval_json(overlap)}};
 }
 
 // Sum of a category over ranks' max: the numeric model-state categories of the rank holding most.
@@ -129,14 +140,14 @@ double max_relative_difference(const std::vector<double>& a, const std::vector<d
 }
 
 json analyse(const std::vector<SideRuns>& sides, const json& workload, int repeat) {
-  json out = {{"schema", {{"name", "zerobench.compare"}, {"version", 1}}},
-              {"workload", workload},
-              {"repeat", repeat},
-              {"interval", {{"method", "order statistics of the sample (distribution-free median interval)"},
-                            {"level", 0.95}}},
-              {"baseline", sides.empty() ? "" : sides.front().label},
-              {"sides", json::array()},
-              {"comparisons", json::array()}};
+  json out = {
+      {"schema", {{"name", "zerobench.compare"}, {"version", 1}}},
+      {"workload", workload},
+      {"repeat", repeat},
+      {"interval", {{"method", "order statistics of the sample (distribution-free median interval)"}, {"level", 0.95}}},
+      {"baseline", sides.empty() ? "" : sides.front().label},
+      {"sides", json::array()},
+      {"comparisons", json::array()}};
   std::vector<json> first_ok(sides.size());  // each side's first successful report (curves, memory, config)
   std::vector<std::vector<double>> tok(sides.size()), step(sides.size());  // per round, NaN if not ok
   for (size_t s = 0; s < sides.size(); ++s) {
@@ -181,10 +192,11 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
                   {"runs", runs},
                   {"ok_runs", int(ok_runs.size())},
                   {"failed_runs", int(side.runs.size() - ok_runs.size())},
-                  {"throughput", {{"tokens_per_gpu_per_s", interval_json(t_ok)},
-                                  {"step_time_s", interval_json(st_ok)},
-                                  {"mfu", interval_json(mfu_ok)},
-                                  {"mfu_6n", interval_json(mfu6_ok)}}}};
+                  {"throughput",
+                   {{"tokens_per_gpu_per_s", interval_json(t_ok)},
+                    {"step_time_s", interval_json(st_ok)},
+                    {"mfu", interval_json(mfu_ok)},
+                    {"mfu_6n", interval_json(mfu6_ok)}}}};
     if (config.is_object()) {
       entry["backend"] = config.value(json::json_pointer("/backend/name"), "");
       entry["precision"] = config.value(json::json_pointer("/backend/precision"), "");
@@ -213,7 +225,9 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
           const double d = max_relative_difference(series(rep, key), series(r, key));
           if (std::isfinite(d)) across = std::isfinite(across) ? std::max(across, d) : d;
         }
-      entry["curves"] = {{"step", steps}, {"loss", l}, {"grad_norm", g},
+      entry["curves"] = {{"step", steps},
+                         {"loss", l},
+                         {"grad_norm", g},
                          {"round", 1 + int(std::find_if(side.runs.begin(), side.runs.end(), ok) - side.runs.begin())},
                          {"max_rel_diff_across_rounds", num_json(ok_runs.size() > 1 ? across : kNaN)},
                          {"identical_across_rounds", ok_runs.size() > 1 ? json(across == 0) : json(nullptr)}};
@@ -232,8 +246,11 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
     }
     const auto& a = out["sides"][0];
     const auto& b = out["sides"][s];
-    json c = {{"side", sides[s].label}, {"baseline", sides[0].label}, {"paired_rounds", int(tr.size())},
-              {"throughput_ratio", interval_json(tr)}, {"step_time_ratio", interval_json(sr)}};
+    json c = {{"side", sides[s].label},
+              {"baseline", sides[0].label},
+              {"paired_rounds", int(tr.size())},
+              {"throughput_ratio", interval_json(tr)},
+              {"step_time_ratio", interval_json(sr)}};
     const auto ti = reports::median_interval(tr);
     c["throughput_change_pct"] = {{"median", num_json((ti.median - 1) * 100)},
                                   {"lo", num_json((ti.lo - 1) * 100)},
@@ -274,7 +291,8 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
   }
   std::vector<json> configs;
   for (size_t s = 0; s < sides.size(); ++s)
-    configs.push_back(first_ok[s].is_object() && first_ok[s].contains("config") ? first_ok[s]["config"] : json(nullptr));
+    configs.push_back(first_ok[s].is_object() && first_ok[s].contains("config") ? first_ok[s]["config"]
+                                                                                : json(nullptr));
   out["config_differences"] = config_differences(configs);
   json workload_keys = json::array();
   for (const auto& d : out["config_differences"])

@@ -7,7 +7,6 @@
 // format text (render.cpp, verdict.cpp) or invent a value a report does not hold.
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 

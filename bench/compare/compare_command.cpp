@@ -55,6 +55,8 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
 
 json plan_from_options(const CompareOptions& o, const CLI::App& app) {
   if (o.repeat < 1) throw UsageError("--repeat " + std::to_string(o.repeat) + " must be at least 1");
+  if (o.warmup >= o.steps)  // checked here so the line names compare's flags, not the first side
+    throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below --steps " + std::to_string(o.steps));
   const auto sides = parse_sides(o.sides);
   const RunArgs workload = workload_args(o, app);
   json plan = {{"schema", {{"name", "zerobench.compare-plan"}, {"version", 1}}},
@@ -158,9 +160,14 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--nproc", o.nproc, "ranks per run")->check(FiniteRange(1, 1024))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sample")->check(AtLeastOne())->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "samples per rank (default: each side's own)")->check(AtLeastOne());
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (default: each side's own)")->check(AtLeastOne());
-  app.add_option("--steps", o.steps, "optimizer steps per run (warm-up included)")->check(AtLeastOne())->capture_default_str();
-  app.add_option("--warmup", o.warmup, "steps left out of each run's timing")->check(NonNegative())->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (default: each side's own)")
+      ->check(AtLeastOne());
+  app.add_option("--steps", o.steps, "optimizer steps per run (warm-up included)")
+      ->check(AtLeastOne())
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "steps left out of each run's timing")
+      ->check(NonNegative())
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads per rank")->check(NonNegative());
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--data", o.data, "random|markov")->check(CLI::IsMember({"random", "markov"}));
@@ -193,15 +200,18 @@ int compare_command(const CompareOptions& o, const CLI::App& app) {
   mo.file = "compare " + dir;
   mo.dry_run = o.dry_run;
   if (o.dry_run) return run_matrix(spec, mo);
-  // Resume only the same compare: runs in DIR/runs/ of another plan would be silently reused.
+  // Resume only the same compare (same sides and workload; --repeat may grow, --timeout change):
+  // runs in DIR/runs/ of another plan would otherwise be silently reused.
+  json old;
   try {
-    const json old = read_plan(dir);
-    if (old != plan)
-      throw UsageError("--out " + dir + " holds a different compare (its plan.json: other sides, workload or --repeat); "
-                       "choose another --out or remove it");
-  } catch (const UsageError& e) {
-    if (std::string(e.what()).find("holds a different compare") != std::string::npos) throw;
+    old = read_plan(dir);
+  } catch (const UsageError&) {
+    old = nullptr;  // no plan there yet
   }
+  if (old.is_object() && (old["sides"] != plan["sides"] || old["workload"] != plan["workload"]))
+    throw UsageError("--out " + dir +
+                     " holds a different compare (its plan.json has other sides or another workload); "
+                     "choose another --out or remove it");
   reports::make_directories(dir);
   reports::write_json_atomic(dir + "/plan.json", plan);
   const int rc = run_matrix(spec, mo);  // resumes: runs with a report are kept

@@ -7,7 +7,6 @@
 // compute statistics (analysis.hpp) or word the verdict (verdict.hpp). docs/compare.md.
 #pragma once
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -17,18 +17,22 @@ const std::map<std::string, std::string>& effects() {
       {"backend", "a different engine: how parameters, gradients and optimizer states are sharded and communicated"},
       {"precision", "dtypes of the stored parameters, the compute and the optimizer (Table 2)"},
       // fsdp / fsdp2 (torch/distributed/fsdp/api.py, _fully_shard/_fully_shard.py)
-      {"sharding_strategy", "what is sharded: FULL_SHARD shards parameters, gradients and optimizer states; "
-                            "SHARD_GRAD_OP keeps parameters gathered between forward and backward (more memory, "
-                            "fewer all-gathers); NO_SHARD is DDP"},
-      {"backward_prefetch", "when the next unit's all-gather is issued in backward (BACKWARD_PRE overlaps more, "
-                            "holds one more unit's parameters)"},
-      {"forward_prefetch", "issues the next unit's all-gather before the current forward runs (more overlap, "
-                           "one more gathered unit in memory)"},
+      {"sharding_strategy",
+       "what is sharded: FULL_SHARD shards parameters, gradients and optimizer states; "
+       "SHARD_GRAD_OP keeps parameters gathered between forward and backward (more memory, "
+       "fewer all-gathers); NO_SHARD is DDP"},
+      {"backward_prefetch",
+       "when the next unit's all-gather is issued in backward (BACKWARD_PRE overlaps more, "
+       "holds one more unit's parameters)"},
+      {"forward_prefetch",
+       "issues the next unit's all-gather before the current forward runs (more overlap, "
+       "one more gathered unit in memory)"},
       {"limit_all_gathers", "bounds all-gathers in flight (rate limiter): less peak memory, possibly less overlap"},
       {"param_dtype", "dtype of the gathered parameters, hence of the all-gather and the compute"},
       {"reduce_dtype", "dtype of the gradient reduce-scatter: bytes on the wire and rounding of the reduction"},
-      {"flat_param_dtype", "dtype of the sharded flat parameter the optimizer updates: fp32 keeps exact masters, "
-                           "bf16 halves the bytes but rounds small updates away"},
+      {"flat_param_dtype",
+       "dtype of the sharded flat parameter the optimizer updates: fp32 keeps exact masters, "
+       "bf16 halves the bytes but rounds small updates away"},
       {"gradient_predivide_factor", "gradients divided before the reduction (overflow headroom); numerics only"},
       {"gradient_postdivide_factor", "gradients divided after the reduction; numerics only"},
       {"use_orig_params", "original parameters exposed as views (optimizer per parameter); no change to the math"},
@@ -51,18 +55,21 @@ const std::map<std::string, std::string>& effects() {
       {"activation_checkpointing", "recompute each block in backward: less activation memory, about 1/3 more compute"},
       // zero3 (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig)
       {"stage", "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
-      {"reduce_bucket_size", "elements per gradient reduce bucket: the IPG buffer's bytes per rank and how many "
-                             "reduce-scatters a step issues"},
+      {"reduce_bucket_size",
+       "elements per gradient reduce bucket: the IPG buffer's bytes per rank and how many "
+       "reduce-scatters a step issues"},
       {"ipg_buffer_bytes", "bytes of the IPG gradient buckets (reduce_bucket_size x dtype): resident per rank"},
       {"stage3_prefetch_bucket_size", "elements all-gathered ahead of use: more overlap, more gathered memory"},
-      {"stage3_param_persistence_threshold", "parameters this small are gathered once and kept whole on every "
-                                             "rank: fewer all-gathers, more resident memory"},
+      {"stage3_param_persistence_threshold",
+       "parameters this small are gathered once and kept whole on every "
+       "rank: fewer all-gathers, more resident memory"},
       {"persistent_numel", "elements kept whole on every rank (the persistence threshold's result)"},
       {"persistent_params", "parameters kept whole on every rank (the persistence threshold's result)"},
       {"stage3_max_live_parameters", "upper bound on gathered parameter elements alive at once"},
       {"stage3_max_reuse_distance", "a parameter reused within this many elements is not released"},
-      {"sub_group_size", "elements per fp32 optimizer sub-group: the optimizer step's granularity and its "
-                         "temporary memory"},
+      {"sub_group_size",
+       "elements per fp32 optimizer sub-group: the optimizer step's granularity and its "
+       "temporary memory"},
       {"sub_groups", "how many fp32 optimizer sub-groups the parameters form"},
       {"overlap_comm", "gradient reduction overlapped with backward (two buckets alternate)"},
       {"contiguous_gradients", "gradients copied into one contiguous buffer as they are produced"},
@@ -73,8 +80,9 @@ const std::map<std::string, std::string>& effects() {
       // ddp
       {"bucket_cap_mb", "DDP all-reduce bucket size: how many all-reduces a step issues"},
       // train
-      {"micro_batch", "samples per rank per micro-batch: tokens per step, activation memory; throughput is "
-                      "compared per token, memory and losses are not like for like"},
+      {"micro_batch",
+       "samples per rank per micro-batch: tokens per step, activation memory; throughput is "
+       "compared per token, memory and losses are not like for like"},
       {"grad_accum", "micro-batches per optimizer step: tokens per step and how often gradients are reduced"},
       {"seq_len", "tokens per sample: compute per token (attention) and activation memory"},
       {"steps", "optimizer steps run"},
@@ -130,7 +138,7 @@ std::string config_effect(const std::string& key) {
 
 bool is_workload_key(const std::string& key) {
   static const std::set<std::string> keys = {"train.micro_batch", "train.grad_accum", "train.seq_len",
-                                             "train.steps", "train.data", "train.seed"};
+                                             "train.steps",       "train.data",       "train.seed"};
   return keys.count(key) > 0;
 }
 
@@ -150,12 +158,14 @@ json config_differences(const std::vector<json>& configs) {
       const auto it = flat[i].find(key);
       values.push_back(it == flat[i].end() ? json(nullptr) : it->second);
       if (!configs[i].is_object()) continue;  // a side without a report has nothing to differ in
-      if (first) seen = values.back(), first = false;
-      else if (values.back() != seen) differ = true;
+      if (first)
+        seen = values.back(), first = false;
+      else if (values.back() != seen)
+        differ = true;
     }
     if (!differ) continue;
-    out.push_back({{"key", key}, {"values", values}, {"effect", config_effect(key)},
-                   {"workload", is_workload_key(key)}});
+    out.push_back(
+        {{"key", key}, {"values", values}, {"effect", config_effect(key)}, {"workload", is_workload_key(key)}});
   }
   return out;
 }

@@ -5,7 +5,6 @@
 // or decide which side is better.
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // once as a Table (header + rows of text) and written either way.
 #include "bench/compare/render.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -50,7 +51,8 @@ std::string str(const json& j, const char* key) { return j.contains(key) ? text(
 
 std::string workload_line(const json& cmp) {
   std::string out;
-  for (const auto& [k, v] : cmp["workload"].items()) out += (out.empty() ? "" : ", ") + std::string("--") + k + " " + text(v);
+  for (const auto& [k, v] : cmp["workload"].items())
+    out += (out.empty() ? "" : ", ") + std::string("--") + k + " " + text(v);
   return out + "; " + std::to_string(cmp["repeat"].get<int>()) + " repetitions per side, interleaved";
 }
 
@@ -61,13 +63,16 @@ std::vector<Table> tables(const json& cmp) {
   // Table 3.
   Table t3{"Table 3 — throughput",
            "Median over the repetitions [interval from order statistics, level in the last column]; the ratio column "
-           "pairs round i of each side with round i of " + base + " (they ran next to each other).",
+           "pairs round i of each side with round i of " +
+               base + " (they ran next to each other).",
            {"side", "backend", "precision", "ok runs", "tokens/GPU/s", "s/step", "MFU", "MFU (6N)",
             "tokens/GPU/s vs " + base, "interval level"},
            {}};
   for (const auto& s : sides) {
     const auto& th = s["throughput"];
-    auto level_of = [](const json& iv) { return iv["n"].get<int>() < 2 ? std::string("—") : interval_level(d(iv["coverage"])); };
+    auto level_of = [](const json& iv) {
+      return iv["n"].get<int>() < 2 ? std::string("—") : interval_level(d(iv["coverage"]));
+    };
     std::string ratio = s["label"] == base ? "1 (baseline)" : "—", level = level_of(th["tokens_per_gpu_per_s"]);
     for (const auto& c : cmp["comparisons"])
       if (c["side"] == s["label"]) {
@@ -93,8 +98,8 @@ std::vector<Table> tables(const json& cmp) {
       if (p.contains(k) && p[k].is_null() && std::string(k) == "master") return std::string("none");
       return str(p, k);
     };
-    t2.rows.push_back({s["label"], f("load"), f("params"), f("compute"), f("reduce"), f("grads"),
-                       f("optimizer_states"), f("master"), f("notes")});
+    t2.rows.push_back({s["label"], f("load"), f("params"), f("compute"), f("reduce"), f("grads"), f("optimizer_states"),
+                       f("master"), f("notes")});
   }
   out.push_back(t2);
   // Memory.
@@ -102,8 +107,8 @@ std::vector<Table> tables(const json& cmp) {
             "Engine-owned model states by category at the end of the last micro-batch's backward, the tracked peak, "
             "and the pre-flight estimate of that peak (reports/SCHEMA.md). From each side's first successful run "
             "(these bytes are deterministic).",
-            {"side", "rank", "params", "master params", "grads", "optimizer", "buffers", "model states",
-             "peak tracked", "est. peak", "peak/est", "peak RSS"},
+            {"side", "rank", "params", "master params", "grads", "optimizer", "buffers", "model states", "peak tracked",
+             "est. peak", "peak/est", "peak RSS"},
             {}};
   for (const auto& s : sides) {
     if (!s.contains("memory")) continue;
@@ -143,8 +148,8 @@ std::vector<Table> tables(const json& cmp) {
         const auto& x = r["kinds"][k];
         return fmt("%.0f", d(x["count"])) + " × " + mib(x["bytes"]) + " MiB";
       };
-      comm.rows.push_back({s["label"], std::to_string(r["rank"].get<int>()), kind("all_gather"),
-                           kind("reduce_scatter"), kind("all_reduce"), kind("broadcast"), mib(r["bytes_per_step"]),
+      comm.rows.push_back({s["label"], std::to_string(r["rank"].get<int>()), kind("all_gather"), kind("reduce_scatter"),
+                           kind("all_reduce"), kind("broadcast"), mib(r["bytes_per_step"]),
                            fmt("%.4f", d(r["time_s_per_step"])),
                            cm["profiled"].get<bool>() ? interval(cm["exposed_comm_s"], "%.4f") : "not profiled",
                            cm["profiled"].get<bool>() ? interval(cm["overlap_ratio"], "%.2f") : "not profiled"});
@@ -152,7 +157,10 @@ std::vector<Table> tables(const json& cmp) {
   }
   out.push_back(comm);
   // Config keys that differ.
-  Table cfg{"Config keys that differ", "Resolved options from each side's report (config.backend, config.train); — where a side has no such key.", {"key"}, {}};
+  Table cfg{"Config keys that differ",
+            "Resolved options from each side's report (config.backend, config.train); — where a side has no such key.",
+            {"key"},
+            {}};
   for (const auto& s : sides) cfg.header.push_back(s["label"]);
   cfg.header.push_back("effect");
   for (const auto& dif : cmp["config_differences"]) {
@@ -163,8 +171,10 @@ std::vector<Table> tables(const json& cmp) {
   }
   out.push_back(cfg);
   // Provenance: what each config file set, and what it ignored.
-  Table prov{"Config file provenance", "config.applied and config.ignored of each side's report (docs/configs.md).",
-             {"side", "key", "value", "applied as / ignored because"}, {}};
+  Table prov{"Config file provenance",
+             "config.applied and config.ignored of each side's report (docs/configs.md).",
+             {"side", "key", "value", "applied as / ignored because"},
+             {}};
   for (const auto& s : sides) {
     if (!s.contains("provenance")) continue;
     for (const char* kind : {"applied", "ignored"})
@@ -174,9 +184,11 @@ std::vector<Table> tables(const json& cmp) {
   }
   out.push_back(prov);
   // Runs.
-  Table runs{"Runs", "Every repetition in the order it ran (A1 B1 A2 B2 …); reports under runs/.",
-             {"side", "round", "state", "tokens/GPU/s", "s/step", "MFU", "exposed comm s", "overlap", "report", "error"},
-             {}};
+  Table runs{
+      "Runs",
+      "Every repetition in the order it ran (A1 B1 A2 B2 …); reports under runs/.",
+      {"side", "round", "state", "tokens/GPU/s", "s/step", "MFU", "exposed comm s", "overlap", "report", "error"},
+      {}};
   const size_t rounds = sides.empty() ? 0 : sides[0]["runs"].size();
   for (size_t i = 0; i < rounds; ++i)
     for (const auto& s : sides) {
@@ -216,8 +228,7 @@ std::string loss_table_md(const json& cmp) {
     o << "| " << i;
     for (const char* key : {"loss", "grad_norm"})
       for (const auto& s : sides)
-        o << " | "
-          << (s.contains("curves") && i < s["curves"][key].size() ? fmt("%.6f", d(s["curves"][key][i])) : "—");
+        o << " | " << (s.contains("curves") && i < s["curves"][key].size() ? fmt("%.6f", d(s["curves"][key][i])) : "—");
     o << " |\n";
   }
   return o.str();
@@ -245,7 +256,8 @@ std::string render_markdown(const json& cmp) {
   std::string labels;
   for (const auto& s : cmp["sides"]) labels += (labels.empty() ? "" : " vs ") + s["label"].get<std::string>();
   o << "# zerobench compare: " << labels << "\n\n"
-    << "Workload: " << workload_line(cmp) << ".\n\n## Verdict\n\n" << cmp["verdict"].get<std::string>() << "\n\n";
+    << "Workload: " << workload_line(cmp) << ".\n\n## Verdict\n\n"
+    << cmp["verdict"].get<std::string>() << "\n\n";
   for (const auto& t : tables(cmp)) {
     o << "## " << t.title << "\n\n" << t.note << "\n\n";
     if (t.rows.empty()) {
@@ -275,12 +287,12 @@ std::string render_html(const json& cmp) {
   o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>zerobench compare: " << html_escape(labels)
     << "</title>\n<style>\nbody{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}\n"
        "table{border-collapse:collapse;margin:8px 0 20px}\nth,td{border:1px solid #ccc;padding:4px 8px;"
-       "font-size:13px}\nth{background:#f2f2f2}\ntd{text-align:right}\ntd:first-child{text-align:left}\n"
+       "font-size:13px}\nth{background:#f2f2f2}\ntd{text-align:left}\ntd.n{text-align:right}\n"
        ".verdict{background:#f6f8fa;border-left:4px solid #4e79a7;padding:10px 14px;font-size:15px}\n"
        ".note{color:#555;font-size:13px}\n.charts svg{margin:6px}\n</style></head><body>\n"
-    << "<h1>zerobench compare: " << html_escape(labels) << "</h1>\n<p class=\"note\">Workload: "
-    << html_escape(workload_line(cmp)) << "</p>\n<h2>Verdict</h2>\n<p class=\"verdict\">"
-    << html_escape(cmp["verdict"].get<std::string>()) << "</p>\n";
+    << "<h1>zerobench compare: " << html_escape(labels)
+    << "</h1>\n<p class=\"note\">Workload: " << html_escape(workload_line(cmp))
+    << "</p>\n<h2>Verdict</h2>\n<p class=\"verdict\">" << html_escape(cmp["verdict"].get<std::string>()) << "</p>\n";
   // Error bars: tokens/GPU/s per side, and each side's paired ratio to the baseline.
   std::vector<reports::svg::IntervalPoint> tok, ratio;
   for (const auto& s : cmp["sides"]) {
@@ -308,13 +320,20 @@ std::string render_html(const json& cmp) {
     o << "</tr>\n";
     for (const auto& row : t.rows) {
       o << "<tr>";
-      for (const auto& c : row) o << "<td>" << html_escape(c) << "</td>";
+      for (const auto& c : row) {
+        const bool number = !c.empty() && (std::isdigit(static_cast<unsigned char>(c[0])) || c[0] == '-');
+        o << (number ? "<td class=\"n\">" : "<td>") << html_escape(c) << "</td>";
+      }
       o << "</tr>\n";
     }
     o << "</table>\n";
+    if (t.title == "Collectives per step")  // the curves next to the numbers, before the long key lists
+      o << "<h2>Loss and grad-norm curves</h2>\n<p class=\"note\">Each side's first successful round (rounds "
+           "train the same seed and data; compare.json says whether they were identical).</p>\n"
+           "<div class=\"charts\">\n"
+        << curve_svg(cmp, "loss") << curve_svg(cmp, "grad_norm") << "</div>\n";
   }
-  o << "<h2>Loss and grad-norm curves</h2>\n<div class=\"charts\">\n" << curve_svg(cmp, "loss")
-    << curve_svg(cmp, "grad_norm") << "</div>\n</body></html>\n";
+  o << "</body></html>\n";
   return o.str();
 }
 

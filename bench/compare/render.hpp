@@ -5,7 +5,6 @@
 // or word the verdict (verdict.cpp).
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 namespace zb::bench::compare {

@@ -37,11 +37,35 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }  // namespace
 
 const std::vector<std::string>& workload_flags() {
-  static const std::vector<std::string> flags = {
-      "nproc", "model", "model-dir", "layers", "hidden", "heads", "kv-heads", "ffn", "vocab", "seq-len",
-      "micro-batch", "grad-accum", "steps", "warmup", "threads", "device", "data", "seed", "timeout",
-      "out", "profile", "profile-steps", "trace", "quiet", "config", "accelerate-config", "deepspeed-config",
-      "backend", "precision"};
+  static const std::vector<std::string> flags = {"nproc",
+                                                 "model",
+                                                 "model-dir",
+                                                 "layers",
+                                                 "hidden",
+                                                 "heads",
+                                                 "kv-heads",
+                                                 "ffn",
+                                                 "vocab",
+                                                 "seq-len",
+                                                 "micro-batch",
+                                                 "grad-accum",
+                                                 "steps",
+                                                 "warmup",
+                                                 "threads",
+                                                 "device",
+                                                 "data",
+                                                 "seed",
+                                                 "timeout",
+                                                 "out",
+                                                 "profile",
+                                                 "profile-steps",
+                                                 "trace",
+                                                 "quiet",
+                                                 "config",
+                                                 "accelerate-config",
+                                                 "deepspeed-config",
+                                                 "backend",
+                                                 "precision"};
   return flags;
 }
 

@@ -17,7 +17,7 @@ struct Side {
   std::string spec;   // as the user wrote it
   std::string label;  // file stem or the spec; unique among the sides
   bool is_file = false;
-  RunArgs options;    // the side's own run options (config, or backend/precision/keys)
+  RunArgs options;  // the side's own run options (config, or backend/precision/keys)
 };
 
 // Flags every side shares (compare's own options set them); a spec may not set them.

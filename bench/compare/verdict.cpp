@@ -23,7 +23,8 @@ std::string value_text(const json& v) { return v.is_null() ? "—" : v.is_string
 
 std::string speed(const json& c, const std::string& a, const std::string& b) {
   const int n = c["paired_rounds"].get<int>();
-  if (n == 0) return "There is no round in which both " + a + " and " + b + " ran successfully, so no speed comparison. ";
+  if (n == 0)
+    return "There is no round in which both " + a + " and " + b + " ran successfully, so no speed comparison. ";
   const auto& pct = c["throughput_change_pct"];
   const double med = d(pct["median"]);
   const std::string dir = med < 0 ? "slower" : "faster";
@@ -64,12 +65,14 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
                                     : "";
       master = (b_master ? b : a) + " keeps separate " + dtype + "master weights";
     }
-    const std::string delta = std::string(d(lc["delta_bytes"]) >= 0 ? "+" : "-") +
-                              mib(std::abs(d(lc["delta_bytes"]))) + " MiB on " + b;
-    if (largest == "master_params" && !master.empty())
+    const std::string delta =
+        std::string(d(lc["delta_bytes"]) >= 0 ? "+" : "-") + mib(std::abs(d(lc["delta_bytes"]))) + " MiB on " + b;
+    // "because": only when B holds clearly more (>= 5%) and the masters are what it holds more of.
+    if (largest == "master_params" && !master.empty() && d(c["model_states_ratio"]) >= 1.05)
       out += " because " + master + " (" + delta + ")";
     else if (!largest.empty())
-      out += "; the largest difference is " + largest + " (" + delta + ")" + (master.empty() ? "" : ", and " + master);
+      out += "; the largest difference by category is " + largest + " (" + delta + ")" +
+             (master.empty() ? "" : ": " + master);
     out += ". ";
   }
   if (c["peak_tracked_ratio"].is_number()) {
@@ -77,8 +80,8 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
     out += "Peak tracked memory per rank: " + mib(mb["peak_tracked_bytes"]) + " MiB for " + b + " vs " +
            mib(ma["peak_tracked_bytes"]) + " MiB for " + a + " (" + fmt("%.2f", r) + "×";
     if (ma["estimate_peak_bytes"].is_number() && mb["estimate_peak_bytes"].is_number())
-      out += "; pre-flight estimates " + mib(mb["estimate_peak_bytes"]) + " vs " + mib(ma["estimate_peak_bytes"]) +
-             " MiB";
+      out +=
+          "; pre-flight estimates " + mib(mb["estimate_peak_bytes"]) + " vs " + mib(ma["estimate_peak_bytes"]) + " MiB";
     out += r == 1 ? "): the same. " : "): " + (r < 1 ? b : a) + " fits in less. ";
   }
   return out;
@@ -116,8 +119,8 @@ std::string verdict(const json& cmp) {
       keys += (keys.empty() ? "" : "; ") + dif["key"].get<std::string>() + " " + vals;
     }
     out += "The sides do not train the same workload (" + keys +
-           "): tokens/GPU/s compares them per token, but memory and losses are not like for like (give --micro-batch "
-           "/ --grad-accum to compare to train the same batch). ";
+           "): tokens/GPU/s compares them per token, but memory and losses are not like for like (pass compare "
+           "--micro-batch and --grad-accum so that every side trains the same batch). ";
   }
   for (const auto& s : sides)
     if (s["ok_runs"].get<int>() == 0) {

@@ -8,7 +8,6 @@
 // the sign flip of "slower" and the bytes-to-MiB division).
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 namespace zb::bench::compare {
