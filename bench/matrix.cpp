@@ -100,7 +100,7 @@ std::string format_duration(double s) {
 }  // namespace
 
 // Parses a cell exactly as `zerobench run` would; throws UsageError on a bad option.
-void validate_cell(const MatrixCell& cell) {
+ResolvedCell validate_cell(const MatrixCell& cell) {
   CLI::App app;
   RunOptions o;
   add_run_options(app, o);
@@ -114,7 +114,8 @@ void validate_cell(const MatrixCell& cell) {
   mark_given(app, o);
   try {
     o.nproc = o.world_size_hint();
-    o.resolve();
+    const auto r = o.resolve();
+    return {r.backend, r.spec.precision, r.spec.train.micro_batch, r.spec.train.grad_accum};
   } catch (const UsageError& e) {
     throw UsageError("cell " + cell.id + ": " + e.what());
   }

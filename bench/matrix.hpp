@@ -3,6 +3,7 @@
 // (failed, OOM, timed-out cells included) and keep going; re-running resumes.
 // Owns: the matrix file format (bench/matrices/README.md), cell ids, the index file.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +30,12 @@ std::vector<std::string> cell_run_args(const MatrixCell& cell);
 
 // Parses a cell's arguments exactly as `zerobench run` would (flags, then config files resolved);
 // throws UsageError "cell ID: ..." naming the bad option. `zerobench compare` checks its sides.
-void validate_cell(const MatrixCell& cell);
+// Returns what the cell resolves to that sides of a comparison must hold equal.
+struct ResolvedCell {
+  std::string backend, precision;
+  int64_t micro_batch = 0, grad_accum = 0;
+};
+ResolvedCell validate_cell(const MatrixCell& cell);
 
 struct MatrixOptions {
   std::string file;

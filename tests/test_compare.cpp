@@ -169,6 +169,23 @@ TEST(CompareSides, BinaryRefusesABadSideBeforeRunningAnything) {
   EXPECT_LT(a2, b2);
 }
 
+// One workload: the blog's DeepSpeed JSON fixes micro-batch 8 and the accelerate YAML leaves it to
+// the command line, so without --micro-batch every run gets 8; with it, the flag decides (and the
+// JSON refuses 4, above); two sides that each keep a different batch are left as they are.
+TEST(CompareSides, TheBatchOneFileFixesIsGivenToEverySide) {
+  const std::string fsdp = kSrc + "/bench/configs/accelerate_fsdp_blog.yaml",
+                    ds = kSrc + "/bench/configs/deepspeed_zero3_blog.json";
+  auto r = run_zerobench("compare " + fsdp + " " + ds + " --model tiny --repeat 1 --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t n = 0;
+  for (size_t p = r.output.find("--micro-batch 8"); p != std::string::npos; p = r.output.find("--micro-batch 8", p + 1))
+    ++n;
+  EXPECT_EQ(n, 2u) << r.output;  // both runs
+  r = run_zerobench("compare fsdp:mixed zero3:bf16 --model tiny --repeat 1 --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("--micro-batch"), std::string::npos) << r.output;  // nothing to align
+}
+
 // ---- the compare document ---------------------------------------------------------------------
 
 TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {

@@ -1,6 +1,7 @@
 // compare_command.cpp — compare's flags, plan, running and output files (see compare_command.hpp).
 #include "bench/compare/compare_command.hpp"
 
+#include <algorithm>
 #include <iostream>
 
 #include "bench/compare/analysis.hpp"
@@ -58,28 +59,72 @@ json plan_from_options(const CompareOptions& o, const CLI::App& app) {
   if (o.warmup >= o.steps)  // checked here so the line names compare's flags, not the first side
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below --steps " + std::to_string(o.steps));
   const auto sides = parse_sides(o.sides);
-  const RunArgs workload = workload_args(o, app);
+  RunArgs workload = workload_args(o, app);
   json plan = {{"schema", {{"name", "zerobench.compare-plan"}, {"version", 1}}},
                {"repeat", o.repeat},
                {"timeout_s", o.timeout_s},
                {"workload", json::object()},
                {"sides", json::array()},
                {"cells", json::array()}};
-  for (const auto& [k, v] : workload) plan["workload"][k] = v;
-  for (size_t i = 0; i < sides.size(); ++i) {
-    json options = json::array();
-    for (const auto& [k, v] : sides[i].options) options.push_back({k, v});
-    plan["sides"].push_back({{"label", sides[i].label}, {"spec", sides[i].spec}, {"options", options}});
-    // Validate up front exactly as `zerobench run` would (one cell per side: rounds are identical).
-    MatrixCell cell{"side", workload};
+  // Validate up front exactly as `zerobench run` would (one cell per side: rounds are identical).
+  auto resolve_side = [&](size_t i, const RunArgs& w) {
+    MatrixCell cell{"side", w};
     for (const auto& kv : sides[i].options) cell.options.push_back(kv);
+    return validate_cell(cell);
+  };
+  std::vector<ResolvedCell> resolved;
+  for (size_t i = 0; i < sides.size(); ++i) {
     try {
-      validate_cell(cell);
+      resolved.push_back(resolve_side(i, workload));
     } catch (const UsageError& e) {
       std::string msg = e.what();
       if (msg.rfind("cell side: ", 0) == 0) msg = msg.substr(11);
       throw UsageError("side '" + sides[i].spec + "': " + msg);
     }
+  }
+  // One workload: when the command line leaves the batch to the sides and their files disagree
+  // (a DeepSpeed JSON fixes train_micro_batch_size_per_gpu, an accelerate YAML does not), the one
+  // value every side accepts is given to all of them; when none is, each side keeps its own and
+  // the verdict says the sides train different batches.
+  json aligned = json::array();
+  auto align = [&](const char* flag, int64_t ResolvedCell::*field) {
+    if (app.count(std::string("--") + flag) > 0) return;
+    std::vector<int64_t> values;
+    for (const auto& r : resolved)
+      if (std::find(values.begin(), values.end(), r.*field) == values.end()) values.push_back(r.*field);
+    if (values.size() < 2) return;
+    std::vector<int64_t> accepted;
+    for (int64_t v : values) {
+      RunArgs w = workload;
+      w.emplace_back(flag, std::to_string(v));
+      bool all = true;
+      for (size_t i = 0; i < sides.size() && all; ++i) {
+        try {
+          resolve_side(i, w);
+        } catch (const UsageError&) {
+          all = false;
+        }
+      }
+      if (all) accepted.push_back(v);
+    }
+    if (accepted.size() != 1) return;
+    workload.emplace_back(flag, std::to_string(accepted[0]));
+    std::string from;
+    for (size_t i = 0; i < sides.size(); ++i)
+      if (resolved[i].*field == accepted[0]) from += (from.empty() ? "" : ", ") + sides[i].label;
+    aligned.push_back({{"flag", flag},
+                       {"value", accepted[0]},
+                       {"reason", std::string("--") + flag + " not given; " + from +
+                                      " fixes it and every side accepts it, so every run gets it"}});
+  };
+  align("micro-batch", &ResolvedCell::micro_batch);
+  align("grad-accum", &ResolvedCell::grad_accum);
+  plan["aligned"] = aligned;
+  for (const auto& [k, v] : workload) plan["workload"][k] = v;
+  for (size_t i = 0; i < sides.size(); ++i) {
+    json options = json::array();
+    for (const auto& [k, v] : sides[i].options) options.push_back({k, v});
+    plan["sides"].push_back({{"label", sides[i].label}, {"spec", sides[i].spec}, {"options", options}});
   }
   // Interleaved: round 1 of every side, then round 2, … (run_matrix runs cells in this order).
   for (int r = 1; r <= o.repeat; ++r)
@@ -139,6 +184,7 @@ bool write_outputs(const json& plan, const std::string& dir) {
     side.report_files.push_back("runs/" + file);
   }
   json cmp = analyse(sides, plan["workload"], plan["repeat"].get<int>());
+  cmp["aligned"] = plan.value("aligned", json::array());
   cmp["verdict"] = verdict(cmp);
   reports::write_json_atomic(dir + "/compare.json", cmp);
   reports::write_text_atomic(dir + "/compare.md", render_markdown(cmp));

@@ -53,7 +53,10 @@ std::string workload_line(const json& cmp) {
   std::string out;
   for (const auto& [k, v] : cmp["workload"].items())
     out += (out.empty() ? "" : ", ") + std::string("--") + k + " " + text(v);
-  return out + "; " + std::to_string(cmp["repeat"].get<int>()) + " repetitions per side, interleaved";
+  out += "; " + std::to_string(cmp["repeat"].get<int>()) + " repetitions per side, interleaved";
+  for (const auto& a : cmp.value("aligned", json::array()))  // batch settings compare gave every side
+    out += " (--" + a["flag"].get<std::string>() + " " + text(a["value"]) + ": " + a["reason"].get<std::string>() + ")";
+  return out;
 }
 
 std::vector<Table> tables(const json& cmp) {
