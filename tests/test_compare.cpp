@@ -397,3 +397,27 @@ TEST(CompareEndToEnd, TinyTwoSidesTwoRounds) {
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("holds a different compare"), std::string::npos) << other.output;
 }
+
+// The committed acceptance compare (reports/results/cpu/compare-blog: the blog's accelerate YAML vs
+// DeepSpeed JSON, --model small --nproc 2, 6 rounds) is generated from its committed runs: a
+// re-render from them is byte for byte the committed document; a doctored run changes it.
+TEST(CompareRender, CommittedBlogCompareRegeneratesFromItsRuns) {
+  const std::string committed = kSrc + "/reports/results/cpu/compare-blog";
+  const auto dir = test_support::make_clean_dir("cmp_committed");
+  ASSERT_EQ(system(("cp -r " + committed + "/. " + dir + "/").c_str()), 0);
+  auto r = run_zerobench("compare --from-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  for (const char* f : {"compare.json", "compare.md", "compare.html", "loss.svg", "grad_norm.svg"})
+    EXPECT_EQ(slurp(dir + "/" + f), slurp(committed + "/" + f)) << f << " is not what its runs give";
+  // Plant: one run's final-step loss changed -> the document changes.
+  auto run = json::parse(slurp(dir + "/runs/b_deepspeed_zero3_blog_r1.json"));
+  run["steps"].back()["loss"] = run["steps"].back()["loss"].get<double>() + 0.5;
+  std::ofstream(dir + "/runs/b_deepspeed_zero3_blog_r1.json") << run.dump();
+  r = run_zerobench("compare --from-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(slurp(dir + "/compare.json"), slurp(committed + "/compare.json"));
+}
