@@ -14,14 +14,15 @@
 
 #include <torch/csrc/autograd/engine.h>
 
-#include <cmath>
-#include <limits>
+#include <functional>
 #include <optional>
 
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
+#include "backends/fsdp2/fsdp2_collectives.hpp"
+#include "backends/fsdp2/fsdp2_param.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
@@ -32,44 +33,6 @@ namespace {
 
 using common::StreamId;
 using common::Streams;
-
-// ---------------------------------------------------------------- divide factors
-
-struct DivideFactors {
-  std::optional<double> pre, post;
-  c10d::ReduceOp rs_op = c10d::ReduceOp::SUM, ar_op = c10d::ReduceOp::SUM;
-};
-
-// _fsdp_collectives.py _get_gradient_divide_factors (factor=None, device not MTIA). The same on
-// Gloo and NCCL: fp32/bf16 reductions use ReduceOp.AVG (SUM when the data-parallel size is 1), no
-// pre/post division; fp16 (overflow risk) or force_sum_reduction_for_comms use SUM with divisions.
-DivideFactors divide_factors(int shard_size, int replicate_size, at::ScalarType reduce_dtype, bool force_sum) {
-  const bool overflow_risk = reduce_dtype != at::kFloat && reduce_dtype != at::kBFloat16;
-  const int dp = shard_size * replicate_size;
-  DivideFactors f;
-  if (!overflow_risk && !force_sum) {
-    if (dp == 1) return f;  // SUM, SUM
-    f.rs_op = c10d::ReduceOp::AVG;
-    f.ar_op = c10d::ReduceOp::AVG;
-    return f;
-  }
-  const double factor = dp;
-  if (overflow_risk) {
-    double pre = 1;
-    while (std::fmod(factor, pre) == 0 && factor / pre > pre) pre *= 2;
-    f.pre = pre;
-    f.post = factor / pre;
-  } else {
-    f.post = factor;  // "prefer post-multiplying as it operates on less data"
-  }
-  return f;
-}
-
-std::string op_name(c10d::ReduceOp op) { return op == c10d::ReduceOp::AVG ? "AVG" : "SUM"; }
-
-
-enum class TrainingState { kIdle, kForward, kPreBackward, kPostBackward };
-enum class ShardedState { kSharded, kShardedPostForward, kUnsharded };
 
 class Fsdp2Engine;
 
@@ -93,37 +56,38 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::NoGradGuard no_grad;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
-    mesh_ = resolve_mesh(opts_, world.size);
-    if (mesh_.replicate > 1) {
+    coll_.mesh = resolve_mesh(opts_, world.size);
+    if (coll_.mesh.replicate > 1) {
       // init_device_mesh(("dp_replicate", "dp_shard")): mesh = arange(W).view(R, S); shard groups
       // are its rows (consecutive S ranks), replicate groups its columns.
-      const int block = world.rank / mesh_.shard, pos = world.rank % mesh_.shard;
+      const int block = world.rank / coll_.mesh.shard, pos = world.rank % coll_.mesh.shard;
       std::vector<int> shard_ranks, replicate_ranks;
-      for (int i = 0; i < mesh_.shard; ++i) shard_ranks.push_back(block * mesh_.shard + i);
-      for (int b = 0; b < mesh_.replicate; ++b) replicate_ranks.push_back(b * mesh_.shard + pos);
-      shard_group_ = world.subgroup("fsdp2_shard", shard_ranks);
-      replicate_group_ = world.subgroup("fsdp2_replicate", replicate_ranks);
+      for (int i = 0; i < coll_.mesh.shard; ++i) shard_ranks.push_back(block * coll_.mesh.shard + i);
+      for (int b = 0; b < coll_.mesh.replicate; ++b) replicate_ranks.push_back(b * coll_.mesh.shard + pos);
+      coll_.shard_group = world.subgroup("fsdp2_shard", shard_ranks);
+      coll_.replicate_group = world.subgroup("fsdp2_replicate", replicate_ranks);
     } else {
-      shard_group_ = world;
+      coll_.shard_group = world;
     }
     // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
     // ranks of the flattened mesh); N == 1 means False and N == S means True.
     int raf = opts_.reshard_after_forward;
     if (raf > 0) {
-      if (raf > mesh_.shard || mesh_.shard % raf != 0)
+      if (raf > coll_.mesh.shard || coll_.mesh.shard % raf != 0)
         throw UsageError("--reshard-after-forward " + std::to_string(raf) +
-                         " must be a factor of the shard group size " + std::to_string(mesh_.shard));
+                         " must be a factor of the shard group size " + std::to_string(coll_.mesh.shard));
       if (raf == 1)
         raf = kReshardFalse;
-      else if (raf == mesh_.shard)
+      else if (raf == coll_.mesh.shard)
         raf = kReshardTrue;
     }
     if (raf > 1) {
       std::vector<int> ranks;
       for (int i = 0; i < raf; ++i) ranks.push_back(world.rank / raf * raf + i);
-      post_forward_group_ = world.subgroup("fsdp2_post_forward", ranks);
+      coll_.post_forward_group = world.subgroup("fsdp2_post_forward", ranks);
     }
-    factors_ = divide_factors(mesh_.shard, mesh_.replicate, dtypes_.comm_reduce(), opts_.force_sum_reduction_for_comms);
+    coll_.comm = &comm_;
+    coll_.factors = divide_factors(coll_.mesh.shard, coll_.mesh.replicate, dtypes_.comm_reduce(), opts_.force_sum_reduction_for_comms);
 
     // Weights: the same deterministic per-unit init as every backend; "low" is the model loaded in
     // bf16, "mixed" the bf16-loaded model upcast to fp32 (fsdp2_prepare_model's upcast).
@@ -167,29 +131,21 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (const auto& [u, i] : gs.params) {
         Param p;
         p.group = int(groups_.size());
-        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, mesh_.shard, shard_group_.rank);
+        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, coll_.mesh.shard, coll_.shard_group.rank);
         p.grad_offset = offset;
         offset += p.l.padded_shard_numel();
         auto& w = full[size_t(u)][size_t(i)];
         // fsdp2_load_full_state_dict: rank 0 broadcasts each full parameter (cpu_ram_efficient_loading).
         if (load_on_rank0) comm_.broadcast(w, 0, "load");
-        // Pre-pad the sharded parameter: new_zeros(padded chunk), this rank's rows copied in.
-        p.sharded_data = at::zeros({p.l.padded_shard_numel()}, orig_opts);
-        const int64_t row_lo = int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row;
-        if (p.l.local_rows > 0 && sharded_load) {
-          auto rows = common::initial_range(spec_, u, param_offset(u, i) + row_lo, p.l.local_numel());
-          if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
-          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(rows.to(dtypes_.orig));
-        } else if (p.l.local_rows > 0) {
-          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(w.reshape({-1}).narrow(0, row_lo, p.l.local_numel()));
-        }
-        p.local = p.sharded_data.narrow(0, 0, p.l.local_numel());
-        // The all-gather output of this parameter ([padded dim0 x row] in param dtype) and the
-        // unsharded parameter (an autograd leaf over its storage, with its own version counter:
-        // writes through the copy-out are not in-place edits of what autograd saved).
-        p.all_gather_output = at::empty({p.l.chunk_rows * mesh_.shard * p.l.row}, param_opts);
-        p.unsharded = alias_leaf(p.all_gather_output, p.l.shape);
-        common::free_storage(p.all_gather_output);
+        std::function<at::Tensor(int64_t)> load_rows;  // a sharded load: this rank's rows only
+        if (sharded_load)
+          load_rows = [&, u = u, i = i, &p = p](int64_t row_lo) {
+            auto rows = common::initial_range(spec_, u, param_offset(u, i) + row_lo, p.l.local_numel());
+            if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
+            return rows.to(dtypes_.orig);
+          };
+        init_sharded_param(p, coll_.shard_group.rank, orig_opts, w, load_rows);
+        init_unsharded_param(p, param_opts, coll_.mesh.shard);
         param_of_[size_t(u)][size_t(i)] = int(params_.size());
         g.params.push_back(int(params_.size()));
         params_.push_back(std::move(p));
@@ -224,7 +180,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
-    init_streams();
+    coll_.lazy_init();
     comm_.reset_stats();
   }
 
@@ -292,7 +248,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // _fsdp_state.py _post_forward of the iteration's forward root: the all-gather copy-in and
     // all-gather streams wait the last copy-out event, then the all-gather output held for overlap
     // is freed ([Note: Overlapping all-gather copy-in and all-gather]).
-    all_gather_state_.release(streams(), {copy_in_stream_, all_gather_stream_});
+    coll_.all_gather_state.release(streams(), {coll_.copy_in_stream, coll_.all_gather_stream});
     iter_forward_root_ = false;
     runtime::nvtx::end(std::exchange(groups_[0].forward_range, 0));
     if (dtypes_.output && out.scalar_type() != *dtypes_.output) out = out.to(*dtypes_.output);  // output_dtype
@@ -342,9 +298,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     add_norm(models::kRootUnit, 2);
     auto stacked = at::stack(norms);  // [P]
     norms.clear();
-    if (mesh_.shard > 1) {
+    if (coll_.mesh.shard > 1) {
       auto sq = stacked.pow(2).contiguous();
-      comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
+      comm_.all_reduce_sum(sq, "grad_norm", &coll_.shard_group);
       stacked = sq.pow(0.5);
     }
     auto total = at::linalg_vector_norm(stacked, 2);
@@ -385,11 +341,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     j["mp_output_dtype"] = name(dtypes_.output);
     j["all_gather_dtype"] = std::string(c10::toString(dtypes_.compute()));
     j["reduce_scatter_dtype"] = std::string(c10::toString(dtypes_.comm_reduce()));
-    j["mesh"] = {{"dp_replicate", mesh_.replicate}, {"dp_shard", mesh_.shard}};
-    j["reduce_scatter_op"] = op_name(factors_.rs_op);
-    j["all_reduce_op"] = op_name(factors_.ar_op);
-    j["gradient_predivide_factor"] = factors_.pre ? nlohmann::json(*factors_.pre) : nlohmann::json(nullptr);
-    j["gradient_postdivide_factor"] = factors_.post ? nlohmann::json(*factors_.post) : nlohmann::json(nullptr);
+    j["mesh"] = {{"dp_replicate", coll_.mesh.replicate}, {"dp_shard", coll_.mesh.shard}};
+    j["reduce_scatter_op"] = op_name(coll_.factors.rs_op);
+    j["all_reduce_op"] = op_name(coll_.factors.ar_op);
+    j["gradient_predivide_factor"] = coll_.factors.pre ? nlohmann::json(*coll_.factors.pre) : nlohmann::json(nullptr);
+    j["gradient_postdivide_factor"] = coll_.factors.post ? nlohmann::json(*coll_.factors.post) : nlohmann::json(nullptr);
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& g : groups_) {
       if (g.params.empty()) continue;
@@ -409,9 +365,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (int id : param_of_[size_t(u)]) {
         auto& p = params_[size_t(id)];
         at::Tensor full = p.sharded_data;
-        if (mesh_.shard > 1) {
-          full = at::empty({p.l.padded_shard_numel() * mesh_.shard}, p.sharded_data.options());
-          comm_.all_gather(full, p.sharded_data, "full_parameters", &shard_group_);
+        if (coll_.mesh.shard > 1) {
+          full = at::empty({p.l.padded_shard_numel() * coll_.mesh.shard}, p.sharded_data.options());
+          comm_.all_gather(full, p.sharded_data, "full_parameters", &coll_.shard_group);
         }
         parts.push_back(full.narrow(0, 0, p.l.numel).to(at::kFloat).cpu());
       }
@@ -423,25 +379,6 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   void post_backward_from_autograd(int g) { group_post_backward(g); }
 
  private:
-  struct Param {
-    ParamLayout l;
-    int group = 0;
-    int64_t grad_offset = 0;       // this parameter's padded shard in the group's gradient buffer
-    at::Tensor sharded_data;       // _sharded_param_data: [chunk_rows * row] padded, orig dtype
-    at::Tensor local;              // the DTensor's local tensor (flat view): [local_rows * row]
-    at::Tensor all_gather_output;  // all_gather_outputs[0]: [chunk_rows * S * row], param dtype; freed when sharded
-    at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
-    at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
-    at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
-  };
-  struct AllGatherResult {  // _fsdp_collectives.py AllGatherResult
-    at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
-    common::StreamEvent event;       // all_gather_event: recorded after the all-gather on its stream
-    common::PendingCollective work;  // all_gather_work: only with async_op (waited in the copy-out)
-    std::vector<int64_t> split_sizes;
-    int world = 1;
-    bool async_op = false;
-  };
   struct Group {
     GroupSpec spec;
     std::vector<int> params;
@@ -460,49 +397,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     common::HeldTensors all_reduce_state;             // _all_reduce_state (HSDP): all-reduce input + event
   };
 
-  // Collective waits queued on a side stream stay deferred (CPU) until that stream is waited for.
-  static constexpr size_t kDeferAll = std::numeric_limits<size_t>::max();
-
   Streams& streams() { return comm_.streams(); }
-
-  static std::vector<common::PendingCollective> make_waits(common::PendingCollective p) {
-    std::vector<common::PendingCollective> v;
-    if (p.pending()) v.push_back(std::move(p));
-    return v;
-  }
-
-  // FSDPCommContext.lazy_init: all-gather copy-in, all-gather and reduce-scatter streams at high
-  // priority, the all-reduce stream at default priority (HSDP's all-reduces use it).
-  void init_streams() {
-    auto& s = streams();
-    copy_in_stream_ = s.create("all_gather_copy_in", /*high_priority=*/true);
-    all_gather_stream_ = s.create("all_gather", true);
-    reduce_scatter_stream_ = s.create("reduce_scatter", true);
-    all_reduce_stream_ = s.create("all_reduce");
-  }
-
-  // FSDPCommContext.get_all_gather_streams: the copy-in and all-gather streams for a synchronous
-  // all-gather in forward / pre-backward (implicit prefetching), else the current stream for both.
-  std::pair<StreamId, StreamId> all_gather_streams(bool async_op, TrainingState state) {
-    if (!async_op && (state == TrainingState::kForward || state == TrainingState::kPreBackward))
-      return {copy_in_stream_, all_gather_stream_};
-    return {streams().current(), streams().current()};
-  }
-
-  // FSDPParamGroup._wait_all_gather_streams_on_event.
-  void wait_all_gather_streams_on_event(const common::StreamEvent& e) {
-    streams().wait_event(copy_in_stream_, e);
-    streams().wait_event(all_gather_stream_, e);
-  }
-
-  static at::Tensor alias_leaf(const at::Tensor& storage_owner, const std::vector<int64_t>& shape) {
-    at::NoGradGuard no_grad;
-    auto t = at::empty({0}, storage_owner.options());
-    std::vector<int64_t> strides(shape.size(), 1);
-    for (int i = int(shape.size()) - 2; i >= 0; --i) strides[size_t(i)] = strides[size_t(i) + 1] * shape[size_t(i) + 1];
-    t.set_(storage_owner.storage(), 0, shape, strides);
-    return t.requires_grad_(true);
-  }
 
   int block_group(int u) const {
     for (int g = 0; g < int(groups_.size()); ++g)
@@ -517,7 +412,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   }
 
   const runtime::World& all_gather_group(const Group& g) const {
-    return g.sharded == ShardedState::kShardedPostForward ? post_forward_group_ : shard_group_;
+    return g.sharded == ShardedState::kShardedPostForward ? coll_.post_forward_group : coll_.shard_group;
   }
   int all_gather_world(const Group& g) const { return all_gather_group(g).size; }
 
@@ -541,8 +436,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // all_gather_stream .wait_stream(current_stream) — their only stream wait on compute; in forward
     // they otherwise wait only copy-out events.
     auto& s = streams();
-    s.wait_stream(copy_in_stream_, s.current());
-    s.wait_stream(all_gather_stream_, s.current());
+    s.wait_stream(coll_.copy_in_stream, s.current());
+    s.wait_stream(coll_.all_gather_stream, s.current());
     groups_[0].forward_range = runtime::nvtx::start("forward " + groups_[0].spec.label);
     state_pre_forward(0, at::Tensor());
     if (embed_group_ >= 0) state_pre_forward(embed_group_, at::Tensor());
@@ -639,85 +534,24 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // and used in the all-gather streams" -> _wait_all_gather_streams_on_event(
     // _reshard_after_forward_event).
     if (g.reshard_after_forward_event.recorded()) {
-      wait_all_gather_streams_on_event(g.reshard_after_forward_event);
+      coll_.wait_all_gather_streams_on_event(g.reshard_after_forward_event);
       g.reshard_after_forward_event = common::StreamEvent();
     }
+    const int world = all_gather_world(g);
     AllGatherResult r;
-    r.world = all_gather_world(g);
-    r.async_op = async_op;
-    if (r.world == 1) {
+    if (world == 1) {
+      r.world = world;
+      r.async_op = async_op;
       // unshard, world_size == 1: AllGatherResult(all_gather_event=Event().record()) on the current stream.
       r.event = s.record(s.current(), "all_gather " + g.spec.label);
     } else {
-      const auto [copy_in_stream, all_gather_stream] = all_gather_streams(async_op, g.training);
-      at::Tensor input;
-      {
-        // foreach_all_gather: `with device_handle.stream(all_gather_copy_in_stream)`: the inputs
-        // (cast), the output's allocation and all_gather_copy_in.
-        Streams::Guard on_copy_in(s, copy_in_stream);
-        s.op("all_gather copy-in " + g.spec.label);
-        std::vector<at::Tensor> inputs = copy_in_sources(g);
-        int64_t total = 0;
-        for (const auto& t : inputs) {
-          r.split_sizes.push_back(t.numel());
-          total += t.numel();
-        }
-        r.output =
-            at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
-        input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
-      }
-      // foreach_all_gather: all_gather_stream.wait_stream(all_gather_copy_in_stream).
-      s.wait_stream(all_gather_stream, copy_in_stream);
-      Streams::Guard on_all_gather(s, all_gather_stream);
-      issue_all_gather(r, input, g, all_gather_stream);
+      std::vector<at::Tensor> sources;
+      for (int id : g.params) sources.push_back(all_gather_input(params_[size_t(id)], g.sharded));
+      r = coll_.foreach_all_gather(sources, dtypes_.param, dtypes_.compute(), all_gather_group(g), async_op, g.training,
+                                   g.spec.label);
     }
     g.all_gather = std::move(r);
     notify("unshard", gi);
-  }
-
-  // _get_param_all_gather_inputs: each parameter's padded shard (or post-forward shard); with a
-  // param_dtype, one foreach copy casts them all into a fresh flat buffer first (on the copy-in stream).
-  std::vector<at::Tensor> copy_in_sources(const Group& g) {
-    std::vector<at::Tensor> src;
-    for (int id : g.params) {
-      const auto& p = params_[size_t(id)];
-      src.push_back(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data : p.sharded_data);
-    }
-    if (!dtypes_.param) return src;
-    int64_t total = 0;
-    std::vector<int64_t> sizes;
-    for (const auto& t : src) {
-      sizes.push_back(t.numel());
-      total += t.numel();
-    }
-    auto flat = at::empty({total}, src.front().options().dtype(*dtypes_.param));  // [sum shard numel] param dtype
-    auto splits = flat.split_with_sizes(sizes);
-    at::_foreach_copy_(splits, src);
-    return splits;
-  }
-
-  // all_gather_copy_in (on the all_gather_copy_in stream): this rank's slot of the output is the
-  // all-gather input; the inputs are copied into it with one foreach copy.
-  at::Tensor copy_in_all_gather_input(at::Tensor& output, const std::vector<at::Tensor>& inputs,
-                                      const std::vector<int64_t>& sizes, int64_t total, int rank) {
-    auto input = output.narrow(0, total * rank, total);  // [sum shard numel]
-    at::_foreach_copy_(input.split_with_sizes(sizes), inputs);
-    return input;
-  }
-
-  // On the all_gather stream (current): one all-gather of the group. foreach_all_gather with
-  // async_op=False: dist.all_gather_into_tensor makes the all-gather stream wait for the
-  // collective, then all_gather_event = all_gather_stream.record_event(). With async_op the work
-  // is kept and waited in the copy-out.
-  void issue_all_gather(AllGatherResult& r, at::Tensor& input, const Group& g, StreamId all_gather_stream) {
-    auto& s = streams();
-    auto work = comm_.all_gather_async(r.output, input, g.spec.label, &all_gather_group(g));
-    if (r.async_op)
-      r.work = std::move(work);
-    else
-      s.enqueue(
-          all_gather_stream, make_waits(std::move(work)), "all_gather wait " + g.spec.label, [] {}, kDeferAll);
-    r.event = s.record(all_gather_stream, "all_gather " + g.spec.label);
   }
 
   // wait_for_unshard -> foreach_all_gather_copy_out: split-with-sizes copy of the output
@@ -733,27 +567,17 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // wait_for_unshard, implicit forward prefetch: the previous group's all-gather output (held in
     // comm_ctx.all_gather_state since its copy-out) is freed after the all-gather streams wait its
     // copy-out event — after this group's copy-in, which therefore wrote into different memory.
-    if (g.training == TrainingState::kForward) all_gather_state_.release(s, {copy_in_stream_, all_gather_stream_});
+    if (g.training == TrainingState::kForward) coll_.all_gather_state.release(s, {coll_.copy_in_stream, coll_.all_gather_stream});
     if (r.world == 1) {
       for (int id : g.params) {
         auto& p = params_[size_t(id)];
-        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
-        p.all_gather_output.copy_(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data
-                                                                                 : p.sharded_data);
+        alloc_all_gather_output(p);
+        p.all_gather_output.copy_(all_gather_input(p, g.sharded));
       }
     } else {
-      // foreach_all_gather_copy_out: current_stream().wait_event(all_gather_event); with async_op
-      // all_gather_work.wait().
-      s.wait_event(s.current(), r.event);
-      r.work.wait();
-      s.op("all_gather copy-out " + label, {r.output});
-      std::vector<at::Tensor> outs;
-      for (int id : g.params) {
-        auto& p = params_[size_t(id)];
-        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
-        outs.push_back(p.all_gather_output.view({r.world, -1}));
-      }
-      at::split_with_sizes_copy_out(outs, r.output.view({r.world, -1}), r.split_sizes, 1);
+      std::vector<Param*> params;
+      for (int id : g.params) params.push_back(&params_[size_t(id)]);
+      coll_.foreach_all_gather_copy_out(r, params, label);
     }
     if (g.sharded == ShardedState::kShardedPostForward)  // to_unsharded frees the post-forward shard
       for (int id : g.params) params_[size_t(id)].post_forward_data = at::Tensor();
@@ -762,9 +586,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     if (!r.async_op && g.training == TrainingState::kForward && r.world > 1) {
       // "Defer free to allow for overlap of this copy-out with next all-gather collective":
       // comm_ctx.all_gather_state = AllGatherState(all_gather_result, copy-out event).
-      all_gather_state_ = common::HeldTensors{{r.output}, copy_out};
+      coll_.all_gather_state = common::HeldTensors{{r.output}, copy_out};
     } else {
-      wait_all_gather_streams_on_event(copy_out);  // then the result is freed below
+      coll_.wait_all_gather_streams_on_event(copy_out);  // then the result is freed below
     }
     g.all_gather.reset();
     notify("wait_for_unshard", gi);
@@ -783,11 +607,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       }
     }
     if (g.sharded == ShardedState::kSharded) return;
-    for (int id : g.params) {  // to_sharded -> free_unsharded_param
-      auto& p = params_[size_t(id)];
-      common::free_storage(p.all_gather_output);
-      p.post_forward_data = at::Tensor();
-    }
+    for (int id : g.params) free_unsharded_param(params_[size_t(id)]);  // to_sharded
     g.sharded = ShardedState::kSharded;
     notify("reshard", gi);
   }
@@ -797,13 +617,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     auto& g = groups_[size_t(gi)];
     if (g.sharded != ShardedState::kUnsharded) return;
     at::NoGradGuard no_grad;
-    const int n_ranks = post_forward_group_.size, r = post_forward_group_.rank;
-    for (int id : g.params) {
-      auto& p = params_[size_t(id)];
-      const int64_t n = p.all_gather_output.numel() / n_ranks;
-      p.post_forward_data = p.all_gather_output.narrow(0, n * r, n).clone();
-      common::free_storage(p.all_gather_output);
-    }
+    const int n_ranks = coll_.post_forward_group.size, r = coll_.post_forward_group.rank;
+    for (int id : g.params) fsdp2::to_sharded_post_forward(params_[size_t(id)], n_ranks, r);
     g.sharded = ShardedState::kShardedPostForward;
     notify("reshard_post_forward", gi);
   }
@@ -815,39 +630,19 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     at::NoGradGuard no_grad;
     streams().op("backward " + g.spec.label);  // the group's gradient computation (current stream)
     g.training = TrainingState::kPostBackward;
-    for (int id : g.params) {  // accumulate_unsharded_grad_if_needed
-      auto& p = params_[size_t(id)];
-      if (p.accumulated_grad.defined() && p.unsharded.grad().defined()) {
-        p.accumulated_grad.add_(p.unsharded.grad());
-        p.unsharded.mutable_grad() = at::Tensor();
-      }
-    }
+    for (int id : g.params) accumulate_unsharded_grad_if_needed(params_[size_t(id)]);
     if (!g.reduce_grads) {
       reshard(gi);               // reshard_after_backward
-      for (int id : g.params) {  // to_accumulated_grad_if_needed: upcast to reduce_dtype once
-        auto& p = params_[size_t(id)];
-        const auto& grad = p.unsharded.grad();
-        if (dtypes_.reduce && grad.defined() && grad.scalar_type() != *dtypes_.reduce) {
-          p.accumulated_grad = grad.to(*dtypes_.reduce);
-          p.unsharded.mutable_grad() = at::Tensor();
-        }
-      }
+      for (int id : g.params) to_accumulated_grad_if_needed(params_[size_t(id)], dtypes_.reduce);
       notify("post_backward", gi);
       runtime::nvtx::end(std::exchange(g.backward_range, 0));
       return;
     }
     std::vector<at::Tensor> grads;
     for (int id : g.params) {
-      auto& p = params_[size_t(id)];
-      if (p.accumulated_grad.defined()) {
-        grads.push_back(std::exchange(p.accumulated_grad, at::Tensor()));
-      } else if (p.unsharded.grad().defined()) {
-        grads.push_back(p.unsharded.grad());
-        p.unsharded.mutable_grad() = at::Tensor();
-      } else {
-        // Every parameter of this model gets a gradient; a missing one would shift the buffer.
-        TORCH_CHECK(false, "fsdp2: parameter without gradient in group ", g.spec.label);
-      }
+      grads.push_back(take_unsharded_grad(params_[size_t(id)]));
+      // Every parameter of this model gets a gradient; a missing one would shift the buffer.
+      TORCH_CHECK(grads.back().defined(), "fsdp2: parameter without gradient in group ", g.spec.label);
     }
     reshard(gi);
     notify("post_backward", gi);
@@ -855,9 +650,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // post_backward: current_stream().wait_event(comm_ctx.reduce_scatter_state.event), then
     // reduce_scatter_state = None (the previous group's reduce-scatter input is freed): the compute
     // stream waits a reduce-scatter only here, one group later, and at the end of backward.
-    reduce_scatter_state_.release(s, {s.current()});
+    coll_.reduce_scatter_state.release(s, {s.current()});
     wait_for_post_backward(gi);
-    foreach_reduce(gi, grads);
+    coll_.foreach_reduce(grads, g.grad_numel, dtypes_.reduce, g.spec.label, g.all_reduce_state, g.post_reduce_event,
+                         [this, gi](at::Tensor output) { post_reduce(gi, output); });
+    notify("reduce_scatter", gi);
     runtime::nvtx::end(std::exchange(g.backward_range, 0));
   }
 
@@ -873,82 +670,12 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     g.all_reduce_state.release(s, {s.current()});
   }
 
-  // _fsdp_collectives.py foreach_reduce: on the current stream the chunk-cat copy-in of the
-  // group's gradients into one [S, n] input in the reduce dtype (each gradient's dim 0 padded to a
-  // multiple of S); the reduce-scatter stream waits the current stream; there pre-divide,
-  // reduce-scatter, reduce_scatter_event; under HSDP the all-reduce stream waits the reduce-scatter
-  // stream and all-reduces across replicas (all_reduce_event); post-divide, cast and accumulation
-  // on the last of those streams (post_reduce_event).
-  void foreach_reduce(int gi, std::vector<at::Tensor>& grads) {
-    auto& g = groups_[size_t(gi)];
-    auto& s = streams();
-    const std::string& label = g.spec.label;
-    const int S = mesh_.shard;
-    const auto rd = dtypes_.reduce.value_or(grads.front().scalar_type());
-    auto input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
-    s.op("reduce_scatter copy-in " + label, {input});
-    auto input_2d = input.view({S, -1});
-    at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
-    grads.clear();                              // "Only after the copy-in finishes can we free the gradients"
-    // foreach_reduce: reduce_scatter_stream.wait_stream(current_stream).
-    s.wait_stream(reduce_scatter_stream_, s.current());
-    at::Tensor output;
-    common::StreamEvent reduce_scatter_event;
-    StreamId post_reduce_stream = reduce_scatter_stream_;
-    {
-      Streams::Guard on_reduce_scatter(s, reduce_scatter_stream_);  // with stream(reduce_scatter_stream)
-      output = at::empty({g.grad_numel}, input.options());
-      issue_reduce_scatter(input, output, g);
-      reduce_scatter_event = s.record(reduce_scatter_stream_, "reduce_scatter " + label);
-      if (mesh_.replicate > 1) {
-        // HSDP: post_reduce_stream = all_reduce_stream; all_reduce_stream.wait_stream(
-        // reduce_scatter_stream); the all-reduce and all_reduce_event on it.
-        post_reduce_stream = all_reduce_stream_;
-        s.wait_stream(all_reduce_stream_, reduce_scatter_stream_);
-        Streams::Guard on_all_reduce(s, all_reduce_stream_);
-        issue_all_reduce(output, g);
-        g.all_reduce_state = common::HeldTensors{{output}, s.record(all_reduce_stream_, "all_reduce " + label)};
-      }
-    }
-    // `with device_handle.stream(post_reduce_stream)`: post-divide, cast, accumulate; then
-    // post_reduce_event. Queued behind the collective on CPU.
-    s.enqueue(
-        post_reduce_stream, make_waits(common::PendingCollective()), "post-reduce " + label,
-        [this, gi, output] { post_reduce(gi, output); }, kDeferAll);
-    g.post_reduce_event = s.record(post_reduce_stream, "post_reduce " + label);
-    // comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, reduce_scatter_event):
-    // the input stays alive until the next post-backward (or the final callback) waits the event.
-    reduce_scatter_state_ = common::HeldTensors{{input}, reduce_scatter_event};
-    notify("reduce_scatter", gi);
-  }
-
-  // On the reduce-scatter stream (current): pre-divide, reduce-scatter (async_op=False: the stream
-  // waits for it; queued on CPU), or the world-size-1 copy.
-  void issue_reduce_scatter(at::Tensor& input, at::Tensor& output, const Group& g) {
-    if (factors_.pre && *factors_.pre != 1) input.div_(*factors_.pre);
-    if (mesh_.shard > 1) {
-      auto work = comm_.reduce_scatter_async(output, input, factors_.rs_op, g.spec.label, &shard_group_);
-      streams().enqueue(
-          reduce_scatter_stream_, make_waits(std::move(work)), "reduce_scatter wait " + g.spec.label, [] {}, kDeferAll);
-    } else {
-      output.copy_(input);  // world size 1: no collective
-    }
-  }
-
-  // On the all-reduce stream (current): HSDP's all-reduce of the reduce-scatter output across
-  // replicas (dist.all_reduce, synchronous: the stream waits for it; queued on CPU).
-  void issue_all_reduce(at::Tensor& output, const Group& g) {
-    auto work = comm_.all_reduce_async(output, factors_.ar_op, g.spec.label, &replicate_group_);
-    streams().enqueue(
-        all_reduce_stream_, make_waits(std::move(work)), "all_reduce wait " + g.spec.label, [] {}, kDeferAll);
-  }
-
   // The end of foreach_reduce (on the post-reduce stream): post-divide, cast to the sharded dtype,
   // accumulate into (or become) the sharded gradient.
   void post_reduce(int gi, at::Tensor output) {
     at::NoGradGuard no_grad;
     auto& g = groups_[size_t(gi)];
-    if (factors_.post && *factors_.post != 1) output.div_(*factors_.post);
+    if (coll_.factors.post && *coll_.factors.post != 1) output.div_(*coll_.factors.post);
     auto out = output.scalar_type() == dtypes_.orig ? output : output.to(dtypes_.orig);
     if (g.grad.defined())
       g.grad.add_(out);
@@ -970,7 +697,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       finalize_backward(gi);
     }
     post_forward_order_.clear();
-    reduce_scatter_state_.release(s, {s.current()});
+    coll_.reduce_scatter_state.release(s, {s.current()});
     final_callback_queued_ = false;
   }
 
@@ -991,18 +718,13 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   Fsdp2Options opts_;
   common::Comm comm_;
   Dtypes dtypes_;
-  Mesh mesh_;
-  DivideFactors factors_;
-  runtime::World shard_group_, replicate_group_, post_forward_group_;
+  Collectives coll_;  // the mesh's groups, divide factors, FSDPCommContext
   std::vector<Param> params_;
   std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
   std::vector<Group> groups_;               // forward order; groups_[0] is the root state
   std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
   int embed_group_ = -1, tail_group_ = -1;
   std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
-  StreamId copy_in_stream_ = 0, all_gather_stream_ = 0, reduce_scatter_stream_ = 0, all_reduce_stream_ = 0;
-  common::HeldTensors all_gather_state_;  // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
-  common::HeldTensors reduce_scatter_state_;  // comm_ctx.reduce_scatter_state: last reduce-scatter input + its event
   bool iter_forward_root_ = false;
   bool final_callback_queued_ = false;
   models::RopeCache rope_;
