@@ -23,7 +23,8 @@ std::vector<common::PendingCollective> make_waits(common::PendingCollective p) {
 
 // _get_param_all_gather_inputs: each parameter's padded shard (or post-forward shard); with a
 // param_dtype, one foreach copy casts them all into a fresh flat buffer first (on the copy-in stream).
-std::vector<at::Tensor> get_param_all_gather_inputs(std::vector<at::Tensor> src, std::optional<at::ScalarType> param_dtype) {
+std::vector<at::Tensor> get_param_all_gather_inputs(std::vector<at::Tensor> src,
+                                                    std::optional<at::ScalarType> param_dtype) {
   if (!param_dtype) return src;
   int64_t total = 0;
   std::vector<int64_t> sizes;
@@ -133,7 +134,8 @@ void Collectives::issue_all_gather(AllGatherResult& r, at::Tensor& input, const 
   if (r.async_op)
     r.work = std::move(work);
   else
-    s.enqueue(all_gather, make_waits(std::move(work)), "all_gather wait " + label, [] {}, kDeferAll);
+    s.enqueue(
+        all_gather, make_waits(std::move(work)), "all_gather wait " + label, [] {}, kDeferAll);
   r.event = s.record(all_gather, "all_gather " + label);
 }
 
@@ -208,8 +210,8 @@ void Collectives::issue_reduce_scatter(at::Tensor& input, at::Tensor& output, co
   if (factors.pre && *factors.pre != 1) input.div_(*factors.pre);
   if (mesh.shard > 1) {
     auto work = comm->reduce_scatter_async(output, input, factors.rs_op, label, &shard_group);
-    streams().enqueue(reduce_scatter_stream, make_waits(std::move(work)), "reduce_scatter wait " + label, [] {},
-                      kDeferAll);
+    streams().enqueue(
+        reduce_scatter_stream, make_waits(std::move(work)), "reduce_scatter wait " + label, [] {}, kDeferAll);
   } else {
     output.copy_(input);  // world size 1: no collective
   }
@@ -219,7 +221,8 @@ void Collectives::issue_reduce_scatter(at::Tensor& input, at::Tensor& output, co
 // replicas (dist.all_reduce, synchronous: the stream waits for it; queued on CPU).
 void Collectives::issue_all_reduce(at::Tensor& output, const std::string& label) {
   auto work = comm->all_reduce_async(output, factors.ar_op, label, &replicate_group);
-  streams().enqueue(all_reduce_stream, make_waits(std::move(work)), "all_reduce wait " + label, [] {}, kDeferAll);
+  streams().enqueue(
+      all_reduce_stream, make_waits(std::move(work)), "all_reduce wait " + label, [] {}, kDeferAll);
 }
 
 }  // namespace zb::backends::fsdp2

@@ -36,8 +36,8 @@ std::string op_name(c10d::ReduceOp op);
 // Collective waits queued on a side stream stay deferred (CPU) until that stream is waited for.
 inline constexpr size_t kDeferAll = std::numeric_limits<size_t>::max();
 
-struct AllGatherResult {  // _fsdp_collectives.py AllGatherResult
-  at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
+struct AllGatherResult {           // _fsdp_collectives.py AllGatherResult
+  at::Tensor output;               // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
   common::StreamEvent event;       // all_gather_event: recorded after the all-gather on its stream
   common::PendingCollective work;  // all_gather_work: only with async_op (waited in the copy-out)
   std::vector<int64_t> split_sizes;
@@ -54,7 +54,7 @@ class Collectives {
   DivideFactors factors;
   runtime::World shard_group, replicate_group, post_forward_group;
   common::StreamId copy_in_stream = 0, all_gather_stream = 0, reduce_scatter_stream = 0, all_reduce_stream = 0;
-  common::HeldTensors all_gather_state;      // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
+  common::HeldTensors all_gather_state;  // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
   common::HeldTensors reduce_scatter_state;  // comm_ctx.reduce_scatter_state: last reduce-scatter input + its event
 
   common::Streams& streams() { return comm->streams(); }

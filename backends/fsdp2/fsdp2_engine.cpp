@@ -15,8 +15,6 @@
 // fsdp2_collectives.cpp).
 #include "backends/fsdp2/fsdp2_engine.hpp"
 
-#include "backends/fsdp2/fsdp2_layout.hpp"
-
 #include <functional>
 #include <optional>
 
@@ -25,6 +23,7 @@
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
 #include "backends/fsdp2/fsdp2_collectives.hpp"
+#include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/fsdp2/fsdp2_param.hpp"
 #include "backends/fsdp2/fsdp2_param_group.hpp"
 #include "backends/fsdp2/fsdp2_state.hpp"
@@ -41,45 +40,45 @@ using common::Streams;
 class Fsdp2Engine final : public Engine, public models::UnitParamSource {
  public:
   Fsdp2Engine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec),
-        opts_(fsdp2_options_from_json(spec.options)),
-        comm_(world) {
+      : spec_(spec), opts_(fsdp2_options_from_json(spec.options)), comm_(world) {
     pg_.dtypes = dtypes_for(spec.precision, opts_);
     at::NoGradGuard no_grad;
+    Collectives& coll = pg_.coll;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
-    pg_.coll.mesh = resolve_mesh(opts_, world.size);
-    if (pg_.coll.mesh.replicate > 1) {
+    coll.mesh = resolve_mesh(opts_, world.size);
+    if (coll.mesh.replicate > 1) {
       // init_device_mesh(("dp_replicate", "dp_shard")): mesh = arange(W).view(R, S); shard groups
       // are its rows (consecutive S ranks), replicate groups its columns.
-      const int block = world.rank / pg_.coll.mesh.shard, pos = world.rank % pg_.coll.mesh.shard;
+      const int block = world.rank / coll.mesh.shard, pos = world.rank % coll.mesh.shard;
       std::vector<int> shard_ranks, replicate_ranks;
-      for (int i = 0; i < pg_.coll.mesh.shard; ++i) shard_ranks.push_back(block * pg_.coll.mesh.shard + i);
-      for (int b = 0; b < pg_.coll.mesh.replicate; ++b) replicate_ranks.push_back(b * pg_.coll.mesh.shard + pos);
-      pg_.coll.shard_group = world.subgroup("fsdp2_shard", shard_ranks);
-      pg_.coll.replicate_group = world.subgroup("fsdp2_replicate", replicate_ranks);
+      for (int i = 0; i < coll.mesh.shard; ++i) shard_ranks.push_back(block * coll.mesh.shard + i);
+      for (int b = 0; b < coll.mesh.replicate; ++b) replicate_ranks.push_back(b * coll.mesh.shard + pos);
+      coll.shard_group = world.subgroup("fsdp2_shard", shard_ranks);
+      coll.replicate_group = world.subgroup("fsdp2_replicate", replicate_ranks);
     } else {
-      pg_.coll.shard_group = world;
+      coll.shard_group = world;
     }
     // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
     // ranks of the flattened mesh); N == 1 means False and N == S means True.
     int raf = opts_.reshard_after_forward;
     if (raf > 0) {
-      if (raf > pg_.coll.mesh.shard || pg_.coll.mesh.shard % raf != 0)
+      if (raf > coll.mesh.shard || coll.mesh.shard % raf != 0)
         throw UsageError("--reshard-after-forward " + std::to_string(raf) +
-                         " must be a factor of the shard group size " + std::to_string(pg_.coll.mesh.shard));
+                         " must be a factor of the shard group size " + std::to_string(coll.mesh.shard));
       if (raf == 1)
         raf = kReshardFalse;
-      else if (raf == pg_.coll.mesh.shard)
+      else if (raf == coll.mesh.shard)
         raf = kReshardTrue;
     }
     if (raf > 1) {
       std::vector<int> ranks;
       for (int i = 0; i < raf; ++i) ranks.push_back(world.rank / raf * raf + i);
-      pg_.coll.post_forward_group = world.subgroup("fsdp2_post_forward", ranks);
+      coll.post_forward_group = world.subgroup("fsdp2_post_forward", ranks);
     }
-    pg_.coll.comm = &comm_;
-    pg_.coll.factors = divide_factors(pg_.coll.mesh.shard, pg_.coll.mesh.replicate, pg_.dtypes.comm_reduce(), opts_.force_sum_reduction_for_comms);
+    coll.comm = &comm_;
+    coll.factors = divide_factors(coll.mesh.shard, coll.mesh.replicate, pg_.dtypes.comm_reduce(),
+                                  opts_.force_sum_reduction_for_comms);
 
     // Weights: the same deterministic per-unit init as every backend; "low" is the model loaded in
     // bf16, "mixed" the bf16-loaded model upcast to fp32 (fsdp2_prepare_model's upcast).
@@ -94,8 +93,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       auto specs = models::unit_specs(cfg, u);
       if ((load_on_rank0 && world.rank != 0) || sharded_load) {
         for (const auto& s : specs)
-          full[size_t(u)].push_back(sharded_load ? at::Tensor()
-                                                 : at::empty(s.shape, at::TensorOptions().dtype(pg_.dtypes.orig).device(dev)));
+          full[size_t(u)].push_back(
+              sharded_load ? at::Tensor() : at::empty(s.shape, at::TensorOptions().dtype(pg_.dtypes.orig).device(dev)));
         continue;
       }
       auto flat = common::initial_unit(spec_, u);
@@ -123,7 +122,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (const auto& [u, i] : gs.params) {
         Param p;
         p.group = int(pg_.groups.size());
-        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, pg_.coll.mesh.shard, pg_.coll.shard_group.rank);
+        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, coll.mesh.shard, coll.shard_group.rank);
         p.grad_offset = offset;
         offset += p.l.padded_shard_numel();
         auto& w = full[size_t(u)][size_t(i)];
@@ -136,8 +135,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
             if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
             return rows.to(pg_.dtypes.orig);
           };
-        init_sharded_param(p, pg_.coll.shard_group.rank, orig_opts, w, load_rows);
-        init_unsharded_param(p, param_opts, pg_.coll.mesh.shard);
+        init_sharded_param(p, coll.shard_group.rank, orig_opts, w, load_rows);
+        init_unsharded_param(p, param_opts, coll.mesh.shard);
         param_of_[size_t(u)][size_t(i)] = int(pg_.params.size());
         g.params.push_back(int(pg_.params.size()));
         pg_.params.push_back(std::move(p));
@@ -172,7 +171,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, pg_.dtypes.compute(), dev);
-    pg_.coll.lazy_init();
+    coll.lazy_init();
     comm_.reset_stats();
   }
 
@@ -189,7 +188,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   // Checkpoints: each parameter's padded local shard (the DTensor's local rows) and the optimizer.
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
     std::vector<std::pair<std::string, at::Tensor>> s;
-    for (size_t i = 0; i < pg_.params.size(); ++i) s.push_back({"param." + std::to_string(i), pg_.params[i].sharded_data});
+    for (size_t i = 0; i < pg_.params.size(); ++i)
+      s.push_back({"param." + std::to_string(i), pg_.params[i].sharded_data});
     for (auto& t : optimizer_->state("optim.")) s.push_back(std::move(t));
     return s;
   }
@@ -214,7 +214,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   }
 
   at::Tensor before_unit_forward(int u, at::Tensor x) override {
-    if (u == 1 && state_.embed_group >= 0) x = state_.post_forward(state_.embed_group, x);  // the embedding module's post-forward
+    if (u == 1 && state_.embed_group >= 0)
+      x = state_.post_forward(state_.embed_group, x);  // the embedding module's post-forward
     const int g = block_group(u);
     if (g >= 0) x = state_.pre_forward(g, x);
     return x;
@@ -225,7 +226,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     if (u != models::kRootUnit) {
       const int g = block_group(u);
       if (g >= 0) out = state_.post_forward(g, out);
-      if (u == spec_.model.layers && state_.tail_group >= 0) out = state_.pre_forward(state_.tail_group, out);  // norm's pre-forward
+      if (u == spec_.model.layers && state_.tail_group >= 0)
+        out = state_.pre_forward(state_.tail_group, out);  // norm's pre-forward
       return out;
     }
     return state_.root_post_forward(out);  // the loss
@@ -266,7 +268,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     std::vector<at::Tensor> norms;
     norms.reserve(grads.size());
     const int units = int(param_of_.size());
-    auto add_norm = [&](int u, int i) { norms.push_back(at::linalg_vector_norm(grads[size_t(param_of_[size_t(u)][size_t(i)])], 2)); };
+    auto add_norm = [&](int u, int i) {
+      norms.push_back(at::linalg_vector_norm(grads[size_t(param_of_[size_t(u)][size_t(i)])], 2));
+    };
     add_norm(models::kRootUnit, 0);
     for (int u = 1; u < units; ++u)
       for (int i : kHfBlockOrder) add_norm(u, i);
@@ -320,8 +324,10 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     j["mesh"] = {{"dp_replicate", pg_.coll.mesh.replicate}, {"dp_shard", pg_.coll.mesh.shard}};
     j["reduce_scatter_op"] = op_name(pg_.coll.factors.rs_op);
     j["all_reduce_op"] = op_name(pg_.coll.factors.ar_op);
-    j["gradient_predivide_factor"] = pg_.coll.factors.pre ? nlohmann::json(*pg_.coll.factors.pre) : nlohmann::json(nullptr);
-    j["gradient_postdivide_factor"] = pg_.coll.factors.post ? nlohmann::json(*pg_.coll.factors.post) : nlohmann::json(nullptr);
+    j["gradient_predivide_factor"] =
+        pg_.coll.factors.pre ? nlohmann::json(*pg_.coll.factors.pre) : nlohmann::json(nullptr);
+    j["gradient_postdivide_factor"] =
+        pg_.coll.factors.post ? nlohmann::json(*pg_.coll.factors.post) : nlohmann::json(nullptr);
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& g : pg_.groups) {
       if (g.params.empty()) continue;
@@ -364,9 +370,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   EngineSpec spec_;
   Fsdp2Options opts_;
   common::Comm comm_;
-  ParamGroups pg_;  // parameters, groups, collectives (FSDPParamGroup, FSDPParam, FSDPCommContext)
+  ParamGroups pg_;    // parameters, groups, collectives (FSDPParamGroup, FSDPParam, FSDPCommContext)
   State state_{pg_};  // FSDPState hooks over pg_
-  std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> pg_.params index
+  std::vector<std::vector<int>> param_of_;         // [unit][spec index] -> pg_.params index
   std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
   models::RopeCache rope_;
 };

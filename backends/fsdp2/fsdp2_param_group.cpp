@@ -95,7 +95,7 @@ void ParamGroups::unshard(int gi, bool async_op) {
     std::vector<at::Tensor> sources;
     for (int id : g.params) sources.push_back(all_gather_input(params[size_t(id)], g.sharded));
     r = coll.foreach_all_gather(sources, dtypes.param, dtypes.compute(), all_gather_group(g), async_op, g.training,
-                                 g.spec.label);
+                                g.spec.label);
   }
   g.all_gather = std::move(r);
   notify("unshard", gi);
@@ -114,7 +114,8 @@ void ParamGroups::wait_for_unshard(int gi) {
   // wait_for_unshard, implicit forward prefetch: the previous group's all-gather output (held in
   // comm_ctx.all_gather_state since its copy-out) is freed after the all-gather streams wait its
   // copy-out event — after this group's copy-in, which therefore wrote into different memory.
-  if (g.training == TrainingState::kForward) coll.all_gather_state.release(s, {coll.copy_in_stream, coll.all_gather_stream});
+  if (g.training == TrainingState::kForward)
+    coll.all_gather_state.release(s, {coll.copy_in_stream, coll.all_gather_stream});
   if (r.world == 1) {
     for (int id : g.params) {
       auto& p = params[size_t(id)];
@@ -179,7 +180,7 @@ void ParamGroups::post_backward(int gi) {
   g.training = TrainingState::kPostBackward;
   for (int id : g.params) accumulate_unsharded_grad_if_needed(params[size_t(id)]);
   if (!g.reduce_grads) {
-    reshard(gi);               // reshard_after_backward
+    reshard(gi);  // reshard_after_backward
     for (int id : g.params) to_accumulated_grad_if_needed(params[size_t(id)], dtypes.reduce);
     notify("post_backward", gi);
     runtime::nvtx::end(std::exchange(g.backward_range, 0));
@@ -200,7 +201,7 @@ void ParamGroups::post_backward(int gi) {
   coll.reduce_scatter_state.release(s, {s.current()});
   wait_for_post_backward(gi);
   coll.foreach_reduce(grads, g.grad_numel, dtypes.reduce, g.spec.label, g.all_reduce_state, g.post_reduce_event,
-                       [this, gi](at::Tensor output) { post_reduce(gi, output); });
+                      [this, gi](at::Tensor output) { post_reduce(gi, output); });
   notify("reduce_scatter", gi);
   runtime::nvtx::end(std::exchange(g.backward_range, 0));
 }
