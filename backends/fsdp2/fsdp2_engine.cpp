@@ -1,27 +1,32 @@
 // fsdp2_engine.cpp — see fsdp2_engine.hpp for the semantics and the upstream files followed.
+// Owns: the Engine — wiring (the mesh's process groups, the post-forward group, divide factors,
+// the weights' load and each parameter's shard, the groups and their explicit prefetch lists,
+// the streams), the model hooks that map units to groups, forward_backward, the optimizer step
+// (gradient norm, clipping, AdamW), bytes, options JSON, checkpoint tensors, BackendInfo.
+// Must not: schedule a group's all-gathers / reshards / reductions (fsdp2_param_group.cpp), fire
+// hooks (fsdp2_state.cpp), or issue FSDP's collectives (fsdp2_collectives.cpp).
 //
 // Streams (backends/common/streams.hpp), as torch 2.11 FSDP2 schedules them. FSDPCommContext
 // lazy_init (_fsdp_param_group.py) creates four side streams: all_gather_copy_in, all_gather and
 // reduce_scatter (high priority) and all_reduce. Tensors one stream produces and another uses are
 // kept alive by held references with the event after their last use (AllGatherState,
 // ReduceScatterState, AllReduceState: common::HeldTensors), never by record_stream. Every wait
-// below names the upstream file and function it mirrors. On CPU a collective's wait is queued on
-// its stream with Streams::enqueue (as fsdp_engine.cpp does): the host blocks in Gloo's wait when
-// a later wait on that stream's event (or the stream) is reached, about when CUDA would.
+// names the upstream file and function it mirrors (fsdp2_state.cpp, fsdp2_param_group.cpp,
+// fsdp2_collectives.cpp).
 #include "backends/fsdp2/fsdp2_engine.hpp"
 
-#include "backends/fsdp2/fsdp2_layout.hpp"
-
-#include <torch/csrc/autograd/engine.h>
-
-#include <cmath>
-#include <limits>
+#include <functional>
 #include <optional>
 
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/storage.hpp"
+#include "backends/fsdp2/fsdp2_collectives.hpp"
+#include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp2/fsdp2_param.hpp"
+#include "backends/fsdp2/fsdp2_param_group.hpp"
+#include "backends/fsdp2/fsdp2_state.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
@@ -30,100 +35,50 @@ namespace zb::backends::fsdp2 {
 
 namespace {
 
-using common::StreamId;
 using common::Streams;
-
-// ---------------------------------------------------------------- divide factors
-
-struct DivideFactors {
-  std::optional<double> pre, post;
-  c10d::ReduceOp rs_op = c10d::ReduceOp::SUM, ar_op = c10d::ReduceOp::SUM;
-};
-
-// _fsdp_collectives.py _get_gradient_divide_factors (factor=None, device not MTIA). The same on
-// Gloo and NCCL: fp32/bf16 reductions use ReduceOp.AVG (SUM when the data-parallel size is 1), no
-// pre/post division; fp16 (overflow risk) or force_sum_reduction_for_comms use SUM with divisions.
-DivideFactors divide_factors(int shard_size, int replicate_size, at::ScalarType reduce_dtype, bool force_sum) {
-  const bool overflow_risk = reduce_dtype != at::kFloat && reduce_dtype != at::kBFloat16;
-  const int dp = shard_size * replicate_size;
-  DivideFactors f;
-  if (!overflow_risk && !force_sum) {
-    if (dp == 1) return f;  // SUM, SUM
-    f.rs_op = c10d::ReduceOp::AVG;
-    f.ar_op = c10d::ReduceOp::AVG;
-    return f;
-  }
-  const double factor = dp;
-  if (overflow_risk) {
-    double pre = 1;
-    while (std::fmod(factor, pre) == 0 && factor / pre > pre) pre *= 2;
-    f.pre = pre;
-    f.post = factor / pre;
-  } else {
-    f.post = factor;  // "prefer post-multiplying as it operates on less data"
-  }
-  return f;
-}
-
-std::string op_name(c10d::ReduceOp op) { return op == c10d::ReduceOp::AVG ? "AVG" : "SUM"; }
-
-
-enum class TrainingState { kIdle, kForward, kPreBackward, kPostBackward };
-enum class ShardedState { kSharded, kShardedPostForward, kUnsharded };
-
-class Fsdp2Engine;
-
-// _fsdp_param_group.py RegisterPostBackwardFunction: applied to a module's inputs in pre-forward;
-// its backward (the gradient w.r.t. the module's inputs, i.e. after the module's whole backward)
-// is the group's post-backward.
-struct RegisterPostBackward : public torch::autograd::Function<RegisterPostBackward> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, Fsdp2Engine* engine,
-                            int64_t group);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads);
-};
 
 class Fsdp2Engine final : public Engine, public models::UnitParamSource {
  public:
   Fsdp2Engine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec),
-        opts_(fsdp2_options_from_json(spec.options)),
-        comm_(world),
-        dtypes_(dtypes_for(spec.precision, opts_)) {
+      : spec_(spec), opts_(fsdp2_options_from_json(spec.options)), comm_(world) {
+    pg_.dtypes = dtypes_for(spec.precision, opts_);
     at::NoGradGuard no_grad;
+    Collectives& coll = pg_.coll;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
-    mesh_ = resolve_mesh(opts_, world.size);
-    if (mesh_.replicate > 1) {
+    coll.mesh = resolve_mesh(opts_, world.size);
+    if (coll.mesh.replicate > 1) {
       // init_device_mesh(("dp_replicate", "dp_shard")): mesh = arange(W).view(R, S); shard groups
       // are its rows (consecutive S ranks), replicate groups its columns.
-      const int block = world.rank / mesh_.shard, pos = world.rank % mesh_.shard;
+      const int block = world.rank / coll.mesh.shard, pos = world.rank % coll.mesh.shard;
       std::vector<int> shard_ranks, replicate_ranks;
-      for (int i = 0; i < mesh_.shard; ++i) shard_ranks.push_back(block * mesh_.shard + i);
-      for (int b = 0; b < mesh_.replicate; ++b) replicate_ranks.push_back(b * mesh_.shard + pos);
-      shard_group_ = world.subgroup("fsdp2_shard", shard_ranks);
-      replicate_group_ = world.subgroup("fsdp2_replicate", replicate_ranks);
+      for (int i = 0; i < coll.mesh.shard; ++i) shard_ranks.push_back(block * coll.mesh.shard + i);
+      for (int b = 0; b < coll.mesh.replicate; ++b) replicate_ranks.push_back(b * coll.mesh.shard + pos);
+      coll.shard_group = world.subgroup("fsdp2_shard", shard_ranks);
+      coll.replicate_group = world.subgroup("fsdp2_replicate", replicate_ranks);
     } else {
-      shard_group_ = world;
+      coll.shard_group = world;
     }
     // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
     // ranks of the flattened mesh); N == 1 means False and N == S means True.
     int raf = opts_.reshard_after_forward;
     if (raf > 0) {
-      if (raf > mesh_.shard || mesh_.shard % raf != 0)
+      if (raf > coll.mesh.shard || coll.mesh.shard % raf != 0)
         throw UsageError("--reshard-after-forward " + std::to_string(raf) +
-                         " must be a factor of the shard group size " + std::to_string(mesh_.shard));
+                         " must be a factor of the shard group size " + std::to_string(coll.mesh.shard));
       if (raf == 1)
         raf = kReshardFalse;
-      else if (raf == mesh_.shard)
+      else if (raf == coll.mesh.shard)
         raf = kReshardTrue;
     }
     if (raf > 1) {
       std::vector<int> ranks;
       for (int i = 0; i < raf; ++i) ranks.push_back(world.rank / raf * raf + i);
-      post_forward_group_ = world.subgroup("fsdp2_post_forward", ranks);
+      coll.post_forward_group = world.subgroup("fsdp2_post_forward", ranks);
     }
-    factors_ = divide_factors(mesh_.shard, mesh_.replicate, dtypes_.comm_reduce(), opts_.force_sum_reduction_for_comms);
+    coll.comm = &comm_;
+    coll.factors = divide_factors(coll.mesh.shard, coll.mesh.replicate, pg_.dtypes.comm_reduce(),
+                                  opts_.force_sum_reduction_for_comms);
 
     // Weights: the same deterministic per-unit init as every backend; "low" is the model loaded in
     // bf16, "mixed" the bf16-loaded model upcast to fp32 (fsdp2_prepare_model's upcast).
@@ -138,13 +93,13 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       auto specs = models::unit_specs(cfg, u);
       if ((load_on_rank0 && world.rank != 0) || sharded_load) {
         for (const auto& s : specs)
-          full[size_t(u)].push_back(sharded_load ? at::Tensor()
-                                                 : at::empty(s.shape, at::TensorOptions().dtype(dtypes_.orig).device(dev)));
+          full[size_t(u)].push_back(
+              sharded_load ? at::Tensor() : at::empty(s.shape, at::TensorOptions().dtype(pg_.dtypes.orig).device(dev)));
         continue;
       }
       auto flat = common::initial_unit(spec_, u);
       if (spec_.precision != "fp32") flat = flat.to(at::kBFloat16);
-      flat = flat.to(dtypes_.orig).to(dev);
+      flat = flat.to(pg_.dtypes.orig).to(dev);
       for (auto& t : models::unflatten_unit(cfg, u, flat)) full[size_t(u)].push_back(t.contiguous());
     }
 
@@ -155,8 +110,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (int k = 0; k < index; ++k) o += param_specs[size_t(unit)][size_t(k)].numel();
       return o;
     };
-    const auto orig_opts = at::TensorOptions().dtype(dtypes_.orig).device(dev);
-    const auto param_opts = at::TensorOptions().dtype(dtypes_.compute()).device(dev);
+    const auto orig_opts = at::TensorOptions().dtype(pg_.dtypes.orig).device(dev);
+    const auto param_opts = at::TensorOptions().dtype(pg_.dtypes.compute()).device(dev);
     param_of_.assign(size_t(units), {});
     for (int u = 0; u < units; ++u) param_of_[size_t(u)].assign(param_specs[size_t(u)].size(), -1);
     for (const auto& gs : specs) {
@@ -166,65 +121,57 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       int64_t offset = 0;
       for (const auto& [u, i] : gs.params) {
         Param p;
-        p.group = int(groups_.size());
-        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, mesh_.shard, shard_group_.rank);
+        p.group = int(pg_.groups.size());
+        p.l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, coll.mesh.shard, coll.shard_group.rank);
         p.grad_offset = offset;
         offset += p.l.padded_shard_numel();
         auto& w = full[size_t(u)][size_t(i)];
         // fsdp2_load_full_state_dict: rank 0 broadcasts each full parameter (cpu_ram_efficient_loading).
         if (load_on_rank0) comm_.broadcast(w, 0, "load");
-        // Pre-pad the sharded parameter: new_zeros(padded chunk), this rank's rows copied in.
-        p.sharded_data = at::zeros({p.l.padded_shard_numel()}, orig_opts);
-        const int64_t row_lo = int64_t(shard_group_.rank) * p.l.chunk_rows * p.l.row;
-        if (p.l.local_rows > 0 && sharded_load) {
-          auto rows = common::initial_range(spec_, u, param_offset(u, i) + row_lo, p.l.local_numel());
-          if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
-          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(rows.to(dtypes_.orig));
-        } else if (p.l.local_rows > 0) {
-          p.sharded_data.narrow(0, 0, p.l.local_numel()).copy_(w.reshape({-1}).narrow(0, row_lo, p.l.local_numel()));
-        }
-        p.local = p.sharded_data.narrow(0, 0, p.l.local_numel());
-        // The all-gather output of this parameter ([padded dim0 x row] in param dtype) and the
-        // unsharded parameter (an autograd leaf over its storage, with its own version counter:
-        // writes through the copy-out are not in-place edits of what autograd saved).
-        p.all_gather_output = at::empty({p.l.chunk_rows * mesh_.shard * p.l.row}, param_opts);
-        p.unsharded = alias_leaf(p.all_gather_output, p.l.shape);
-        common::free_storage(p.all_gather_output);
-        param_of_[size_t(u)][size_t(i)] = int(params_.size());
-        g.params.push_back(int(params_.size()));
-        params_.push_back(std::move(p));
+        std::function<at::Tensor(int64_t)> load_rows;  // a sharded load: this rank's rows only
+        if (sharded_load)
+          load_rows = [&, u = u, i = i, &p = p](int64_t row_lo) {
+            auto rows = common::initial_range(spec_, u, param_offset(u, i) + row_lo, p.l.local_numel());
+            if (spec_.precision != "fp32") rows = rows.to(at::kBFloat16);
+            return rows.to(pg_.dtypes.orig);
+          };
+        init_sharded_param(p, coll.shard_group.rank, orig_opts, w, load_rows);
+        init_unsharded_param(p, param_opts, coll.mesh.shard);
+        param_of_[size_t(u)][size_t(i)] = int(pg_.params.size());
+        g.params.push_back(int(pg_.params.size()));
+        pg_.params.push_back(std::move(p));
       }
       g.grad_numel = offset;
-      groups_.push_back(std::move(g));
+      pg_.groups.push_back(std::move(g));
     }
     // Explicit prefetch lists over groups with parameters: forward = the next N in forward order;
     // backward = the next N in reverse post-forward order (set_modules_to_*_prefetch).
     std::vector<int> forward_order, post_forward_order;
-    for (int g = 0; g < int(groups_.size()); ++g) {
-      if (groups_[size_t(g)].spec.kind == GroupKind::kEmbed) embed_group_ = g;
-      if (groups_[size_t(g)].spec.kind == GroupKind::kTail) tail_group_ = g;
-      if (!groups_[size_t(g)].params.empty()) forward_order.push_back(g);
+    for (int g = 0; g < int(pg_.groups.size()); ++g) {
+      if (pg_.groups[size_t(g)].spec.kind == GroupKind::kEmbed) state_.embed_group = g;
+      if (pg_.groups[size_t(g)].spec.kind == GroupKind::kTail) state_.tail_group = g;
+      if (!pg_.groups[size_t(g)].params.empty()) forward_order.push_back(g);
     }
     post_forward_order = forward_order;
-    if (!groups_[0].params.empty()) {  // the root's post-forward comes last
+    if (!pg_.groups[0].params.empty()) {  // the root's post-forward comes last
       post_forward_order.erase(post_forward_order.begin());
       post_forward_order.push_back(0);
     }
     for (size_t i = 0; i < forward_order.size(); ++i)
       for (size_t k = i + 1; k < forward_order.size() && k <= i + size_t(opts_.modules_to_forward_prefetch); ++k)
-        groups_[size_t(forward_order[i])].forward_prefetch.push_back(forward_order[k]);
+        pg_.groups[size_t(forward_order[i])].forward_prefetch.push_back(forward_order[k]);
     std::vector<int> backward_order(post_forward_order.rbegin(), post_forward_order.rend());
     for (size_t i = 0; i < backward_order.size(); ++i)
       for (size_t k = i + 1; k < backward_order.size() && k <= i + size_t(opts_.modules_to_backward_prefetch); ++k)
-        groups_[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
+        pg_.groups[size_t(backward_order[i])].backward_prefetch.push_back(backward_order[k]);
     // torch.optim.AdamW over the sharded parameters: one state pair per parameter, shaped as its
     // unpadded local tensor (zeros_like on the DTensor).
     std::vector<at::Tensor> locals;
-    for (const auto& p : params_) locals.push_back(p.local);
+    for (const auto& p : pg_.params) locals.push_back(p.local);
     optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
-    rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute(), dev);
-    init_streams();
+    rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, pg_.dtypes.compute(), dev);
+    coll.lazy_init();
     comm_.reset_stats();
   }
 
@@ -241,24 +188,25 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   // Checkpoints: each parameter's padded local shard (the DTensor's local rows) and the optimizer.
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
     std::vector<std::pair<std::string, at::Tensor>> s;
-    for (size_t i = 0; i < params_.size(); ++i) s.push_back({"param." + std::to_string(i), params_[i].sharded_data});
+    for (size_t i = 0; i < pg_.params.size(); ++i)
+      s.push_back({"param." + std::to_string(i), pg_.params[i].sharded_data});
     for (auto& t : optimizer_->state("optim.")) s.push_back(std::move(t));
     return s;
   }
   void state_loaded() override { optimizer_->state_loaded(); }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
-  void set_observer(Fsdp2Observer o) { observer_ = std::move(o); }
+  void set_observer(Fsdp2Observer o) { pg_.observer = std::move(o); }
 
   // ---------------------------------------------------------------- model hooks (forward)
 
   std::vector<at::Tensor> unit_weights(int u) override {
-    if (u == models::kRootUnit && !iter_forward_root_) root_pre_forward();
+    if (u == models::kRootUnit && !state_.iter_forward_root()) state_.root_pre_forward();
     std::vector<at::Tensor> out;
     for (int id : param_of_[size_t(u)]) {
-      const auto& p = params_[size_t(id)];
+      const auto& p = pg_.params[size_t(id)];
       // Every weight the block is about to use must be unsharded (the tail's weights are handed
       // out at the start of forward and unsharded in its pre-forward, before their first use).
-      TORCH_CHECK(u == models::kRootUnit || groups_[size_t(p.group)].sharded == ShardedState::kUnsharded,
+      TORCH_CHECK(u == models::kRootUnit || pg_.groups[size_t(p.group)].sharded == ShardedState::kUnsharded,
                   "fsdp2: unit ", u, " used while its group is sharded");
       out.push_back(p.unsharded);
     }
@@ -266,9 +214,10 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   }
 
   at::Tensor before_unit_forward(int u, at::Tensor x) override {
-    if (u == 1 && embed_group_ >= 0) x = state_post_forward(embed_group_, x);  // the embedding module's post-forward
+    if (u == 1 && state_.embed_group >= 0)
+      x = state_.post_forward(state_.embed_group, x);  // the embedding module's post-forward
     const int g = block_group(u);
-    if (g >= 0) x = state_pre_forward(g, x);
+    if (g >= 0) x = state_.pre_forward(g, x);
     return x;
   }
 
@@ -276,27 +225,12 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     streams().op("forward unit" + std::to_string(u));  // the unit's compute, issued on the current stream
     if (u != models::kRootUnit) {
       const int g = block_group(u);
-      if (g >= 0) out = state_post_forward(g, out);
-      if (u == spec_.model.layers && tail_group_ >= 0) out = state_pre_forward(tail_group_, out);  // norm's pre-forward
+      if (g >= 0) out = state_.post_forward(g, out);
+      if (u == spec_.model.layers && state_.tail_group >= 0)
+        out = state_.pre_forward(state_.tail_group, out);  // norm's pre-forward
       return out;
     }
-    // The loss: the tail's post-forward (after lm_head) and then the root's.
-    if (tail_group_ >= 0) group_post_forward(tail_group_);
-    group_post_forward(0);
-    // Pre-backward hooks: the root's on the model output fires first; the tail's (on the logits
-    // upstream) next — both on the loss here, registered in that order.
-    if (out.requires_grad()) {
-      out.register_hook([this](const at::Tensor&) { state_pre_backward(0); });
-      if (tail_group_ >= 0) out.register_hook([this](const at::Tensor&) { state_pre_backward(tail_group_); });
-    }
-    // _fsdp_state.py _post_forward of the iteration's forward root: the all-gather copy-in and
-    // all-gather streams wait the last copy-out event, then the all-gather output held for overlap
-    // is freed ([Note: Overlapping all-gather copy-in and all-gather]).
-    all_gather_state_.release(streams(), {copy_in_stream_, all_gather_stream_});
-    iter_forward_root_ = false;
-    runtime::nvtx::end(std::exchange(groups_[0].forward_range, 0));
-    if (dtypes_.output && out.scalar_type() != *dtypes_.output) out = out.to(*dtypes_.output);  // output_dtype
-    return out;
+    return state_.root_post_forward(out);  // the loss
   }
 
   // ---------------------------------------------------------------- Engine
@@ -305,7 +239,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // accelerate accumulate()/no_sync for FSDP2: set_requires_gradient_sync(False) on non-final
     // micro-batches (reduce_grads and all_reduce_grads together), unless sync_each_batch.
     const bool sync = last_micro_batch || opts_.sync_each_batch || spec_.train.sync_each_batch;
-    for (auto& g : groups_) g.reduce_grads = sync;
+    for (auto& g : pg_.groups) g.reduce_grads = sync;
     auto loss =
         common::forward_backward(spec_.model, *this, batch, rope_,
                                  spec_.train.activation_checkpointing || opts_.activation_checkpointing, loss_scale);
@@ -324,17 +258,19 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // norm — then vector_norm of those locally (crossval counts the P-element all-reduce on real
     // FSDP2). _clip_grads_with_norm_ multiplies every gradient by clamp(max_norm / (total + 1e-6), max=1).
     std::vector<at::Tensor> grads;
-    for (const auto& p : params_) {
-      grads.push_back(grad_view(p));
+    for (const auto& p : pg_.params) {
+      grads.push_back(pg_.grad_view(p));
       TORCH_CHECK(grads.back().defined(), "fsdp2: optimizer step without a gradient in group ",
-                  groups_[size_t(p.group)].spec.label);
+                  pg_.groups[size_t(p.group)].spec.label);
     }
     // The norms stack in model.parameters() order (the embedding, each block in HF's order, the
     // final norm, the LM head), whatever the groups.
     std::vector<at::Tensor> norms;
     norms.reserve(grads.size());
     const int units = int(param_of_.size());
-    auto add_norm = [&](int u, int i) { norms.push_back(at::linalg_vector_norm(grads[size_t(param_of_[size_t(u)][size_t(i)])], 2)); };
+    auto add_norm = [&](int u, int i) {
+      norms.push_back(at::linalg_vector_norm(grads[size_t(param_of_[size_t(u)][size_t(i)])], 2));
+    };
     add_norm(models::kRootUnit, 0);
     for (int u = 1; u < units; ++u)
       for (int i : kHfBlockOrder) add_norm(u, i);
@@ -342,9 +278,9 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     add_norm(models::kRootUnit, 2);
     auto stacked = at::stack(norms);  // [P]
     norms.clear();
-    if (mesh_.shard > 1) {
+    if (pg_.coll.mesh.shard > 1) {
       auto sq = stacked.pow(2).contiguous();
-      comm_.all_reduce_sum(sq, "grad_norm", &shard_group_);
+      comm_.all_reduce_sum(sq, "grad_norm", &pg_.coll.shard_group);
       stacked = sq.pow(0.5);
     }
     auto total = at::linalg_vector_norm(stacked, 2);
@@ -354,20 +290,20 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     }
     // torch.optim.AdamW(fused=True) over the sharded parameters' local tensors.
     optimizer_->step(grads, lr);
-    for (auto& g : groups_) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
+    for (auto& g : pg_.groups) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
     return total.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
-    for (const auto& p : params_) {
+    for (const auto& p : pg_.params) {
       b.params += common::storage_bytes(p.sharded_data) + common::storage_bytes(p.all_gather_output);
       if (p.post_forward_data.defined()) b.params += int64_t(p.post_forward_data.nbytes());
       // Unsharded gradients held between micro-batches under set_requires_gradient_sync(False).
       if (p.unsharded.grad().defined()) b.grads += int64_t(p.unsharded.grad().nbytes());
       if (p.accumulated_grad.defined()) b.grads += int64_t(p.accumulated_grad.nbytes());
     }
-    for (const auto& g : groups_)
+    for (const auto& g : pg_.groups)
       if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
     b.optimizer = optimizer_->state_bytes();
     return b;
@@ -379,19 +315,21 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       return t ? std::string(c10::toString(*t)) : std::string("None");
     };
     j["optimizer"] = "torch.optim.AdamW(fused=True)";
-    j["sharded_param_dtype"] = std::string(c10::toString(dtypes_.orig));
-    j["mp_param_dtype"] = name(dtypes_.param);
-    j["mp_reduce_dtype"] = name(dtypes_.reduce);
-    j["mp_output_dtype"] = name(dtypes_.output);
-    j["all_gather_dtype"] = std::string(c10::toString(dtypes_.compute()));
-    j["reduce_scatter_dtype"] = std::string(c10::toString(dtypes_.comm_reduce()));
-    j["mesh"] = {{"dp_replicate", mesh_.replicate}, {"dp_shard", mesh_.shard}};
-    j["reduce_scatter_op"] = op_name(factors_.rs_op);
-    j["all_reduce_op"] = op_name(factors_.ar_op);
-    j["gradient_predivide_factor"] = factors_.pre ? nlohmann::json(*factors_.pre) : nlohmann::json(nullptr);
-    j["gradient_postdivide_factor"] = factors_.post ? nlohmann::json(*factors_.post) : nlohmann::json(nullptr);
+    j["sharded_param_dtype"] = std::string(c10::toString(pg_.dtypes.orig));
+    j["mp_param_dtype"] = name(pg_.dtypes.param);
+    j["mp_reduce_dtype"] = name(pg_.dtypes.reduce);
+    j["mp_output_dtype"] = name(pg_.dtypes.output);
+    j["all_gather_dtype"] = std::string(c10::toString(pg_.dtypes.compute()));
+    j["reduce_scatter_dtype"] = std::string(c10::toString(pg_.dtypes.comm_reduce()));
+    j["mesh"] = {{"dp_replicate", pg_.coll.mesh.replicate}, {"dp_shard", pg_.coll.mesh.shard}};
+    j["reduce_scatter_op"] = op_name(pg_.coll.factors.rs_op);
+    j["all_reduce_op"] = op_name(pg_.coll.factors.ar_op);
+    j["gradient_predivide_factor"] =
+        pg_.coll.factors.pre ? nlohmann::json(*pg_.coll.factors.pre) : nlohmann::json(nullptr);
+    j["gradient_postdivide_factor"] =
+        pg_.coll.factors.post ? nlohmann::json(*pg_.coll.factors.post) : nlohmann::json(nullptr);
     nlohmann::json groups = nlohmann::json::array();
-    for (const auto& g : groups_) {
+    for (const auto& g : pg_.groups) {
       if (g.params.empty()) continue;
       groups.push_back({{"label", g.spec.label},
                         {"params", g.params.size()},
@@ -407,11 +345,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (int u = 0; u < int(param_of_.size()); ++u) {
       std::vector<at::Tensor> parts;
       for (int id : param_of_[size_t(u)]) {
-        auto& p = params_[size_t(id)];
+        auto& p = pg_.params[size_t(id)];
         at::Tensor full = p.sharded_data;
-        if (mesh_.shard > 1) {
-          full = at::empty({p.l.padded_shard_numel() * mesh_.shard}, p.sharded_data.options());
-          comm_.all_gather(full, p.sharded_data, "full_parameters", &shard_group_);
+        if (pg_.coll.mesh.shard > 1) {
+          full = at::empty({p.l.padded_shard_numel() * pg_.coll.mesh.shard}, p.sharded_data.options());
+          comm_.all_gather(full, p.sharded_data, "full_parameters", &pg_.coll.shard_group);
         }
         parts.push_back(full.narrow(0, 0, p.l.numel).to(at::kFloat).cpu());
       }
@@ -420,609 +358,24 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     return out;
   }
 
-  void post_backward_from_autograd(int g) { group_post_backward(g); }
-
  private:
-  struct Param {
-    ParamLayout l;
-    int group = 0;
-    int64_t grad_offset = 0;       // this parameter's padded shard in the group's gradient buffer
-    at::Tensor sharded_data;       // _sharded_param_data: [chunk_rows * row] padded, orig dtype
-    at::Tensor local;              // the DTensor's local tensor (flat view): [local_rows * row]
-    at::Tensor all_gather_output;  // all_gather_outputs[0]: [chunk_rows * S * row], param dtype; freed when sharded
-    at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
-    at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
-    at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
-  };
-  struct AllGatherResult {  // _fsdp_collectives.py AllGatherResult
-    at::Tensor output;  // [world * sum of inputs], param dtype (all_gather_input is this rank's slot)
-    common::StreamEvent event;       // all_gather_event: recorded after the all-gather on its stream
-    common::PendingCollective work;  // all_gather_work: only with async_op (waited in the copy-out)
-    std::vector<int64_t> split_sizes;
-    int world = 1;
-    bool async_op = false;
-  };
-  struct Group {
-    GroupSpec spec;
-    std::vector<int> params;
-    int reshard_after_forward = kReshardTrue;
-    ShardedState sharded = ShardedState::kSharded;
-    TrainingState training = TrainingState::kIdle;
-    std::optional<AllGatherResult> all_gather;
-    std::vector<int> post_forward_indices;
-    bool reduce_grads = true;
-    int64_t grad_numel = 0;
-    at::Tensor grad;  // sharded gradients of the group ([grad_numel], orig dtype); undefined when freed
-    std::vector<int> forward_prefetch, backward_prefetch;
-    uint64_t forward_range = 0, backward_range = 0;
-    common::StreamEvent reshard_after_forward_event;  // _reshard_after_forward_event
-    common::StreamEvent post_reduce_event;            // _post_reduce_event
-    common::HeldTensors all_reduce_state;             // _all_reduce_state (HSDP): all-reduce input + event
-  };
-
-  // Collective waits queued on a side stream stay deferred (CPU) until that stream is waited for.
-  static constexpr size_t kDeferAll = std::numeric_limits<size_t>::max();
-
   Streams& streams() { return comm_.streams(); }
 
-  static std::vector<common::PendingCollective> make_waits(common::PendingCollective p) {
-    std::vector<common::PendingCollective> v;
-    if (p.pending()) v.push_back(std::move(p));
-    return v;
-  }
-
-  // FSDPCommContext.lazy_init: all-gather copy-in, all-gather and reduce-scatter streams at high
-  // priority, the all-reduce stream at default priority (HSDP's all-reduces use it).
-  void init_streams() {
-    auto& s = streams();
-    copy_in_stream_ = s.create("all_gather_copy_in", /*high_priority=*/true);
-    all_gather_stream_ = s.create("all_gather", true);
-    reduce_scatter_stream_ = s.create("reduce_scatter", true);
-    all_reduce_stream_ = s.create("all_reduce");
-  }
-
-  // FSDPCommContext.get_all_gather_streams: the copy-in and all-gather streams for a synchronous
-  // all-gather in forward / pre-backward (implicit prefetching), else the current stream for both.
-  std::pair<StreamId, StreamId> all_gather_streams(bool async_op, TrainingState state) {
-    if (!async_op && (state == TrainingState::kForward || state == TrainingState::kPreBackward))
-      return {copy_in_stream_, all_gather_stream_};
-    return {streams().current(), streams().current()};
-  }
-
-  // FSDPParamGroup._wait_all_gather_streams_on_event.
-  void wait_all_gather_streams_on_event(const common::StreamEvent& e) {
-    streams().wait_event(copy_in_stream_, e);
-    streams().wait_event(all_gather_stream_, e);
-  }
-
-  static at::Tensor alias_leaf(const at::Tensor& storage_owner, const std::vector<int64_t>& shape) {
-    at::NoGradGuard no_grad;
-    auto t = at::empty({0}, storage_owner.options());
-    std::vector<int64_t> strides(shape.size(), 1);
-    for (int i = int(shape.size()) - 2; i >= 0; --i) strides[size_t(i)] = strides[size_t(i) + 1] * shape[size_t(i) + 1];
-    t.set_(storage_owner.storage(), 0, shape, strides);
-    return t.requires_grad_(true);
-  }
-
   int block_group(int u) const {
-    for (int g = 0; g < int(groups_.size()); ++g)
-      if (groups_[size_t(g)].spec.kind == GroupKind::kBlock && groups_[size_t(g)].spec.unit == u) return g;
+    for (int g = 0; g < int(pg_.groups.size()); ++g)
+      if (pg_.groups[size_t(g)].spec.kind == GroupKind::kBlock && pg_.groups[size_t(g)].spec.unit == u) return g;
     return -1;
-  }
-
-  at::Tensor grad_view(const Param& p) const {
-    const auto& g = groups_[size_t(p.group)];
-    if (!g.grad.defined()) return at::Tensor();
-    return g.grad.narrow(0, p.grad_offset, p.l.local_numel());
-  }
-
-  const runtime::World& all_gather_group(const Group& g) const {
-    return g.sharded == ShardedState::kShardedPostForward ? post_forward_group_ : shard_group_;
-  }
-  int all_gather_world(const Group& g) const { return all_gather_group(g).size; }
-
-  int64_t unsharded_bytes(const Group& g) const {
-    int64_t n = 0;
-    for (int id : g.params) n += common::storage_bytes(params_[size_t(id)].all_gather_output);
-    return n;
-  }
-  void notify(const char* event, int g) {
-    if (observer_) observer_(event, g, groups_[size_t(g)].spec.label, unsharded_bytes(groups_[size_t(g)]));
-  }
-
-  // ---------------------------------------------------------------- FSDPState hooks
-
-  // _root_pre_forward + the pre-forwards that run before the first block: the root state's and,
-  // under accelerate's grouping, the embedding's.
-  void root_pre_forward() {
-    iter_forward_root_ = true;
-    // _fsdp_state.py _root_pre_forward ("Wait for optimizer before implicitly prefetched
-    // all-gathers"; no post_optim_event is offered): all_gather_copy_in_stream and
-    // all_gather_stream .wait_stream(current_stream) — their only stream wait on compute; in forward
-    // they otherwise wait only copy-out events.
-    auto& s = streams();
-    s.wait_stream(copy_in_stream_, s.current());
-    s.wait_stream(all_gather_stream_, s.current());
-    groups_[0].forward_range = runtime::nvtx::start("forward " + groups_[0].spec.label);
-    state_pre_forward(0, at::Tensor());
-    if (embed_group_ >= 0) state_pre_forward(embed_group_, at::Tensor());
-  }
-
-  // _fsdp_state.py _pre_forward: the group's pre_forward, then the explicit forward prefetches.
-  at::Tensor state_pre_forward(int gi, at::Tensor input) {
-    auto& g = groups_[size_t(gi)];
-    if (!g.params.empty()) {
-      g.training = TrainingState::kForward;
-      if (gi != 0) g.forward_range = runtime::nvtx::start("forward " + g.spec.label);
-      unshard(gi, /*async_op=*/false);
-      wait_for_unshard(gi);
-      // _register_post_backward_hook: on inputs that require grad.
-      if (input.defined() && at::GradMode::is_enabled() && input.requires_grad())
-        input = RegisterPostBackward::apply(input, this, int64_t(gi));
-    }
-    for (int t : g.forward_prefetch) prefetch_unshard(t, TrainingState::kForward);
-    return input;
-  }
-
-  // _fsdp_state.py _post_forward for a non-root state: the group's post_forward (reshard, record
-  // post-forward order), the pre-backward hook on the output, output_dtype.
-  at::Tensor state_post_forward(int gi, at::Tensor output) {
-    group_post_forward(gi);
-    if (output.requires_grad()) output.register_hook([this, gi](const at::Tensor&) { state_pre_backward(gi); });
-    if (dtypes_.output && output.is_floating_point() && output.scalar_type() != *dtypes_.output)
-      output = output.to(*dtypes_.output);
-    return output;
-  }
-
-  void group_post_forward(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (g.params.empty()) return;
-    reshard(gi);
-    g.post_forward_indices.push_back(int(post_forward_order_.size()));  // _record_post_forward
-    post_forward_order_.push_back(gi);
-    g.training = TrainingState::kIdle;
-    notify("post_forward", gi);
-    if (gi != 0) runtime::nvtx::end(std::exchange(g.forward_range, 0));
-  }
-
-  // _fsdp_state.py _pre_backward.
-  void state_pre_backward(int gi) {
-    if (!final_callback_queued_) {  // _register_root_post_backward_final_callback
-      final_callback_queued_ = true;
-      torch::autograd::Engine::get_default_engine().queue_callback([this] { root_post_backward_final_callback(); });
-    }
-    auto& g = groups_[size_t(gi)];
-    if (!g.params.empty()) group_pre_backward(gi, /*default_prefetch=*/g.backward_prefetch.empty());
-    for (int t : g.backward_prefetch) prefetch_unshard(t, TrainingState::kPreBackward);
-  }
-
-  // ---------------------------------------------------------------- FSDPParamGroup
-
-  void group_pre_backward(int gi, bool default_prefetch) {
-    auto& g = groups_[size_t(gi)];
-    if (g.training == TrainingState::kPreBackward) return;
-    g.training = TrainingState::kPreBackward;
-    g.backward_range = runtime::nvtx::start("backward " + g.spec.label);
-    unshard(gi, false);  // no-op if prefetched or never resharded
-    wait_for_unshard(gi);
-    notify("pre_backward", gi);
-    if (default_prefetch) backward_prefetch(gi);
-  }
-
-  // _backward_prefetch: the group before this one in post-forward order (reverse order in backward).
-  void backward_prefetch(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (g.post_forward_indices.empty()) return;
-    const int cur = g.post_forward_indices.back();
-    g.post_forward_indices.pop_back();
-    if (cur - 1 < 0) return;
-    prefetch_unshard(post_forward_order_[size_t(cur - 1)], TrainingState::kPreBackward);
-  }
-
-  // _prefetch_unshard: the target's unshard under the pass's training state; waited for in its own
-  // pre-forward / pre-backward.
-  void prefetch_unshard(int target, TrainingState state) {
-    auto& t = groups_[size_t(target)];
-    if (t.params.empty()) return;
-    const auto saved = std::exchange(t.training, state);
-    unshard(target, /*async_op=*/false);
-    t.training = saved;
-  }
-
-  // unshard -> foreach_all_gather: on the copy-in stream the copy-in (cast to param_dtype) into
-  // this rank's slot of the all-gather output; on the all-gather stream the all-gather and its event.
-  void unshard(int gi, bool async_op) {
-    auto& g = groups_[size_t(gi)];
-    if (g.all_gather || g.sharded == ShardedState::kUnsharded || g.params.empty()) return;
-    auto& s = streams();
-    // _fsdp_param_group.py unshard: "Resharded parameter data is allocated in the default stream
-    // and used in the all-gather streams" -> _wait_all_gather_streams_on_event(
-    // _reshard_after_forward_event).
-    if (g.reshard_after_forward_event.recorded()) {
-      wait_all_gather_streams_on_event(g.reshard_after_forward_event);
-      g.reshard_after_forward_event = common::StreamEvent();
-    }
-    AllGatherResult r;
-    r.world = all_gather_world(g);
-    r.async_op = async_op;
-    if (r.world == 1) {
-      // unshard, world_size == 1: AllGatherResult(all_gather_event=Event().record()) on the current stream.
-      r.event = s.record(s.current(), "all_gather " + g.spec.label);
-    } else {
-      const auto [copy_in_stream, all_gather_stream] = all_gather_streams(async_op, g.training);
-      at::Tensor input;
-      {
-        // foreach_all_gather: `with device_handle.stream(all_gather_copy_in_stream)`: the inputs
-        // (cast), the output's allocation and all_gather_copy_in.
-        Streams::Guard on_copy_in(s, copy_in_stream);
-        s.op("all_gather copy-in " + g.spec.label);
-        std::vector<at::Tensor> inputs = copy_in_sources(g);
-        int64_t total = 0;
-        for (const auto& t : inputs) {
-          r.split_sizes.push_back(t.numel());
-          total += t.numel();
-        }
-        r.output =
-            at::empty({total * r.world}, at::TensorOptions().dtype(dtypes_.compute()).device(comm_.world().device));
-        input = copy_in_all_gather_input(r.output, inputs, r.split_sizes, total, all_gather_group(g).rank);
-      }
-      // foreach_all_gather: all_gather_stream.wait_stream(all_gather_copy_in_stream).
-      s.wait_stream(all_gather_stream, copy_in_stream);
-      Streams::Guard on_all_gather(s, all_gather_stream);
-      issue_all_gather(r, input, g, all_gather_stream);
-    }
-    g.all_gather = std::move(r);
-    notify("unshard", gi);
-  }
-
-  // _get_param_all_gather_inputs: each parameter's padded shard (or post-forward shard); with a
-  // param_dtype, one foreach copy casts them all into a fresh flat buffer first (on the copy-in stream).
-  std::vector<at::Tensor> copy_in_sources(const Group& g) {
-    std::vector<at::Tensor> src;
-    for (int id : g.params) {
-      const auto& p = params_[size_t(id)];
-      src.push_back(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data : p.sharded_data);
-    }
-    if (!dtypes_.param) return src;
-    int64_t total = 0;
-    std::vector<int64_t> sizes;
-    for (const auto& t : src) {
-      sizes.push_back(t.numel());
-      total += t.numel();
-    }
-    auto flat = at::empty({total}, src.front().options().dtype(*dtypes_.param));  // [sum shard numel] param dtype
-    auto splits = flat.split_with_sizes(sizes);
-    at::_foreach_copy_(splits, src);
-    return splits;
-  }
-
-  // all_gather_copy_in (on the all_gather_copy_in stream): this rank's slot of the output is the
-  // all-gather input; the inputs are copied into it with one foreach copy.
-  at::Tensor copy_in_all_gather_input(at::Tensor& output, const std::vector<at::Tensor>& inputs,
-                                      const std::vector<int64_t>& sizes, int64_t total, int rank) {
-    auto input = output.narrow(0, total * rank, total);  // [sum shard numel]
-    at::_foreach_copy_(input.split_with_sizes(sizes), inputs);
-    return input;
-  }
-
-  // On the all_gather stream (current): one all-gather of the group. foreach_all_gather with
-  // async_op=False: dist.all_gather_into_tensor makes the all-gather stream wait for the
-  // collective, then all_gather_event = all_gather_stream.record_event(). With async_op the work
-  // is kept and waited in the copy-out.
-  void issue_all_gather(AllGatherResult& r, at::Tensor& input, const Group& g, StreamId all_gather_stream) {
-    auto& s = streams();
-    auto work = comm_.all_gather_async(r.output, input, g.spec.label, &all_gather_group(g));
-    if (r.async_op)
-      r.work = std::move(work);
-    else
-      s.enqueue(
-          all_gather_stream, make_waits(std::move(work)), "all_gather wait " + g.spec.label, [] {}, kDeferAll);
-    r.event = s.record(all_gather_stream, "all_gather " + g.spec.label);
-  }
-
-  // wait_for_unshard -> foreach_all_gather_copy_out: split-with-sizes copy of the output
-  // ([world, sum] viewed) into every parameter's all-gather output ([world, padded shard] viewed),
-  // on the current stream.
-  void wait_for_unshard(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (!g.all_gather) return;
-    at::NoGradGuard no_grad;
-    auto& s = streams();
-    auto& r = *g.all_gather;
-    const std::string& label = g.spec.label;
-    // wait_for_unshard, implicit forward prefetch: the previous group's all-gather output (held in
-    // comm_ctx.all_gather_state since its copy-out) is freed after the all-gather streams wait its
-    // copy-out event — after this group's copy-in, which therefore wrote into different memory.
-    if (g.training == TrainingState::kForward) all_gather_state_.release(s, {copy_in_stream_, all_gather_stream_});
-    if (r.world == 1) {
-      for (int id : g.params) {
-        auto& p = params_[size_t(id)];
-        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
-        p.all_gather_output.copy_(g.sharded == ShardedState::kShardedPostForward ? p.post_forward_data
-                                                                                 : p.sharded_data);
-      }
-    } else {
-      // foreach_all_gather_copy_out: current_stream().wait_event(all_gather_event); with async_op
-      // all_gather_work.wait().
-      s.wait_event(s.current(), r.event);
-      r.work.wait();
-      s.op("all_gather copy-out " + label, {r.output});
-      std::vector<at::Tensor> outs;
-      for (int id : g.params) {
-        auto& p = params_[size_t(id)];
-        common::allocate_storage(p.all_gather_output, p.all_gather_output.numel() * p.all_gather_output.element_size());
-        outs.push_back(p.all_gather_output.view({r.world, -1}));
-      }
-      at::split_with_sizes_copy_out(outs, r.output.view({r.world, -1}), r.split_sizes, 1);
-    }
-    if (g.sharded == ShardedState::kShardedPostForward)  // to_unsharded frees the post-forward shard
-      for (int id : g.params) params_[size_t(id)].post_forward_data = at::Tensor();
-    g.sharded = ShardedState::kUnsharded;
-    const auto copy_out = s.record(s.current(), "all_gather copy-out " + label);  // all_gather_copy_out_event
-    if (!r.async_op && g.training == TrainingState::kForward && r.world > 1) {
-      // "Defer free to allow for overlap of this copy-out with next all-gather collective":
-      // comm_ctx.all_gather_state = AllGatherState(all_gather_result, copy-out event).
-      all_gather_state_ = common::HeldTensors{{r.output}, copy_out};
-    } else {
-      wait_all_gather_streams_on_event(copy_out);  // then the result is freed below
-    }
-    g.all_gather.reset();
-    notify("wait_for_unshard", gi);
-  }
-
-  void reshard(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (g.training == TrainingState::kForward) {
-      if (g.reshard_after_forward == kReshardFalse) return;
-      if (g.reshard_after_forward > 1) {
-        to_sharded_post_forward(gi);
-        // reshard: _reshard_after_forward_event recorded on the current stream after the clone;
-        // the next unshard's all-gather streams wait it.
-        g.reshard_after_forward_event = streams().record(streams().current(), "reshard_after_forward " + g.spec.label);
-        return;
-      }
-    }
-    if (g.sharded == ShardedState::kSharded) return;
-    for (int id : g.params) {  // to_sharded -> free_unsharded_param
-      auto& p = params_[size_t(id)];
-      common::free_storage(p.all_gather_output);
-      p.post_forward_data = at::Tensor();
-    }
-    g.sharded = ShardedState::kSharded;
-    notify("reshard", gi);
-  }
-
-  // to_sharded_post_forward: keep this rank's 1/N of the unsharded data (a clone), free the rest.
-  void to_sharded_post_forward(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (g.sharded != ShardedState::kUnsharded) return;
-    at::NoGradGuard no_grad;
-    const int n_ranks = post_forward_group_.size, r = post_forward_group_.rank;
-    for (int id : g.params) {
-      auto& p = params_[size_t(id)];
-      const int64_t n = p.all_gather_output.numel() / n_ranks;
-      p.post_forward_data = p.all_gather_output.narrow(0, n * r, n).clone();
-      common::free_storage(p.all_gather_output);
-    }
-    g.sharded = ShardedState::kShardedPostForward;
-    notify("reshard_post_forward", gi);
-  }
-
-  // post_backward: accumulate / reshard / reduce (or hold the unsharded gradients without sync).
-  void group_post_backward(int gi) {
-    auto& g = groups_[size_t(gi)];
-    if (g.params.empty()) return;
-    at::NoGradGuard no_grad;
-    streams().op("backward " + g.spec.label);  // the group's gradient computation (current stream)
-    g.training = TrainingState::kPostBackward;
-    for (int id : g.params) {  // accumulate_unsharded_grad_if_needed
-      auto& p = params_[size_t(id)];
-      if (p.accumulated_grad.defined() && p.unsharded.grad().defined()) {
-        p.accumulated_grad.add_(p.unsharded.grad());
-        p.unsharded.mutable_grad() = at::Tensor();
-      }
-    }
-    if (!g.reduce_grads) {
-      reshard(gi);               // reshard_after_backward
-      for (int id : g.params) {  // to_accumulated_grad_if_needed: upcast to reduce_dtype once
-        auto& p = params_[size_t(id)];
-        const auto& grad = p.unsharded.grad();
-        if (dtypes_.reduce && grad.defined() && grad.scalar_type() != *dtypes_.reduce) {
-          p.accumulated_grad = grad.to(*dtypes_.reduce);
-          p.unsharded.mutable_grad() = at::Tensor();
-        }
-      }
-      notify("post_backward", gi);
-      runtime::nvtx::end(std::exchange(g.backward_range, 0));
-      return;
-    }
-    std::vector<at::Tensor> grads;
-    for (int id : g.params) {
-      auto& p = params_[size_t(id)];
-      if (p.accumulated_grad.defined()) {
-        grads.push_back(std::exchange(p.accumulated_grad, at::Tensor()));
-      } else if (p.unsharded.grad().defined()) {
-        grads.push_back(p.unsharded.grad());
-        p.unsharded.mutable_grad() = at::Tensor();
-      } else {
-        // Every parameter of this model gets a gradient; a missing one would shift the buffer.
-        TORCH_CHECK(false, "fsdp2: parameter without gradient in group ", g.spec.label);
-      }
-    }
-    reshard(gi);
-    notify("post_backward", gi);
-    auto& s = streams();
-    // post_backward: current_stream().wait_event(comm_ctx.reduce_scatter_state.event), then
-    // reduce_scatter_state = None (the previous group's reduce-scatter input is freed): the compute
-    // stream waits a reduce-scatter only here, one group later, and at the end of backward.
-    reduce_scatter_state_.release(s, {s.current()});
-    wait_for_post_backward(gi);
-    foreach_reduce(gi, grads);
-    runtime::nvtx::end(std::exchange(g.backward_range, 0));
-  }
-
-  // _wait_for_post_backward: the current stream waits this group's previous post-reduce event and
-  // its HSDP all-reduce event (all_reduce_state is then dropped).
-  void wait_for_post_backward(int gi) {
-    auto& g = groups_[size_t(gi)];
-    auto& s = streams();
-    if (g.post_reduce_event.recorded()) {
-      s.wait_event(s.current(), g.post_reduce_event);
-      g.post_reduce_event = common::StreamEvent();
-    }
-    g.all_reduce_state.release(s, {s.current()});
-  }
-
-  // _fsdp_collectives.py foreach_reduce: on the current stream the chunk-cat copy-in of the
-  // group's gradients into one [S, n] input in the reduce dtype (each gradient's dim 0 padded to a
-  // multiple of S); the reduce-scatter stream waits the current stream; there pre-divide,
-  // reduce-scatter, reduce_scatter_event; under HSDP the all-reduce stream waits the reduce-scatter
-  // stream and all-reduces across replicas (all_reduce_event); post-divide, cast and accumulation
-  // on the last of those streams (post_reduce_event).
-  void foreach_reduce(int gi, std::vector<at::Tensor>& grads) {
-    auto& g = groups_[size_t(gi)];
-    auto& s = streams();
-    const std::string& label = g.spec.label;
-    const int S = mesh_.shard;
-    const auto rd = dtypes_.reduce.value_or(grads.front().scalar_type());
-    auto input = at::empty({g.grad_numel * S}, grads.front().options().dtype(rd));  // [S * sum padded shard numel]
-    s.op("reduce_scatter copy-in " + label, {input});
-    auto input_2d = input.view({S, -1});
-    at::_chunk_cat_out(input_2d, grads, 0, S);  // foreach_reduce_scatter_copy_in
-    grads.clear();                              // "Only after the copy-in finishes can we free the gradients"
-    // foreach_reduce: reduce_scatter_stream.wait_stream(current_stream).
-    s.wait_stream(reduce_scatter_stream_, s.current());
-    at::Tensor output;
-    common::StreamEvent reduce_scatter_event;
-    StreamId post_reduce_stream = reduce_scatter_stream_;
-    {
-      Streams::Guard on_reduce_scatter(s, reduce_scatter_stream_);  // with stream(reduce_scatter_stream)
-      output = at::empty({g.grad_numel}, input.options());
-      issue_reduce_scatter(input, output, g);
-      reduce_scatter_event = s.record(reduce_scatter_stream_, "reduce_scatter " + label);
-      if (mesh_.replicate > 1) {
-        // HSDP: post_reduce_stream = all_reduce_stream; all_reduce_stream.wait_stream(
-        // reduce_scatter_stream); the all-reduce and all_reduce_event on it.
-        post_reduce_stream = all_reduce_stream_;
-        s.wait_stream(all_reduce_stream_, reduce_scatter_stream_);
-        Streams::Guard on_all_reduce(s, all_reduce_stream_);
-        issue_all_reduce(output, g);
-        g.all_reduce_state = common::HeldTensors{{output}, s.record(all_reduce_stream_, "all_reduce " + label)};
-      }
-    }
-    // `with device_handle.stream(post_reduce_stream)`: post-divide, cast, accumulate; then
-    // post_reduce_event. Queued behind the collective on CPU.
-    s.enqueue(
-        post_reduce_stream, make_waits(common::PendingCollective()), "post-reduce " + label,
-        [this, gi, output] { post_reduce(gi, output); }, kDeferAll);
-    g.post_reduce_event = s.record(post_reduce_stream, "post_reduce " + label);
-    // comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, reduce_scatter_event):
-    // the input stays alive until the next post-backward (or the final callback) waits the event.
-    reduce_scatter_state_ = common::HeldTensors{{input}, reduce_scatter_event};
-    notify("reduce_scatter", gi);
-  }
-
-  // On the reduce-scatter stream (current): pre-divide, reduce-scatter (async_op=False: the stream
-  // waits for it; queued on CPU), or the world-size-1 copy.
-  void issue_reduce_scatter(at::Tensor& input, at::Tensor& output, const Group& g) {
-    if (factors_.pre && *factors_.pre != 1) input.div_(*factors_.pre);
-    if (mesh_.shard > 1) {
-      auto work = comm_.reduce_scatter_async(output, input, factors_.rs_op, g.spec.label, &shard_group_);
-      streams().enqueue(
-          reduce_scatter_stream_, make_waits(std::move(work)), "reduce_scatter wait " + g.spec.label, [] {}, kDeferAll);
-    } else {
-      output.copy_(input);  // world size 1: no collective
-    }
-  }
-
-  // On the all-reduce stream (current): HSDP's all-reduce of the reduce-scatter output across
-  // replicas (dist.all_reduce, synchronous: the stream waits for it; queued on CPU).
-  void issue_all_reduce(at::Tensor& output, const Group& g) {
-    auto work = comm_.all_reduce_async(output, factors_.ar_op, g.spec.label, &replicate_group_);
-    streams().enqueue(
-        all_reduce_stream_, make_waits(std::move(work)), "all_reduce wait " + g.spec.label, [] {}, kDeferAll);
-  }
-
-  // The end of foreach_reduce (on the post-reduce stream): post-divide, cast to the sharded dtype,
-  // accumulate into (or become) the sharded gradient.
-  void post_reduce(int gi, at::Tensor output) {
-    at::NoGradGuard no_grad;
-    auto& g = groups_[size_t(gi)];
-    if (factors_.post && *factors_.post != 1) output.div_(*factors_.post);
-    auto out = output.scalar_type() == dtypes_.orig ? output : output.to(dtypes_.orig);
-    if (g.grad.defined())
-      g.grad.add_(out);
-    else
-      g.grad = out;  // sharded gradients are views into this buffer
-    notify("post_reduce", gi);
-  }
-
-  // _fsdp_state.py _root_post_backward_final_callback: post-backward for groups autograd did not
-  // reach (the root and the embedding: their inputs need no gradient), then (is_last_backward,
-  // the default) each state's finalize_backward; then the current stream waits the last
-  // reduce-scatter event and reduce_scatter_state is dropped.
-  void root_post_backward_final_callback() {
-    auto& s = streams();
-    for (int gi = 0; gi < int(groups_.size()); ++gi) {
-      auto& g = groups_[size_t(gi)];
-      if (!g.params.empty() && g.training != TrainingState::kPostBackward) group_post_backward(gi);
-      g.training = TrainingState::kIdle;
-      finalize_backward(gi);
-    }
-    post_forward_order_.clear();
-    reduce_scatter_state_.release(s, {s.current()});
-    final_callback_queued_ = false;
-  }
-
-  // finalize_backward: _wait_for_post_backward; a mistargeted unshard without a wait is waited
-  // (current_stream().wait_event(all_gather_event), and its work with async_op) and dropped.
-  void finalize_backward(int gi) {
-    auto& g = groups_[size_t(gi)];
-    wait_for_post_backward(gi);
-    if (g.all_gather) {
-      streams().wait_event(streams().current(), g.all_gather->event);
-      g.all_gather->work.wait();
-      g.all_gather.reset();
-    }
-    g.post_forward_indices.clear();
   }
 
   EngineSpec spec_;
   Fsdp2Options opts_;
   common::Comm comm_;
-  Dtypes dtypes_;
-  Mesh mesh_;
-  DivideFactors factors_;
-  runtime::World shard_group_, replicate_group_, post_forward_group_;
-  std::vector<Param> params_;
-  std::vector<std::vector<int>> param_of_;  // [unit][spec index] -> params_ index
-  std::vector<Group> groups_;               // forward order; groups_[0] is the root state
+  ParamGroups pg_;    // parameters, groups, collectives (FSDPParamGroup, FSDPParam, FSDPCommContext)
+  State state_{pg_};  // FSDPState hooks over pg_
+  std::vector<std::vector<int>> param_of_;         // [unit][spec index] -> pg_.params index
   std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
-  int embed_group_ = -1, tail_group_ = -1;
-  std::vector<int> post_forward_order_;  // comm_ctx.post_forward_order
-  StreamId copy_in_stream_ = 0, all_gather_stream_ = 0, reduce_scatter_stream_ = 0, all_reduce_stream_ = 0;
-  common::HeldTensors all_gather_state_;  // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
-  common::HeldTensors reduce_scatter_state_;  // comm_ctx.reduce_scatter_state: last reduce-scatter input + its event
-  bool iter_forward_root_ = false;
-  bool final_callback_queued_ = false;
   models::RopeCache rope_;
-  Fsdp2Observer observer_;
 };
-
-at::Tensor RegisterPostBackward::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
-                                         Fsdp2Engine* engine, int64_t group) {
-  ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
-  ctx->saved_data["group"] = group;
-  return input.view_as(input);
-}
-
-torch::autograd::variable_list RegisterPostBackward::backward(torch::autograd::AutogradContext* ctx,
-                                                              torch::autograd::variable_list grads) {
-  auto* engine = reinterpret_cast<Fsdp2Engine*>(ctx->saved_data["engine"].toInt());
-  engine->post_backward_from_autograd(int(ctx->saved_data["group"].toInt()));
-  return {grads[0], at::Tensor(), at::Tensor()};
-}
-
 
 }  // namespace
 
