@@ -36,11 +36,9 @@
 #include "runtime/memory.hpp"
 #include "runtime/world.hpp"
 
-#ifndef ZEROBENCH_GIT_SHA
-#define ZEROBENCH_GIT_SHA "unknown"
-#endif
-
 namespace zb::bench {
+
+const char* git_sha();  // bench/git_sha.cpp.in (generated)
 
 namespace {
 using json = nlohmann::json;
@@ -449,7 +447,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
         {"nccl", runtime::nccl_version()},
         {"torch", TORCH_VERSION},
         {"compiler", std::string("g++ ") + __VERSION__},
-        {"git_sha", ZEROBENCH_GIT_SHA},
+        {"git_sha", git_sha()},
         {"host", hostname()},
         {"world_size", world.size},
         {"nodes", int(hosts.size())},
