@@ -105,6 +105,16 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
   auto add_blocks = [&](GroupSpec& g, int u) {
     for (int i : kHfBlockOrder) g.params.push_back({u, i});
   };
+  auto push_block_groups = [&] {  // fully_shard(block) for each decoder block, in order
+    for (int u = 1; u <= L; ++u) {
+      GroupSpec b;
+      b.kind = GroupKind::kBlock;
+      b.unit = u;
+      b.label = "unit" + std::to_string(u);
+      add_blocks(b, u);
+      out.push_back(b);
+    }
+  };
   if (o.grouping == "root") {
     // fully_shard(block) for each block, then fully_shard(model): the root group takes what is
     // left, in model.parameters() order: embedding, (blocks unless wrapped), final norm, LM head.
@@ -115,15 +125,7 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
     root.params.push_back({0, 1});
     root.params.push_back({0, 2});
     out.push_back(root);
-    if (wrap_blocks)
-      for (int u = 1; u <= L; ++u) {
-        GroupSpec b;
-        b.kind = GroupKind::kBlock;
-        b.unit = u;
-        b.label = "unit" + std::to_string(u);
-        add_blocks(b, u);
-        out.push_back(b);
-      }
+    if (wrap_blocks) push_block_groups();
     return out;
   }
   // accelerate 1.15 fsdp2_prepare_model: blocks (auto-wrap policy), then fully_shard(embed_tokens),
@@ -138,15 +140,7 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
   embed.label = "embed";
   embed.params.push_back({0, 0});
   out.push_back(embed);
-  if (wrap_blocks)
-    for (int u = 1; u <= L; ++u) {
-      GroupSpec b;
-      b.kind = GroupKind::kBlock;
-      b.unit = u;
-      b.label = "unit" + std::to_string(u);
-      add_blocks(b, u);
-      out.push_back(b);
-    }
+  if (wrap_blocks) push_block_groups();
   GroupSpec tail;
   tail.kind = GroupKind::kTail;
   tail.label = "tail";
