@@ -1,6 +1,7 @@
-// engine.hpp — the one interface every training backend implements (ddp, fsdp, zero3).
+// engine.hpp — the one interface every training backend implements.
 // Owns: the Engine contract, the training/run configuration it receives, the model-state byte
-// categories of DESIGN §8 and the backend registry. Must not: run the training loop
+// categories of DESIGN §8 and the peak-estimate value type. The backend descriptor and the
+// registry are in backends/backend_info.hpp. Must not: run the training loop
 // (bench/trainer) or know a particular backend's internals.
 #pragma once
 #include <ATen/ATen.h>
@@ -128,30 +129,6 @@ struct PeakEstimate {
 };
 nlohmann::json to_json(const PeakEstimate& e);
 
-// What a backend registers: its name, precisions and the closed-form bytes per rank.
-struct BackendInfo {
-  std::string name;
-  std::string description;
-  std::vector<std::string> precisions;
-  std::function<std::unique_ptr<Engine>(const EngineSpec&, const runtime::World&)> create;
-  // Closed-form engine-owned bytes per rank for `rank` of the job (padding included). The
-  // topology, not a bare world size: a shard group may be a node (HYBRID_SHARD), not the world.
-  std::function<ModelStateBytes(const EngineSpec&, const Topology&, int rank)> expected_bytes;
-  // Pre-flight peak estimate for `rank` of the job (may be empty: no estimate, no check);
-  // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them.
-  std::function<PeakEstimate(const EngineSpec&, const Topology&, int rank, bool gloo)> estimate_peak;
-  // The dtypes the engine holds and moves each piece of model state in, for spec.precision and
-  // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
-  // precision the backend does not offer.
-  std::function<PrecisionPlan(const EngineSpec&)> precision_plan;
-};
-
-const std::vector<BackendInfo>& registered_backends();
-// The dtype matmuls run in for a backend's precision mode: fp32 for "fp32", bf16 otherwise.
-at::ScalarType compute_dtype(const std::string& backend, const std::string& precision);
-const BackendInfo& backend(const std::string& name);  // throws UsageError naming it
-// Throws UsageError unless `backend` is registered and `precision` is one of its modes.
-void validate_precision(const std::string& backend, const std::string& precision);
-std::unique_ptr<Engine> create_engine(const std::string& name, const EngineSpec& spec, const runtime::World& world);
+struct BackendInfo;  // the descriptor a backend registers: backends/backend_info.hpp
 
 }  // namespace zb::backends

@@ -2,6 +2,7 @@
 // symbols are the model's (N = B*T tokens of one micro-batch, c compute-dtype bytes) plus each
 // backend's own (docs/metrics.md). Engine transients follow the engines as written: when an
 // engine's buffers change (fused AdamW, a preallocated reduce bucket, ...), change its term here.
+#include "backends/backend_info.hpp"
 #include "backends/memory_estimate.hpp"
 
 #include <algorithm>

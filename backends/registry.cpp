@@ -1,9 +1,10 @@
-// registry.cpp — the list of backends zerobench knows, by name. A new backend adds one line.
+// registry.cpp — the list of backends zerobench knows, by name. A new built-in backend adds one
+// line to builtin(); a program with a backend of its own calls register_backend once.
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/zero3/zero3_engine.hpp"
-#include "backends/engine.hpp"
+#include "backends/backend_info.hpp"
 #include "backends/memory_estimate.hpp"
 #include "runtime/errors.hpp"
 
@@ -19,15 +20,23 @@ BackendInfo with_estimate(BackendInfo info, decltype(BackendInfo::estimate_peak)
   info.estimate_peak = std::move(estimate);
   return info;
 }
+
+std::vector<BackendInfo>& registry() {
+  // Peak-memory estimates live together in memory_estimate.cpp (one per backend).
+  static std::vector<BackendInfo> all = {with_estimate(ddp::backend_info(), estimate_ddp),
+                                         with_estimate(fsdp::backend_info(), estimate_fsdp),
+                                         with_estimate(zero3::backend_info(), estimate_zero3),
+                                         with_estimate(fsdp2::backend_info(), estimate_fsdp2)};
+  return all;
+}
 }  // namespace
 
-const std::vector<BackendInfo>& registered_backends() {
-  // Peak-memory estimates live together in memory_estimate.cpp (one per backend).
-  static const std::vector<BackendInfo> all = {with_estimate(ddp::backend_info(), estimate_ddp),
-                                               with_estimate(fsdp::backend_info(), estimate_fsdp),
-                                               with_estimate(zero3::backend_info(), estimate_zero3),
-                                               with_estimate(fsdp2::backend_info(), estimate_fsdp2)};
-  return all;
+const std::vector<BackendInfo>& registered_backends() { return registry(); }
+
+void register_backend(BackendInfo info) {
+  for (const auto& b : registry())
+    if (b.name == info.name) throw UsageError("backend '" + info.name + "' is registered twice");
+  registry().push_back(std::move(info));
 }
 
 at::ScalarType compute_dtype(const std::string& /*backend*/, const std::string& precision) {

@@ -1,5 +1,6 @@
 // crossval.cpp — `zerobench crossval` (see crossval.hpp): work directory, both sides as child
 // processes, the document. The comparison itself is crossval_compare.cpp.
+#include "backends/backend_info.hpp"
 #include "bench/crossval.hpp"
 
 #include <ATen/Parallel.h>

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
 #include "runtime/errors.hpp"

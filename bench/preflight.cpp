@@ -1,4 +1,5 @@
 // preflight.cpp — see preflight.hpp.
+#include "backends/backend_info.hpp"
 #include "bench/preflight.hpp"
 
 #include <algorithm>

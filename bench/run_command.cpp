@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
 #include "bench/commands.hpp"
 #include "bench/lifecycle/checkpoint.hpp"

@@ -1,4 +1,5 @@
 // run_options.cpp — CLI11 registration and validation of run options (see run_options.hpp).
+#include "backends/backend_info.hpp"
 #include "bench/run_options.hpp"
 
 #include "backends/fsdp/fsdp_options.hpp"

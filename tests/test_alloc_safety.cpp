@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 
+#include "backends/backend_info.hpp"
 #include "backends/common/alloc_safety.hpp"
 #include "backends/common/comm.hpp"
 #include "backends/common/storage.hpp"

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "backends/backend_info.hpp"
 #include "backends/common/comm.hpp"
 #include "backends/common/streams.hpp"
 #include "profiler/activity.hpp"

@@ -1,6 +1,7 @@
 // ddp on W Gloo ranks equals the single-process reference (fp32, 5 AdamW steps, <= 1e-5 rel).
 #include <gtest/gtest.h>
 
+#include "backends/backend_info.hpp"
 #include "tests/thread_world.hpp"
 
 using namespace zb;

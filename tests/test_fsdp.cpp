@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
 #include "profiler/nvtx_capture.hpp"

@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "reports/report.hpp"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "backends/backend_info.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "bench/crossval.hpp"
 #include "bench/lifecycle/study_lifecycle.hpp"

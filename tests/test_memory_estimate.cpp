@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 
+#include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
 #include "reports/report.hpp"
 #include "runtime/launcher.hpp"

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/backend_info.hpp"
 #include "runtime/nvtx.hpp"
 #include "tests/thread_world.hpp"
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "backends/backend_info.hpp"
 #include "bench/projection/projection.hpp"
 #include "bench/projection/schedule.hpp"
 #include "bench/projection/simulate.hpp"

@@ -7,6 +7,7 @@
 // fully_shard (copy-in / all-gather / reduce-scatter / all-reduce streams, held references).
 #include <gtest/gtest.h>
 
+#include "backends/backend_info.hpp"
 #include "backends/common/comm.hpp"
 #include "backends/common/streams.hpp"
 #include "backends/fsdp/fsdp_options.hpp"

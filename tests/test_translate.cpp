@@ -14,6 +14,7 @@
 #include <iostream>
 #include <set>
 
+#include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
 #include "bench/config_file.hpp"
 #include "bench/translate/translate.hpp"

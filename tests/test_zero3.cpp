@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/memory.hpp"

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backends/common/optim.hpp"
+#include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
 #include "bench/trainer.hpp"
 #include "models/llama.hpp"

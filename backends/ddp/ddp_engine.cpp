@@ -1,6 +1,7 @@
 // ddp_engine.cpp — see ddp_engine.hpp. Semantics follow torch/nn/parallel/distributed.py and
 // torch/csrc/distributed/c10d/reducer.cpp: parameters broadcast from rank 0 at construction,
 // gradients divided by W then all-reduced in buckets of bucket_cap_mb (default 25 MiB).
+#include "backends/backend_info.hpp"
 #include "backends/ddp/ddp_engine.hpp"
 
 #include <torch/csrc/autograd/variable.h>

@@ -1,6 +1,7 @@
 // fsdp_engine.cpp — see fsdp_engine.hpp for the semantics and the upstream files followed.
 // Every stream wait below names the FSDP1 line it mirrors (torch/distributed/fsdp/
 // _runtime_utils.py unless said otherwise); docs/backends/fsdp.md has the table.
+#include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 
 #include <torch/csrc/autograd/engine.h>

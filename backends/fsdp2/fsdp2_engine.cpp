@@ -13,6 +13,7 @@
 // ReduceScatterState, AllReduceState: common::HeldTensors), never by record_stream. Every wait
 // names the upstream file and function it mirrors (fsdp2_state.cpp, fsdp2_param_group.cpp,
 // fsdp2_collectives.cpp).
+#include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
 
 #include <functional>

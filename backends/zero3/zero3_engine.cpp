@@ -1,6 +1,7 @@
 // zero3_engine.cpp — see zero3_engine.hpp for the semantics and the upstream files followed.
 // Every stream wait below names the DeepSpeed 0.19 line it mirrors; docs/backends/zero3.md has
 // the table.
+#include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 
 #include <torch/csrc/autograd/engine.h>

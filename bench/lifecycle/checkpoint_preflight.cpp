@@ -1,5 +1,6 @@
 // checkpoint_preflight.cpp — see checkpoint_preflight.hpp; the layout it counts is checkpoint.cpp's
 // Checkpointer::save (docs/lifecycle.md "Checkpoints").
+#include "backends/backend_info.hpp"
 #include "bench/lifecycle/checkpoint_preflight.hpp"
 
 #include <fcntl.h>
