@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/config_hooks.hpp"
 #include "backends/engine.hpp"
 
 namespace zb::backends {
@@ -30,6 +31,32 @@ struct BackendInfo {
   // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
   // precision the backend does not offer.
   std::function<PrecisionPlan(const EngineSpec&)> precision_plan;
+
+  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
+  // How strongly this backend claims a config file (0: not at all). The highest claim runs the
+  // file (ties: the first registered); any claim above 0 also means `--backend <name>` does not
+  // conflict with the file. Empty: no config file picks this backend.
+  std::function<int(const ConfigIdentity&)> config_claim;
+  // The accelerate distributed_type(s) it claims, for the refusal of one nobody claims ("FSDP",
+  // "MULTI_GPU/MULTI_CPU/NO"). Empty: none of its own (e.g. a second reader of FSDP files).
+  std::string config_claim_text;
+  // Reads a claimed file: out.precision, out.train, out.options and out.provenance (sources,
+  // applied/ignored notes, warnings); the caller sets out.backend. Throws UsageError naming the
+  // key. Empty exactly when config_claim is.
+  std::function<void(const ConfigInput&, ResolvedConfig& out)> read_config;
+  // Its own command-line flags and their help (bench/run_options registers them; a flag several
+  // backends declare is registered once, with the first one's help). Empty: none.
+  std::vector<BackendFlag> flags;
+  // How a refusal names its flags given with another backend: "<flags_title> options (--a, --b,
+  // ...) need --backend <name>". Empty when flags is.
+  std::string flags_title;
+  // Applies the flags the command line gave over spec.options (the config file's options when
+  // `from_file`, else empty), noting each as "command line, over the config file" when from_file,
+  // and validates the result. Empty when flags is and the options need no completion.
+  std::function<void(const FlagValues&, bool from_file, EngineSpec& spec, config::ConfigNotes& notes)> apply_flags;
+  // Whether these options load the initial weights on rank 0 and broadcast them (the default
+  // --load-strategy with --model-dir). Empty: never.
+  std::function<bool(const nlohmann::json& options)> broadcasts_initial_weights;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

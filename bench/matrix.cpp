@@ -10,7 +10,7 @@
 #include <csignal>
 #include <set>
 
-#include "bench/config_file.hpp"
+#include "bench/config_resolve.hpp"
 #include "bench/run_options.hpp"
 #include "config/bounded_readers.hpp"
 #include "reports/report.hpp"

@@ -2,9 +2,6 @@
 #include "backends/backend_info.hpp"
 #include "bench/run_options.hpp"
 
-#include "backends/fsdp/fsdp_options.hpp"
-#include "backends/fsdp2/fsdp2_options.hpp"
-#include "backends/zero3/zero3_options.hpp"
 #include "bench/flag_checks.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "runtime/dist_env.hpp"
@@ -25,6 +22,74 @@ void add_model_options(CLI::App& app, RunOptions& o) {
                  "a Hugging Face Llama/Granite folder (config.json + model.safetensors or its index): "
                  "its shape, and its weights as the starting point");
 }
+
+namespace {
+// Each registered backend's own flags (BackendInfo::flags), once per name (the first declaration's
+// help), bound to o.backend_flags.
+void add_backend_flags(CLI::App& app, RunOptions& o) {
+  using Kind = backends::BackendFlag::Kind;
+  for (const auto& b : backends::registered_backends())
+    for (const auto& f : b.flags) {
+      if (app.get_option_no_throw(f.name)) continue;  // declared by an earlier backend
+      auto& slot = o.backend_flags[f.name];
+      CLI::Option* opt = nullptr;
+      switch (f.kind) {
+        case Kind::kText:
+          opt = app.add_option(f.name, slot.text, f.help);
+          if (!f.choices.empty()) opt->check(CLI::IsMember(f.choices));
+          break;
+        case Kind::kCount:
+          opt = app.add_option(f.name, slot.count, f.help)->check(f.min_count >= 1 ? AtLeastOne() : NonNegative());
+          break;
+        case Kind::kPositive:
+          if (!f.default_text.empty()) slot.number = std::stod(f.default_text);
+          opt = app.add_option(f.name, slot.number, f.help)->check(Positive());
+          break;
+        case Kind::kSwitch:
+          opt = app.add_flag(f.name, slot.on, f.help);
+          break;
+      }
+      if (!f.default_text.empty()) opt->capture_default_str();
+    }
+}
+
+// The backend flags the command line gave, with their values.
+backends::FlagValues given_backend_flags(const RunOptions& o) {
+  backends::FlagValues out;
+  for (const auto& [name, slot] : o.backend_flags) {
+    if (!o.given.count(name)) continue;
+    auto& v = out[name];
+    v.count = slot.count;
+    v.number = slot.number;
+    v.text = slot.on ? "true" : slot.text;
+  }
+  return out;
+}
+
+// A flag of another backend given with this one: "<title> options (--a, --b, ...) need --backend X".
+void refuse_foreign_flags(const backends::FlagValues& given, const std::string& backend) {
+  const auto& all = backends::registered_backends();
+  auto declares = [](const backends::BackendInfo& b, const std::string& name) -> const backends::BackendFlag* {
+    for (const auto& f : b.flags)
+      if (f.name == name) return &f;
+    return nullptr;
+  };
+  const backends::BackendInfo* running = nullptr;
+  for (const auto& b : all)
+    if (b.name == backend) running = &b;
+  for (const auto& [name, value] : given) {
+    if (running && declares(*running, name)) continue;
+    for (const auto& owner : all) {
+      const auto* f = declares(owner, name);
+      if (!f) continue;
+      if (!f->refused_elsewhere) break;
+      std::string some;
+      for (size_t i = 0; i < owner.flags.size() && i < 2; ++i) some += owner.flags[i].name + ", ";
+      throw UsageError(owner.flags_title + " options (" + some + "...) need --backend " + owner.name);
+    }
+  }
+}
+}  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o) {
   auto& t = o.train;
@@ -77,9 +142,6 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(NonNegative());
   app.add_option("--timeout", o.timeout_s, "stop all ranks after this many seconds (0 = no limit)")
       ->check(NonNegative());
-  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient all-reduce bucket size in MiB")
-      ->check(Positive())
-      ->capture_default_str();
   app.add_option("--config", o.config,
                  "an accelerate config (FSDP: fsdp, or fsdp2 with fsdp_version 2; DEEPSPEED; MULTI_GPU) or a DeepSpeed "
                  "JSON: picks the backend and "
@@ -87,57 +149,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--accelerate-config", o.accelerate_config, "an accelerate config (YAML or JSON); see --config")
       ->check(CLI::ExistingFile);
-  app.add_option("--sharding-strategy", o.sharding_strategy, "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)");
-  app.add_option("--backward-prefetch", o.backward_prefetch, "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH");
-  app.add_flag("--forward-prefetch", o.forward_prefetch, "fsdp: prefetch the next unit's all-gather in forward");
-  app.add_option("--limit-all-gathers", o.limit_all_gathers, "fsdp: true|false (default true)")
-      ->check(CLI::IsMember({"true", "false"}));
-  app.add_option("--hsdp-shard-size", o.hsdp_shard_size, "fsdp HYBRID_SHARD: ranks per shard group (default: per node)")
-      ->check(NonNegative());
-  app.add_option("--reduce-dtype", o.reduce_dtype, "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
-                 "under mixed)")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
-  // fsdp2 (issue 14): fully_shard / FSDPModule / MixedPrecisionPolicy / ParallelismConfig names.
-  app.add_option("--reshard-after-forward", o.reshard_after_forward,
-                 "fsdp2: fully_shard reshard_after_forward true|false|N (N: reshard to groups of N ranks)");
-  app.add_option("--output-dtype", o.output_dtype, "fsdp2: MixedPrecisionPolicy.output_dtype bf16|fp32|none")
-      ->check(CLI::IsMember({"bf16", "fp32", "none"}));
-  app.add_option("--modules-to-forward-prefetch", o.modules_to_forward_prefetch,
-                 "fsdp2: set_modules_to_forward_prefetch with the next N groups (0 = implicit prefetch only)")
-      ->check(NonNegative());
-  app.add_option("--modules-to-backward-prefetch", o.modules_to_backward_prefetch,
-                 "fsdp2: set_modules_to_backward_prefetch with the next N groups in backward (0 = FSDP2's default)")
-      ->check(NonNegative());
-  app.add_option("--dp-replicate-size", o.dp_replicate_size, "fsdp2: HSDP replicate mesh dim (ParallelismConfig)")
-      ->check(NonNegative());
-  app.add_option("--dp-shard-size", o.dp_shard_size, "fsdp2: shard mesh dim (default world / --dp-replicate-size)")
-      ->check(NonNegative());
-  app.add_option("--fsdp2-grouping", o.fsdp2_grouping,
-                 "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
-                 "embedding / blocks / [norm, head] groups)")
-      ->check(CLI::IsMember({"root", "accelerate"}));
-  app.add_flag("--force-sum-reduction-for-comms", o.force_sum_reduction_for_comms,
-               "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)");
-  app.add_flag("--cpu-ram-efficient-loading", o.cpu_ram_efficient_loading,
-               "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)");
   app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (zero3); see --config")
       ->check(CLI::ExistingFile);
-  app.add_option("--reduce-bucket-size", o.reduce_bucket_size, "zero3: gradient reduce bucket (elements)")
-      ->check(AtLeastOne());
-  app.add_option("--prefetch-bucket-size", o.prefetch_bucket_size, "zero3: stage3_prefetch_bucket_size (elements)")
-      ->check(NonNegative());
-  app.add_option("--persistence-threshold", o.persistence_threshold, "zero3: stage3_param_persistence_threshold")
-      ->check(NonNegative());
-  app.add_option("--max-live-parameters", o.max_live_parameters, "zero3: stage3_max_live_parameters")
-      ->check(NonNegative());
-  app.add_option("--max-reuse-distance", o.max_reuse_distance, "zero3: stage3_max_reuse_distance")
-      ->check(NonNegative());
-  app.add_option("--sub-group-size", o.sub_group_size, "zero3: sub_group_size (fp32 master granularity; 0: one per parameter)")
-      ->check(NonNegative());
-  app.add_option("--communication-data-type", o.communication_data_type, "zero3: gradient reduce dtype bf16|fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
-  app.add_option("--grad-accum-dtype", o.grad_accum_dtype, "zero3: gradient partition dtype bf16|fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+  add_backend_flags(app, o);
   app.add_option("--emulate-world-size", o.emulate_world_size,
                  "one process plays one rank of a job of this many ranks (shapes and bytes exact, no data moved)")
       ->check(FiniteRange(1, 1 << 20));
@@ -253,115 +267,12 @@ RunOptions::Resolved RunOptions::resolve() const {
     spec.options = cfg.options;
     file_options = true;
   }
-  // Command-line flags override the file (as accelerate launch's flags override its config).
-  auto overridden = [&](const std::string& flag_name, const std::string& value) {
-    if (file_options) notes.apply(flag_name, value, "command line, over the config file");
-  };
-  if (r.backend == "fsdp") {
-    backends::fsdp::FsdpOptions f;
-    if (file_options) f = backends::fsdp::fsdp_options_from_json(spec.options);
-    if (!sharding_strategy.empty()) {
-      f.sharding_strategy = backends::fsdp::parse_sharding_strategy(sharding_strategy);
-      overridden("--sharding-strategy", sharding_strategy);
-    }
-    if (!backward_prefetch.empty()) {
-      f.backward_prefetch = backends::fsdp::parse_backward_prefetch(backward_prefetch);
-      overridden("--backward-prefetch", backward_prefetch);
-    }
-    if (forward_prefetch) {
-      f.forward_prefetch = true;
-      overridden("--forward-prefetch", "true");
-    }
-    if (!limit_all_gathers.empty()) {
-      f.limit_all_gathers = limit_all_gathers == "true";
-      overridden("--limit-all-gathers", limit_all_gathers);
-    }
-    if (hsdp_shard_size > 0) {
-      f.hybrid_shard_group_size = hsdp_shard_size;
-      overridden("--hsdp-shard-size", std::to_string(hsdp_shard_size));
-    }
-    if (!reduce_dtype.empty()) {
-      f.reduce_dtype = reduce_dtype;
-      overridden("--reduce-dtype", reduce_dtype);
-    }
-    spec.options = backends::fsdp::to_json(f);
-    if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
-  } else if (!sharding_strategy.empty() || !backward_prefetch.empty() || forward_prefetch || hsdp_shard_size > 0 ||
-             (!reduce_dtype.empty() && r.backend != "fsdp2") || !limit_all_gathers.empty()) {
-    throw UsageError("FSDP options (--sharding-strategy, --backward-prefetch, ...) need --backend fsdp");
-  }
-  if (r.backend == "fsdp2") {
-    // The file's options (bench/config_file.cpp reads fsdp_version 2 files with the fsdp2 reader),
-    // then the command line's.
-    backends::fsdp2::Fsdp2Options f;
-    if (file_options) f = backends::fsdp2::fsdp2_options_from_json(spec.options);
-    auto set_text = [&](const std::string& v, std::string& field, const char* flag_name) {
-      if (v.empty()) return;
-      field = v;
-      overridden(flag_name, v);
-    };
-    auto set_int = [&](int v, int& field, const char* flag_name) {
-      if (v < 0) return;
-      field = v;
-      overridden(flag_name, std::to_string(v));
-    };
-    if (!reshard_after_forward.empty()) {
-      f.reshard_after_forward = backends::fsdp2::parse_reshard_after_forward("--reshard-after-forward", reshard_after_forward);
-      overridden("--reshard-after-forward", reshard_after_forward);
-    }
-    set_text(reduce_dtype, f.reduce_dtype, "--reduce-dtype");
-    set_text(output_dtype, f.output_dtype, "--output-dtype");
-    set_text(fsdp2_grouping, f.grouping, "--fsdp2-grouping");
-    set_int(modules_to_forward_prefetch, f.modules_to_forward_prefetch, "--modules-to-forward-prefetch");
-    set_int(modules_to_backward_prefetch, f.modules_to_backward_prefetch, "--modules-to-backward-prefetch");
-    set_int(dp_replicate_size, f.dp_replicate_size, "--dp-replicate-size");
-    set_int(dp_shard_size, f.dp_shard_size, "--dp-shard-size");
-    // --sync-each-batch is a training option (accelerate's GradientAccumulationPlugin), shared by all.
-    f.sync_each_batch = f.sync_each_batch || spec.train.sync_each_batch;
-    spec.train.sync_each_batch = f.sync_each_batch;
-    if (force_sum_reduction_for_comms) {
-      f.force_sum_reduction_for_comms = true;
-      overridden("--force-sum-reduction-for-comms", "true");
-    }
-    if (cpu_ram_efficient_loading) {
-      f.cpu_ram_efficient_loading = true;
-      overridden("--cpu-ram-efficient-loading", "true");
-    }
-    spec.options = backends::fsdp2::to_json(backends::fsdp2::fsdp2_options_from_json(backends::fsdp2::to_json(f)));
-    if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
-  } else if (!reshard_after_forward.empty() || !output_dtype.empty() || !fsdp2_grouping.empty() ||
-             modules_to_forward_prefetch >= 0 || modules_to_backward_prefetch >= 0 || dp_replicate_size >= 0 ||
-             dp_shard_size >= 0 || force_sum_reduction_for_comms || cpu_ram_efficient_loading) {
-    throw UsageError("FSDP2 options (--reshard-after-forward, --dp-replicate-size, ...) need --backend fsdp2");
-  }
-  if (r.backend == "zero3") {
-    backends::zero3::Zero3Options z;
-    if (file_options) z = backends::zero3::zero3_options_from_json(spec.options);
-    auto set = [&](int64_t v, int64_t& field, const char* flag_name) {
-      if (v < 0) return;
-      field = v;
-      overridden(flag_name, std::to_string(v));
-    };
-    set(reduce_bucket_size, z.reduce_bucket_size, "--reduce-bucket-size");
-    set(prefetch_bucket_size, z.stage3_prefetch_bucket_size, "--prefetch-bucket-size");
-    set(persistence_threshold, z.stage3_param_persistence_threshold, "--persistence-threshold");
-    set(max_live_parameters, z.stage3_max_live_parameters, "--max-live-parameters");
-    set(max_reuse_distance, z.stage3_max_reuse_distance, "--max-reuse-distance");
-    set(sub_group_size, z.sub_group_size, "--sub-group-size");
-    if (!communication_data_type.empty()) {
-      z.communication_data_type = communication_data_type;
-      overridden("--communication-data-type", communication_data_type);
-    }
-    if (!grad_accum_dtype.empty()) {
-      z.grad_accum_dtype = grad_accum_dtype;
-      overridden("--grad-accum-dtype", grad_accum_dtype);
-    }
-    spec.options = backends::zero3::to_json(z);
-  } else if (reduce_bucket_size >= 0 || prefetch_bucket_size >= 0 || persistence_threshold >= 0 ||
-             max_live_parameters >= 0 || max_reuse_distance >= 0 || sub_group_size >= 0 ||
-             !communication_data_type.empty() || !grad_accum_dtype.empty()) {
-    throw UsageError("ZeRO-3 options (--reduce-bucket-size, --prefetch-bucket-size, ...) need --backend zero3");
-  }
+  // The backend's own flags, over the file's options (as accelerate launch's flags override its
+  // config); another backend's flags are refused.
+  const auto flags = given_backend_flags(*this);
+  refuse_foreign_flags(flags, r.backend);
+  for (const auto& b : backends::registered_backends())
+    if (b.name == r.backend && b.apply_flags) b.apply_flags(flags, file_options, spec, notes);
   if (emulate_world_size > 0 && nproc_given && nproc > 1)
     throw UsageError("--emulate-world-size runs one process; drop --nproc " + std::to_string(nproc));
   if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
@@ -370,7 +281,6 @@ RunOptions::Resolved RunOptions::resolve() const {
   if (spec.train.warmup >= spec.train.steps)
     throw UsageError("--warmup " + std::to_string(spec.train.warmup) + " must be below --steps " +
                      std::to_string(spec.train.steps) + " (no step would be measured)");
-  if (r.backend == "ddp" && !spec.options.contains("bucket_cap_mb")) spec.options["bucket_cap_mb"] = bucket_cap_mb;
   spec.train.lr *= plant_lr_scale;  // lr_at is linear in lr: every step's lr scales (1.0 unless planted)
   backends::validate_precision(r.backend, spec.precision);  // validates both names
   fault();                     // validates the hook
@@ -387,8 +297,9 @@ RunOptions::Resolved RunOptions::resolve() const {
     if (!load_strategy.empty()) {
       r.load_strategy = models::checkpoint::load_strategy_name(models::checkpoint::load_strategy_from_name(load_strategy));
     } else {
-      const bool syncs = (r.backend == "fsdp" && spec.options.value("sync_module_states", false)) ||
-                         (r.backend == "fsdp2" && spec.options.value("cpu_ram_efficient_loading", false));
+      bool syncs = false;
+      for (const auto& b : backends::registered_backends())
+        if (b.name == r.backend && b.broadcasts_initial_weights) syncs = b.broadcasts_initial_weights(spec.options);
       // An emulated rank has no rank 0 to receive from: it reads for itself.
       r.load_strategy = syncs && emulate_world_size == 0 ? "rank0-broadcast" : "all-ranks";
     }

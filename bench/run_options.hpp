@@ -4,11 +4,13 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <map>
 #include <set>
 #include <string>
 
+#include "backends/config_hooks.hpp"
 #include "backends/engine.hpp"
-#include "bench/config_file.hpp"
+#include "bench/config_resolve.hpp"
 
 namespace zb::bench {
 
@@ -26,7 +28,7 @@ struct RunOptions {
   std::string checkpoint_dir, state_dict = "sharded", resume;  // checkpoints (bench/lifecycle)
   int64_t checkpoint_every = 0;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;  // 0 = preset's
-  std::string backend = "ddp";
+  std::string backend = backends::default_backend_name();  // the first registered
   std::string precision = "fp32";
   backends::TrainConfig train;
   std::string device = "cpu";
@@ -44,26 +46,20 @@ struct RunOptions {
   bool profile = false;
   int profile_steps = 3;
   std::string trace;
-  double bucket_cap_mb = 25;  // ddp
-  // Any accelerate config (FSDP, DEEPSPEED, MULTI_GPU) or DeepSpeed JSON: it picks the backend
-  // (bench/config_file.hpp). --accelerate-config / --deepspeed-config are the kind-checked spellings.
-  std::string config;
+  // Any accelerate config (FSDP, DEEPSPEED, MULTI_GPU) or DeepSpeed JSON: the backend that claims it
+  // runs it (bench/config_resolve.hpp). --accelerate-config / --deepspeed-config are the
+  // kind-checked spellings.
+  std::string config, accelerate_config, deepspeed_config;
   bool no_memory_check = false;  // skip the pre-flight memory estimate check
-  // fsdp (empty = the config file's value or PyTorch's default)
-  std::string accelerate_config;
-  std::string sharding_strategy, backward_prefetch, limit_all_gathers, reduce_dtype;
-  bool forward_prefetch = false;
-  int hsdp_shard_size = 0;
-  // fsdp2 (empty / -1 = the config file's value or PyTorch's / accelerate's default)
-  std::string reshard_after_forward, output_dtype, fsdp2_grouping;
-  int modules_to_forward_prefetch = -1, modules_to_backward_prefetch = -1;
-  int dp_replicate_size = -1, dp_shard_size = -1;
-  bool force_sum_reduction_for_comms = false, cpu_ram_efficient_loading = false;
-  // zero3 (-1 / empty = the config file's value or DeepSpeed's default)
-  std::string deepspeed_config;
-  int64_t reduce_bucket_size = -1, prefetch_bucket_size = -1, persistence_threshold = -1;
-  int64_t max_live_parameters = -1, max_reuse_distance = -1, sub_group_size = -1;
-  std::string communication_data_type, grad_accum_dtype;
+  // The backends' own flags (BackendInfo::flags), by name, as CLI11 parsed them; only those in
+  // `given` are read (backends/config_hooks.hpp FlagValues).
+  struct BackendFlagSlot {
+    std::string text;
+    int64_t count = 0;
+    double number = 0;
+    bool on = false;
+  };
+  std::map<std::string, BackendFlagSlot> backend_flags;
   // Which flags the command line gave (mark_given; config files fill the rest).
   bool nproc_given = false, precision_given = false, micro_batch_given = false, grad_accum_given = false,
        grad_clip_given = false, backend_given = false;

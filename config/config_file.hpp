@@ -1,23 +1,21 @@
-// config_file.hpp — the one place a framework's config file is recognised and dispatched:
-// an accelerate config (YAML, or accelerate's JSON form) picks the backend from distributed_type
-// (FSDP -> fsdp, or fsdp2 with fsdp_version 2, read by backends/fsdp2's reader; DEEPSPEED ->
-// zero3; MULTI_GPU / MULTI_CPU / NO -> ddp), and a DeepSpeed JSON picks zero3.
-// Owns: reading a file as its framework reads it (PyYAML's scalar typing for YAML; JSON with
-// comments and DeepSpeed's duplicate-key refusal), accelerate's top-level keys
-// (commands/config/config_args.py ClusterConfig), deepspeed_config_file path resolution, the
+// config_file.hpp — a framework's config file read as its framework reads it: an accelerate
+// config (YAML, or accelerate's JSON form) or a DeepSpeed JSON, which of the two it is, the
 // source files' SHA-256, and the provenance every report carries.
-// Must not: read a backend's own keys (backends/<name>/<name>_options.cpp do) or run anything.
+// Owns: reading bytes (bounded), PyYAML's scalar typing for YAML, JSON with comments and
+// DeepSpeed's duplicate-key refusal, telling the two formats apart, num_processes.
+// Must not: name a backend or pick one (each backend claims the files it runs through its
+// descriptor: backends/backend_info.hpp), read a format's keys (config/accelerate_*.cpp,
+// config/deepspeed_*.cpp do), or run anything.
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include <set>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "backends/config_notes.hpp"
-#include "backends/engine.hpp"
+#include "config/config_notes.hpp"
 
-namespace zb::bench {
+namespace zb::config {
 
 struct ConfigSource {
   std::string path;    // as given (deepspeed_config_file: as resolved)
@@ -28,33 +26,31 @@ struct ConfigSource {
 // What the config files said, for the report (config.source_files / applied / ignored / warnings).
 struct ConfigProvenance {
   std::vector<ConfigSource> sources;
-  backends::ConfigNotes notes;
+  ConfigNotes notes;
 };
 nlohmann::json provenance_json(const ConfigProvenance& p);  // {source_files, applied, ignored, warnings}
 
-// The command line's side: which file, through which flag, and the flags a file may not contradict.
-struct ConfigRequest {
-  std::string path, flag;          // the file and the flag that named it (--config, --accelerate-config, ...)
-  std::string backend;             // --backend (meaningful when backend_given)
-  bool backend_given = false;
-  std::string precision;           // --precision (meaningful when precision_given)
-  bool precision_given = false;
-  backends::TrainConfig train;     // the flags' values
-  std::set<std::string> given;     // flags the command line set ("--micro-batch", ...)
-  int world_size = 1;              // the run's world size
-  int64_t hidden = 0;              // model hidden size ("auto" bucket sizes)
+// A config file as read: its bytes, its settings and its format.
+struct LoadedConfig {
+  std::string path, flag;   // the file and the flag that named it (--config, --accelerate-config, ...)
+  std::string bytes;        // at most kMaxConfigFileBytes
+  nlohmann::json root;      // the settings (a mapping)
+  bool accelerate = false;  // an accelerate config; false: a DeepSpeed JSON
 };
+// Throws UsageError prefixed "FLAG PATH: ".
+LoadedConfig load_config(const std::string& path, const std::string& flag);
 
-struct ResolvedConfig {
-  std::string backend;             // the backend the file picks
-  std::string precision;           // the backend's precision name ("" = the file does not say)
-  backends::TrainConfig train;     // request.train with the file's settings applied
-  nlohmann::json options;          // backend options, framework-named (backend option JSON)
-  ConfigProvenance provenance;
-};
+// The file's bytes, bounded (config/bounded_readers.hpp); throws UsageError naming `flag` and `path`.
+std::string read_config_bytes(const std::string& path, const std::string& flag);
+// JSON as DeepSpeed reads it (hjson with dict_raise_error_on_duplicate_keys): comments allowed, a
+// key given twice in one object refused. `where` prefixes messages.
+nlohmann::json parse_deepspeed_json(const std::string& text, const std::string& where);
+// SHA-256 of bytes, lower-case hex (OpenSSL's EVP digest).
+std::string sha256_hex(const std::string& bytes);
 
-// Throws UsageError: one line naming the file, the key, its value and why.
-ResolvedConfig resolve_config(const ConfigRequest& request);
+// Runs `read`; a value of the wrong type or range deep in a reader (nlohmann's type_error /
+// out_of_range, a yaml-cpp conversion, std::stoi) is the file's fault: UsageError naming `where`.
+void file_faults_are_usage(const std::string& where, const std::function<void()>& read);
 
 // num_processes of an accelerate config (0: absent or a DeepSpeed JSON); -1 is refused unless
 // `nproc_given` (accelerate wants --num_processes then).
@@ -69,4 +65,4 @@ nlohmann::json read_config_tree(const std::string& path, const std::string& flag
 // SHA-256 of a file's bytes, lower-case hex (OpenSSL's EVP digest); throws UsageError if unreadable.
 std::string file_sha256(const std::string& path);
 
-}  // namespace zb::bench
+}  // namespace zb::config

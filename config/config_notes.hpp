@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace zb::backends {
+namespace zb::config {
 
 struct ConfigKey {
   std::string key;    // dotted path as the file spells it: "zero_optimization.sub_group_size"
@@ -48,4 +48,4 @@ inline nlohmann::json ignored_json(const std::vector<ConfigKey>& keys) {
   return out;
 }
 
-}  // namespace zb::backends
+}  // namespace zb::config

@@ -12,7 +12,7 @@
 
 #include "backends/common/optim.hpp"
 #include "backends/memory_estimate.hpp"
-#include "bench/config_file.hpp"
+#include "bench/config_resolve.hpp"
 #include "bench/run_options.hpp"
 #include "models/activation_memory.hpp"
 #include "reports/regress.hpp"

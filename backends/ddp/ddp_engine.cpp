@@ -3,6 +3,7 @@
 // gradients divided by W then all-reduced in buckets of bucket_cap_mb (default 25 MiB).
 #include "backends/backend_info.hpp"
 #include "backends/ddp/ddp_engine.hpp"
+#include "backends/ddp/ddp_config.hpp"
 
 #include <torch/csrc/autograd/variable.h>
 
@@ -187,6 +188,12 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
+  info.config_claim = config_claim;
+  info.config_claim_text = "MULTI_GPU/MULTI_CPU/NO";
+  info.read_config = read_config;
+  info.flags = cli_flags();
+  info.apply_flags = apply_flags;
   return info;
 }
 

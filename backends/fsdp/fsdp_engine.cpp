@@ -3,6 +3,7 @@
 // _runtime_utils.py unless said otherwise); docs/backends/fsdp.md has the table.
 #include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp/fsdp_config.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -674,6 +675,14 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
+  info.config_claim = config_claim;
+  info.config_claim_text = "FSDP";
+  info.read_config = read_config;
+  info.flags = cli_flags();
+  info.flags_title = "FSDP";
+  info.apply_flags = apply_flags;
+  info.broadcasts_initial_weights = broadcasts_initial_weights;
   return info;
 }
 

@@ -15,6 +15,7 @@
 // fsdp2_collectives.cpp).
 #include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
+#include "backends/fsdp2/fsdp2_config.hpp"
 
 #include <functional>
 #include <optional>
@@ -399,6 +400,13 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
   info.expected_bytes = closed_form_bytes;
   info.precision_plan = precision_plan;
+  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
+  info.config_claim = config_claim;
+  info.read_config = read_config;
+  info.flags = cli_flags();
+  info.flags_title = "FSDP2";
+  info.apply_flags = apply_flags;
+  info.broadcasts_initial_weights = broadcasts_initial_weights;
   return info;
 }
 

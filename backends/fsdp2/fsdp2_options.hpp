@@ -1,6 +1,6 @@
 // fsdp2_options.hpp — FSDP2-mode options, named as PyTorch's `fully_shard` / FSDPModule API and
-// accelerate's FullyShardedDataParallelPlugin name them, their JSON round trip, and the reader for
-// an accelerate config YAML with `fsdp_version: 2`.
+// accelerate's FullyShardedDataParallelPlugin name them, their JSON round trip, and what an
+// accelerate config YAML with `fsdp_version: 2` makes of them.
 // Owns: defaults (PyTorch's, or accelerate 1.15's where a config file is read), parsing and
 // validation. Must not: run anything.
 #pragma once
@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace YAML {
-class Node;
-}
+#include "config/accelerate_fsdp2.hpp"
 
 namespace zb::backends::fsdp2 {
 
@@ -66,13 +64,9 @@ int parse_reshard_after_forward(const std::string& key, const std::string& v);
 nlohmann::json to_json(const Fsdp2Options& o);
 Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
 
-// A key of a config file that zerobench reads but does not act on, and why.
-struct IgnoredKey {
-  std::string key, value, reason;
-};
-nlohmann::json to_json(const IgnoredKey& k);
-
-// What an accelerate config with `fsdp_version: 2` says.
+// What an accelerate config with `fsdp_version: 2` makes of the fsdp2 options (config/
+// accelerate_fsdp2.hpp reads the file; fsdp2_config.cpp turns it into these options).
+using IgnoredKey = config::IgnoredKey;
 struct Accelerate2Config {
   Fsdp2Options fsdp2;
   std::string precision;              // "mixed" for mixed_precision bf16, "" for "no" or absent
@@ -80,12 +74,7 @@ struct Accelerate2Config {
   std::vector<std::string> warnings;  // what accelerate itself would warn about
   std::vector<IgnoredKey> ignored;
 };
-
-// The fsdp_version a parsed accelerate config asks for (1 when absent, as accelerate's default).
-int accelerate_fsdp_version(const YAML::Node& root);
-// Self-contained readers: `where` prefixes error messages (e.g. "--config FILE: "). Throw
-// UsageError naming the key and value (exit 2), e.g. fsdp_offload_params: true.
-Accelerate2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std::string& where);
+// The file at `path` read as accelerate reads it ("--accelerate-config PATH: " prefixes errors).
 Accelerate2Config read_accelerate_fsdp2_config(const std::string& path);
 // True when the YAML file at `path` is an accelerate FSDP config with fsdp_version 2.
 bool is_accelerate_fsdp2_config(const std::string& path);

@@ -3,6 +3,7 @@
 // the table.
 #include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_engine.hpp"
+#include "backends/zero3/zero3_config.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -840,6 +841,13 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
+  info.config_claim = config_claim;
+  info.config_claim_text = "DEEPSPEED";
+  info.read_config = read_config;
+  info.flags = cli_flags();
+  info.flags_title = "ZeRO-3";
+  info.apply_flags = apply_flags;
   return info;
 }
 

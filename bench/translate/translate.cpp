@@ -12,7 +12,7 @@
 #include <fstream>
 #include <set>
 
-#include "bench/config_file.hpp"
+#include "bench/config_resolve.hpp"
 #include "bench/run_options.hpp"
 #include "bench/translate/mapping.hpp"
 #include "runtime/errors.hpp"

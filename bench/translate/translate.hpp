@@ -4,7 +4,7 @@
 // and its sharding table (docs/source/usage_guides/fsdp.md "Mapping between FSDP sharding
 // strategies and DeepSpeed ZeRO Stages"); FSDP1 -> FSDP2 names as accelerate's
 // commands/to_fsdp2.py (ARGUMENT_KEY_MAPPING / ARGUMENT_VALUE_MAPPING) renames them.
-// Owns: reading the source's raw keys (through bench/config_file.hpp read_config_tree), the
+// Owns: reading the source's raw keys (through config/config_file.hpp read_config_tree), the
 // concepts they set, the target file, and the mapping table in which EVERY leaf key of the source
 // appears with one verdict (mapped / approximate / no counterpart / ignored by zerobench already),
 // plus the target keys the translation adds. Must not: run anything, or decide how zerobench runs

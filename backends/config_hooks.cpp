@@ -1,0 +1,60 @@
+// config_hooks.cpp — the TrainingArguments bridge and the default backend (see config_hooks.hpp).
+#include "backends/config_hooks.hpp"
+
+#include "backends/backend_info.hpp"
+
+namespace zb::backends {
+
+config::TrainingArguments training_arguments(const TrainConfig& t) {
+  config::TrainingArguments a;
+  a.micro_batch = t.micro_batch;
+  a.grad_accum = t.grad_accum;
+  a.steps = t.steps;
+  a.lr = t.lr;
+  a.lr_schedule = t.lr_schedule;
+  a.lr_warmup_steps = t.lr_warmup_steps;
+  a.warmup_min_lr = t.warmup_min_lr;
+  a.warmup_min_ratio = t.warmup_min_ratio;
+  a.cos_min_ratio = t.cos_min_ratio;
+  a.warmup_type = t.warmup_type;
+  a.total_num_steps = t.total_num_steps;
+  a.weight_decay = t.weight_decay;
+  a.beta1 = t.beta1;
+  a.beta2 = t.beta2;
+  a.eps = t.eps;
+  a.grad_clip = t.grad_clip;
+  return a;
+}
+
+void apply_training_arguments(const config::TrainingArguments& a, TrainConfig& t) {
+  t.micro_batch = a.micro_batch;
+  t.grad_accum = a.grad_accum;
+  t.steps = a.steps;
+  t.lr = a.lr;
+  t.lr_schedule = a.lr_schedule;
+  t.lr_warmup_steps = a.lr_warmup_steps;
+  t.warmup_min_lr = a.warmup_min_lr;
+  t.warmup_min_ratio = a.warmup_min_ratio;
+  t.cos_min_ratio = a.cos_min_ratio;
+  t.warmup_type = a.warmup_type;
+  t.total_num_steps = a.total_num_steps;
+  t.weight_decay = a.weight_decay;
+  t.beta1 = a.beta1;
+  t.beta2 = a.beta2;
+  t.eps = a.eps;
+  t.grad_clip = a.grad_clip;
+}
+
+config::TrainerArgs trainer_args(const ConfigRequest& req) {
+  config::TrainerArgs args;
+  args.train = training_arguments(req.train);
+  args.given = req.given;
+  args.precision = req.precision_given ? req.precision : "";
+  args.world_size = req.world_size;
+  args.hidden = req.hidden;
+  return args;
+}
+
+std::string default_backend_name() { return registered_backends().front().name; }
+
+}  // namespace zb::backends

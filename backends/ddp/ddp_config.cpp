@@ -1,0 +1,46 @@
+// ddp_config.cpp — ddp's config/CLI hooks (see ddp_config.hpp; docs/configs.md).
+#include "backends/ddp/ddp_config.hpp"
+
+#include "runtime/errors.hpp"
+
+namespace zb::backends::ddp {
+
+int config_claim(const ConfigIdentity& id) {
+  if (!id.accelerate) return 0;
+  const auto& t = id.distributed_type;
+  return t == "MULTI_GPU" || t == "MULTI_CPU" || t == "NO" ? 2 : 0;
+}
+
+void read_config(const ConfigInput& in, ResolvedConfig& out) {
+  auto& notes = out.provenance.notes;
+  const std::string& mp = in.launch->mixed_precision;
+  if (mp == "fp16" || mp == "fp8")
+    throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
+  // accelerate's native AMP: fp32 weights, bf16 autocast compute: ddp "mixed".
+  out.precision = mp == "bf16" ? "mixed" : "fp32";
+  out.options = nlohmann::json::object();
+  notes.apply("distributed_type", in.launch->distributed_type,
+              "backend ddp (DistributedDataParallel, bucket_cap_mb 25 as accelerate's default)");
+  const auto& req = in.request;
+  config::note_mixed_precision(in.file.root, req.precision_given ? req.precision + " (--precision)" : out.precision, mp,
+                               notes);
+}
+
+std::vector<BackendFlag> cli_flags() {
+  BackendFlag bucket;
+  bucket.name = "--bucket-cap-mb";
+  bucket.help = "ddp: gradient all-reduce bucket size in MiB";
+  bucket.kind = BackendFlag::Kind::kPositive;
+  bucket.default_text = "25";
+  bucket.refused_elsewhere = false;  // as before: other backends do not read it
+  return {bucket};
+}
+
+void apply_flags(const FlagValues& given, bool /*from_file*/, EngineSpec& spec, config::ConfigNotes& /*notes*/) {
+  // DistributedDataParallel's bucket_cap_mb (default 25): the flag's value unless the options have one.
+  if (spec.options.contains("bucket_cap_mb")) return;
+  const auto it = given.find("--bucket-cap-mb");
+  spec.options["bucket_cap_mb"] = it != given.end() ? it->second.number : 25.0;
+}
+
+}  // namespace zb::backends::ddp

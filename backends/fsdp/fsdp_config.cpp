@@ -1,0 +1,118 @@
+// fsdp_config.cpp — fsdp's config/CLI hooks (see fsdp_config.hpp; docs/configs.md).
+#include "backends/fsdp/fsdp_config.hpp"
+
+#include "runtime/errors.hpp"
+
+namespace zb::backends::fsdp {
+
+FsdpOptions options_from_accelerate(const config::AccelerateFsdpConfig& c) {
+  FsdpOptions o;  // PyTorch's defaults where accelerate has no say (limit_all_gathers, reduce_dtype)
+  try {
+    o.sharding_strategy = parse_sharding_strategy(c.sharding_strategy);
+  } catch (const UsageError& e) {
+    throw UsageError(c.sharding_strategy_key.empty() ? std::string(e.what()) : c.sharding_strategy_key + ": " + e.what());
+  }
+  o.backward_prefetch = parse_backward_prefetch(c.backward_prefetch);
+  o.forward_prefetch = c.forward_prefetch;
+  o.hybrid_shard_group_size = c.hybrid_shard_group_size;
+  o.sync_module_states = c.sync_module_states;
+  o.activation_checkpointing = c.activation_checkpointing;
+  o.state_dict_type = c.state_dict_type;
+  o.auto_wrap_policy = c.auto_wrap_policy;
+  o.use_orig_params = c.use_orig_params;
+  o.cpu_ram_efficient_loading = c.cpu_ram_efficient_loading;
+  o.offload_params = c.offload_params;
+  return o;
+}
+
+// accelerate's distributed_type FSDP: version 1 is this backend's; any FSDP file is of its family
+// (`--backend fsdp` names FSDP, which an accelerate file runs as version 1 or 2).
+int config_claim(const ConfigIdentity& id) {
+  if (!id.accelerate || id.distributed_type != "FSDP") return 0;
+  return id.fsdp_version == 2 ? 1 : 2;
+}
+
+void read_config(const ConfigInput& in, ResolvedConfig& out) {
+  auto& notes = out.provenance.notes;
+  const auto& root = in.file.root;
+  const std::string& mp = in.launch->mixed_precision;
+  const auto block = config::read_accelerate_fsdp_config(root.value("fsdp_config", nlohmann::json::object()),
+                                                         in.launch->ranks_per_node);
+  if (block.fsdp_version == 2)  // only when no registered backend claims fsdp_version 2 first
+    throw UsageError("fsdp_config.fsdp_version 2: no registered backend runs FSDP2");
+  notes.append(block.notes);
+  if (mp == "fp16" || mp == "fp8")
+    throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
+  // accelerate >= 0.30 keeps the flat parameter in fp32 and computes in bf16: FSDP "mixed".
+  out.precision = mp == "bf16" ? "mixed" : "fp32";
+  notes.apply("distributed_type", "FSDP", "backend fsdp (FSDP1 semantics)");
+  const auto& req = in.request;
+  config::note_mixed_precision(root, req.precision_given ? req.precision + " (--precision)" : out.precision, mp, notes);
+  const FsdpOptions o = options_from_accelerate(block);
+  if (o.activation_checkpointing) out.train.activation_checkpointing = true;
+  out.options = to_json(o);
+}
+
+std::vector<BackendFlag> cli_flags() {
+  using K = BackendFlag::Kind;
+  auto flag = [](const char* name, const char* help, K kind, std::vector<std::string> choices = {}) {
+    BackendFlag f;
+    f.name = name;
+    f.help = help;
+    f.kind = kind;
+    f.choices = std::move(choices);
+    return f;
+  };
+  return {flag("--sharding-strategy", "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)", K::kText),
+          flag("--backward-prefetch", "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH", K::kText),
+          flag("--forward-prefetch", "fsdp: prefetch the next unit's all-gather in forward", K::kSwitch),
+          flag("--limit-all-gathers", "fsdp: true|false (default true)", K::kText, {"true", "false"}),
+          flag("--hsdp-shard-size", "fsdp HYBRID_SHARD: ranks per shard group (default: per node)", K::kCount),
+          flag("--reduce-dtype",
+               "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
+               "under mixed)",
+               K::kText, {"bf16", "fp32"})};
+}
+
+void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
+  // Command-line flags override the file (as accelerate launch's flags override its config).
+  auto overridden = [&](const std::string& flag_name, const std::string& value) {
+    if (from_file) notes.apply(flag_name, value, "command line, over the config file");
+  };
+  auto text = [&](const char* name) -> const std::string* {
+    const auto it = given.find(name);
+    return it == given.end() ? nullptr : &it->second.text;
+  };
+  FsdpOptions f;
+  if (from_file) f = fsdp_options_from_json(spec.options);
+  if (const auto* v = text("--sharding-strategy")) {
+    f.sharding_strategy = parse_sharding_strategy(*v);
+    overridden("--sharding-strategy", *v);
+  }
+  if (const auto* v = text("--backward-prefetch")) {
+    f.backward_prefetch = parse_backward_prefetch(*v);
+    overridden("--backward-prefetch", *v);
+  }
+  if (given.count("--forward-prefetch")) {
+    f.forward_prefetch = true;
+    overridden("--forward-prefetch", "true");
+  }
+  if (const auto* v = text("--limit-all-gathers")) {
+    f.limit_all_gathers = *v == "true";
+    overridden("--limit-all-gathers", *v);
+  }
+  if (const auto it = given.find("--hsdp-shard-size"); it != given.end() && it->second.count > 0) {
+    f.hybrid_shard_group_size = int(it->second.count);
+    overridden("--hsdp-shard-size", std::to_string(it->second.count));
+  }
+  if (const auto* v = text("--reduce-dtype")) {
+    f.reduce_dtype = *v;
+    overridden("--reduce-dtype", *v);
+  }
+  spec.options = to_json(f);
+  if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+}
+
+bool broadcasts_initial_weights(const nlohmann::json& options) { return options.value("sync_module_states", false); }
+
+}  // namespace zb::backends::fsdp

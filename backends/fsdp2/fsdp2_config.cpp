@@ -1,0 +1,171 @@
+// fsdp2_config.cpp — fsdp2's config/CLI hooks (see fsdp2_config.hpp; docs/configs.md).
+#include "backends/fsdp2/fsdp2_config.hpp"
+
+#include <map>
+
+#include "runtime/errors.hpp"
+
+namespace zb::backends::fsdp2 {
+
+Fsdp2Options options_from_accelerate(const config::AccelerateFsdp2Config& c) {
+  Fsdp2Options o;
+  // The layout accelerate 1.15 builds (utils/fsdp_utils.py fsdp2_prepare_model).
+  o.grouping = "accelerate";
+  o.reshard_after_forward = c.reshard_after_forward ? kReshardTrue : kReshardFalse;
+  o.auto_wrap_policy = c.auto_wrap_policy;
+  o.transformer_layer_cls_to_wrap = c.transformer_layer_cls_to_wrap;
+  o.activation_checkpointing = c.activation_checkpointing;
+  o.cpu_ram_efficient_loading = c.cpu_ram_efficient_loading;
+  o.state_dict_type = c.state_dict_type;
+  o.dp_replicate_size = c.dp_replicate_size;
+  o.dp_shard_size = c.dp_shard_size;
+  return o;
+}
+
+Accelerate2Config read_accelerate_fsdp2_config(const std::string& path) {
+  const auto c = config::read_accelerate_fsdp2_config(path);
+  return {options_from_accelerate(c), c.precision, c.num_processes, c.warnings, c.ignored};
+}
+
+bool is_accelerate_fsdp2_config(const std::string& path) { return config::is_accelerate_fsdp2_config(path); }
+
+int config_claim(const ConfigIdentity& id) {
+  return id.accelerate && id.distributed_type == "FSDP" && id.fsdp_version == 2 ? 2 : 0;
+}
+
+// config/accelerate_fsdp2.cpp reads the file as accelerate 1.15 does; here its verdicts become
+// the report's notes (top-level launcher keys are noted by config/accelerate_config.cpp).
+void read_config(const ConfigInput& in, ResolvedConfig& out) {
+  auto& notes = out.provenance.notes;
+  const auto& root = in.file.root;
+  const std::string& mp = in.launch->mixed_precision;
+  if (mp == "fp16" || mp == "fp8")
+    throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
+  // The file again, bounded as load_config read it (a JSON file is YAML too).
+  const auto cfg = config::read_accelerate_fsdp2_bytes(in.file.bytes, "");
+  out.precision = mp == "bf16" ? "mixed" : "fp32";
+  notes.apply("distributed_type", "FSDP", "backend fsdp2 (FSDP2 fully_shard semantics)");
+  const auto& req = in.request;
+  config::note_mixed_precision(root, req.precision_given ? req.precision + " (--precision)" : out.precision, mp, notes);
+  std::map<std::string, std::string> ignored;  // launcher key name -> reason
+  for (const auto& k : cfg.ignored) ignored[k.key] = k.reason;
+  const auto o = options_from_accelerate(cfg);
+  for (const auto& [k, v] : root["fsdp_config"].items()) {
+    const std::string name = k.rfind("fsdp", 0) == 0 ? k : "fsdp_" + k;
+    const std::string key = "fsdp_config." + k, value = config::scalar_text(v);
+    if (ignored.count(name)) {
+      notes.ignore(key, value, ignored.at(name));
+      continue;
+    }
+    std::string as = "fsdp2 option (config.backend.options)";
+    if (name == "fsdp_version") as = "backend fsdp2";
+    else if (name == "fsdp_reshard_after_forward") as = "reshard_after_forward " + reshard_after_forward_text(o.reshard_after_forward);
+    else if (name == "fsdp_auto_wrap_policy") as = "auto_wrap_policy " + o.auto_wrap_policy;
+    else if (name == "fsdp_activation_checkpointing")
+      as = std::string("train.activation_checkpointing ") + (o.activation_checkpointing ? "true" : "false");
+    else if (name == "fsdp_cpu_ram_efficient_loading")
+      as = std::string("cpu_ram_efficient_loading ") + (o.cpu_ram_efficient_loading ? "true" : "false");
+    else if (name == "fsdp_offload_params") as = "offload_params false";
+    else if (name == "fsdp_activation_checkpointing_offload") as = "activation checkpointing offload off";
+    notes.apply(key, value, as);
+  }
+  if (root.contains("parallelism_config")) {
+    for (const auto& k : cfg.ignored)
+      if (k.key.rfind("parallelism_config.", 0) == 0) notes.ignore(k.key, k.value, k.reason);
+    notes.apply("parallelism_config", root["parallelism_config"].dump(),
+                "dp_replicate_size " + std::to_string(o.dp_replicate_size) + ", dp_shard_size " +
+                    std::to_string(o.dp_shard_size) + " (0: world size / the other)");
+  }
+  for (const auto& w : cfg.warnings) notes.warn(w);
+  if (o.activation_checkpointing) out.train.activation_checkpointing = true;
+  out.options = to_json(o);
+}
+
+std::vector<BackendFlag> cli_flags() {
+  using K = BackendFlag::Kind;
+  auto flag = [](const char* name, const char* help, K kind, std::vector<std::string> choices = {}) {
+    BackendFlag f;
+    f.name = name;
+    f.help = help;
+    f.kind = kind;
+    f.choices = std::move(choices);
+    return f;
+  };
+  // fully_shard / FSDPModule / MixedPrecisionPolicy / ParallelismConfig names (issue 14).
+  return {flag("--reshard-after-forward",
+               "fsdp2: fully_shard reshard_after_forward true|false|N (N: reshard to groups of N ranks)", K::kText),
+          flag("--dp-replicate-size", "fsdp2: HSDP replicate mesh dim (ParallelismConfig)", K::kCount),
+          flag("--dp-shard-size", "fsdp2: shard mesh dim (default world / --dp-replicate-size)", K::kCount),
+          flag("--reduce-dtype",
+               "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
+               "under mixed)",
+               K::kText, {"bf16", "fp32"}),
+          flag("--output-dtype", "fsdp2: MixedPrecisionPolicy.output_dtype bf16|fp32|none", K::kText,
+               {"bf16", "fp32", "none"}),
+          flag("--modules-to-forward-prefetch",
+               "fsdp2: set_modules_to_forward_prefetch with the next N groups (0 = implicit prefetch only)", K::kCount),
+          flag("--modules-to-backward-prefetch",
+               "fsdp2: set_modules_to_backward_prefetch with the next N groups in backward (0 = FSDP2's default)",
+               K::kCount),
+          flag("--fsdp2-grouping",
+               "fsdp2: root (blocks + a root group with embedding, norm, head) | accelerate (accelerate 1.15's "
+               "embedding / blocks / [norm, head] groups)",
+               K::kText, {"root", "accelerate"}),
+          flag("--force-sum-reduction-for-comms",
+               "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)", K::kSwitch),
+          flag("--cpu-ram-efficient-loading",
+               "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)",
+               K::kSwitch)};
+}
+
+void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
+  // The file's options (read_config above), then the command line's (as accelerate launch's flags
+  // override its config).
+  auto overridden = [&](const std::string& flag_name, const std::string& value) {
+    if (from_file) notes.apply(flag_name, value, "command line, over the config file");
+  };
+  Fsdp2Options f;
+  if (from_file) f = fsdp2_options_from_json(spec.options);
+  auto set_text = [&](const char* flag_name, std::string& field) {
+    const auto it = given.find(flag_name);
+    if (it == given.end()) return;
+    field = it->second.text;
+    overridden(flag_name, it->second.text);
+  };
+  auto set_int = [&](const char* flag_name, int& field) {
+    const auto it = given.find(flag_name);
+    if (it == given.end()) return;
+    field = int(it->second.count);
+    overridden(flag_name, std::to_string(it->second.count));
+  };
+  if (const auto it = given.find("--reshard-after-forward"); it != given.end()) {
+    f.reshard_after_forward = parse_reshard_after_forward("--reshard-after-forward", it->second.text);
+    overridden("--reshard-after-forward", it->second.text);
+  }
+  set_text("--reduce-dtype", f.reduce_dtype);
+  set_text("--output-dtype", f.output_dtype);
+  set_text("--fsdp2-grouping", f.grouping);
+  set_int("--modules-to-forward-prefetch", f.modules_to_forward_prefetch);
+  set_int("--modules-to-backward-prefetch", f.modules_to_backward_prefetch);
+  set_int("--dp-replicate-size", f.dp_replicate_size);
+  set_int("--dp-shard-size", f.dp_shard_size);
+  // --sync-each-batch is a training option (accelerate's GradientAccumulationPlugin), shared by all.
+  f.sync_each_batch = f.sync_each_batch || spec.train.sync_each_batch;
+  spec.train.sync_each_batch = f.sync_each_batch;
+  if (given.count("--force-sum-reduction-for-comms")) {
+    f.force_sum_reduction_for_comms = true;
+    overridden("--force-sum-reduction-for-comms", "true");
+  }
+  if (given.count("--cpu-ram-efficient-loading")) {
+    f.cpu_ram_efficient_loading = true;
+    overridden("--cpu-ram-efficient-loading", "true");
+  }
+  spec.options = to_json(fsdp2_options_from_json(to_json(f)));
+  if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+}
+
+bool broadcasts_initial_weights(const nlohmann::json& options) {
+  return options.value("cpu_ram_efficient_loading", false);
+}
+
+}  // namespace zb::backends::fsdp2

@@ -1,0 +1,118 @@
+// zero3_config.cpp — zero3's config/CLI hooks (see zero3_config.hpp; docs/configs.md).
+#include "backends/zero3/zero3_config.hpp"
+
+#include "config/accelerate_deepspeed.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends::zero3 {
+
+Zero3Options options_from_deepspeed(const config::DeepSpeedConfig& c) {
+  Zero3Options o;
+  o.reduce_bucket_size = c.zero.reduce_bucket_size;
+  o.stage3_prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  o.stage3_param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  o.stage3_max_live_parameters = c.zero.stage3_max_live_parameters;
+  o.stage3_max_reuse_distance = c.zero.stage3_max_reuse_distance;
+  o.sub_group_size = c.zero.sub_group_size;
+  o.overlap_comm = c.zero.overlap_comm;
+  o.contiguous_gradients = c.zero.contiguous_gradients;
+  o.communication_data_type = c.communication_data_type;
+  o.grad_accum_dtype = c.grad_accum_dtype;
+  return zero3_options_from_json(to_json(o));  // validates ranges and dtypes
+}
+
+void accept_stage(const config::DeepSpeedStage& s) {
+  using Form = config::DeepSpeedStage::Form;
+  const std::string ours = "zerobench's zero3 backend is ZeRO stage 3";
+  if (s.form == Form::kMissing)
+    throw UsageError("zero_optimization is missing: DeepSpeed then runs ZeRO stage 0; " + ours);
+  if (s.form == Form::kBoolean)
+    throw UsageError("zero_optimization " + s.shown + ": the deprecated boolean form means stage " + s.stage_text + "; " +
+                     ours);
+  if (s.stage != 3)
+    throw UsageError(s.key + " " + s.shown + ": ZeRO stage " + s.stage_text + " is not implemented; " + ours);
+}
+
+// Every DeepSpeed config is of this backend's family (it refuses a stage other than 3 with its
+// own message); stage 3 is its own. A backend for stages 1 and 2 claims those above 1.
+int config_claim(const ConfigIdentity& id) {
+  const bool deepspeed = !id.accelerate || id.distributed_type == "DEEPSPEED";
+  if (!deepspeed) return 0;
+  return id.zero_stage == 3 ? 2 : 1;
+}
+
+namespace {
+void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const ConfigRequest& req, ResolvedConfig& out) {
+  auto cfg = config::read_deepspeed_json(ds, trainer_args(req), mode, accept_stage);
+  out.provenance.notes.append(cfg.notes);
+  const Zero3Options z = options_from_deepspeed(cfg);
+  out.precision = cfg.precision;
+  apply_training_arguments(cfg.train, out.train);
+  out.options = to_json(z);
+}
+}  // namespace
+
+void read_config(const ConfigInput& in, ResolvedConfig& out) {
+  const auto& req = in.request;
+  if (!in.launch) return read_deepspeed(in.file.root, config::AutoFill::kHfTrainer, req, out);
+  auto& notes = out.provenance.notes;
+  const auto ds = config::read_accelerate_deepspeed(in.file.root, in.launch->mixed_precision,
+                                                    in.launch->mixed_precision_in_file,
+                                                    req.precision_given ? req.precision : "", req.given, accept_stage,
+                                                    out.provenance);
+  read_deepspeed(ds.config, config::AutoFill::kAccelerate, req, out);
+  notes.apply("distributed_type", "DEEPSPEED", "backend zero3 (DeepSpeed ZeRO stage 3 semantics)");
+  config::note_mixed_precision(in.file.root, req.precision_given ? req.precision + " (--precision)" : out.precision,
+                               ds.mixed_precision, notes);
+}
+
+std::vector<BackendFlag> cli_flags() {
+  using K = BackendFlag::Kind;
+  auto flag = [](const char* name, const char* help, K kind, int64_t min_count = 0) {
+    BackendFlag f;
+    f.name = name;
+    f.help = help;
+    f.kind = kind;
+    f.min_count = min_count;
+    if (kind == K::kText) f.choices = {"bf16", "fp32"};
+    return f;
+  };
+  return {flag("--reduce-bucket-size", "zero3: gradient reduce bucket (elements)", K::kCount, 1),
+          flag("--prefetch-bucket-size", "zero3: stage3_prefetch_bucket_size (elements)", K::kCount),
+          flag("--persistence-threshold", "zero3: stage3_param_persistence_threshold", K::kCount),
+          flag("--max-live-parameters", "zero3: stage3_max_live_parameters", K::kCount),
+          flag("--max-reuse-distance", "zero3: stage3_max_reuse_distance", K::kCount),
+          flag("--sub-group-size", "zero3: sub_group_size (fp32 master granularity; 0: one per parameter)", K::kCount),
+          flag("--communication-data-type", "zero3: gradient reduce dtype bf16|fp32", K::kText),
+          flag("--grad-accum-dtype", "zero3: gradient partition dtype bf16|fp32", K::kText)};
+}
+
+void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
+  auto overridden = [&](const std::string& flag_name, const std::string& value) {
+    if (from_file) notes.apply(flag_name, value, "command line, over the config file");
+  };
+  Zero3Options z;
+  if (from_file) z = zero3_options_from_json(spec.options);
+  auto set = [&](const char* flag_name, int64_t& field) {
+    const auto it = given.find(flag_name);
+    if (it == given.end()) return;
+    field = it->second.count;
+    overridden(flag_name, std::to_string(it->second.count));
+  };
+  set("--reduce-bucket-size", z.reduce_bucket_size);
+  set("--prefetch-bucket-size", z.stage3_prefetch_bucket_size);
+  set("--persistence-threshold", z.stage3_param_persistence_threshold);
+  set("--max-live-parameters", z.stage3_max_live_parameters);
+  set("--max-reuse-distance", z.stage3_max_reuse_distance);
+  set("--sub-group-size", z.sub_group_size);
+  for (const auto& [flag_name, field] : {std::pair<const char*, std::string*>{"--communication-data-type", &z.communication_data_type},
+                                         {"--grad-accum-dtype", &z.grad_accum_dtype}}) {
+    const auto it = given.find(flag_name);
+    if (it == given.end()) continue;
+    *field = it->second.text;
+    overridden(flag_name, it->second.text);
+  }
+  spec.options = to_json(z);
+}
+
+}  // namespace zb::backends::zero3

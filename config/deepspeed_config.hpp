@@ -1,0 +1,68 @@
+// deepspeed_config.hpp — a DeepSpeed config read as DeepSpeed 0.19.8 reads it (runtime/config.py
+// DeepSpeedConfig: precision, batch sizes, gradient clipping, optimizer, scheduler, top-level
+// keys; zero_optimization through config/deepspeed_zero_config.hpp), with "auto" resolved as
+// transformers' HfTrainerDeepSpeedConfig or accelerate's _prepare_deepspeed resolves it.
+// Owns: the typed result (DeepSpeedConfig), key aliases, "auto" resolution, validation, and the
+// decision per key: honoured, refused (UsageError naming key, value and why) or ignored
+// (docs/configs.md). Must not: name a backend, decide which ZeRO stage runs (the backend that
+// claims the file passes a StageGate), run anything, or resolve file paths.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "config/config_notes.hpp"
+#include "config/deepspeed_zero_config.hpp"
+
+namespace zb::config {
+
+// The training settings a DeepSpeed config can set (transformers' TrainingArguments side): the
+// command line's values going in, the file's applied coming out.
+struct TrainingArguments {
+  int64_t micro_batch = 4, grad_accum = 1, steps = 10;
+  double lr = 3e-3;
+  std::string lr_schedule = "cosine";  // or WarmupLR | WarmupDecayLR | WarmupCosineLR from a scheduler section
+  int64_t lr_warmup_steps = 0;
+  double warmup_min_lr = 0, warmup_min_ratio = 0, cos_min_ratio = 1e-4;
+  std::string warmup_type = "log";
+  int64_t total_num_steps = 0;
+  double weight_decay = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double grad_clip = 1.0;
+};
+
+// What HF's Trainer would hold as TrainingArguments: zerobench's flags. "auto" takes their values
+// (transformers integrations/deepspeed.py trainer_config_process / trainer_config_finalize).
+struct TrainerArgs {
+  TrainingArguments train;       // the flags' values (defaults where not given)
+  std::set<std::string> given;   // flags the command line set: "--micro-batch", "--lr", ...
+  std::string precision;         // "bf16" or "fp32" when --precision was given, else ""
+  int world_size = 1;
+  int64_t hidden = 0;            // model hidden size, for the bucket "auto"s
+  bool given_flag(const std::string& f) const { return given.count(f) > 0; }
+};
+
+// Who feeds the DeepSpeed config to DeepSpeed, which decides what an explicit value that differs
+// from a flag given on the command line means.
+enum class AutoFill {
+  kHfTrainer,   // a DeepSpeed JSON on its own: HfTrainerDeepSpeedConfig.fill_match refuses a mismatch
+  kAccelerate,  // through accelerate: deepspeed_config_process(must_match=False) keeps the file's value
+};
+
+struct DeepSpeedConfig {
+  DeepSpeedZeroConfig zero;
+  std::string communication_data_type;  // "" = model dtype; bf16 | fp32 (top-level key)
+  std::string grad_accum_dtype;         // "" = model dtype; bf16 | fp32 (data_types.grad_accum_dtype)
+  std::string precision;                // "bf16" or "fp32"
+  TrainingArguments train;              // args.train with the file's batch, clipping, optimizer and scheduler
+  ConfigNotes notes;
+};
+
+// Reads a DeepSpeed config (the parsed JSON); every key is honoured, refused or listed in notes.
+// `accept_stage` is asked about the ZeRO stage before zero_optimization's keys are read (it throws
+// for a stage its backend does not run). Throws UsageError naming the key, its value and why.
+DeepSpeedConfig read_deepspeed_json(const nlohmann::json& root, const TrainerArgs& args, AutoFill mode,
+                                    const StageGate& accept_stage);
+
+}  // namespace zb::config

@@ -1,0 +1,271 @@
+// deepspeed_zero_config.cpp — zero_optimization as DeepSpeedZeroConfig reads it, and DeepSpeed's
+// value readers (see deepspeed_zero_config.hpp; docs/configs.md has the key-by-key table).
+#include "config/deepspeed_zero_config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "runtime/errors.hpp"
+
+namespace zb::config {
+
+namespace deepspeed_values {
+using json = nlohmann::json;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "null";
+  return v.dump();
+}
+
+std::string fmt(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
+bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
+
+// pydantic's lax int (DeepSpeedConfigModel fields): an integral number (DeepSpeed files write
+// 5e8) or a string of digits; `min` is the field's ge= bound.
+int64_t as_count(const std::string& key, const json& v, int64_t min) {
+  double d = 0;
+  if (v.is_number()) {
+    d = v.get<double>();
+  } else if (v.is_string()) {
+    const auto s = v.get<std::string>();
+    size_t pos = 0;
+    try {
+      d = double(std::stoll(s, &pos));
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != s.size()) throw UsageError(key + " \"" + s + "\" is not an integer");
+  } else {
+    throw UsageError(key + " " + v.dump() + " is not an integer");
+  }
+  if (!std::isfinite(d) || d != std::trunc(d)) throw UsageError(key + " " + text(v) + " is not an integer");
+  if (d < double(min)) throw UsageError(key + " " + text(v) + " must be >= " + std::to_string(min));
+  if (d > 9.2e18) throw UsageError(key + " " + text(v) + " is too large");
+  return int64_t(d);
+}
+
+// pydantic's lax bool.
+bool as_bool(const std::string& key, const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  if (v.is_string()) {
+    const auto s = lower(v.get<std::string>());
+    if (s == "true" || s == "t" || s == "yes" || s == "y" || s == "on" || s == "1") return true;
+    if (s == "false" || s == "f" || s == "no" || s == "n" || s == "off" || s == "0") return false;
+  }
+  throw UsageError(key + " " + text(v) + " is not true or false");
+}
+
+double as_number(const std::string& key, const json& v) {
+  double d = 0;
+  if (v.is_number()) {
+    d = v.get<double>();
+  } else if (v.is_string()) {
+    try {
+      size_t pos = 0;
+      d = std::stod(v.get<std::string>(), &pos);
+      if (pos != v.get<std::string>().size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw UsageError(key + " \"" + v.get<std::string>() + "\" is not a number");
+    }
+  } else {
+    throw UsageError(key + " " + v.dump() + " is not a number");
+  }
+  if (!std::isfinite(d)) throw UsageError(key + " " + text(v) + " is not a finite number");
+  return d;
+}
+
+}  // namespace deepspeed_values
+
+namespace {
+using json = nlohmann::json;
+using namespace deepspeed_values;
+
+const std::set<std::string> kRemovedZero = {"mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param"};
+
+// DeepSpeedZeroConfig's alias= names: file spelling -> pydantic field name (populate_by_name
+// accepts both).
+const std::map<std::string, std::string> kZeroAliases = {
+    {"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
+    {"stage3_param_persistence_threshold", "param_persistence_threshold"},
+    {"stage3_model_persistence_threshold", "model_persistence_threshold"},
+    {"stage3_max_live_parameters", "max_live_parameters"},
+    {"stage3_max_reuse_distance", "max_reuse_distance"},
+    {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"},
+    {"stage3_module_granularity_threshold", "module_granularity_threshold"},
+    {"stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"},
+    {"stage3_allgather_sequential", "allgather_sequential"},
+};
+
+// Keys that matter only to ZeRO stages 0-2, offload, checkpoints or logging: what they do and
+// why a stage-3 benchmark does not change with them (runtime/zero/config.py docstrings).
+const std::map<std::string, std::string> kZeroIgnored = {
+    {"allgather_partitions", "ZeRO 1/2 parameter gather after the step (stage 3 gathers per module)"},
+    {"allgather_bucket_size", "ZeRO 1/2 all-gather bucket (stage 3 uses stage3_prefetch_bucket_size)"},
+    {"use_multi_rank_bucket_allreduce", "ZeRO 1/2 bucketed all-reduce"},
+    {"load_from_fp32_weights", "checkpoint loading; zerobench loads no checkpoint"},
+    {"elastic_checkpoint", "checkpoint format; zerobench writes no checkpoint"},
+    {"gather_16bit_weights_on_model_save", "checkpoint saving; zerobench writes no checkpoint"},
+    {"stage3_gather_fp16_weights_on_model_save", "checkpoint saving (deprecated name); zerobench writes no checkpoint"},
+    {"ignore_unused_parameters", "ZeRO 2 only; every parameter of zerobench's model is used"},
+    {"legacy_stage1", "ZeRO 1 only"},
+    {"round_robin_gradients", "ZeRO 1/2 CPU-offload gradient copy"},
+    {"parameter_alignment", "ZeRO 1/2 flat-buffer padding"},
+    {"cpu_offload_use_pin_memory", "pinned host memory for offload; offload is off"},
+    {"memory_efficient_linear", "DeepSpeed's linear autograd function saves the same tensors as at::linear (input "
+                                "and weight)"},
+    {"override_module_apply", "wraps nn.Module.apply at model construction"},
+    {"log_trace_cache_warnings", "logging"},
+    {"enable_sanity_checks", "debug assertions"},
+    {"pipeline_loading_checkpoint", "checkpoint loading under pipeline parallelism"},
+    {"save_muon_momentum_buffer_in_memory", "Muon optimizer with NVMe offload only"},
+    {"compute_grad_norm", "ZeRO 1/2 switch; stage 3 always computes the global norm"},
+};
+
+
+}  // namespace
+
+int deepspeed_zero_stage(const json& root) {
+  if (!root.is_object() || !root.contains("zero_optimization")) return -1;
+  const auto& z = root["zero_optimization"];
+  if (!z.is_object() || !z.contains("stage") || is_auto(z["stage"])) return -1;
+  try {
+    return int(as_count("zero_optimization.stage", z["stage"]));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& accept_stage, DeepSpeedZeroConfig& o,
+                         ConfigNotes& notes) {
+  if (!root.contains("zero_optimization")) {
+    accept_stage({DeepSpeedStage::Form::kMissing, "zero_optimization", "", "0", 0});
+    return;  // stage 0: no section to read
+  }
+  const auto& z = root["zero_optimization"];
+  if (z.is_boolean()) {
+    const int64_t stage = z.get<bool>() ? 1 : 0;
+    accept_stage({DeepSpeedStage::Form::kBoolean, "zero_optimization", z.dump(), std::to_string(stage), stage});
+    o.stage = stage;
+    return;  // the deprecated boolean form has no keys to read
+  }
+  if (!z.is_object()) throw UsageError("zero_optimization " + z.dump() + " is not a section");
+  for (const auto& [k, v] : z.items())
+    if (kRemovedZero.count(k))
+      throw UsageError("zero_optimization." + k + ": removed from DeepSpeed 0.19.8, which refuses the file");
+  // stage: "auto" is dropped by DeepSpeedConfigModel (default 0).
+  const int64_t stage = z.contains("stage") && !is_auto(z["stage"]) ? as_count("zero_optimization.stage", z["stage"]) : 0;
+  const std::string shown = z.contains("stage") ? text(z["stage"]) : std::string("(absent: 0)");
+  accept_stage({DeepSpeedStage::Form::kNumber, "zero_optimization.stage", shown, std::to_string(stage), stage});
+  o.stage = stage;
+  notes.apply("zero_optimization.stage", z.contains("stage") ? shown : "(absent)", "ZeRO stage " + std::to_string(stage));
+  const int64_t H = hidden;
+  std::map<std::string, std::string> seen;  // pydantic field -> spelling used
+  for (const auto& [spelled, v] : z.items()) {
+    const std::string key = "zero_optimization." + spelled;
+    if (spelled == "stage") continue;
+    const auto alias = kZeroAliases.find(spelled);
+    const std::string field = alias != kZeroAliases.end() ? alias->second : spelled;
+    if (seen.count(field))
+      throw UsageError(key + " and zero_optimization." + seen[field] + " are the same DeepSpeed setting given twice");
+    seen[field] = spelled;
+    // HF fills "auto" only for these three spellings (trainer_config_finalize, hidden-size based);
+    // any other "auto" is dropped by DeepSpeedConfigModel(strict=False): the default applies.
+    const bool hf_auto = is_auto(v) && (spelled == "reduce_bucket_size" || spelled == "stage3_prefetch_bucket_size" ||
+                                        spelled == "stage3_param_persistence_threshold");
+    const bool dropped_auto = is_auto(v) && !hf_auto;
+    auto count = [&](int64_t& out, int64_t auto_value, int64_t min) {
+      if (hf_auto) out = auto_value;
+      else if (!dropped_auto) out = as_count(key, v, min);
+      return out;
+    };
+    auto note_default = [&](const std::string& what) {
+      return dropped_auto ? what + " (DeepSpeed drops \"auto\" here: its default)" : what;
+    };
+    if (field == "reduce_bucket_size") {
+      count(o.reduce_bucket_size, H * H, 1);
+      notes.apply(key, text(v), note_default("reduce_bucket_size " + std::to_string(o.reduce_bucket_size)));
+    } else if (field == "prefetch_bucket_size") {
+      count(o.stage3_prefetch_bucket_size, int64_t(0.9 * double(H) * double(H)), 0);
+      notes.apply(key, text(v), note_default("stage3_prefetch_bucket_size " + std::to_string(o.stage3_prefetch_bucket_size)));
+    } else if (field == "param_persistence_threshold") {
+      count(o.stage3_param_persistence_threshold, 10 * H, 0);
+      notes.apply(key, text(v),
+                  note_default("stage3_param_persistence_threshold " + std::to_string(o.stage3_param_persistence_threshold)));
+    } else if (field == "max_live_parameters") {
+      count(o.stage3_max_live_parameters, 0, 0);
+      notes.apply(key, text(v), note_default("stage3_max_live_parameters " + std::to_string(o.stage3_max_live_parameters)));
+    } else if (field == "max_reuse_distance") {
+      count(o.stage3_max_reuse_distance, 0, 0);
+      notes.apply(key, text(v), note_default("stage3_max_reuse_distance " + std::to_string(o.stage3_max_reuse_distance)));
+    } else if (field == "sub_group_size") {
+      count(o.sub_group_size, 0, 0);
+      notes.apply(key, text(v), note_default("sub_group_size " + std::to_string(o.sub_group_size) +
+                                             (o.sub_group_size == 0 ? " (one sub-group per parameter)" : "")));
+    } else if (field == "model_persistence_threshold") {
+      if (!dropped_auto && as_count(key, v, 0) < int64_t(9.2e18))
+        throw UsageError(key + " " + text(v) + ": a cap on persisted parameters is not implemented");
+      notes.apply(key, text(v), "no cap on persisted parameters");
+    } else if (field == "overlap_comm" || field == "contiguous_gradients" || field == "reduce_scatter") {
+      const bool b = dropped_auto ? true : as_bool(key, v);
+      if (field == "overlap_comm") o.overlap_comm = b;
+      if (field == "contiguous_gradients") o.contiguous_gradients = b;
+      if (field == "reduce_scatter" && !b)
+        throw UsageError(key + " false: stage 3 then all-reduces contiguous buckets (stage3.py "
+                         "__reduce_and_partition_ipg_grads); zerobench implements the reduce-scatter path only");
+      notes.apply(key, text(v), field + " " + (b ? "true" : "false"));
+    } else if (field == "offload_param" || field == "offload_optimizer") {
+      std::string device = "none";
+      if (v.is_object() && v.contains("device") && !v["device"].is_null()) device = lower(text(v["device"]));
+      else if (!v.is_null() && !v.is_object()) throw UsageError(key + " " + v.dump() + " is not a section");
+      if (device != "none")
+        throw UsageError(key + ".device " + device + ": offload to " + device + " is not implemented in zerobench");
+      notes.ignore(key, v.dump(), "device none: no offload");
+    } else if (field == "cpu_offload" || field == "cpu_offload_param") {
+      if (!v.is_null() && as_bool(key, v))
+        throw UsageError(key + " true (deprecated offload switch): CPU offload is not implemented in zerobench");
+      notes.ignore(key, text(v), "off");
+    } else if (field == "zero_hpz_partition_size") {
+      if (as_count(key, v, 0) > 1) throw UsageError(key + " " + text(v) + ": ZeRO++ hierarchical partitioning is not implemented");
+      notes.ignore(key, text(v), "ZeRO++ hpZ off");
+    } else if (field == "zero_quantized_weights" || field == "zero_quantized_nontrainable_weights" ||
+               field == "zero_quantized_gradients") {
+      if (as_bool(key, v)) throw UsageError(key + " true: ZeRO++ quantized communication is not implemented");
+      notes.ignore(key, text(v), "ZeRO++ quantization off");
+    } else if (field == "module_granularity_threshold") {
+      if (!dropped_auto && as_count(key, v, 0) > 0)
+        throw UsageError(key + " " + text(v) + ": fetching fine-grained modules as one unit is not implemented");
+      notes.ignore(key, text(v), "0: per-module fetch");
+    } else if (field == "use_all_reduce_for_fetch_params" || field == "allgather_sequential") {
+      if (!dropped_auto && as_bool(key, v)) throw UsageError(key + " true: that parameter-fetch path is not implemented");
+      notes.ignore(key, text(v), "off: coalesced all-gather");
+    } else if (field == "zenflow") {
+      if (!v.is_null()) throw UsageError(key + ": ZenFlow is not implemented");
+      notes.ignore(key, "null", "off");
+    } else if (field == "leaf_module") {
+      notes.ignore(key, v.dump(), "marks MoE-like modules as ZeRO-3 leaves; zerobench's dense decoder has none");
+    } else if (field == "compute_grad_norm" && !dropped_auto && !as_bool(key, v)) {
+      throw UsageError(key + " false: DeepSpeed allows it only with ZeRO stage 1 or 2");
+    } else if (kZeroIgnored.count(field)) {
+      notes.ignore(key, text(v), kZeroIgnored.at(field));
+    } else {
+      throw UsageError(key + ": not a DeepSpeed ZeRO setting (DeepSpeedZeroConfig forbids unknown keys)");
+    }
+  }
+}
+
+}  // namespace zb::config

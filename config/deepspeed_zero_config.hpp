@@ -1,0 +1,67 @@
+// deepspeed_zero_config.hpp — a DeepSpeed config's zero_optimization section read as DeepSpeed
+// 0.19.8's runtime/zero/config.py DeepSpeedZeroConfig reads it (pydantic aliases, lax ints and
+// bools, "auto" filled as transformers' trainer_config_finalize fills it), plus the value
+// readers the rest of the DeepSpeed format shares.
+// Owns: the typed section (DeepSpeedZeroConfig), its keys and refusals. Must not: name a backend
+// or decide which stage runs (StageGate: the backend that claims the file decides).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "config/config_notes.hpp"
+
+namespace zb::config {
+
+// zero_optimization's fields as DeepSpeedZeroConfig names and defaults them (stage-3 names).
+struct DeepSpeedZeroConfig {
+  int64_t stage = 0;
+  int64_t reduce_bucket_size = 500000000;               // elements per gradient reduce bucket
+  int64_t stage3_prefetch_bucket_size = 50000000;       // elements prefetched ahead
+  int64_t stage3_param_persistence_threshold = 100000;  // numel <= this: never released
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  int64_t sub_group_size = 1000000000;                  // 0: one sub-group per parameter
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+};
+
+// The ZeRO stage a file asks for, for the backend that claims it to accept or refuse.
+struct DeepSpeedStage {
+  enum class Form {
+    kMissing,  // no zero_optimization section: DeepSpeed runs stage 0
+    kBoolean,  // the deprecated boolean form: true = stage 1, false = stage 0
+    kNumber,   // a stage value
+  };
+  Form form = Form::kNumber;
+  std::string key;         // "zero_optimization.stage", "deepspeed_config.zero_stage", "zero_optimization"
+  std::string shown;       // the value as the message shows it ("2", "(absent: 0)", "true")
+  std::string stage_text;  // the stage as text ("2")
+  int64_t stage = -1;      // the stage; -1 when not a number
+};
+// Throws UsageError (one line naming key and value) for a stage the backend does not run.
+using StageGate = std::function<void(const DeepSpeedStage&)>;
+
+// Reads zero_optimization of `root` into `out` (stage first, through `accept_stage`).
+void read_deepspeed_zero(const nlohmann::json& root, int64_t hidden, const StageGate& accept_stage,
+                         DeepSpeedZeroConfig& out, ConfigNotes& notes);
+
+// The ZeRO stage a DeepSpeed config asks for, leniently (for choosing a backend): -1 when the
+// section or the stage is missing, "auto" or not a number.
+int deepspeed_zero_stage(const nlohmann::json& root);
+
+// DeepSpeed's value readers (pydantic's lax forms), shared by the DeepSpeed format's readers.
+namespace deepspeed_values {
+std::string text(const nlohmann::json& v);
+std::string lower(std::string s);
+std::string fmt(double v);
+bool is_auto(const nlohmann::json& v);
+// An integral number (DeepSpeed files write 5e8) or a string of digits; `min` is the field's ge= bound.
+int64_t as_count(const std::string& key, const nlohmann::json& v, int64_t min = 0);
+bool as_bool(const std::string& key, const nlohmann::json& v);
+double as_number(const std::string& key, const nlohmann::json& v);
+}  // namespace deepspeed_values
+
+}  // namespace zb::config
