@@ -62,7 +62,7 @@ AccelerateFsdpConfig read_accelerate_fsdp_config(const nlohmann::json& block, in
     throw UsageError("fsdp_config must be a mapping, got " + block.dump());
   const nlohmann::json empty = nlohmann::json::object();
   for (const auto& [k, v] : (block.is_object() ? block : empty).items()) {
-    // commands/launch.py: a key not starting with "fsdp" gets the "fsdp_" prefix (the launch argument).
+    // commands/launch.py: a key without the fsdp prefix gets "fsdp_" prepended (the launch argument).
     static const std::string kLaunchPrefix = "fsdp_";
     const bool prefixed = k.compare(0, kLaunchPrefix.size() - 1, kLaunchPrefix, 0, kLaunchPrefix.size() - 1) == 0;
     const std::string name = prefixed ? k : kLaunchPrefix + k;
