@@ -3,6 +3,7 @@
 // _runtime_utils.py unless said otherwise); docs/backends/fsdp.md has the table.
 #include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp/fsdp_crossval.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -674,6 +675,13 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- crossval, checkpoints and studies
+  info.crossval = crossval_reference();
+  info.precision_study_modes = {{"fp32", "fp32", /*reference=*/true},
+                                {"fsdp_low", "low"},
+                                {"fsdp_mixed", "mixed"},
+                                {"fsdp_low_lr_x_W", "low", false, /*lr_x_world=*/true}};
+  info.lifecycle_study_default = true;  // the FSDP 70B article's loading and checkpoint problems
   return info;
 }
 

@@ -3,6 +3,8 @@
 // the table.
 #include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_engine.hpp"
+#include "backends/zero3/zero3_checkpoint.hpp"
+#include "backends/zero3/zero3_crossval.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -840,6 +842,10 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- crossval, checkpoints and studies
+  info.crossval = crossval_reference();
+  info.checkpoint = checkpoint_layout();
+  info.precision_study_modes = {{"zero3_bf16", "bf16"}};
   return info;
 }
 
