@@ -7,13 +7,41 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/config_hooks.hpp"
+#include "backends/crossval_reference.hpp"
 #include "backends/engine.hpp"
+#include "models/model_config.hpp"
 
 namespace zb::backends {
+
+// Where a backend's checkpoint files go (bench/lifecycle/checkpoint.cpp, docs/lifecycle.md). The
+// default (default_checkpoint_layout) is one safetensors file per rank holding everything (DCP's
+// `__R_0.distcp` idea, in safetensors so Python can open it) in a `step-N` directory.
+struct CheckpointLayout {
+  std::function<std::string(int rank)> model_file;
+  std::function<std::string(const std::string& precision, int rank)> optim_file;  // may equal model_file
+  // Whether a state tensor goes to the model file when the two files differ.
+  std::function<bool(const std::string& tensor_name)> is_model_state;
+  std::function<std::string(int64_t steps_done)> tag;  // the step's directory name
+  // `checkpoint consolidate` of a sharded checkpoint: each unit's full parameters as fp32 flats,
+  // read from the rank files of `tag_dir` (its metadata.json as `meta`). Empty: not supported.
+  std::function<std::vector<at::Tensor>(const std::string& tag_dir, const nlohmann::json& meta,
+                                        const models::ModelConfig& cfg, int world)>
+      consolidate;
+};
+CheckpointLayout default_checkpoint_layout();
+
+// A mode a backend adds to `zerobench study precision` (bench/study.cpp): the run is
+// `--backend <name> --precision <precision>`, labelled `label`.
+struct StudyMode {
+  std::string label, precision;
+  bool reference = false;   // the study's fp32 reference (one backend declares it; it always runs)
+  bool lr_x_world = false;  // run with lr x W, only under --scale-lr-by-world-size (the blog's observation)
+};
 
 // What a backend registers: its name, precisions and the closed-form bytes per rank.
 struct BackendInfo {
@@ -57,6 +85,12 @@ struct BackendInfo {
   // Whether these options load the initial weights on rank 0 and broadcast them (the default
   // --load-strategy with --model-dir). Empty: never.
   std::function<bool(const nlohmann::json& options)> broadcasts_initial_weights;
+  // -- crossval, checkpoints and studies (bench/crossval*, bench/lifecycle/, bench/study.cpp)
+  // The real framework `zerobench crossval` checks this backend against; nullopt: none.
+  std::optional<CrossvalReference> crossval;
+  CheckpointLayout checkpoint = default_checkpoint_layout();
+  std::vector<StudyMode> precision_study_modes;  // in the order the study runs them
+  bool lifecycle_study_default = false;  // the backend `study lifecycle` runs unless --backend names one
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.
@@ -64,6 +98,8 @@ const std::vector<BackendInfo>& registered_backends();
 // Adds a backend (before the first lookup that needs it; a name already known is a UsageError).
 // A program that links its own backend calls this once at start-up: one line per backend.
 void register_backend(BackendInfo info);
+// The backend `zerobench study lifecycle` runs by default (the one with lifecycle_study_default).
+std::string lifecycle_study_backend();
 // The dtype matmuls run in for a backend's precision mode: fp32 for "fp32", bf16 otherwise.
 at::ScalarType compute_dtype(const std::string& backend, const std::string& precision);
 const BackendInfo& backend(const std::string& name);  // throws UsageError naming it

@@ -39,6 +39,21 @@ void register_backend(BackendInfo info) {
   registry().push_back(std::move(info));
 }
 
+CheckpointLayout default_checkpoint_layout() {
+  CheckpointLayout l;
+  l.model_file = [](int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; };
+  l.optim_file = [](const std::string& /*precision*/, int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; };
+  l.is_model_state = [](const std::string& /*name*/) { return false; };
+  l.tag = [](int64_t steps_done) { return "step-" + std::to_string(steps_done); };
+  return l;
+}
+
+std::string lifecycle_study_backend() {
+  for (const auto& b : registered_backends())
+    if (b.lifecycle_study_default) return b.name;
+  return registered_backends().front().name;
+}
+
 at::ScalarType compute_dtype(const std::string& /*backend*/, const std::string& precision) {
   return precision == "fp32" ? at::kFloat : at::kBFloat16;
 }

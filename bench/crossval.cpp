@@ -37,24 +37,13 @@ namespace {
 using json = nlohmann::json;
 namespace ckpt = models::checkpoint;
 
-// The framework each backend is checked against, and its runner in scripts/crossval/.
-struct Reference {
-  const char* backend;
-  const char* script;
-  const char* framework;
-};
-const Reference kReferences[] = {
-    {"fsdp", "run_fsdp1.py", "PyTorch FSDP1"},
-    {"fsdp2", "run_fsdp2.py", "PyTorch FSDP2"},
-    {"zero3", "run_deepspeed.py", "DeepSpeed ZeRO-3"},
-};
-
 // Flags that belong to crossval itself (not forwarded to `zerobench run`) or that crossval sets.
 const std::set<std::string> kOwnFlags = {"precision", "out",    "python", "work-dir",       "logits",          "quiet",
                                          "help",      "table",  "nproc",  "threads",        "warmup",          "plant-lr-scale",
                                          "deepspeed-config"};
-// For zero3 crossval writes one DeepSpeed JSON with every resolved value in it, which both sides
-// read: the config file that named the run is not forwarded beside it.
+// When the reference reads one framework config file (DeepSpeed: BackendInfo::crossval's
+// config_file) crossval writes it with every resolved value in it, and both sides read it: the
+// config file that named the run is not forwarded beside it.
 const std::set<std::string> kConfigFlags = {"config", "accelerate-config"};
 
 bool is_file(const std::string& p) {
@@ -80,12 +69,12 @@ std::string last_line(const std::string& text) {
 }
 
 // The `run` flags the user gave, as `--name value...`, minus crossval's own.
-std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, const std::string& backend) {
+std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, bool reference_config_file) {
   std::vector<std::string> out;
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
-    if (kOwnFlags.count(name) || (backend == "zero3" && kConfigFlags.count(name))) continue;
+    if (kOwnFlags.count(name) || (reference_config_file && kConfigFlags.count(name))) continue;
     if (opt->get_expected_max() == 0) {  // a flag
       out.push_back("--" + name);
       continue;
@@ -98,43 +87,13 @@ std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, const std::str
   return out;
 }
 
-// The DeepSpeed JSON both sides read for one zero3 mode: the user's DeepSpeed file (if any: the
-// one the config resolution read, given directly or as an accelerate config's
-// deepspeed_config_file) with every value zerobench resolved written in, plus what running the
-// reference needs. Keys zerobench does not read stay as the user wrote them (DeepSpeed honours
-// them; a difference would show).
-json deepspeed_json(const RunOptions::Resolved& resolved, int world, std::vector<std::string>& notes) {
-  const auto& spec = resolved.spec;
-  json ds = json::object();
+// The user's own config file of the format the reference reads (`kind`, e.g. "deepspeed"), as the
+// config resolution recorded it (given directly or named by an accelerate config); {} if none.
+json user_config_file(const RunOptions::Resolved& resolved, const std::string& kind) {
+  json file = json::object();
   for (const auto& src : resolved.provenance.sources)
-    if (src.kind == "deepspeed") ds = json::parse(read_text(src.path), nullptr, true, /*ignore_comments=*/true);
-  for (const char* key : {"optimizer", "scheduler"}) {
-    if (ds.contains(key)) {
-      ds.erase(key);
-      notes.push_back(std::string("DeepSpeed JSON '") + key +
-                      "' removed: both sides use crossval's AdamW and lr schedule (zerobench ignores it too)");
-    }
-  }
-  const auto& t = spec.train;
-  const auto& o = spec.options;
-  ds["train_micro_batch_size_per_gpu"] = t.micro_batch;
-  ds["gradient_accumulation_steps"] = t.grad_accum;
-  ds["train_batch_size"] = t.micro_batch * t.grad_accum * world;
-  ds["gradient_clipping"] = t.grad_clip;
-  ds["bf16"] = {{"enabled", spec.precision == "bf16"}};
-  json& z = ds["zero_optimization"];
-  if (!z.is_object()) z = json::object();
-  for (const char* key : {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                          "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
-                          "contiguous_gradients"})
-    z[key] = o.at(key);
-  if (!o.value("communication_data_type", std::string()).empty())
-    ds["communication_data_type"] = o["communication_data_type"];
-  if (!o.value("grad_accum_dtype", std::string()).empty()) ds["data_types"]["grad_accum_dtype"] = o["grad_accum_dtype"];
-  ds["zero_allow_untested_optimizer"] = true;  // torch.optim.AdamW: FusedAdam/CPUAdam need compiled ops
-  ds["steps_per_print"] = 1 << 30;
-  ds["wall_clock_breakdown"] = false;
-  return ds;
+    if (src.kind == kind) file = json::parse(read_text(src.path), nullptr, true, /*ignore_comments=*/true);
+  return file;
 }
 
 json train_json(const backends::TrainConfig& t) {
@@ -358,7 +317,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   reports::make_directories(work);
   if (o.logits) {
     r.precision = "fp32";
-    r.backend = "ddp";  // any registered backend: only the model and data flags matter here
+    r.backend = backends::registered_backends().front().name;  // any: only the model and data flags matter here
     return logits_command(o, out, work);
   }
 
@@ -374,21 +333,20 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     if (o.precisions.empty()) o.precisions = {base.spec.precision};
   }
   r.precision_given = true;  // every mode is run with its --precision
-  const Reference* ref = nullptr;
-  for (const auto& x : kReferences)
-    if (r.backend == x.backend) ref = &x;
+  const backends::CrossvalReference* ref = nullptr;
+  std::string with_reference;
+  for (const auto& b : backends::registered_backends()) {
+    if (!b.crossval) continue;
+    if (b.name == r.backend) ref = &*b.crossval;
+    with_reference += (with_reference.empty() ? "" : ", ") + b.name;
+  }
   if (!ref) {
     const auto [path, flag] = r.config_file();
     const bool from_file = !path.empty() && !r.backend_given;
+    backends::backend(r.backend);  // an unknown name: the registry's line
     throw UsageError("crossval: backend '" + r.backend + "'" + (from_file ? " (picked by " + flag + " " + path + ")" : "") +
-                     " has no reference framework (fsdp, fsdp2, zero3)");
+                     " has no reference framework (" + with_reference + ")");
   }
-  bool registered = false;
-  for (const auto& b : backends::registered_backends()) registered = registered || b.name == r.backend;
-  if (!registered)
-    throw UsageError("crossval --backend " + r.backend + ": zerobench has no '" + r.backend +
-                     "' backend yet (the reference, scripts/crossval/" + ref->script +
-                     ", runs as soon as one is registered)");
   for (const auto& p : o.precisions) backends::validate_precision(r.backend, p);
   checked_python(o.python);
   const std::string script = crossval_scripts_dir() + "/" + ref->script;
@@ -430,13 +388,13 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     // Both sides see the same OpenMP environment (torchrun sets OMP_NUM_THREADS for its workers).
     std::vector<std::string> zb_argv = {"/usr/bin/env", "OMP_NUM_THREADS=" + std::to_string(threads),
                                         runtime::self_executable(), "run"};
-    for (const auto& a : forwarded_run_flags(cmd, r.backend)) zb_argv.push_back(a);
+    for (const auto& a : forwarded_run_flags(cmd, bool(ref->config_file))) zb_argv.push_back(a);
     zb_argv.insert(zb_argv.end(), {"--nproc", std::to_string(world)});
-    if (r.backend == "zero3") {
-      const auto ds = deepspeed_json(resolved, world, notes);
-      reports::write_json_atomic(dir + "/ds_config.json", ds);
-      spec_json["deepspeed_config"] = "ds_config.json";
-      zb_argv.insert(zb_argv.end(), {"--deepspeed-config", dir + "/ds_config.json"});
+    if (ref->config_file) {  // one framework config file both sides read (DeepSpeed's JSON)
+      const auto file = ref->config_file(spec, world, user_config_file(resolved, ref->config_format), notes);
+      reports::write_json_atomic(dir + "/" + ref->config_file_name, file);
+      spec_json[ref->config_format + "_config"] = ref->config_file_name;
+      zb_argv.insert(zb_argv.end(), {ref->config_flag, dir + "/" + ref->config_file_name});
     }
     reports::write_json_atomic(dir + "/spec.json", spec_json);
     zb_argv.insert(zb_argv.end(), {"--precision", precision, "--out", dir + "/zerobench.json", "--quiet", "--threads",
@@ -465,7 +423,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                                               dir,
                                               "--device",
                                               dev.kind};
-    const auto up = run_side(py_argv, timeout_s, std::string(ref->framework) + " " + precision + where, dir + "/upstream.log");
+    const auto up = run_side(py_argv, timeout_s, ref->framework + " " + precision + where, dir + "/upstream.log");
 
     json section;
     if (zb.ok && up.ok) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "backends/backend_info.hpp"
 #include "bench/matrix.hpp"
 #include "reports/report.hpp"
 #include "reports/svg.hpp"
@@ -61,13 +62,18 @@ int precision_study_command(const PrecisionStudyOptions& o) {
   if (o.lrs.empty()) throw UsageError("--lrs needs at least one learning rate");
   for (double lr : o.lrs)
     if (!(lr > 0)) throw UsageError("--lrs: learning rate " + fixed(lr, "%g") + " must be positive");
-  std::vector<Mode> modes = {{"fp32", "fsdp", "fp32"},
-                             {"fsdp_low", "fsdp", "low"},
-                             {"fsdp_mixed", "fsdp", "mixed"},
-                             {"zero3_bf16", "zero3", "bf16"},
-                             {"fsdp2_low", "fsdp2", "low"},
-                             {"fsdp2_mixed", "fsdp2", "mixed"}};
-  if (o.scale_lr_by_world_size) modes.push_back({"fsdp_low_lr_x_W", "fsdp", "low", true});
+  // The modes each backend declares (BackendInfo::precision_study_modes), the fp32 reference first,
+  // then in registry order; the lr x W variants last, and only when asked for.
+  std::vector<Mode> modes, scaled;
+  for (const auto& b : backends::registered_backends())
+    for (const auto& m : b.precision_study_modes) {
+      const Mode mode{m.label, b.name, m.precision, m.lr_x_world};
+      if (m.reference)
+        modes.insert(modes.begin(), mode);
+      else
+        (m.lr_x_world ? scaled : modes).push_back(mode);
+    }
+  if (o.scale_lr_by_world_size) modes.insert(modes.end(), scaled.begin(), scaled.end());
   if (!o.modes.empty()) {  // a subset; the fp32 reference always runs
     std::vector<Mode> chosen = {modes.front()};
     for (const auto& name : o.modes) {

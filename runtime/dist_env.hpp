@@ -29,5 +29,7 @@ DistEnv discover_dist_env(const EnvLookup& env);
 
 // "gpu[01-04,07],cpu3" -> "gpu01"; "node7" -> "node7".
 std::string first_host_of_nodelist(const std::string& nodelist);
+// The task count of node `node` in a SLURM tasks-per-node list ("2(x3),1"); UsageError if malformed.
+int tasks_on_node(const std::string& tasks_per_node, int node);
 
 }  // namespace zb::runtime

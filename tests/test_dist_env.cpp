@@ -55,6 +55,22 @@ TEST(DistEnv, SlurmTakesTheFirstHostOfTheNodelist) {
   EXPECT_EQ(first_host_of_nodelist("a-b[3,5-9]"), "a-b3");
 }
 
+// srun without --ntasks-per-node sets no SLURM_NTASKS_PER_NODE: the node's task count comes from
+// SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID (here 3 tasks on nodes 0-1, 1 on node 2).
+TEST(DistEnv, SlurmTasksPerNodeFromTheStepLayout) {
+  auto d = discover_dist_env(env_of({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
+                                     {"SLURM_NODEID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "3(x2),1"},
+                                     {"SLURM_TASKS_PER_NODE", "4(x2)"}}));
+  EXPECT_EQ(d.local_world_size, 1);
+  d = discover_dist_env(env_of({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "1"},
+                                {"SLURM_NODEID", "1"}, {"SLURM_TASKS_PER_NODE", "3(x2),1"}}));
+  EXPECT_EQ(d.local_world_size, 3);
+  EXPECT_EQ(tasks_on_node("2", 0), 2);
+  for (const char* bad : {"2(x", "x", "2(x0)", ",1", "2(y2)", "0"})
+    EXPECT_THROW(tasks_on_node(bad, 0), zb::UsageError) << bad;
+  EXPECT_THROW(tasks_on_node("2(x2)", 2), zb::UsageError);  // only two nodes listed
+}
+
 TEST(DistEnv, OpenMpi) {
   auto d = discover_dist_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}}));

@@ -4,6 +4,7 @@
 #include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_config.hpp"
+#include "backends/fsdp/fsdp_crossval.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -683,6 +684,13 @@ BackendInfo backend_info() {
   info.flags_title = "FSDP";
   info.apply_flags = apply_flags;
   info.broadcasts_initial_weights = broadcasts_initial_weights;
+  // -- crossval, checkpoints and studies
+  info.crossval = crossval_reference();
+  info.precision_study_modes = {{"fp32", "fp32", /*reference=*/true},
+                                {"fsdp_low", "low"},
+                                {"fsdp_mixed", "mixed"},
+                                {"fsdp_low_lr_x_W", "low", false, /*lr_x_world=*/true}};
+  info.lifecycle_study_default = true;  // the FSDP 70B article's loading and checkpoint problems
   return info;
 }
 

@@ -16,6 +16,7 @@
 #include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/fsdp2/fsdp2_config.hpp"
+#include "backends/fsdp2/fsdp2_crossval.hpp"
 
 #include <functional>
 #include <optional>
@@ -407,6 +408,9 @@ BackendInfo backend_info() {
   info.flags_title = "FSDP2";
   info.apply_flags = apply_flags;
   info.broadcasts_initial_weights = broadcasts_initial_weights;
+  // -- crossval, checkpoints and studies
+  info.crossval = crossval_reference();
+  info.precision_study_modes = {{"fsdp2_low", "low"}, {"fsdp2_mixed", "mixed"}};
   return info;
 }
 

@@ -4,6 +4,8 @@
 #include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 #include "backends/zero3/zero3_config.hpp"
+#include "backends/zero3/zero3_checkpoint.hpp"
+#include "backends/zero3/zero3_crossval.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -848,6 +850,10 @@ BackendInfo backend_info() {
   info.flags = cli_flags();
   info.flags_title = "ZeRO-3";
   info.apply_flags = apply_flags;
+  // -- crossval, checkpoints and studies
+  info.crossval = crossval_reference();
+  info.checkpoint = checkpoint_layout();
+  info.precision_study_modes = {{"zero3_bf16", "bf16"}};
   return info;
 }
 

@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 
+#include "backends/backend_info.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/checkpoint/safetensors.hpp"
 #include "runtime/errors.hpp"
@@ -74,25 +75,14 @@ std::string trim(std::string s) {
   return s;
 }
 
-// File names per rank: DeepSpeed's for zero3, one safetensors per rank otherwise (DCP's
-// `__R_0.distcp` idea, in safetensors so Python can open it).
-std::string model_file(const std::string& backend, int rank) {
-  if (backend == "zero3") return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.safetensors";
-  return "rank-" + std::to_string(rank) + ".safetensors";
-}
+// File names per rank and the step directory: the backend's CheckpointLayout (BackendInfo::checkpoint).
+const backends::CheckpointLayout& layout(const std::string& backend) { return backends::backend(backend).checkpoint; }
+std::string model_file(const std::string& backend, int rank) { return layout(backend).model_file(rank); }
 std::string optim_file(const std::string& backend, const std::string& precision, int rank) {
-  if (backend == "zero3")
-    return std::string(precision == "bf16" ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) +
-           "_mp_rank_00_optim_states.safetensors";
-  return model_file(backend, rank);  // one file per rank holds both
+  return layout(backend).optim_file(precision, rank);
 }
-bool is_model_state(const std::string& backend, const std::string& name) {
-  return backend == "zero3" && name == "partitions";
-}
-
-std::string tag_for(const std::string& backend, int64_t steps_done) {
-  return backend == "zero3" ? "global_step" + std::to_string(steps_done) : "step-" + std::to_string(steps_done);
-}
+bool is_model_state(const std::string& backend, const std::string& name) { return layout(backend).is_model_state(name); }
+std::string tag_for(const std::string& backend, int64_t steps_done) { return layout(backend).tag(steps_done); }
 
 }  // namespace
 
@@ -354,40 +344,17 @@ int consolidate_command(const std::string& from, const std::string& out) {
       for (auto& t : ckpt::read_hf_llama_unit(c, cfg, u)) ws.push_back(t.reshape({-1}).to(at::kFloat));
       units.push_back(at::cat(ws));
     }
-  } else if (backend == "zero3") {
-    // zero_to_fp32.py _zero3_merge_trainable_params: each rank's fp32 flat groups concatenated;
-    // parameter k (in order) is ceil(numel / W) elements of every rank's flat, zipped, unpadded.
-    std::vector<at::Tensor> flat(static_cast<size_t>(W));
-    const size_t groups = [&] {
-      size_t g = 0;
-      for (const auto& t : meta.at("tensors_per_rank"))
-        if (t.at("name").get<std::string>().find(".fp32_master") != std::string::npos) ++g;
-      return g;
-    }();
-    for (int r = 0; r < W; ++r) {
-      const auto f = ckpt::SafetensorsFile::open(tag_dir + "/" + meta["ranks"][size_t(r)]["optim"].get<std::string>());
-      std::vector<at::Tensor> parts;
-      for (size_t g = 0; g < groups; ++g) parts.push_back(f.tensor("optim." + std::to_string(g) + ".fp32_master"));
-      flat[size_t(r)] = at::cat(parts);
-    }
-    int64_t offset = 0;
-    for (const auto& specs : models::unit_param_specs(cfg)) {
-      std::vector<at::Tensor> ws;
-      for (const auto& s : specs) {
-        const int64_t n = s.numel(), part = (n + W - 1) / W;
-        std::vector<at::Tensor> pieces;
-        for (int r = 0; r < W; ++r) pieces.push_back(flat[size_t(r)].narrow(0, offset, part));
-        ws.push_back(at::cat(pieces).narrow(0, 0, n));
-        offset += part;
-      }
-      units.push_back(at::cat(ws));
-    }
-    if (offset != flat[0].numel())
-      throw UsageError("consolidate: consumed " + std::to_string(offset) + " of " + std::to_string(flat[0].numel()) +
-                       " elements per rank (not this model's zero3 layout)");
   } else {
-    throw UsageError("consolidate: a sharded " + backend +
-                     " checkpoint is not supported (zero3 sharded or any full checkpoint; save --state-dict full)");
+    std::string can;  // the backends whose sharded checkpoints consolidate
+    const backends::BackendInfo* info = nullptr;
+    for (const auto& b : backends::registered_backends()) {
+      if (b.name == backend) info = &b;
+      if (b.checkpoint.consolidate) can += (can.empty() ? "" : ", ") + b.name;
+    }
+    if (!info || !info->checkpoint.consolidate)
+      throw UsageError("consolidate: a sharded " + backend + " checkpoint is not supported (" + can +
+                       " sharded or any full checkpoint; save --state-dict full)");
+    units = info->checkpoint.consolidate(tag_dir, meta, cfg, W);
   }
   ckpt::write_hf_llama(out, cfg, units, at::kFloat);
   std::cout << "wrote " << out << " (config.json, model.safetensors) from " << tag_dir << "\n";

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backends/backend_info.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/llama.hpp"
@@ -63,7 +64,9 @@ LoadRamProjection project_load_ram(const std::string& strategy, int64_t params, 
   return p;
 }
 
-int lifecycle_study_command(const LifecycleStudyOptions& o) {
+int lifecycle_study_command(const LifecycleStudyOptions& opts) {
+  LifecycleStudyOptions o = opts;
+  if (o.backend.empty()) o.backend = backends::lifecycle_study_backend();
   reports::make_directories(o.out_dir);
   const std::string exe = runtime::self_executable();
   const std::vector<std::string> strategies = {"all-ranks", "rank0-broadcast", "sharded"};

@@ -15,7 +15,7 @@ struct LifecycleStudyOptions {
   std::string out_dir = "out/lifecycle";
   std::vector<std::string> models = {"tiny", "small"};
   std::vector<int> worlds = {2, 4};
-  std::string backend = "fsdp";
+  std::string backend;  // empty: the registry's lifecycle_study_backend() (the article's FSDP-mode)
   double timeout_s = 900;
 };
 

@@ -1,0 +1,75 @@
+// fsdp_crossval.cpp — FSDP-mode's crossval reference (PyTorch FSDP1, scripts/crossval/run_fsdp1.py)
+// and its known differences (docs/crossval.md describes each one with the measurement that found it).
+#include "backends/fsdp/fsdp_crossval.hpp"
+
+#include <algorithm>
+
+#include "models/model_config.hpp"
+
+namespace zb::backends::fsdp {
+
+namespace {
+
+// FSDP1's shard geometry for one rank, from the backend options as the engine resolves them
+// (fsdp_engine.cpp shard_group_size; a world of one runs NO_SHARD: _init_utils.py
+// _init_core_state): per unit, the original parameters with a piece in this rank's shard and
+// the padding elements in it.
+struct ShardPieces {
+  int64_t params_in_shard = 0, padding = 0;
+};
+ShardPieces shard_pieces(const CrossvalCase& c, int rank) {
+  const auto& o = c.spec.options;
+  const std::string strategy = o.value("sharding_strategy", std::string("FULL_SHARD"));
+  int S = c.world_size;
+  if (c.world_size == 1 || strategy == "NO_SHARD") S = 1;
+  if (strategy == "HYBRID_SHARD" && o.value("hybrid_shard_group_size", 0) > 0) S = o.value("hybrid_shard_group_size", 0);
+  const int64_t r = rank % S;
+  ShardPieces out;
+  for (const auto& unit : models::unit_param_specs(c.spec.model)) {
+    int64_t numel = 0;
+    for (const auto& p : unit) numel += p.numel();
+    const int64_t shard = (numel + S - 1) / S, lo = r * shard, hi = lo + shard;
+    out.padding += std::max<int64_t>(0, hi - std::max(lo, numel));
+    int64_t begin = 0;
+    for (const auto& p : unit) {
+      if (std::min(begin + p.numel(), hi) > std::max(begin, lo)) ++out.params_in_shard;
+      begin += p.numel();
+    }
+  }
+  return out;
+}
+
+std::optional<StateExplanation> explain_state(const CrossvalCase& c, int rank, const std::string& category,
+                                              const nlohmann::json& zb) {
+  if (category == "optimizer_step_counters")
+    // use_orig_params=True: an original parameter with no piece in this rank's shard has no
+    // gradient (FlatParamHandle._use_sharded_grad_views sets it to None) and gets no state.
+    return adamw_step_counters(shard_pieces(c, rank).params_in_shard,
+                               "original parameters with a piece in this rank's shard");
+  if (category == "optimizer" && zb.contains("optimizer") && zb["optimizer"].is_number_integer()) {
+    // zerobench's FusedAdamW keeps exp_avg / exp_avg_sq over each unit's whole shard, the
+    // FlatParameter's tail padding included; FSDP1 with use_orig_params=True steps the original
+    // parameters' sharded views, so AdamW never sees the padding.
+    const int64_t pad = shard_pieces(c, rank).padding;
+    const int64_t elem = c.spec.precision == "low" ? 2 : 4;
+    if (pad == 0) return std::nullopt;
+    return StateExplanation{zb["optimizer"].get<int64_t>() - 2 * elem * pad, /*zerobench_reports=*/true,
+                            "AdamW states over the original parameters' views skip the FlatParameter's padding (" +
+                                std::to_string(pad) + " elements on this rank); zerobench's states cover the padded shard",
+                            "torch/distributed/fsdp/_flat_param.py: FlatParamHandle._use_sharded_views / "
+                            "_use_sharded_grad_views (views of numel_in_shard elements)"};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+CrossvalReference crossval_reference() {
+  CrossvalReference r;
+  r.script = "run_fsdp1.py";
+  r.framework = "PyTorch FSDP1";
+  r.explain_state = explain_state;
+  return r;
+}
+
+}  // namespace zb::backends::fsdp

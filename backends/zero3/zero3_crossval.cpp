@@ -1,0 +1,110 @@
+// zero3_crossval.cpp — ZeRO3-mode's crossval reference (DeepSpeed ZeRO-3,
+// scripts/crossval/run_deepspeed.py), the DeepSpeed JSON both sides read, and the known
+// differences (docs/crossval.md).
+#include "backends/zero3/zero3_crossval.hpp"
+
+namespace zb::backends::zero3 {
+
+namespace {
+using json = nlohmann::json;
+
+// The DeepSpeed JSON both sides read for one mode: the user's DeepSpeed file (if any: the one the
+// config resolution read, given directly or as an accelerate config's deepspeed_config_file) with
+// every value zerobench resolved written in, plus what running the reference needs. Keys
+// zerobench does not read stay as the user wrote them (DeepSpeed honours them; a difference would
+// show).
+json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
+  json ds = user_file.is_object() ? user_file : json::object();
+  for (const char* key : {"optimizer", "scheduler"}) {
+    if (ds.contains(key)) {
+      ds.erase(key);
+      notes.push_back(std::string("DeepSpeed JSON '") + key +
+                      "' removed: both sides use crossval's AdamW and lr schedule (zerobench ignores it too)");
+    }
+  }
+  const auto& t = spec.train;
+  const auto& o = spec.options;
+  ds["train_micro_batch_size_per_gpu"] = t.micro_batch;
+  ds["gradient_accumulation_steps"] = t.grad_accum;
+  ds["train_batch_size"] = t.micro_batch * t.grad_accum * world;
+  ds["gradient_clipping"] = t.grad_clip;
+  ds["bf16"] = {{"enabled", spec.precision == "bf16"}};
+  json& z = ds["zero_optimization"];
+  if (!z.is_object()) z = json::object();
+  for (const char* key : {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                          "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
+                          "contiguous_gradients"})
+    z[key] = o.at(key);
+  if (!o.value("communication_data_type", std::string()).empty())
+    ds["communication_data_type"] = o["communication_data_type"];
+  if (!o.value("grad_accum_dtype", std::string()).empty()) ds["data_types"]["grad_accum_dtype"] = o["grad_accum_dtype"];
+  ds["zero_allow_untested_optimizer"] = true;  // torch.optim.AdamW: FusedAdam/CPUAdam need compiled ops
+  ds["steps_per_print"] = 1 << 30;
+  ds["wall_clock_breakdown"] = false;
+  return ds;
+}
+
+// zerobench's fp32 sub-groups (stage3.py _create_fp16_sub_groups, as the engine resolves them from
+// sub_group_size and the partition sizes), from the report's config.backend.options; -1 when the
+// report does not carry them.
+int64_t sub_groups(const json& report) {
+  const json& o = report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
+  return o.contains("sub_groups") && o["sub_groups"].is_number_integer() ? o["sub_groups"].get<int64_t>() : -1;
+}
+
+std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
+                                              const json& /*zb*/) {
+  if (category != "optimizer_step_counters") return std::nullopt;
+  const int64_t tensors = sub_groups(c.report);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
+  if (tensors < 0) return std::nullopt;
+  return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");
+}
+
+std::optional<CommExplanation> explain_comm(const CrossvalCase& c, int /*rank*/, int64_t step, const std::string& kind,
+                                            int64_t zb_count, int64_t /*zb_bytes*/) {
+  // The trace check runs on every rank alike (rank 0 sends, the others receive).
+  if (kind != "broadcast" || zb_count != 0) return std::nullopt;
+  // Each forward starts with PartitionedParameterCoordinator.reset_step(). The first one (empty
+  // module trace) and the second (trace just recorded) check that every rank saw the same trace
+  // with assert_ints_same_as_other_ranks: a broadcast of the list length (one int64) and one of the
+  // list (zero/utils.py, get_lst_from_rank0) — once for the module order at the first reset; for
+  // the module order, the parameter order and the parameters' last-use steps at the second. Trace
+  // lengths of scripts/crossval/model.py, one micro-batch: modules M = 2 (5 + 12 L) (forward and
+  // backward hooks), parameters P = 2 (3 + 9 L).
+  const auto& t = c.spec.train;
+  const int64_t L = c.spec.model.layers, M = 2 * (5 + 12 * L), P = 2 * (3 + 9 * L);
+  CommExplanation e;
+  for (int64_t a = 0; a < t.grad_accum; ++a) {
+    const int64_t micro = step * t.grad_accum + a;
+    if (micro == 0) {
+      e.count += 2;
+      e.bytes += 8;
+    } else if (micro == 1) {
+      e.count += 6;
+      e.bytes += 3 * 8 + 8 * (M + 2 * P);
+    }
+  }
+  if (e.count == 0) return std::nullopt;
+  e.reason = "DeepSpeed checks the recorded trace across ranks with blocking broadcasts in the first two "
+             "reset_step() calls (trace length and contents); zerobench records the same trace without checking it";
+  e.upstream = "deepspeed/runtime/zero/partitioned_param_coordinator.py: reset_step -> "
+               "deepspeed/runtime/zero/utils.py: assert_ints_same_as_other_ranks";
+  return e;
+}
+
+}  // namespace
+
+CrossvalReference crossval_reference() {
+  CrossvalReference r;
+  r.script = "run_deepspeed.py";
+  r.framework = "DeepSpeed ZeRO-3";
+  r.config_format = "deepspeed";
+  r.config_file_name = "ds_config.json";
+  r.config_flag = "--deepspeed-config";
+  r.config_file = deepspeed_json;
+  r.explain_state = explain_state;
+  r.explain_comm = explain_comm;
+  return r;
+}
+
+}  // namespace zb::backends::zero3
