@@ -21,6 +21,17 @@ int claim(const backends::BackendInfo& b, const backends::ConfigIdentity& id) {
   return b.config_claim && b.read_config ? b.config_claim(id) : 0;
 }
 
+const backends::BackendInfo* strongest_claim(const backends::ConfigIdentity& id) {
+  const backends::BackendInfo* chosen = nullptr;
+  int best = 0;
+  for (const auto& b : backends::registered_backends())
+    if (const int c = claim(b, id); c > best) {
+      best = c;
+      chosen = &b;
+    }
+  return chosen;
+}
+
 // "FSDP (fsdp), DEEPSPEED (zero3) and ..." from the descriptors, in registration order.
 std::string claimed_types() {
   std::vector<std::string> parts;
@@ -50,13 +61,7 @@ void resolve_into(const ConfigRequest& req, ResolvedConfig& out) {
   } else {
     id.zero_stage = config::deepspeed_zero_stage(d.root);
   }
-  const backends::BackendInfo* chosen = nullptr;
-  int best = 0;
-  for (const auto& b : backends::registered_backends())
-    if (const int c = claim(b, id); c > best) {
-      best = c;
-      chosen = &b;
-    }
+  const backends::BackendInfo* chosen = strongest_claim(id);
   if (!chosen) {
     if (d.accelerate)
       throw UsageError("distributed_type " + config::scalar_text(d.root["distributed_type"]) + ": zerobench runs " +
@@ -74,6 +79,11 @@ void resolve_into(const ConfigRequest& req, ResolvedConfig& out) {
   }
 }
 }  // namespace
+
+std::string claiming_backend(const backends::ConfigIdentity& id) {
+  const auto* b = strongest_claim(id);
+  return b ? b->name : std::string();
+}
 
 ResolvedConfig resolve_config(const ConfigRequest& req) {
   const std::string where = req.flag + " " + req.path + ": ";

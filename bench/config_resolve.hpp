@@ -16,6 +16,9 @@ using config::config_num_processes;
 using config::file_sha256;
 using config::read_config_tree;
 
+// The backend that runs a file of this identity (the strongest claim), "" when none does.
+std::string claiming_backend(const backends::ConfigIdentity& id);
+
 // Throws UsageError: one line naming the file, the key, its value and why.
 ResolvedConfig resolve_config(const ConfigRequest& request);
 

@@ -101,9 +101,9 @@ std::string list_mapping_markdown() {
   std::ostringstream o;
   const auto targets = [](unsigned bits) {
     std::string s;
-    const std::pair<unsigned, const char*> names[] = {{kToDs, "deepspeed"}, {kToFsdp, "fsdp"}, {kToFsdp2, "fsdp2"}};
-    for (const auto& [bit, name] : names)
-      if (bits & bit) s += (s.empty() ? "" : ", ") + std::string(name);
+    const std::pair<unsigned, Target> names[] = {{kToDs, Target::kDeepSpeed}, {kToFsdp, Target::kFsdp}, {kToFsdp2, Target::kFsdp2}};
+    for (const auto& [bit, target] : names)
+      if (bits & bit) s += (s.empty() ? "" : ", ") + to_string(target);
     return s;
   };
   o << "| source (where) | source key | --to | target key | kind | reason |\n|---|---|---|---|---|---|\n";

@@ -72,8 +72,34 @@ struct Concepts {
   json num_processes;
 };
 
+// What a source configures: accelerate FSDP version 1 or 2, DeepSpeed (a JSON, or accelerate's
+// DEEPSPEED plugin), or accelerate's plain data parallel (MULTI_GPU/MULTI_CPU/NO).
+enum class Format { kFsdp1, kFsdp2, kDeepSpeed, kDataParallel };
+
+// What zerobench calls a format in `--to` and `source_kind`: DeepSpeed by its own name, an
+// accelerate format by the backend that runs such a file (BackendInfo::config_claim, asked
+// through bench/config_resolve), so that translate's names are the backends' names.
+std::string format_name(Format f) {
+  if (f == Format::kDeepSpeed) return "deepspeed";
+  backends::ConfigIdentity id;
+  id.accelerate = true;
+  id.distributed_type = f == Format::kDataParallel ? "MULTI_GPU" : "FSDP";
+  id.fsdp_version = f == Format::kFsdp1 ? 1 : f == Format::kFsdp2 ? 2 : 0;
+  const std::string name = claiming_backend(id);
+  if (name.empty()) throw UsageError("translate: no registered backend runs accelerate " + id.distributed_type + " files");
+  return name;
+}
+
+// accelerate's fsdp_config keys, with the prefix accelerate adds to a bare key (commands/config/
+// fsdp.py writes fsdp_*; utils/dataclasses.py FullyShardedDataParallelPlugin reads both).
+std::string fsdp_key(const std::string& k) {
+  static const std::string prefix = "fsdp_";
+  return k.compare(0, prefix.size() - 1, prefix, 0, prefix.size() - 1) == 0 ? k : prefix + k;
+}
+
 struct Source {
-  std::string path, kind, dist;  // kind: fsdp | fsdp2 | deepspeed | ddp; dist: accelerate distributed_type
+  std::string path, dist;  // dist: accelerate distributed_type
+  Format format = Format::kDeepSpeed;
   json root;
   bool accelerate = false;
   json fsdp;    // fsdp_config with the fsdp_ prefix on every key
@@ -87,7 +113,7 @@ Source read_source(const std::string& path) {
   s.path = path;
   s.root = read_config_tree(path, "translate", &s.accelerate);
   if (!s.accelerate) {
-    s.kind = "deepspeed";
+    s.format = Format::kDeepSpeed;
     s.ds = s.root;
     return s;
   }
@@ -98,10 +124,10 @@ Source read_source(const std::string& path) {
     s.fsdp = json::object();
     const auto& block = at(s.root, "fsdp_config");
     if (block.is_object())
-      for (const auto& [k, v] : block.items()) s.fsdp[k.rfind("fsdp", 0) == 0 ? k : "fsdp_" + k] = v;
-    s.kind = text(at(s.fsdp, "fsdp_version")) == "2" ? "fsdp2" : "fsdp";
+      for (const auto& [k, v] : block.items()) s.fsdp[fsdp_key(k)] = v;
+    s.format = text(at(s.fsdp, "fsdp_version")) == "2" ? Format::kFsdp2 : Format::kFsdp1;
   } else if (s.dist == "DEEPSPEED") {
-    s.kind = "deepspeed";
+    s.format = Format::kDeepSpeed;
     s.plugin = at(s.root, "deepspeed_config").is_object() ? at(s.root, "deepspeed_config") : json::object();
     const auto& file = at(s.plugin, "deepspeed_config_file");
     if (!file.is_null() && text(file) != "none") {
@@ -121,7 +147,7 @@ Source read_source(const std::string& path) {
       }
     }
   } else if (s.dist == "MULTI_GPU" || s.dist == "MULTI_CPU" || s.dist == "NO") {
-    s.kind = "ddp";
+    s.format = Format::kDataParallel;
   } else {
     throw UsageError("translate " + path + ": distributed_type " + text(dist) +
                      " is not FSDP, DEEPSPEED or MULTI_GPU/MULTI_CPU/NO (nothing to translate)");
@@ -142,7 +168,7 @@ Concepts fsdp_concepts(const Source& s) {
   const auto& f = s.fsdp;
   c.num_processes = at(s.root, "num_processes");
   const int64_t np = as_int(c.num_processes, 0), nm = as_int(at(s.root, "num_machines"), 1);
-  const bool v2 = s.kind == "fsdp2";
+  const bool v2 = s.format == Format::kFsdp2;
   if (f.contains("fsdp_sharding_strategy")) {
     c.strategy = strategy_name(f["fsdp_sharding_strategy"]);
   } else if (f.contains("fsdp_reshard_after_forward")) {
@@ -243,11 +269,11 @@ ojson build_deepspeed(const Source& s, const Concepts& c) {
   ojson zo = ojson::object();
   zo["stage"] = c.stage;
   if (c.hpz > 1) zo["zero_hpz_partition_size"] = c.hpz;
-  if (s.kind != "ddp" || c.offload_param || c.offload_optimizer) {
+  if (s.format != Format::kDataParallel || c.offload_param || c.offload_optimizer) {
     zo["offload_param"]["device"] = c.offload_param ? "cpu" : "none";
     zo["offload_optimizer"]["device"] = c.offload_optimizer ? "cpu" : "none";
   }
-  if (s.kind != "ddp") {
+  if (s.format != Format::kDataParallel) {
     zo["overlap_comm"] = true;
     zo["reduce_bucket_size"] = "auto";
     zo["stage3_prefetch_bucket_size"] = c.prefetch ? ojson("auto") : ojson(0);
@@ -362,7 +388,7 @@ std::vector<SourceKey> source_keys(const Source& s) {
     const bool inside = k.size() > top.size();
     if (inside && top == "fsdp_config" && s.dist == "FSDP") {
       const auto sub = k.substr(top.size() + 1);
-      out.push_back({k, sub.rfind("fsdp", 0) == 0 ? sub : "fsdp_" + sub, Scope::kFsdp, value_at(s.root, k)});
+      out.push_back({k, fsdp_key(sub), Scope::kFsdp, value_at(s.root, k)});
     } else if (inside && top == "deepspeed_config" && s.dist == "DEEPSPEED") {
       out.push_back({k, k.substr(top.size() + 1), Scope::kPlugin, value_at(s.root, k)});
     } else {
@@ -414,7 +440,7 @@ void refine(MappingEntry& e, const SourceKey& k, const Concepts& c, const Source
                        : "HYBRID_SHARD -> stage 3; hpZ needs ranks per node (num_processes/num_machines), which the file "
                          "does not give");
     else if (c.strategy == "HYBRID_SHARD_ZERO2") approx("HYBRID_SHARD_ZERO2 -> stage 2 (ZeRO++ hpZ is stage 3 only)");
-    else if (s.kind == "fsdp2" && c.stage == 2) approx("FSDP2 reshard_after_forward false keeps params gathered from forward to backward, as SHARD_GRAD_OP");
+    else if (s.format == Format::kFsdp2 && c.stage == 2) approx("FSDP2 reshard_after_forward false keeps params gathered from forward to backward, as SHARD_GRAD_OP");
   }
   if ((k.scope == Scope::kDs && k.normalized == "zero_optimization.stage") ||
       (k.scope == Scope::kPlugin && k.normalized == "zero_stage")) {
@@ -422,14 +448,14 @@ void refine(MappingEntry& e, const SourceKey& k, const Concepts& c, const Source
     else if (to == Target::kFsdp2 && c.stage != 3) approx("FSDP2 has no NO_SHARD/SHARD_GRAD_OP; false still shards at rest");
     else if (c.hpz > 1) approx("with ZeRO++ hpZ");
   }
-  if (k.scope == Scope::kTop && k.normalized == "distributed_type" && to == Target::kFsdp2 && s.kind == "ddp")
+  if (k.scope == Scope::kTop && k.normalized == "distributed_type" && to == Target::kFsdp2 && s.format == Format::kDataParallel)
     approx("FSDP2 has no NO_SHARD: reshard_after_forward false (to_fsdp2.py's NO_SHARD mapping) still shards at rest");
   if (k.scope == Scope::kTop && (k.normalized == "mixed_precision" || k.normalized == "fp16") && to == Target::kDeepSpeed) {
     if (c.precision == "fp8") {
       e.kind = Kind::kNoCounterpart;
       e.target_key.clear();
       e.reason = "fp8 (Transformer Engine / MS-AMP through accelerate) has no DeepSpeed JSON key";
-    } else if (s.kind == "ddp") {
+    } else if (s.format == Format::kDataParallel) {
       e.reason = "DDP mixed (native AMP) keeps fp32 params; DeepSpeed bf16 keeps bf16 params + fp32 masters";
     }
   }
@@ -442,14 +468,14 @@ void refine(MappingEntry& e, const SourceKey& k, const Concepts& c, const Source
 }  // namespace
 
 Target parse_target(const std::string& to) {
-  if (to == "deepspeed") return Target::kDeepSpeed;
-  if (to == "fsdp") return Target::kFsdp;
-  if (to == "fsdp2") return Target::kFsdp2;
-  throw UsageError("--to " + to + ": not deepspeed, fsdp or fsdp2");
+  for (const Target t : {Target::kDeepSpeed, Target::kFsdp, Target::kFsdp2})
+    if (to == to_string(t)) return t;
+  throw UsageError("--to " + to + ": not " + to_string(Target::kDeepSpeed) + ", " + to_string(Target::kFsdp) + " or " +
+                   to_string(Target::kFsdp2));
 }
 
 std::string to_string(Target t) {
-  return t == Target::kDeepSpeed ? "deepspeed" : t == Target::kFsdp ? "fsdp" : "fsdp2";
+  return format_name(t == Target::kDeepSpeed ? Format::kDeepSpeed : t == Target::kFsdp ? Format::kFsdp1 : Format::kFsdp2);
 }
 
 std::string to_string(Kind k) {
@@ -488,18 +514,18 @@ std::vector<std::string> unmapped_keys(const std::vector<MappingEntry>& mapping,
 
 Translation translate_file(const std::string& path, Target to) {
   const Source s = read_source(path);
-  const bool fsdp_source = s.kind == "fsdp" || s.kind == "fsdp2";
+  const bool fsdp_source = s.format == Format::kFsdp1 || s.format == Format::kFsdp2;
   if (fsdp_source && to != Target::kDeepSpeed)
     throw UsageError("--to " + to_string(to) + ": " + path + " is already an FSDP config (translate maps between FSDP and "
                      "DeepSpeed; accelerate to-fsdp2 converts FSDP1 to FSDP2)");
-  if (s.kind == "deepspeed" && to == Target::kDeepSpeed)
+  if (s.format == Format::kDeepSpeed && to == Target::kDeepSpeed)
     throw UsageError("--to deepspeed: " + path + " is already a DeepSpeed config");
   Translation t;
   t.source_path = path;
-  t.source_kind = s.kind;
+  t.source_kind = format_name(s.format);
   t.target = to;
   t.notes = s.notes;
-  const Concepts c = fsdp_source ? fsdp_concepts(s) : s.kind == "ddp" ? ddp_concepts(s) : deepspeed_concepts(s);
+  const Concepts c = fsdp_source ? fsdp_concepts(s) : s.format == Format::kDataParallel ? ddp_concepts(s) : deepspeed_concepts(s);
   t.config = to == Target::kDeepSpeed ? build_deepspeed(s, c) : build_fsdp(s, c, to == Target::kFsdp ? 1 : 2);
 
   std::set<std::string> covered;  // target keys some source entry names
