@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/projection_program.hpp"
 #include "backends/engine.hpp"
 
 namespace zb::backends {
@@ -30,6 +31,12 @@ struct BackendInfo {
   // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
   // precision the backend does not offer.
   std::function<PrecisionPlan(const EngineSpec&)> precision_plan;
+
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  // The program of one optimizer step the projection simulates, the elements one rank's
+  // optimizer steps over, and whether the engine records per-unit times. `projection.program`
+  // empty: `project` does not model the backend and says so.
+  common::ProjectionHooks projection;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

@@ -1,4 +1,5 @@
-// micro_command.cpp — `zerobench micro` (see micro.hpp).
+// micro_command.cpp — `zerobench micro` (see micro_command.hpp): the command glue; the benchmark
+// families and their harness are analysis/micro/, the fit analysis/projection/calibration.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <torch/headeronly/version.h>
@@ -10,9 +11,9 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/micro/harness.hpp"
-#include "bench/micro/micro.hpp"
-#include "bench/projection/calibration.hpp"
+#include "analysis/micro/harness.hpp"
+#include "analysis/projection/calibration.hpp"
+#include "bench/micro_command.hpp"
 #include "reports/report.hpp"
 #include "runtime/device.hpp"
 #include "runtime/dist_env.hpp"
@@ -23,6 +24,9 @@
 namespace zb::bench::micro {
 
 namespace {
+using analysis::micro::Harness;
+using analysis::micro::SuiteOptions;
+namespace projection = analysis::projection;
 // Ranks other than 0 run every benchmark and report nothing.
 class NullReporter final : public benchmark::BenchmarkReporter {
  public:
@@ -37,7 +41,7 @@ std::vector<at::ScalarType> dtypes_of(const MicroOptions& o) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     try {
-      out.push_back(parse_dtype(item));
+      out.push_back(analysis::micro::parse_dtype(item));
     } catch (const UsageError&) {
       throw UsageError("--dtypes: '" + item + "' must be fp32, bf16 or fp16");
     }
@@ -117,8 +121,8 @@ int micro_rank(const MicroOptions& o) {
   benchmark::AddCustomContext("zerobench_torch", TORCH_VERSION);
   benchmark::AddCustomContext("zerobench_time", "manual: per iteration, device-synchronised, max over ranks");
 
-  if (suite.comm) register_collective_benchmarks(h, suite);
-  if (suite.compute) register_compute_benchmarks(h, suite);
+  if (suite.comm) analysis::micro::register_collective_benchmarks(h, suite);
+  if (suite.compute) analysis::micro::register_compute_benchmarks(h, suite);
   if (world.rank == 0) {
     benchmark::RunSpecifiedBenchmarks();
   } else {

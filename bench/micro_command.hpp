@@ -1,9 +1,9 @@
-// micro.hpp — `zerobench micro`: the Google Benchmark micro-benchmark suite on W ranks.
+// micro_command.hpp — `zerobench micro`: the Google Benchmark micro-benchmark suite on W ranks.
 // Owns: its flags, the launcher/rank roles, building Google Benchmark's argv (our defaults,
 // then the user's --benchmark_* flags, then rank 0's JSON output), and --calibrate. Only rank 0
 // writes Google Benchmark's own JSON (so tools/compare.py reads it) and prints its console
-// table; the others run the same benchmarks silently. Must not: define benchmarks (families in
-// collectives.cpp / compute.cpp) or fit models (bench/projection/calibration).
+// table; the others run the same benchmarks silently. Must not: define benchmarks (the families:
+// analysis/micro/collectives.cpp, compute.cpp) or fit models (analysis/projection/calibration).
 #pragma once
 #include <CLI/CLI.hpp>
 

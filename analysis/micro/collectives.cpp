@@ -15,10 +15,10 @@
 
 #include <memory>
 
-#include "bench/micro/concurrent_gemm.hpp"
-#include "bench/micro/harness.hpp"
+#include "analysis/micro/concurrent_gemm.hpp"
+#include "analysis/micro/harness.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 namespace {
 using backends::common::CollectiveKind;
@@ -95,4 +95,4 @@ void register_collective_benchmarks(Harness& h, const SuiteOptions& o) {
   }
 }
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

@@ -13,10 +13,10 @@
 // block's (and the root unit's) parameter count, the sizes the engines move.
 #include <benchmark/benchmark.h>
 
-#include "bench/micro/gemm.hpp"
-#include "bench/micro/harness.hpp"
+#include "analysis/micro/gemm.hpp"
+#include "analysis/micro/harness.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 namespace {
 void register_gemm(Harness& h, at::ScalarType dtype, const GemmShape& s) {
@@ -127,4 +127,4 @@ void register_compute_benchmarks(Harness& h, const SuiteOptions& o) {
   }
 }
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

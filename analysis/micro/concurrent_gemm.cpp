@@ -1,10 +1,10 @@
 // concurrent_gemm.cpp — see concurrent_gemm.hpp.
-#include "bench/micro/concurrent_gemm.hpp"
+#include "analysis/micro/concurrent_gemm.hpp"
 
-#include "bench/micro/gemm.hpp"
+#include "analysis/micro/gemm.hpp"
 #include "runtime/errors.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 ConcurrentGemm::ConcurrentGemm(at::Device device, at::ScalarType dtype) {
   if (!device.is_cpu()) throw UsageError("--concurrent-gemm is for CPU collectives (Gloo)");
@@ -23,4 +23,4 @@ ConcurrentGemm::~ConcurrentGemm() {
   if (thread_.joinable()) thread_.join();
 }
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

@@ -11,7 +11,7 @@
 #include <atomic>
 #include <thread>
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 class ConcurrentGemm {
  public:
@@ -27,4 +27,4 @@ class ConcurrentGemm {
   std::thread thread_;
 };
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

@@ -1,12 +1,12 @@
 // gemm.cpp — the GEMM probe (see gemm.hpp).
-#include "bench/micro/gemm.hpp"
+#include "analysis/micro/gemm.hpp"
 
 #include <set>
 #include <tuple>
 
 #include "runtime/device.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 Gemm::Gemm(at::Device device, at::ScalarType dtype, const GemmShape& shape) : shape_(shape) {
   at::NoGradGuard no_grad;
@@ -60,4 +60,4 @@ double measure_tflops(Gemm& gemm, at::Device device, double min_time_s) {
   return gemm.shape().flops() * double(reps) / elapsed / 1e12;
 }
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

@@ -12,7 +12,7 @@
 
 #include "models/model_config.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 struct GemmShape {
   std::string name;  // "square", or "<weight>.<pass>": wq.fwd, w_down.wgrad, lm_head.dgrad
@@ -45,4 +45,4 @@ std::vector<GemmShape> model_gemm_shapes(const models::ModelConfig& cfg, int64_t
 // One warm-up, then repeats until >= min_time_s and >= 3 repeats, device-synchronised: TFLOP/s.
 double measure_tflops(Gemm& gemm, at::Device device, double min_time_s = 0.3);
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

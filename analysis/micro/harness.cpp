@@ -1,11 +1,11 @@
 // harness.cpp — lockstep timing under Google Benchmark (see harness.hpp).
-#include "bench/micro/harness.hpp"
+#include "analysis/micro/harness.hpp"
 
 #include <benchmark/benchmark.h>
 
 #include "runtime/errors.hpp"
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
@@ -64,4 +64,4 @@ std::vector<int64_t> collective_sizes(int64_t min_bytes, int64_t max_bytes) {
   return out;
 }
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

@@ -24,7 +24,7 @@ namespace benchmark {
 class State;
 }
 
-namespace zb::bench::micro {
+namespace zb::analysis::micro {
 
 // What the suite runs (filled from `zerobench micro` flags).
 struct SuiteOptions {
@@ -72,4 +72,4 @@ void register_compute_benchmarks(Harness& h, const SuiteOptions& o);
 // Collective sizes in bytes: min, x4, ..., <= max (nccl-tests -b/-e/-f 4).
 std::vector<int64_t> collective_sizes(int64_t min_bytes, int64_t max_bytes);
 
-}  // namespace zb::bench::micro
+}  // namespace zb::analysis::micro

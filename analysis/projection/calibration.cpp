@@ -1,5 +1,5 @@
 // calibration.cpp — alpha-beta fits, presets and the calibration file (see calibration.hpp).
-#include "bench/projection/calibration.hpp"
+#include "analysis/projection/calibration.hpp"
 
 #include <sys/stat.h>
 
@@ -11,7 +11,7 @@
 
 #include "runtime/errors.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 namespace {
 using json = nlohmann::json;
@@ -375,4 +375,4 @@ std::string Calibration::collective_basis(CollectiveKind kind, const std::string
   return s;
 }
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

@@ -1,7 +1,7 @@
 // calibration.hpp — the communication (and, for GPU presets, compute) cost model the projection
 // uses. Owns: the alpha-beta model of one collective, fitting it to a `zerobench micro` run,
 // the datasheet presets with their sources, and the calibration file. Must not: know any
-// engine's schedule (schedule.hpp) or simulate anything (simulate.hpp).
+// backend's schedule (backends/<x>/<x>_program.cpp) or simulate anything (simulate.hpp).
 //
 // One collective of nccl-tests size S bytes (comm.hpp's convention) on W ranks:
 //     t(S) = alpha + S * f(W) / B_bus
@@ -30,7 +30,7 @@
 
 #include "backends/common/comm.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 using backends::common::CollectiveKind;
 
@@ -96,4 +96,4 @@ class Calibration {
 // Ring steps of one collective: W-1 (all-gather, reduce-scatter), 2(W-1) (all-reduce), 1 (broadcast).
 int ring_steps(CollectiveKind kind, int world);
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

@@ -1,38 +1,22 @@
-// projection.cpp — `zerobench project` (see projection.hpp).
-#include "bench/projection/projection.hpp"
-
-#include <unistd.h>
+// projection.cpp — what `zerobench project` computes (see projection.hpp; the command: bench/project_command).
+#include "analysis/projection/projection.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
-#include <iostream>
 #include <map>
 
-#include "bench/projection/replay.hpp"
+#include "analysis/projection/replay.hpp"
+#include "backends/backend_info.hpp"
 #include "reports/metrics.hpp"
-#include "reports/report.hpp"
+#include "reports/report_builder.hpp"
 #include "runtime/errors.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 namespace {
 using json = nlohmann::json;
 using backends::common::CollectiveKind;
-
-json dist(double v) {
-  return {{"median", v}, {"p10", v}, {"p90", v}, {"min", v}, {"max", v}, {"mean", v}, {"n", 0}};
-}
-
-std::string now_iso8601() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -101,8 +85,9 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   const auto& cfg_j = r["config"];
   const std::string report_backend = cfg_j["backend"].value("name", "");
   const std::string backend = o.backend.empty() ? report_backend : o.backend;
-  if (!projection_supports(backend))
-    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (fsdp, fsdp2, zero3, ddp)");
+  const auto* modelled = modelled_backend(backend);
+  if (!modelled)
+    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
   const std::string precision = cfg_j["backend"].value("precision", "fp32");
   json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
   // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
@@ -153,13 +138,14 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     const auto& units = prof["units"];
     std::vector<double> fwd = units["forward_s"].get<std::vector<double>>();
     std::vector<double> bwd = units["backward_s"].get<std::vector<double>>();
-    if ((backend == "fsdp" || backend == "fsdp2" || backend == "zero3") && int64_t(fwd.size()) != model_m.layers + 1)
+    if (modelled->projection.per_unit_times && int64_t(fwd.size()) != model_m.layers + 1)
       throw UsageError("project: the report has per-unit times for " + std::to_string(fwd.size()) + " units, not " +
-                       std::to_string(model_m.layers + 1) + " (project from an fsdp, fsdp2 or zero3 report: ddp has no unit ranges)");
+                       std::to_string(model_m.layers + 1) + " (project from " + per_unit_report_phrase() + ": " +
+                       no_unit_ranges_phrase() + ")");
     for (auto& v : fwd) v /= double(accum_m);
     for (auto& v : bwd) v /= double(accum_m);
     if (o.layers > 0 && o.layers != model_m.layers) {
-      if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (an fsdp, fsdp2 or zero3 report)");
+      if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (" + per_unit_report_phrase() + ")");
       const double bf = median(std::vector<double>(fwd.begin() + 1, fwd.end()));
       const double bb = median(std::vector<double>(bwd.begin() + 1, bwd.end()));
       fwd.resize(1);
@@ -180,7 +166,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     costs.root_backward_post_s = units.value("root_backward_post_s", 0.0) / double(accum_m);
     // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
     // when both measurements exist): the suite's own measurement — the square GEMM the report's
-    // rank probed at its start (env.measured_gemm_tflops, bench/micro/gemm.hpp) against the same
+    // rank probed at its start (env.measured_gemm_tflops, analysis/micro/gemm.hpp) against the same
     // GEMM measured by the calibration run with all its W ranks at once (gemm/<dtype>/square, max
     // over ranks). It sees what a core count cannot: virtual CPUs that share a physical core or
     // memory bandwidth (on the validation VM two ranks on two vCPUs ran 1.0-2.4x slower each,
@@ -359,132 +345,27 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   env["pg_backend"] = cal.pg_backend;
   env["launcher"] = "projected";
 
-  return {{"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
-          {"run_id", "projected-" + backend + "-" + precision + "-" + model.preset + "-w" + std::to_string(o.world) +
-                         (o.nodes > 1 ? "x" + std::to_string(o.nodes) + "n" : "")},
-          {"created", now_iso8601()},
-          {"status", {{"state", "ok"}, {"error", ""}}},
-          {"env", env},
-          {"config", config},
-          {"summary",
-           {{"tokens_per_gpu_per_s", dist(tps)},
-            {"step_time_s", dist(tl.step_s)},
-            {"tokens_per_rank_per_step", tokens},
-            {"measured_steps", 0},
-            {"flops_per_token", {{"six_n", flops.six_n}, {"palm", flops.palm}, {"palm_recompute", flops.palm_recompute}}},
-            {"mfu", reports::flops_utilisation(flops.palm, tps, peak)},
-            {"mfu_6n", reports::flops_utilisation(flops.six_n, tps, peak)},
-            {"hfu", reports::flops_utilisation(flops.palm_recompute, tps, peak)},
-            {"mfu_vs_measured_gemm", 0.0},
-            {"throughput_note", "projected by `zerobench project`, not measured: see projection"}}},
-          {"ranks", json::array()},
-          {"steps", json::array()},
-          {"profile", nullptr},
-          {"projection", projection}};
+  reports::ThroughputInputs throughput;
+  throughput.tokens_per_gpu_per_s = reports::point_distribution(tps);
+  throughput.step_time_s = reports::point_distribution(tl.step_s);
+  throughput.tokens_per_rank_per_step = tokens;
+  throughput.measured_steps = 0;
+  throughput.flops_six_n = flops.six_n;
+  throughput.flops_palm = flops.palm;
+  throughput.flops_palm_recompute = flops.palm_recompute;
+  throughput.tokens_per_gpu_per_s_at = tps;
+  throughput.peak_tflops = peak;
+  throughput.measured_gemm_tflops = 0;  // env.measured_gemm_tflops: nothing measured
+  throughput.throughput_note = "projected by `zerobench project`, not measured: see projection";
+  reports::ReportParts parts;
+  parts.run_id = "projected-" + backend + "-" + precision + "-" + model.preset + "-w" + std::to_string(o.world) +
+                 (o.nodes > 1 ? "x" + std::to_string(o.nodes) + "n" : "");
+  parts.status = {{"state", "ok"}, {"error", ""}};
+  parts.env = env;
+  parts.config = config;
+  parts.summary = reports::summary_json(throughput);
+  parts.sections["projection"] = projection;
+  return reports::build_report(parts);
 }
 
-void add_project_options(CLI::App& app, ProjectOptions& o) {
-  app.add_option("report", o.report, "a measured report (run with --profile for per-unit times)")->required();
-  app.add_option("--calibration", o.calibration,
-                 "a `zerobench micro` JSON, a calibration JSON (micro --calibrate), or a preset: a100-nvlink, h100-sxm "
-                 "(required unless --replay)");
-  app.add_option("--nproc", o.world, "ranks to project to, all nodes (required unless --replay)")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--replay", o.replay,
-                 "instead of projecting: replay the report's own `run --trace` FILE (its measured per-op durations) "
-                 "through the schedule at the run's W and print replayed vs measured step time per rank and step");
-  app.add_option("--nodes", o.nodes, "nodes the ranks are spread over (presets: inter-node links)")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  app.add_option("--out", o.out, "projected report (default out/projected-<backend>-w<W>.json)");
-  app.add_option("--backend", o.backend, "schedule another engine with the same compute (default: the report's)");
-  app.add_option("--compute", o.compute, "auto|measured|flops: per-unit compute from the report, or from FLOPs at a "
-                                         "preset's rates (auto: flops for a preset)")
-      ->check(CLI::IsMember({"auto", "measured", "flops"}))
-      ->capture_default_str();
-  app.add_option("--layers", o.layers, "project a model with this many blocks (the median block replicated)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch", o.micro_batch, "flops mode: samples per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--seq-len", o.seq_len, "flops mode: tokens per sample")->check(CLI::PositiveNumber);
-  app.add_option("--grad-accum", o.grad_accum, "flops mode: micro-batches per step")->check(CLI::PositiveNumber);
-  app.add_flag("--activation-checkpointing", o.activation_checkpointing, "flops mode: recompute each block in backward");
-  app.add_option("--peak-tflops", o.peak_tflops, "peak for MFU (default: preset, measured GEMM, or the report's)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--timeline", o.timeline, "include every simulated compute/comm span in projection.timeline");
-  app.add_option("--cpu-contention", o.cpu_contention,
-                 "CPU: compute slowdown of W ranks at once: gemm (the report's GEMM probe vs the calibration's "
-                 "square GEMM with W ranks at once), cores (W x threads / cores), or auto (gemm where both were "
-                 "measured, else cores)")
-      ->check(CLI::IsMember({"auto", "cores", "gemm"}))
-      ->capture_default_str();
-}
-
-namespace {
-// `project REPORT --replay TRACE`: the schedule checked against the run's own durations.
-json read_json(const std::string& path, const std::string& what) {
-  std::ifstream f(path);
-  if (!f) throw UsageError("project: " + what + " " + path + ": cannot open");
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    throw UsageError("project: " + what + " " + path + ": not JSON (" + e.what() + ")");
-  }
-}
-
-// The report may be trimmed to what the replay reads (run_id, env, config: tests/data/replay/).
-int replay_command(const ProjectOptions& o) {
-  const auto report = read_json(o.report, "report");
-  if (!report.is_object() || !report.contains("config") || !report.contains("env"))
-    throw UsageError("project: report " + o.report + " has no config/env (a `zerobench run` report)");
-  const auto trace = read_json(o.replay, "--replay");
-  json out;
-  try {
-    out = replay(report, trace);
-  } catch (const json::exception& e) {
-    throw UsageError("project: --replay: the report or trace lacks a field the replay reads (" + std::string(e.what()) + ")");
-  }
-  std::printf("| backend | W | rank | step | measured s | replayed s | error | replayed comm s | exposed comm s |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const auto& s : out["steps"])
-    std::printf("| %s | %d | %d | %lld | %.4f | %.4f | %+.1f%% | %.4f | %.4f |\n", out["backend"].get<std::string>().c_str(),
-                out["world_size"].get<int>(), s["rank"].get<int>(), (long long)s["step"].get<int64_t>(),
-                s["measured_s"].get<double>(), s["replayed_s"].get<double>(), 100 * s["error"].get<double>(),
-                s["replayed_comm_s"].get<double>(), s["replayed_exposed_comm_s"].get<double>());
-  std::printf("median error %+.2f%%, largest |error| %.2f%%\n", 100 * out["median_error"].get<double>(),
-              100 * out["max_abs_error"].get<double>());
-  if (!o.out.empty()) {
-    reports::write_json_atomic(o.out, out);
-    std::printf("replay: %s\n", o.out.c_str());
-  }
-  return kExitOk;
-}
-}  // namespace
-
-int project_command(const ProjectOptions& o) {
-  if (!o.replay.empty()) return replay_command(o);
-  if (o.calibration.empty()) throw UsageError("project: --calibration is required (or --replay TRACE)");
-  if (o.world < 1) throw UsageError("project: --nproc is required (or --replay TRACE)");
-  const auto report = reports::read_report(o.report);
-  const auto cal = Calibration::load(o.calibration);
-  const auto out = project(report, cal, o);
-  const auto problems = reports::validate_report(out);
-  if (!problems.empty()) throw RunError("internal: projected report does not match its schema: " + problems.front());
-  const std::string path = o.out.empty() ? "out/projected-" + out["projection"]["backend"].get<std::string>() + "-w" +
-                                               std::to_string(o.world) + ".json"
-                                         : o.out;
-  reports::write_json_atomic(path, out);
-  const auto& p = out["projection"];
-  std::printf("| backend | W | nodes | step s | tokens/GPU/s | MFU | mfu_6n | exposed comm s | comm s | source step s (W=%d) |\n",
-              p["source_report"]["world_size"].get<int>());
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %s | %d | %d | %.4f | %.1f | %.3f | %.3f | %.4f | %.4f | %.4f |\n",
-              p["backend"].get<std::string>().c_str(), o.world, o.nodes, p["step_time_s"].get<double>(),
-              p["tokens_per_gpu_per_s"].get<double>(), p["mfu"].get<double>(), p["mfu_6n"].get<double>(),
-              p["exposed_comm_s"].get<double>(), p["comm_s"].get<double>(),
-              p["source_report"]["step_time_s"].get<double>());
-  for (const auto& n : p["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
-  std::printf("projection: %s\n", path.c_str());
-  return kExitOk;
-}
-
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

@@ -1,18 +1,18 @@
-// projection.hpp — `zerobench project`: a measured report + a calibration -> the same workload
-// predicted on W ranks x N nodes, as a report (same schema) with a `projection` section.
-// Owns: where each compute time comes from (measured per-unit times, or FLOPs at a preset's
-// rates), the report it writes, and its flags. Must not: model schedules (schedule.hpp) or
+// projection.hpp — what `zerobench project` computes: a measured report + a calibration -> the
+// same workload predicted on W ranks x N nodes, as a report (same schema) with a `projection`
+// section. Owns: where each compute time comes from (measured per-unit times, or FLOPs at a
+// preset's rates), the report it writes, and its options (the flags that fill them and the
+// printing: bench/project_command). Must not: model schedules (schedule.hpp) or
 // collectives (calibration.hpp). Equations: docs/projection.md.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>
 
-#include "bench/projection/calibration.hpp"
-#include "bench/projection/schedule.hpp"
+#include "analysis/projection/calibration.hpp"
+#include "analysis/projection/schedule.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 struct ProjectOptions {
   std::string report;        // the measured report (with --profile: profile.units)
@@ -30,9 +30,6 @@ struct ProjectOptions {
   std::string replay;        // a `run --trace` file of the report's run: replay it (replay.hpp) instead
 };
 
-void add_project_options(CLI::App& app, ProjectOptions& o);
-int project_command(const ProjectOptions& o);
-
 // The projection itself (tests call it directly): a report JSON in, a report JSON out.
 nlohmann::json project(const nlohmann::json& report, const Calibration& cal, const ProjectOptions& o);
 
@@ -47,4 +44,4 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
 // adds, SiLU and the gate product), activations `act_bytes` wide. Tally in projection.cpp.
 double elementwise_bytes_per_token(const models::ModelConfig& cfg, int act_bytes);
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

@@ -1,5 +1,5 @@
 // replay.cpp — a measured run's trace replayed through its schedule (see replay.hpp).
-#include "bench/projection/replay.hpp"
+#include "analysis/projection/replay.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "profiler/chrome_trace.hpp"
 #include "runtime/errors.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 namespace {
 using json = nlohmann::json;
@@ -358,4 +358,4 @@ json replay(const json& report, const json& trace) {
           {"max_abs_error", worst}};
 }
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

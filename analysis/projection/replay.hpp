@@ -8,16 +8,16 @@
 // profiler/analysis's unit_times, each collective's time on its comm lane), matching the
 // program's collectives to the traced ones, and `zerobench project --replay`'s output.
 // Must not: cost anything from a calibration (durations come only from the trace) or model an
-// engine (schedule.cpp does).
+// engine (each backend's program does, backends/<x>/<x>_program.cpp).
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
 
-#include "bench/projection/schedule.hpp"
+#include "analysis/projection/schedule.hpp"
 
-namespace zb::bench::projection {
+namespace zb::analysis::projection {
 
 struct TracedCollective {
   CollectiveKind kind = CollectiveKind::kAllGather;
@@ -80,4 +80,4 @@ ReplayedStep replay_program(Program program, const TracedStep& step);
 // {"steps": [...], "max_abs_error", "median_error", ...}.
 nlohmann::json replay(const nlohmann::json& report, const nlohmann::json& trace);
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

@@ -1,98 +1,16 @@
 // simulate.cpp — the two-lane replay (see simulate.hpp).
-#include "bench/projection/simulate.hpp"
+#include "analysis/projection/simulate.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
 
-namespace zb::bench::projection {
+#include "profiler/intervals.hpp"
 
-int Program::compute(const std::string& name, double seconds) {
-  Action a;
-  a.kind = Action::kCompute;
-  a.name = name;
-  a.duration_s = std::max(0.0, seconds);
-  actions_.push_back(a);
-  return int(actions_.size()) - 1;
-}
-
-int Program::issue(backends::common::CollectiveKind kind, const std::string& label, int64_t bytes, double seconds,
-                   bool after_compute) {
-  Action a;
-  a.kind = Action::kIssue;
-  a.name = std::string(backends::common::collective_name(kind)) + " " + label;
-  a.duration_s = std::max(0.0, seconds);
-  a.coll = kind;
-  a.bytes = bytes;
-  a.after_compute = after_compute;
-  a.target = collectives_;
-  actions_.push_back(a);
-  return collectives_++;
-}
-
-void Program::wait(int c) {
-  Action a;
-  a.kind = Action::kWait;
-  a.target = c;
-  actions_.push_back(a);
-}
-
-void Program::host_wait(int c) {
-  Action a;
-  a.kind = Action::kHostWait;
-  a.target = c;
-  actions_.push_back(a);
-}
-
-void Program::host_sync(int compute_action) {
-  Action a;
-  a.kind = Action::kHostSync;
-  a.target = compute_action;
-  actions_.push_back(a);
-}
-
-void Program::set_duration(int action, double seconds) {
-  auto& a = actions_.at(size_t(action));
-  if (a.kind != Action::kCompute && a.kind != Action::kIssue)
-    throw std::logic_error("projection: only compute and issue actions have a duration");
-  a.duration_s = std::max(0.0, seconds);
-}
-
-void Program::set_issue_host_s(int action, double seconds) {
-  auto& a = actions_.at(size_t(action));
-  if (a.kind != Action::kIssue) throw std::logic_error("projection: only an issue action has a call time");
-  a.host_s = std::max(0.0, seconds);
-}
+namespace zb::analysis::projection {
 
 namespace {
 using Iv = std::pair<double, double>;
-std::vector<Iv> merged(std::vector<Iv> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<Iv> out;
-  for (const auto& i : v) {
-    if (i.second <= i.first) continue;
-    if (!out.empty() && i.first <= out.back().second)
-      out.back().second = std::max(out.back().second, i.second);
-    else
-      out.push_back(i);
-  }
-  return out;
-}
-double length(const std::vector<Iv>& v) {
-  double s = 0;
-  for (const auto& i : v) s += i.second - i.first;
-  return s;
-}
-double overlap(const std::vector<Iv>& a, const std::vector<Iv>& b) {
-  double s = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) s += hi - lo;
-    if (a[i].second < b[j].second) ++i; else ++j;
-  }
-  return s;
-}
 }  // namespace
 
 Timeline simulate(const Program& p, ExecModel model) {
@@ -154,12 +72,12 @@ Timeline simulate(const Program& p, ExecModel model) {
     }
   }
   t.step_s = std::max({host, stream, comm_free});
-  const auto cu = merged(compute_iv), co = merged(comm_iv);
-  t.compute_s = length(cu);
-  t.comm_s = length(co);
-  t.comm_overlapped_s = overlap(co, cu);
+  const auto cu = profiler::union_of(std::move(compute_iv)), co = profiler::union_of(std::move(comm_iv));
+  t.compute_s = profiler::covered_length(cu);
+  t.comm_s = profiler::covered_length(co);
+  t.comm_overlapped_s = profiler::intersection_length(co, cu);
   t.exposed_comm_s = t.comm_s - t.comm_overlapped_s;
   return t;
 }
 
-}  // namespace zb::bench::projection
+}  // namespace zb::analysis::projection

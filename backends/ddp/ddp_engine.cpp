@@ -3,6 +3,7 @@
 // gradients divided by W then all-reduced in buckets of bucket_cap_mb (default 25 MiB).
 #include "backends/backend_info.hpp"
 #include "backends/ddp/ddp_engine.hpp"
+#include "backends/ddp/ddp_program.hpp"
 
 #include <torch/csrc/autograd/variable.h>
 
@@ -187,6 +188,8 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

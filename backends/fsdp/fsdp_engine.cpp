@@ -3,6 +3,8 @@
 // _runtime_utils.py unless said otherwise); docs/backends/fsdp.md has the table.
 #include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
+#include "backends/fsdp/fsdp_padding.hpp"
+#include "backends/fsdp/fsdp_program.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -85,8 +87,8 @@ std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool
     Layout l;
     for (const auto& p : unit) l.numel += p.numel();
     // _flat_param.py: pad to a multiple of the shard world size only when sharding.
-    l.padded = sharded ? (l.numel + shard_size - 1) / shard_size * shard_size : l.numel;
-    l.shard_numel = l.padded / (sharded ? shard_size : 1);
+    l.padded = padded_flat_numel(l.numel, shard_size, sharded);  // fsdp_padding.hpp
+    l.shard_numel = flat_shard_numel(l.numel, shard_size, sharded);
     l.offset = offset;
     offset += l.shard_numel;
     out.push_back(l);
@@ -674,6 +676,8 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

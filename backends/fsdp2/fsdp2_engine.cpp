@@ -15,6 +15,7 @@
 // fsdp2_collectives.cpp).
 #include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
+#include "backends/fsdp2/fsdp2_program.hpp"
 
 #include <functional>
 #include <optional>
@@ -399,6 +400,8 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
   info.expected_bytes = closed_form_bytes;
   info.precision_plan = precision_plan;
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

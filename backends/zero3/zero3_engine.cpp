@@ -3,6 +3,8 @@
 // the table.
 #include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_engine.hpp"
+#include "backends/zero3/zero3_padding.hpp"
+#include "backends/zero3/zero3_program.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -64,7 +66,7 @@ std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world
   int64_t offset = 0, in_group = 0, total_part = 0;
   const auto units = models::unit_param_specs(cfg);
   for (int u = 0; u < int(units.size()); ++u)
-    for (int i = 0; i < int(units[size_t(u)].size()); ++i) total_part += (units[size_t(u)][size_t(i)].numel() + world - 1) / world;
+    for (int i = 0; i < int(units[size_t(u)].size()); ++i) total_part += partition_numel(units[size_t(u)][size_t(i)].numel(), world);
   int group = 0;
   for (int u = 0; u < int(units.size()); ++u) {
     for (int i = 0; i < int(units[size_t(u)].size()); ++i) {
@@ -74,8 +76,8 @@ std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world
       p.index = i;
       p.shape = spec.shape;
       p.numel = spec.numel();
-      p.padded = (p.numel + world - 1) / world * world;
-      p.part_numel = p.padded / world;
+      p.part_numel = partition_numel(p.numel, world);  // zero3_padding.hpp
+      p.padded = p.part_numel * world;
       p.part_offset = offset;
       p.persistent = p.numel <= o.stage3_param_persistence_threshold;
       offset += p.part_numel;
@@ -840,6 +842,8 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 
