@@ -10,7 +10,8 @@ namespace zb::reports {
 using json = nlohmann::json;
 
 json distribution_json(const Distribution& d) {
-  return {{"median", d.median}, {"p10", d.p10}, {"p90", d.p90}, {"min", d.min}, {"max", d.max}, {"mean", d.mean}, {"n", d.n}};
+  return {{"median", d.median}, {"p10", d.p10},   {"p90", d.p90}, {"min", d.min},
+          {"max", d.max},       {"mean", d.mean}, {"n", d.n}};
 }
 
 Distribution point_distribution(double v) { return {v, v, v, v, v, v, 0}; }
@@ -21,7 +22,8 @@ json summary_json(const ThroughputInputs& t) {
           {"step_time_s", distribution_json(t.step_time_s)},
           {"tokens_per_rank_per_step", t.tokens_per_rank_per_step},
           {"measured_steps", t.measured_steps},
-          {"flops_per_token", {{"six_n", t.flops_six_n}, {"palm", t.flops_palm}, {"palm_recompute", t.flops_palm_recompute}}},
+          {"flops_per_token",
+           {{"six_n", t.flops_six_n}, {"palm", t.flops_palm}, {"palm_recompute", t.flops_palm_recompute}}},
           {"mfu", flops_utilisation(t.flops_palm, tps, t.peak_tflops)},
           {"mfu_6n", flops_utilisation(t.flops_six_n, tps, t.peak_tflops)},
           {"hfu", flops_utilisation(t.flops_palm_recompute, tps, t.peak_tflops)},

@@ -28,7 +28,7 @@ struct ThroughputInputs {
   double flops_six_n = 0, flops_palm = 0, flops_palm_recompute = 0;  // per token (models::FlopsPerToken)
   double tokens_per_gpu_per_s_at = 0;  // the rate the utilisations are computed at (the median step's)
   double peak_tflops = 0;
-  double measured_gemm_tflops = 0;     // 0: mfu_vs_measured_gemm is 0
+  double measured_gemm_tflops = 0;  // 0: mfu_vs_measured_gemm is 0
   std::string throughput_note;
 };
 // The summary keys every report has; a caller adds its own (final_loss, entropy_floor_nats).

@@ -53,7 +53,8 @@ TEST(ProjectionHooks, ARegisteredBackendsOwnProgramAndShardRuleAreWhatTheProject
   h.program = [](const backends::common::ProgramInput& in, const backends::common::CollectiveCost& cost) {
     backends::common::Program p;
     p.compute("toy step", 0.5);
-    p.wait(p.issue(CollectiveKind::kAllReduce, "grads", 1 << 20, cost(CollectiveKind::kAllReduce, "fp32", 1 << 20, in.world, in.nodes), true));
+    p.wait(p.issue(CollectiveKind::kAllReduce, "grads", 1 << 20,
+                   cost(CollectiveKind::kAllReduce, "fp32", 1 << 20, in.world, in.nodes), true));
     return p;
   };
   h.shard_elements = [](const models::ModelConfig&, const nlohmann::json&, int world) { return int64_t(1000 / world); };
@@ -103,7 +104,8 @@ TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
     if (!b.projection.shard_elements || !b.expected_bytes || b.name.rfind("toy_", 0) == 0) continue;
     for (int w : {1, 2, 3}) {
       const int64_t closed = b.expected_bytes(spec, backends::Topology(w), 0).grads;
-      EXPECT_EQ(b.projection.shard_elements(spec.model, nlohmann::json::object(), w) * 4, closed) << b.name << " W=" << w;
+      EXPECT_EQ(b.projection.shard_elements(spec.model, nlohmann::json::object(), w) * 4, closed)
+          << b.name << " W=" << w;
     }
     ++checked;
   }

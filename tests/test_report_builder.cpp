@@ -80,7 +80,7 @@ TEST(ReportBuilder, SummaryUtilisationsFollowTheMetricsFormulas) {
   EXPECT_DOUBLE_EQ(s["mfu_6n"].get<double>(), reports::flops_utilisation(6e6, 512.0, 1.0));
   EXPECT_DOUBLE_EQ(s["hfu"].get<double>(), reports::flops_utilisation(9e6, 512.0, 1.0));
   EXPECT_EQ(s["mfu_vs_measured_gemm"].get<double>(), 0.0);  // no measured GEMM
-  EXPECT_EQ(s["step_time_s"]["n"], 0);                        // a point: nothing measured
+  EXPECT_EQ(s["step_time_s"]["n"], 0);                      // a point: nothing measured
   EXPECT_EQ(s["tokens_per_rank_per_step"], 1024);
   t.measured_gemm_tflops = 0.5;
   EXPECT_DOUBLE_EQ(reports::summary_json(t)["mfu_vs_measured_gemm"].get<double>(),

@@ -51,9 +51,12 @@ std::string no_unit_ranges_phrase() {
 Program build_program(const ScheduleInput& in, const Calibration& cal) {
   const auto* b = modelled_backend(in.backend);
   if (!b)
-    throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
-  return b->projection.program(in, [&cal](backends::common::CollectiveKind kind, const std::string& dtype, int64_t bytes,
-                                          int world, int nodes) { return cal.collective_s(kind, dtype, bytes, world, nodes); });
+    throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() +
+                     ")");
+  return b->projection.program(
+      in, [&cal](backends::common::CollectiveKind kind, const std::string& dtype, int64_t bytes, int world, int nodes) {
+        return cal.collective_s(kind, dtype, bytes, world, nodes);
+      });
 }
 
 int64_t shard_elements(const std::string& backend, const models::ModelConfig& model, const nlohmann::json& options,

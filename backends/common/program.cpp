@@ -15,8 +15,7 @@ int Program::compute(const std::string& name, double seconds) {
   return int(actions_.size()) - 1;
 }
 
-int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds,
-                   bool after_compute) {
+int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute) {
   Action a;
   a.kind = Action::kIssue;
   a.name = std::string(collective_name(kind)) + " " + label;

@@ -28,12 +28,12 @@ enum class ExecModel { kHostIsDevice, kAsyncDevice };
 
 struct Action {
   enum Kind { kCompute, kIssue, kWait, kHostWait, kHostSync } kind = kCompute;
-  std::string name;        // "F3", "B3", "optimizer", or the collective's label ("all_gather unit3")
-  double duration_s = 0;   // compute, or the issued collective's time
-  int target = -1;         // wait/host_wait: collective id; host_sync: compute action index
+  std::string name;            // "F3", "B3", "optimizer", or the collective's label ("all_gather unit3")
+  double duration_s = 0;       // compute, or the issued collective's time
+  int target = -1;             // wait/host_wait: collective id; host_sync: compute action index
   bool after_compute = false;  // issue: waits for the compute stream first (kAsyncDevice)
   CollectiveKind coll = CollectiveKind::kAllGather;
-  int64_t bytes = 0;       // issue: nccl-tests size
+  int64_t bytes = 0;  // issue: nccl-tests size
   // issue: how long the call itself keeps the host before the collective is queued (Gloo's
   // reduce-scatter clones its input on the calling thread); 0 unless the replay measured it.
   double host_s = 0;
@@ -44,8 +44,8 @@ class Program {
   int compute(const std::string& name, double seconds);  // returns the action index
   // Returns the collective's id (for wait).
   int issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute);
-  void wait(int collective);       // compute waits for it (CPU: the host blocks)
-  void host_wait(int collective);  // the host blocks until it is done
+  void wait(int collective);           // compute waits for it (CPU: the host blocks)
+  void host_wait(int collective);      // the host blocks until it is done
   void host_sync(int compute_action);  // the host blocks until that compute has run
   // Replaces a compute or issue action's duration (the replay puts a trace's own times in).
   void set_duration(int action, double seconds);

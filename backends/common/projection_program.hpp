@@ -34,7 +34,7 @@ struct UnitCosts {
 };
 
 struct ProgramInput {
-  std::string backend;               // a registered backend's name
+  std::string backend;  // a registered backend's name
   std::string precision;
   nlohmann::json options = nlohmann::json::object();  // the report's config.backend.options (resolved)
   models::ModelConfig model;

@@ -14,14 +14,14 @@ using json = nlohmann::json;
 using common::CollectiveCost;
 using common::CollectiveKind;
 using common::Program;
+using common::program_dtype_option;
 using common::ProgramDtype;
 using common::ProgramInput;
-using common::program_dtype_option;
 
 // ---------------------------------------------------------------- DDP (ddp_engine.cpp)
 Program ddp_program(const ProgramInput& in, const CollectiveCost& cost) {
-  const ProgramDtype storage = program_dtype_option(in.options, "storage_dtype",
-                                                    in.precision == "low" ? ProgramDtype{"bf16", 2} : ProgramDtype{"fp32", 4});
+  const ProgramDtype storage = program_dtype_option(
+      in.options, "storage_dtype", in.precision == "low" ? ProgramDtype{"bf16", 2} : ProgramDtype{"fp32", 4});
   const double cap_mb = in.options.value("bucket_cap_mb", 25.0);
   const int64_t n = models::count_params(in.model).total;
   const int64_t bucket = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024) / storage.bytes);

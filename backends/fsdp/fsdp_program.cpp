@@ -19,10 +19,10 @@ using common::CollectiveCost;
 using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
-using common::ProgramDtype;
-using common::ProgramInput;
 using common::program_compute_dtype;
 using common::program_dtype_option;
+using common::ProgramDtype;
+using common::ProgramInput;
 using common::unit_share;
 
 // ---------------------------------------------------------------- FSDP-mode (fsdp_engine.cpp)
@@ -30,7 +30,8 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   const auto& o = in.options;
   const std::string strategy = o.value("sharding_strategy", "FULL_SHARD");
   if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2")
-    throw UsageError("projection: fsdp sharding_strategy " + strategy + " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
+    throw UsageError("projection: fsdp sharding_strategy " + strategy +
+                     " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
   const bool sharded = strategy != "NO_SHARD";
   const bool reshard_after_forward = strategy == "FULL_SHARD";
   const std::string prefetch = o.value("backward_prefetch", "BACKWARD_PRE");

@@ -19,10 +19,10 @@ using common::CollectiveCost;
 using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
-using common::ProgramDtype;
-using common::ProgramInput;
 using common::program_compute_dtype;
 using common::program_dtype_option;
+using common::ProgramDtype;
+using common::ProgramInput;
 using common::unit_share;
 
 // ---------------------------------------------------------------- FSDP2-mode (fsdp2_engine.cpp)
@@ -37,7 +37,8 @@ using common::unit_share;
 Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
   const auto& o = in.options;
   auto refuse = [](const std::string& what) {
-    throw UsageError("projection: fsdp2 " + what + " is not modelled (the default grouping, reshard_after_forward "
+    throw UsageError("projection: fsdp2 " + what +
+                     " is not modelled (the default grouping, reshard_after_forward "
                      "true/false, implicit prefetch, no HSDP are)");
   };
   if (o.value("grouping", std::string("root")) != "root") refuse("grouping " + o.value("grouping", std::string()));
@@ -65,7 +66,8 @@ Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
   std::vector<int64_t> padded;
   for (size_t u = 0; u < specs.size(); ++u) {
     int64_t n = 0;
-    for (size_t i = 0; i < specs[u].size(); ++i) n += layout_param(specs[u][i], int(u), int(i), W, 0).padded_shard_numel();
+    for (size_t i = 0; i < specs[u].size(); ++i)
+      n += layout_param(specs[u][i], int(u), int(i), W, 0).padded_shard_numel();
     padded.push_back(n * W);
   }
   Program p;
@@ -109,8 +111,7 @@ Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
       }
       const int64_t bytes = padded[size_t(g)] * reduce.bytes;
       reductions.push_back(p.issue(CollectiveKind::kReduceScatter, "unit" + std::to_string(g), bytes,
-                                   cost(CollectiveKind::kReduceScatter, reduce.name, bytes, W, in.nodes),
-                                   true));
+                                   cost(CollectiveKind::kReduceScatter, reduce.name, bytes, W, in.nodes), true));
     };
     if (L >= 1) unshard(L);
     p.compute("B0", in.costs.root_backward().first);
@@ -122,8 +123,8 @@ Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
       post_backward(g);
     }
     p.compute("B0", in.costs.root_backward().second);  // the embedding's gradient
-    post_backward(0);  // the root at the final callback (its input needs no gradient)
-    for (int r : reductions) p.wait(r);  // finalize_backward
+    post_backward(0);                                  // the root at the final callback (its input needs no gradient)
+    for (int r : reductions) p.wait(r);                // finalize_backward
   }
   // clip_grad_norm_ over DTensor gradients: one all-reduce of every parameter's squared local
   // norm (the stacked _NormPartial vector redistributed) on the shard mesh, in the sharded

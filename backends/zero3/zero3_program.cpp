@@ -18,10 +18,10 @@ using common::CollectiveCost;
 using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
-using common::ProgramDtype;
-using common::ProgramInput;
 using common::program_compute_dtype;
 using common::program_dtype_option;
+using common::ProgramDtype;
+using common::ProgramInput;
 using common::unit_share;
 
 // ---------------------------------------------------------------- ZeRO3-mode (zero3_engine.cpp)
@@ -79,7 +79,9 @@ class Zero3Builder {
   };
 
   int units() const { return int(first_.size()); }
-  int unit_size(int u) const { return (u + 1 < units() ? first_[size_t(u + 1)] : int(params_.size())) - first_[size_t(u)]; }
+  int unit_size(int u) const {
+    return (u + 1 < units() ? first_[size_t(u + 1)] : int(params_.size())) - first_[size_t(u)];
+  }
 
   // The fetch sequence of one micro-batch (what the engine's trace_ records): forward per
   // module in execution order, then the backward pre-hooks, then the embedding's post-backward.
@@ -163,7 +165,8 @@ class Zero3Builder {
     size_t pos = std::max(prefetch_pos_, from);
     for (; pos < trace_.size() && prefetching < prefetch_bucket_; ++pos) {
       const int next = trace_[pos];
-      if (params_[size_t(next)].available || std::find(to_prefetch.begin(), to_prefetch.end(), next) != to_prefetch.end())
+      if (params_[size_t(next)].available ||
+          std::find(to_prefetch.begin(), to_prefetch.end(), next) != to_prefetch.end())
         continue;
       const int64_t n = params_[size_t(next)].numel;
       if (live + prefetching + n > max_live_) break;
