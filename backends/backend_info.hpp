@@ -13,6 +13,7 @@
 
 #include "backends/config_hooks.hpp"
 #include "backends/crossval_reference.hpp"
+#include "backends/common/projection_program.hpp"
 #include "backends/engine.hpp"
 #include "models/model_config.hpp"
 
@@ -91,6 +92,11 @@ struct BackendInfo {
   CheckpointLayout checkpoint = default_checkpoint_layout();
   std::vector<StudyMode> precision_study_modes;  // in the order the study runs them
   bool lifecycle_study_default = false;  // the backend `study lifecycle` runs unless --backend names one
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  // The program of one optimizer step the projection simulates, the elements one rank's
+  // optimizer steps over, and whether the engine records per-unit times. `projection.program`
+  // empty: `project` does not model the backend and says so.
+  common::ProjectionHooks projection;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

@@ -1,7 +1,7 @@
-// peak.cpp — peak FLOP/s resolution (see peak.hpp); the GEMM itself is bench/micro/gemm.
+// peak.cpp — peak FLOP/s resolution (see peak.hpp); the GEMM itself is analysis/micro/gemm.
 #include "bench/peak.hpp"
 
-#include "bench/micro/gemm.hpp"
+#include "analysis/micro/gemm.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gpu_skus.hpp"
 #include "runtime/memory.hpp"
@@ -11,8 +11,8 @@ namespace zb::bench {
 double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
   double tflops = 0;
   {
-    micro::Gemm gemm(device, dtype, {"square", n, n, n});
-    tflops = micro::measure_tflops(gemm, device);
+    analysis::micro::Gemm gemm(device, dtype, {"square", n, n, n});
+    tflops = analysis::micro::measure_tflops(gemm, device);
   }
   // The operands (3 x 8192^2 on a GPU, 384 MiB in bf16) and cuBLAS's workspace go back to the
   // driver: the run's reserved bytes and their peak are the training's, not the probe's.
@@ -28,7 +28,7 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
     return p;
   }
   const std::string name = runtime::device_name(device);
-  const int64_t n = micro::peak_probe_shape(device, compute_dtype).n;
+  const int64_t n = analysis::micro::peak_probe_shape(device, compute_dtype).n;
   // Always probe a large GEMM in the compute dtype: on a GPU, MFU against the datasheet and
   // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's matmuls
   // run on TF32 tensor cores only when cuBLAS may use TF32

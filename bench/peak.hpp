@@ -1,6 +1,6 @@
 // peak.hpp — the peak FLOP/s that MFU divides by. Owns: choosing it (flag > datasheet for a
 // known GPU > a GEMM measured here, in the run's compute dtype) and saying which it used. The
-// GEMM is the micro-benchmark suite's probe (bench/micro/gemm.hpp): the same kernel and shape
+// GEMM is the micro-benchmark suite's probe (analysis/micro/gemm.hpp): the same kernel and shape
 // as the suite's `gemm/<dtype>/square` entry, so `zerobench micro` reproduces a run's peak.
 #pragma once
 #include <ATen/ATen.h>

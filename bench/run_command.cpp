@@ -29,6 +29,7 @@
 #include "profiler/chrome_trace.hpp"
 #include "reports/metrics.hpp"
 #include "reports/report.hpp"
+#include "reports/report_builder.hpp"
 #include "reports/table.hpp"
 #include "runtime/device.hpp"
 #include "runtime/dist_env.hpp"
@@ -61,22 +62,11 @@ std::string hostname() {
   return buf;
 }
 
-std::string now_iso8601() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 std::string make_run_id(const RunOptions& o, int world) {
   std::ostringstream s;
   s << o.backend << "-" << o.precision << "-" << o.model << "-w" << world << (o.emulate_world_size ? "emu" : "") << "-"
     << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return s.str();
-}
-
-json distribution_json(const reports::Distribution& d) {
-  return {{"median", d.median}, {"p10", d.p10}, {"p90", d.p90}, {"min", d.min}, {"max", d.max}, {"mean", d.mean}, {"n", d.n}};
 }
 
 json model_json(const models::ModelConfig& m) {
@@ -428,62 +418,59 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
     steps.back()["comm"] = comm;
   }
 
-  json report = {
-      {"schema", {{"name", reports::kSchemaName}, {"version", reports::kSchemaVersion}}},
-      {"run_id", make_run_id(o, world.size)},
-      {"created", now_iso8601()},
-      {"status",
-       diverged ? json{{"state", "diverged"},
-                       {"error", result.diverged_what + " at step " + std::to_string(result.diverged_step)},
-                       {"step", result.diverged_step}}
-                : json{{"state", "ok"}, {"error", ""}}},
-      {"env",
-       {{"device", runtime::device_name(device)},
-        {"device_count", runtime::device_count(device)},
-        {"peak_tflops", peak.tflops},
-        {"peak_source", peak.source},
-        {"measured_gemm_tflops", peak.measured_gemm_tflops},
-        {"cuda", runtime::cuda_runtime_version()},
-        {"driver", runtime::gpu_driver_version()},
-        {"nccl", runtime::nccl_version()},
-        {"torch", TORCH_VERSION},
-        {"compiler", std::string("g++ ") + __VERSION__},
-        {"git_sha", git_sha()},
-        {"host", hostname()},
-        {"world_size", world.size},
-        {"nodes", int(hosts.size())},
-        {"pg_backend", world.pg_backend},
-        {"launcher", emulated ? std::string("emulated") : env.source},
-        {"threads_per_rank", threads},
-        // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
-        // capability round differently, so `regress` gates losses bitwise only between equals.
-        {"cpu_capability", at::get_cpu_capability()},
-        // The GEMM libraries pick their own kernels; these pins (scripts/cpu-isa.sh) make them,
-        // and ATen through ATEN_CPU_CAPABILITY, round alike on every x86 CPU with AVX2.
-        {"cpu_math_pins", cpu_math_pins()},
-        {"emulated", emulated},
-        {"emulated_rank", emulated ? o.emulate_rank : -1}}},
-      {"config", config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance)},
-      {"summary",
-       {{"tokens_per_gpu_per_s", distribution_json(reports::summarize(tps))},
-        {"step_time_s", distribution_json(step_dist)},
-        {"tokens_per_rank_per_step", tokens_per_step},
-        {"measured_steps", step_dist.n},
-        {"flops_per_token", {{"six_n", flops.six_n}, {"palm", flops.palm}, {"palm_recompute", flops.palm_recompute}}},
-        {"mfu", reports::flops_utilisation(flops.palm, tps_median, peak.tflops)},
-        {"mfu_6n", reports::flops_utilisation(flops.six_n, tps_median, peak.tflops)},
-        {"hfu", reports::flops_utilisation(flops.palm_recompute, tps_median, peak.tflops)},
-        {"mfu_vs_measured_gemm", peak.measured_gemm_tflops > 0
-                                     ? reports::flops_utilisation(flops.palm, tps_median, peak.measured_gemm_tflops)
-                                     : 0.0},
-        {"final_loss", result.steps.back().loss},
-        {"throughput_note", emulated ? "emulated world: collectives are local copies, so tokens/GPU/s and MFU "
-                                       "exclude real communication time (compute and memory are the real rank's)"
-                                     : ""},
-        {"entropy_floor_nats", data->entropy_floor_nats()}}},
-      {"ranks", ranks},
-      {"steps", steps},
-      {"profile", result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr)}};
+  reports::ThroughputInputs throughput;
+  throughput.tokens_per_gpu_per_s = reports::summarize(tps);
+  throughput.step_time_s = step_dist;
+  throughput.tokens_per_rank_per_step = tokens_per_step;
+  throughput.measured_steps = step_dist.n;
+  throughput.flops_six_n = flops.six_n;
+  throughput.flops_palm = flops.palm;
+  throughput.flops_palm_recompute = flops.palm_recompute;
+  throughput.tokens_per_gpu_per_s_at = tps_median;
+  throughput.peak_tflops = peak.tflops;
+  throughput.measured_gemm_tflops = peak.measured_gemm_tflops;
+  throughput.throughput_note = emulated ? "emulated world: collectives are local copies, so tokens/GPU/s and MFU "
+                                          "exclude real communication time (compute and memory are the real rank's)"
+                                        : "";
+  reports::ReportParts parts;
+  parts.run_id = make_run_id(o, world.size);
+  parts.status = diverged ? json{{"state", "diverged"},
+                                 {"error", result.diverged_what + " at step " + std::to_string(result.diverged_step)},
+                                 {"step", result.diverged_step}}
+                          : json{{"state", "ok"}, {"error", ""}};
+  parts.env = {{"device", runtime::device_name(device)},
+               {"device_count", runtime::device_count(device)},
+               {"peak_tflops", peak.tflops},
+               {"peak_source", peak.source},
+               {"measured_gemm_tflops", peak.measured_gemm_tflops},
+               {"cuda", runtime::cuda_runtime_version()},
+               {"driver", runtime::gpu_driver_version()},
+               {"nccl", runtime::nccl_version()},
+               {"torch", TORCH_VERSION},
+               {"compiler", std::string("g++ ") + __VERSION__},
+               {"git_sha", git_sha()},
+               {"host", hostname()},
+               {"world_size", world.size},
+               {"nodes", int(hosts.size())},
+               {"pg_backend", world.pg_backend},
+               {"launcher", emulated ? std::string("emulated") : env.source},
+               {"threads_per_rank", threads},
+               // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
+               // capability round differently, so `regress` gates losses bitwise only between equals.
+               {"cpu_capability", at::get_cpu_capability()},
+               // The GEMM libraries pick their own kernels; these pins (scripts/cpu-isa.sh) make them,
+               // and ATen through ATEN_CPU_CAPABILITY, round alike on every x86 CPU with AVX2.
+               {"cpu_math_pins", cpu_math_pins()},
+               {"emulated", emulated},
+               {"emulated_rank", emulated ? o.emulate_rank : -1}};
+  parts.config = config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance);
+  parts.summary = reports::summary_json(throughput);
+  parts.summary["final_loss"] = result.steps.back().loss;
+  parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
+  parts.ranks = ranks;
+  parts.steps = steps;
+  parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
+  json report = reports::build_report(parts);
   if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
     report["config"]["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
   if (!o.checkpoint_dir.empty() || !o.resume.empty())

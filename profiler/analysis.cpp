@@ -1,4 +1,4 @@
-// analysis.cpp — interval arithmetic and the profile metrics (see analysis.hpp).
+// analysis.cpp — the profile metrics (see analysis.hpp); the interval arithmetic is intervals.hpp.
 #include "profiler/analysis.hpp"
 
 #include <algorithm>
@@ -6,50 +6,6 @@
 #include <limits>
 
 namespace zb::profiler {
-
-std::vector<Interval> interval_union(std::vector<Interval> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.second <= i.first; }), v.end());
-  std::sort(v.begin(), v.end());
-  std::vector<Interval> out;
-  for (const auto& i : v) {
-    if (!out.empty() && i.first <= out.back().second) {
-      out.back().second = std::max(out.back().second, i.second);
-    } else {
-      out.push_back(i);
-    }
-  }
-  return out;
-}
-
-int64_t covered_ns(const std::vector<Interval>& d) {
-  int64_t n = 0;
-  for (const auto& i : d) n += i.second - i.first;
-  return n;
-}
-
-int64_t intersection_ns(const std::vector<Interval>& a, const std::vector<Interval>& b) {
-  int64_t n = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) n += hi - lo;
-    if (a[i].second < b[j].second) ++i; else ++j;
-  }
-  return n;
-}
-
-std::vector<Interval> subtract(Interval outer, const std::vector<Interval>& holes) {
-  std::vector<Interval> out;
-  int64_t cursor = outer.first;
-  for (const auto& h : holes) {
-    if (h.second <= cursor) continue;
-    if (h.first >= outer.second) break;
-    if (h.first > cursor) out.push_back({cursor, h.first});
-    cursor = std::max(cursor, h.second);
-  }
-  if (cursor < outer.second) out.push_back({cursor, outer.second});
-  return out;
-}
 
 namespace {
 bool clip(const Activity& a, const StepWindow& w, Interval* out) {

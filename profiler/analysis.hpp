@@ -1,7 +1,7 @@
 // analysis.hpp — what the profile says about a window of activity: Holistic Trace Analysis'
 // temporal breakdown (compute / non-compute / idle) and communication-computation overlap,
-// exposed communication, time per kernel class and the top kernels. Owns: the interval
-// arithmetic and these definitions (docs/profiling.md); one definition per metric.
+// exposed communication, time per kernel class and the top kernels. Owns: these definitions
+// (docs/profiling.md); one definition per metric. The interval arithmetic is intervals.hpp.
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>
@@ -10,17 +10,9 @@
 #include <vector>
 
 #include "profiler/activity.hpp"
+#include "profiler/intervals.hpp"
 
 namespace zb::profiler {
-
-using Interval = std::pair<int64_t, int64_t>;  // [start, end) ns
-// Sorted, disjoint cover of `intervals` (empty ones dropped).
-std::vector<Interval> interval_union(std::vector<Interval> intervals);
-int64_t covered_ns(const std::vector<Interval>& disjoint);
-// Length of the intersection of two disjoint covers.
-int64_t intersection_ns(const std::vector<Interval>& a, const std::vector<Interval>& b);
-// `outer` minus the disjoint cover `holes` (for the host source's compute spans).
-std::vector<Interval> subtract(Interval outer, const std::vector<Interval>& holes);
 
 struct StepWindow {
   int64_t step = 0;

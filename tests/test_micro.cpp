@@ -8,8 +8,8 @@
 #include <map>
 
 #include "backends/common/comm.hpp"
-#include "bench/micro/gemm.hpp"
-#include "bench/projection/calibration.hpp"
+#include "analysis/micro/gemm.hpp"
+#include "analysis/projection/calibration.hpp"
 #include "reports/regress.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
@@ -209,7 +209,7 @@ TEST(RegressGoogleBenchmark, FewRepetitionsAreNotGatedAndMissingOrChangedBenchma
 
 TEST(GemmShapes, EveryLinearOfTheModelInThreePassesOnceEach) {
   auto cfg = models::preset("tiny");  // H 128, KV 64, F 352, V 2048
-  const auto shapes = bench::micro::model_gemm_shapes(cfg, 256);
+  const auto shapes = analysis::micro::model_gemm_shapes(cfg, 256);
   std::map<std::string, std::array<int64_t, 3>> by_name;
   for (const auto& s : shapes) by_name[s.name] = {s.m, s.n, s.k};
   EXPECT_EQ((by_name.at("lm_head.fwd")), (std::array<int64_t, 3>{256, 2048, 128}));
@@ -240,7 +240,7 @@ TEST(Calibration, AFitRecoversAlphaAndBusBandwidthFromNoiselessPoints) {
   }
   bs.push_back({{"name", "gemm/bf16/square/m:512/n:512/k:512"}, {"run_type", "iteration"}, {"real_time", 1.0},
                 {"time_unit", "us"}, {"tflops", 0.25}});
-  const auto c = bench::projection::Calibration::fit({{"context", {{"zerobench_host_cores", "2"}}}, {"benchmarks", bs}}, "x");
+  const auto c = analysis::projection::Calibration::fit({{"context", {{"zerobench_host_cores", "2"}}}, {"benchmarks", bs}}, "x");
   ASSERT_EQ(c.fits.size(), 1u);
   EXPECT_NEAR(c.fits[0].alpha_s, 20e-6, 1e-12);
   EXPECT_NEAR(c.fits[0].busbw_gbps, 2.5, 1e-9);
@@ -254,13 +254,13 @@ TEST(Calibration, AFitRecoversAlphaAndBusBandwidthFromNoiselessPoints) {
   EXPECT_NEAR(c.collective_s(CollectiveKind::kAllGather, "bf16", 1 << 20, 2, 1), 20e-6 / 3 + (1 << 20) * 0.5 / 2.5e9, 1e-12);
   EXPECT_EQ(c.collective_s(CollectiveKind::kAllGather, "bf16", 1 << 20, 1, 1), 0.0);
   // Round trip through the calibration file.
-  const auto back = bench::projection::Calibration::from_json(c.to_json());
+  const auto back = analysis::projection::Calibration::from_json(c.to_json());
   EXPECT_DOUBLE_EQ(back.fits[0].busbw_gbps, c.fits[0].busbw_gbps);
-  EXPECT_THROW(bench::projection::Calibration::fit({{"benchmarks", json::array()}}, "empty"), UsageError);
+  EXPECT_THROW(analysis::projection::Calibration::fit({{"benchmarks", json::array()}}, "empty"), UsageError);
 }
 
 TEST(Calibration, PresetsFollowNcclRingLatencyAndTheSlowestLinkAcrossNodes) {
-  const auto c = bench::projection::Calibration::load("a100-nvlink");
+  const auto c = analysis::projection::Calibration::load("a100-nvlink");
   ASSERT_TRUE(c.preset);
   EXPECT_DOUBLE_EQ(c.preset->peak_tflops, 312);
   EXPECT_DOUBLE_EQ(c.preset->intra_busbw_gbps, 300);
@@ -273,9 +273,9 @@ TEST(Calibration, PresetsFollowNcclRingLatencyAndTheSlowestLinkAcrossNodes) {
   // 16 ranks on 2 nodes: 15 steps, 1 across the network (14 us), busbw min(300, 50).
   EXPECT_NEAR(c.collective_s(CollectiveKind::kReduceScatter, "bf16", gib, 16, 2),
               (8.4 + 14 * 3.4 + 14.0) * 1e-6 + gib * (15.0 / 16) / 50e9, 1e-12);
-  const auto h = bench::projection::Calibration::load("h100-sxm");
+  const auto h = analysis::projection::Calibration::load("h100-sxm");
   EXPECT_DOUBLE_EQ(h.preset->peak_tflops, 989);
   EXPECT_DOUBLE_EQ(h.preset->intra_busbw_gbps, 450);
-  for (const auto& p : bench::projection::presets()) EXPECT_GE(p.sources.size(), 7u) << p.name;  // every figure sourced
-  EXPECT_THROW(bench::projection::Calibration::load("b300-dream"), UsageError);
+  for (const auto& p : analysis::projection::presets()) EXPECT_GE(p.sources.size(), 7u) << p.name;  // every figure sourced
+  EXPECT_THROW(analysis::projection::Calibration::load("b300-dream"), UsageError);
 }

@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "backends/backend_info.hpp"
-#include "bench/projection/projection.hpp"
-#include "bench/projection/schedule.hpp"
-#include "bench/projection/simulate.hpp"
+#include "analysis/projection/projection.hpp"
+#include "analysis/projection/schedule.hpp"
+#include "analysis/projection/simulate.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
 #include "runtime/errors.hpp"
@@ -18,7 +18,7 @@
 #include "tests/thread_world.hpp"
 
 using namespace zb;
-using namespace zb::bench::projection;
+using namespace zb::analysis::projection;
 using nlohmann::json;
 using backends::common::CollectiveKind;
 

@@ -1,4 +1,4 @@
-// The projection's schedule validated apart from its costs (bench/projection/replay.hpp): the
+// The projection's schedule validated apart from its costs (analysis/projection/replay.hpp): the
 // recorded traces in tests/data/replay/ (scripts/record-replay-traces.sh: tiny model, Gloo, W=2
 // and W=4, 2 traced steps) replayed through each engine's schedule with their own per-op
 // durations must land within 5% of the measured step on every rank and step; planted schedule
@@ -10,13 +10,13 @@
 #include <cmath>
 #include <fstream>
 
-#include "bench/projection/replay.hpp"
+#include "analysis/projection/replay.hpp"
 #include "models/model_config.hpp"
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"
 
 using namespace zb;
-using namespace zb::bench::projection;
+using namespace zb::analysis::projection;
 using nlohmann::json;
 
 namespace {

@@ -4,6 +4,7 @@
 #include "backends/backend_info.hpp"
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/ddp/ddp_config.hpp"
+#include "backends/ddp/ddp_program.hpp"
 
 #include <torch/csrc/autograd/variable.h>
 
@@ -194,6 +195,8 @@ BackendInfo backend_info() {
   info.read_config = read_config;
   info.flags = cli_flags();
   info.apply_flags = apply_flags;
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

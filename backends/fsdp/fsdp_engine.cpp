@@ -5,6 +5,8 @@
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_config.hpp"
 #include "backends/fsdp/fsdp_crossval.hpp"
+#include "backends/fsdp/fsdp_padding.hpp"
+#include "backends/fsdp/fsdp_program.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -87,8 +89,8 @@ std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool
     Layout l;
     for (const auto& p : unit) l.numel += p.numel();
     // _flat_param.py: pad to a multiple of the shard world size only when sharding.
-    l.padded = sharded ? (l.numel + shard_size - 1) / shard_size * shard_size : l.numel;
-    l.shard_numel = l.padded / (sharded ? shard_size : 1);
+    l.padded = padded_flat_numel(l.numel, shard_size, sharded);  // fsdp_padding.hpp
+    l.shard_numel = flat_shard_numel(l.numel, shard_size, sharded);
     l.offset = offset;
     offset += l.shard_numel;
     out.push_back(l);
@@ -691,6 +693,8 @@ BackendInfo backend_info() {
                                 {"fsdp_mixed", "mixed"},
                                 {"fsdp_low_lr_x_W", "low", false, /*lr_x_world=*/true}};
   info.lifecycle_study_default = true;  // the FSDP 70B article's loading and checkpoint problems
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

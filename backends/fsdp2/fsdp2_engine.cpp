@@ -17,6 +17,7 @@
 #include "backends/fsdp2/fsdp2_engine.hpp"
 #include "backends/fsdp2/fsdp2_config.hpp"
 #include "backends/fsdp2/fsdp2_crossval.hpp"
+#include "backends/fsdp2/fsdp2_program.hpp"
 
 #include <functional>
 #include <optional>
@@ -411,6 +412,8 @@ BackendInfo backend_info() {
   // -- crossval, checkpoints and studies
   info.crossval = crossval_reference();
   info.precision_study_modes = {{"fsdp2_low", "low"}, {"fsdp2_mixed", "mixed"}};
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

@@ -6,6 +6,8 @@
 #include "backends/zero3/zero3_config.hpp"
 #include "backends/zero3/zero3_checkpoint.hpp"
 #include "backends/zero3/zero3_crossval.hpp"
+#include "backends/zero3/zero3_padding.hpp"
+#include "backends/zero3/zero3_program.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -67,7 +69,7 @@ std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world
   int64_t offset = 0, in_group = 0, total_part = 0;
   const auto units = models::unit_param_specs(cfg);
   for (int u = 0; u < int(units.size()); ++u)
-    for (int i = 0; i < int(units[size_t(u)].size()); ++i) total_part += (units[size_t(u)][size_t(i)].numel() + world - 1) / world;
+    for (int i = 0; i < int(units[size_t(u)].size()); ++i) total_part += partition_numel(units[size_t(u)][size_t(i)].numel(), world);
   int group = 0;
   for (int u = 0; u < int(units.size()); ++u) {
     for (int i = 0; i < int(units[size_t(u)].size()); ++i) {
@@ -77,8 +79,8 @@ std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world
       p.index = i;
       p.shape = spec.shape;
       p.numel = spec.numel();
-      p.padded = (p.numel + world - 1) / world * world;
-      p.part_numel = p.padded / world;
+      p.part_numel = partition_numel(p.numel, world);  // zero3_padding.hpp
+      p.padded = p.part_numel * world;
       p.part_offset = offset;
       p.persistent = p.numel <= o.stage3_param_persistence_threshold;
       offset += p.part_numel;
@@ -854,6 +856,8 @@ BackendInfo backend_info() {
   info.crossval = crossval_reference();
   info.checkpoint = checkpoint_layout();
   info.precision_study_modes = {{"zero3_bf16", "bf16"}};
+  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
+  info.projection = projection_hooks();
   return info;
 }
 

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "bench/commands/command.hpp"
-#include "bench/micro/micro.hpp"
-#include "bench/projection/projection.hpp"
+#include "bench/micro_command.hpp"
+#include "bench/project_command.hpp"
 
 namespace zb::bench {
 namespace {

@@ -1,0 +1,99 @@
+// calibration.hpp — the communication (and, for GPU presets, compute) cost model the projection
+// uses. Owns: the alpha-beta model of one collective, fitting it to a `zerobench micro` run,
+// the datasheet presets with their sources, and the calibration file. Must not: know any
+// backend's schedule (backends/<x>/<x>_program.cpp) or simulate anything (simulate.hpp).
+//
+// One collective of nccl-tests size S bytes (comm.hpp's convention) on W ranks:
+//     t(S) = alpha + S * f(W) / B_bus
+// f is nccl-tests' bus-bandwidth factor (comm.hpp's busbw_factor: (W-1)/W all-gather and
+// reduce-scatter, 2(W-1)/W all-reduce, 1 broadcast), so B_bus is the busbw nccl-tests would
+// report for large S and alpha the latency it shows for small S (doc/PERFORMANCE.md).
+//  - measured: alpha and B_bus fitted per (kind, dtype, W) by weighted least squares over the
+//    micro run's sizes (weights 1/t^2: relative residuals, so 1 KiB and 1 GiB count alike);
+//    alpha < 0 is refitted through the origin. A W with no fit uses the nearest measured W:
+//    B_bus is kept (nccl-tests: busbw does not depend on W) and alpha scaled by the ring's
+//    step count (W-1, or 2(W-1) for all-reduce).
+//  - preset: B_bus = the NVLink figure inside a node; across N > 1 nodes a ring crosses the
+//    network, the slowest link bounds it (PERFORMANCE.md: "busbw should reflect the speed of
+//    the hardware bottleneck"), B_bus = min(NVLink, per-GPU network). alpha follows NCCL's own
+//    ring model (src/graph/tuning.cc, ncclTopoTuneModel, Simple protocol): base latency +
+//    (steps - inter-node steps) x NVLink step latency + inter-node steps x network step latency,
+//    steps = W-1 (all-gather, reduce-scatter), 2(W-1) (all-reduce), inter-node steps = N-1
+//    (2(N-1) for all-reduce).
+// Sources of every preset figure: docs/projection.md.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/common/comm.hpp"
+
+namespace zb::analysis::projection {
+
+using backends::common::CollectiveKind;
+
+struct CollectiveFit {
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  std::string dtype;  // fp32 | bf16
+  int world_size = 0;
+  double alpha_s = 0;
+  double busbw_gbps = 0;
+  int points = 0;
+  double max_rel_residual = 0;  // max |fit - measured| / measured over the points
+  int64_t min_bytes = 0, max_bytes = 0;
+};
+
+struct Preset {
+  std::string name, gpu;
+  double peak_tflops = 0;          // dense bf16
+  double intra_busbw_gbps = 0;     // NVLink, per GPU per direction
+  double inter_busbw_gbps = 0;     // network per GPU (400 Gb/s = 50 GB/s)
+  int gpus_per_node = 8;
+  double base_latency_us = 0, intra_step_latency_us = 0, inter_step_latency_us = 0;
+  double hbm_gbps = 0;             // memory-bound ops
+  double gemm_efficiency = 0;      // achievable dense bf16 matmul / peak (MAMF)
+  double attention_efficiency = 0; // FlashAttention-2 fwd+bwd / peak
+  std::vector<std::pair<std::string, std::string>> sources;  // figure -> source
+};
+
+// Presets by name: a100-nvlink, h100-sxm.
+const std::vector<Preset>& presets();
+std::optional<Preset> find_preset(const std::string& name);
+
+class Calibration {
+ public:
+  // A calibration file, a `zerobench micro` Google Benchmark JSON (fitted on load), or a
+  // preset name. Throws UsageError naming the file or listing the presets.
+  static Calibration load(const std::string& file_or_preset);
+  static Calibration fit(const nlohmann::json& micro_json, const std::string& source);
+  static Calibration from_preset(const Preset& p);
+  static Calibration from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+
+  // Seconds for one collective of `bytes` (nccl-tests size) on `world` ranks over `nodes`
+  // nodes in `dtype` ("fp32"/"bf16"). 0 for world 1 (a local copy, part of measured compute).
+  double collective_s(CollectiveKind kind, const std::string& dtype, int64_t bytes, int world, int nodes) const;
+  // How collective_s got its numbers for (kind, world): "fit W=2", "fit W=2 scaled to W=4", "preset".
+  std::string collective_basis(CollectiveKind kind, const std::string& dtype, int world, int nodes) const;
+
+  std::string source;          // "measured: FILE" or "preset: NAME"
+  std::string device;          // the micro run's device, or the preset GPU
+  std::string pg_backend;      // gloo | nccl (measured)
+  int host_cores = 0;          // measured: logical CPUs of the host
+  int threads_per_rank = 0;    // measured
+  int world_size = 0;          // measured: the micro run's W
+  std::vector<CollectiveFit> fits;
+  std::optional<Preset> preset;
+  // Measured square-GEMM TFLOP/s by dtype (the micro run's `gemm/<dtype>/square`), if run.
+  std::vector<std::pair<std::string, double>> gemm_tflops;
+
+ private:
+  const CollectiveFit* nearest_fit(CollectiveKind kind, const std::string& dtype, int world) const;
+};
+
+// Ring steps of one collective: W-1 (all-gather, reduce-scatter), 2(W-1) (all-reduce), 1 (broadcast).
+int ring_steps(CollectiveKind kind, int world);
+
+}  // namespace zb::analysis::projection

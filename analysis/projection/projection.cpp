@@ -1,0 +1,371 @@
+// projection.cpp — what `zerobench project` computes (see projection.hpp; the command: bench/project_command).
+#include "analysis/projection/projection.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "analysis/projection/replay.hpp"
+#include "backends/backend_info.hpp"
+#include "reports/metrics.hpp"
+#include "reports/report_builder.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::analysis::projection {
+
+namespace {
+using json = nlohmann::json;
+using backends::common::CollectiveKind;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// AdamW on one fp32 shard element per step: read param, grad, m, v; write param, m, v; plus
+// clipping (read+write the grad), the norm (read) and zeroing (write): ~48 bytes.
+constexpr double kOptimizerBytesPerElement = 48.0;
+}  // namespace
+
+double elementwise_bytes_per_token(const models::ModelConfig& cfg, int c) {
+  const double H = double(cfg.hidden), KV = double(cfg.kv_dim()), F = double(cfg.ffn);
+  // RMSNorm (fp32 inside): to(fp32) r c w 4, pow r4 w4, mean r4, x*rsqrt r4 w4, to(dtype) r4 w c,
+  // w*normed r c w c: (28 + 4c) H per norm, two norms.
+  const double norms = 2 * (28 + 4 * double(c)) * H;
+  // RoPE on q [H] and k [KV]: -x2 (r/w D/2), cat (r/w D), x*cos (r D, w D), rot*sin (r D, w D),
+  // add (r 2D, w D): 10 D elements.
+  const double rope = 10 * double(c) * (H + KV);
+  const double attn_copy = 2 * double(c) * H;  // transpose(1,2).reshape: a copy
+  const double residual = 2 * 3 * double(c) * H;  // x + attn_out, x1 + mlp: r 2H w H each
+  const double mlp = 5 * double(c) * F;           // silu r/w F, gate*up r 2F w F
+  return norms + rope + attn_copy + residual + mlp;
+}
+
+UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::TrainConfig& t, const std::string& precision,
+                           const Preset& p) {
+  const double tokens = double(t.micro_batch * t.seq_len);
+  const int c = precision == "fp32" ? 4 : 2;
+  const double gemm_rate = p.peak_tflops * 1e12 * p.gemm_efficiency;
+  const double attn_rate = p.peak_tflops * 1e12 * p.attention_efficiency;
+  const double hbm = p.hbm_gbps * 1e9;
+  const auto specs = models::unit_param_specs(cfg);
+  UnitCosts u;
+  // Root: LM head matmul; the loss on fp32 logits (to fp32 r c w 4, log-softmax r 4 w 4, and
+  // in backward its gradient r 4 w 4 and the cast back w c); final RMSNorm; embedding lookup.
+  const double V = double(cfg.vocab), H = double(cfg.hidden);
+  const double head_fwd = 2 * tokens * V * H / gemm_rate +
+                          tokens * ((double(c) + 4 + 8) * V + (28 + 4 * double(c)) * H + 2 * double(c) * H) / hbm;
+  const double head_bwd = 2 * 2 * tokens * V * H / gemm_rate +
+                          tokens * ((8 + double(c)) * V + 2 * (28 + 4 * double(c)) * H + 2 * double(c) * H) / hbm;
+  u.forward_s.push_back(head_fwd);
+  u.backward_s.push_back(head_bwd);
+  for (size_t b = 1; b < specs.size(); ++b) {
+    double linear = 0;
+    for (const auto& s : specs[b])
+      if (!s.is_norm) linear += double(s.numel());
+    const double gemm = 2 * tokens * linear / gemm_rate;
+    const double attn = 2 * tokens * double(t.seq_len) * H / attn_rate;  // causal: half of 4·T·H per token
+    const double mem = tokens * elementwise_bytes_per_token(cfg, c) / hbm;
+    const double fwd = gemm + attn + mem;
+    u.forward_s.push_back(fwd);
+    u.backward_s.push_back(2 * fwd + (t.activation_checkpointing ? fwd : 0.0));
+  }
+  return u;
+}
+
+json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
+  if (r.value("status", json::object()).value("state", "") != "ok")
+    throw UsageError("project: the report's status is not ok (nothing measured to project from)");
+  if (o.world < 1) throw UsageError("project: --nproc " + std::to_string(o.world) + " must be >= 1");
+  if (o.nodes < 1 || o.world % o.nodes != 0)
+    throw UsageError("project: --nodes " + std::to_string(o.nodes) + " must divide --nproc " + std::to_string(o.world));
+  const auto& cfg_j = r["config"];
+  const std::string report_backend = cfg_j["backend"].value("name", "");
+  const std::string backend = o.backend.empty() ? report_backend : o.backend;
+  const auto* modelled = modelled_backend(backend);
+  if (!modelled)
+    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
+  const std::string precision = cfg_j["backend"].value("precision", "fp32");
+  json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
+  // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
+  // what was asked for: a projection to another world size schedules the requested strategy.
+  if (options.contains("sharding_strategy_requested") && o.world > 1) {
+    options["sharding_strategy"] = options["sharding_strategy_requested"];
+    options.erase("sharding_strategy_requested");
+    options.erase("sharding_strategy_note");
+  }
+  const auto model_m = schedule_input_of_report(r).model;
+  backends::TrainConfig train;
+  const auto& tj = cfg_j["train"];
+  train.micro_batch = tj.value("micro_batch", int64_t(1));
+  train.seq_len = tj.value("seq_len", int64_t(1));
+  train.grad_accum = tj.value("grad_accum", int64_t(1));
+  train.activation_checkpointing = tj.value("activation_checkpointing", false);
+  const int64_t accum_m = train.grad_accum;
+  const int world_m = r["env"].value("world_size", 1);
+  const bool emulated_m = r["env"].value("emulated", false);
+
+  std::string mode = o.compute;
+  if (mode == "auto") mode = cal.preset ? "flops" : "measured";
+  if (mode != "measured" && mode != "flops")
+    throw UsageError("project: --compute '" + o.compute + "' must be auto, measured or flops");
+  if (mode == "flops" && !cal.preset)
+    throw UsageError("project: --compute flops needs a preset's rates (--calibration a100-nvlink|h100-sxm)");
+  if (mode == "measured" && (o.micro_batch || o.seq_len || o.grad_accum || o.activation_checkpointing))
+    throw UsageError("project: --micro-batch/--seq-len/--grad-accum/--activation-checkpointing change the measured "
+                     "compute; they need --compute flops");
+  auto model = model_m;
+  if (o.layers > 0) {
+    model.layers = o.layers;
+    model.preset = model_m.preset + (model_m.preset.find("+overrides") == std::string::npos ? "+overrides" : "");
+  }
+  if (o.micro_batch > 0) train.micro_batch = o.micro_batch;
+  if (o.seq_len > 0) train.seq_len = o.seq_len;
+  if (o.grad_accum > 0) train.grad_accum = o.grad_accum;
+  if (o.activation_checkpointing) train.activation_checkpointing = true;
+
+  const ExecModel exec = cal.pg_backend == "gloo" ? ExecModel::kHostIsDevice : ExecModel::kAsyncDevice;
+  std::vector<std::string> notes;
+  UnitCosts costs;
+  json compute_j;
+  if (mode == "measured") {
+    const auto& prof = r.value("profile", json());
+    if (!prof.is_object() || !prof.contains("units"))
+      throw UsageError("project: the report has no profile.units (re-run it with --profile)");
+    const auto& units = prof["units"];
+    std::vector<double> fwd = units["forward_s"].get<std::vector<double>>();
+    std::vector<double> bwd = units["backward_s"].get<std::vector<double>>();
+    if (modelled->projection.per_unit_times && int64_t(fwd.size()) != model_m.layers + 1)
+      throw UsageError("project: the report has per-unit times for " + std::to_string(fwd.size()) + " units, not " +
+                       std::to_string(model_m.layers + 1) + " (project from " + per_unit_report_phrase() + ": " +
+                       no_unit_ranges_phrase() + ")");
+    for (auto& v : fwd) v /= double(accum_m);
+    for (auto& v : bwd) v /= double(accum_m);
+    if (o.layers > 0 && o.layers != model_m.layers) {
+      if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (" + per_unit_report_phrase() + ")");
+      const double bf = median(std::vector<double>(fwd.begin() + 1, fwd.end()));
+      const double bb = median(std::vector<double>(bwd.begin() + 1, bwd.end()));
+      fwd.resize(1);
+      bwd.resize(1);
+      fwd.resize(size_t(o.layers) + 1, bf);
+      bwd.resize(size_t(o.layers) + 1, bb);
+      notes.push_back("blocks: the measured median block replicated to " + std::to_string(o.layers) + " layers");
+    }
+    // The optimizer's work is per shard element.
+    const double shard_ratio = double(shard_elements(backend, model, options, o.world)) /
+                               double(shard_elements(report_backend, model_m, cfg_j["backend"].value("options", json::object()), world_m));
+    costs.forward_s = fwd;
+    costs.backward_s = bwd;
+    costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
+    costs.other_s = units.value("other_s", 0.0);
+    // Where the root's compute ran (§3): the embedding before block 1, its gradient after block 1.
+    costs.root_forward_pre_s = units.value("root_forward_pre_s", 0.0) / double(accum_m);
+    costs.root_backward_post_s = units.value("root_backward_post_s", 0.0) / double(accum_m);
+    // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
+    // when both measurements exist): the suite's own measurement — the square GEMM the report's
+    // rank probed at its start (env.measured_gemm_tflops, analysis/micro/gemm.hpp) against the same
+    // GEMM measured by the calibration run with all its W ranks at once (gemm/<dtype>/square, max
+    // over ranks). It sees what a core count cannot: virtual CPUs that share a physical core or
+    // memory bandwidth (on the validation VM two ranks on two vCPUs ran 1.0-2.4x slower each,
+    // docs/projection.md §5). `cores` (auto's fallback): W*T/C once W ranks of T threads
+    // oversubscribe C cores.
+    double slowdown = 1.0;
+    std::string slowdown_basis = "none";
+    const int threads = r["env"].value("threads_per_rank", 1);
+    if (exec == ExecModel::kHostIsDevice) {
+      const std::string dt = precision == "fp32" ? "fp32" : "bf16";
+      const double alone = r["env"].value("measured_gemm_tflops", 0.0);
+      double together = 0;
+      for (const auto& [d, v] : cal.gemm_tflops)
+        if (d == dt) together = v;
+      const int local = o.world / o.nodes;
+      const int local_m = emulated_m ? 1 : world_m;
+      const bool gemm_measured = alone > 0 && together > 0 && cal.world_size == local && cal.threads_per_rank == threads;
+      if (o.cpu_contention == "gemm" || (o.cpu_contention == "auto" && gemm_measured)) {
+        if (!gemm_measured)
+          throw UsageError("project: --cpu-contention gemm needs the report's measured GEMM and a calibration run at W=" +
+                           std::to_string(local) + " with " + std::to_string(threads) + " thread(s) per rank");
+        slowdown = alone / together;
+        char buf[200];
+        std::snprintf(buf, sizeof(buf), "%s square GEMM: %.4g TFLOP/s in the report (W=%d) vs %.4g with %d ranks at once "
+                      "(calibration)", dt.c_str(), alone, local_m, together, local);
+        slowdown_basis = buf;
+      } else if (cal.host_cores > 0) {
+        slowdown = std::max(1.0, double(local) * threads / double(cal.host_cores)) /
+                   std::max(1.0, double(local_m) * threads / double(cal.host_cores));
+        slowdown_basis = std::to_string(local) + " ranks x " + std::to_string(threads) + " thread(s) on " +
+                         std::to_string(cal.host_cores) + " cores";
+      }
+      if (slowdown != 1.0) {
+        for (auto& v : costs.forward_s) v *= slowdown;
+        for (auto& v : costs.backward_s) v *= slowdown;
+        costs.optimizer_s *= slowdown;
+        costs.other_s *= slowdown;
+        costs.root_forward_pre_s *= slowdown;
+        costs.root_backward_post_s *= slowdown;
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "compute x%.3f: ", slowdown);
+        notes.push_back(buf + slowdown_basis);
+      }
+    }
+    compute_j = {{"mode", "measured"},
+                 {"basis", "the report's profile.units (compute inside each unit's NVTX range, median over traced "
+                           "steps and ranks), per micro-batch"},
+                 {"optimizer_shard_ratio", shard_ratio},
+                 {"concurrency_slowdown", slowdown},
+                 {"concurrency_slowdown_basis", slowdown_basis}};
+    if (backend != report_backend)
+      notes.push_back("compute measured under " + report_backend + ", scheduled as " + backend + " (default options)");
+  } else {
+    costs = flops_unit_costs(model, train, precision, *cal.preset);
+    costs.optimizer_s = double(shard_elements(backend, model, options, o.world)) * kOptimizerBytesPerElement /
+                        (cal.preset->hbm_gbps * 1e9);
+    compute_j = {{"mode", "flops"},
+                 {"basis", "matmuls at peak x gemm_efficiency, causal attention at peak x attention_efficiency, "
+                           "elementwise bytes at HBM bandwidth; backward 2x forward (+1 forward with activation "
+                           "checkpointing); optimizer 48 B per shard element at HBM bandwidth"},
+                 {"peak_tflops", cal.preset->peak_tflops},
+                 {"gemm_efficiency", cal.preset->gemm_efficiency},
+                 {"attention_efficiency", cal.preset->attention_efficiency},
+                 {"hbm_gbps", cal.preset->hbm_gbps},
+                 {"elementwise_bytes_per_token_per_block", elementwise_bytes_per_token(model, precision == "fp32" ? 4 : 2)}};
+  }
+  compute_j["forward_s"] = costs.forward_s;
+  compute_j["backward_s"] = costs.backward_s;
+  compute_j["optimizer_s"] = costs.optimizer_s;
+  compute_j["other_s"] = costs.other_s;
+
+  ScheduleInput in;
+  in.backend = backend;
+  in.precision = precision;
+  in.options = options;
+  in.model = model;
+  in.train = train;
+  in.world = o.world;
+  in.nodes = o.nodes;
+  in.costs = costs;
+  in.exec = exec;
+  const auto program = build_program(in, cal);
+  const auto tl = simulate(program, exec);
+
+  const int64_t tokens = train.micro_batch * train.seq_len * train.grad_accum;
+  const double tps = reports::tokens_per_gpu_per_s(tokens, tl.step_s);
+  const auto flops = models::flops_per_token(model, train.seq_len, train.activation_checkpointing);
+  double peak = o.peak_tflops;
+  std::string peak_source = "flag";
+  if (peak <= 0 && cal.preset) {
+    peak = cal.preset->peak_tflops;
+    peak_source = "preset: " + cal.preset->gpu + " dense bf16";
+  }
+  if (peak <= 0)
+    for (const auto& [d, v] : cal.gemm_tflops)
+      if (d == (precision == "fp32" ? "fp32" : "bf16")) {
+        peak = v;
+        peak_source = "measured: " + d + " square GEMM in " + cal.source;
+      }
+  if (peak <= 0) {
+    peak = r["env"].value("peak_tflops", 0.0);
+    peak_source = "the source report's: " + r["env"].value("peak_source", std::string());
+  }
+  json colls = json::object();
+  for (int k = 0; k < int(CollectiveKind::kCount); ++k)
+    colls[backends::common::collective_name(CollectiveKind(k))] = {{"count", 0}, {"bytes", 0}, {"time_s", 0.0}};
+  json basis = json::object();
+  for (const auto& s : tl.spans) {
+    if (!s.comm) continue;
+    auto& c = colls[backends::common::collective_name(s.kind)];
+    c["count"] = c["count"].get<int64_t>() + 1;
+    c["bytes"] = c["bytes"].get<int64_t>() + s.bytes;
+    c["time_s"] = c["time_s"].get<double>() + (s.end_s - s.start_s);
+  }
+  for (int k = 0; k < int(CollectiveKind::kCount); ++k)
+    basis[backends::common::collective_name(CollectiveKind(k))] =
+        cal.collective_basis(CollectiveKind(k), precision == "fp32" ? "fp32" : "bf16", o.world, o.nodes);
+
+  json projection = {
+      {"step_time_s", tl.step_s},
+      {"tokens_per_gpu_per_s", tps},
+      {"mfu", reports::flops_utilisation(flops.palm, tps, peak)},
+      {"mfu_6n", reports::flops_utilisation(flops.six_n, tps, peak)},
+      {"exposed_comm_s", tl.exposed_comm_s},
+      {"comm_s", tl.comm_s},
+      {"comm_overlapped_s", tl.comm_overlapped_s},
+      {"compute_s", tl.compute_s},
+      {"overlap_ratio", tl.comm_s > 0 ? tl.comm_overlapped_s / tl.comm_s : 0.0},
+      {"world_size", o.world},
+      {"nodes", o.nodes},
+      {"backend", backend},
+      {"exec_model", exec == ExecModel::kHostIsDevice
+                         ? "host_is_device: the training thread computes; Gloo collectives on worker threads"
+                         : "async_device: compute stream + one NCCL stream, upstream's side-stream waits"},
+      {"calibration", cal.to_json()},
+      {"collective_basis", basis},
+      {"compute", compute_j},
+      {"collectives", colls},
+      {"source_report",
+       {{"run_id", r.value("run_id", "")},
+        {"world_size", world_m},
+        {"emulated", emulated_m},
+        {"device", r["env"].value("device", "")},
+        {"step_time_s", r["summary"]["step_time_s"].value("median", 0.0)}}},
+      {"notes", notes}};
+  if (o.timeline) {
+    json spans = json::array();
+    for (const auto& s : tl.spans)
+      spans.push_back({{"name", s.name}, {"lane", s.comm ? "comm" : "compute"}, {"start_s", s.start_s}, {"end_s", s.end_s}});
+    projection["timeline"] = spans;
+  }
+
+  json config = cfg_j;
+  const auto n = models::count_params(model);
+  config["model"]["layers"] = model.layers;
+  config["model"]["preset"] = model.preset;
+  config["model"]["params"] = {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding}};
+  config["backend"]["name"] = backend;
+  config["backend"]["options"] = options;
+  config["train"]["micro_batch"] = train.micro_batch;
+  config["train"]["seq_len"] = train.seq_len;
+  config["train"]["grad_accum"] = train.grad_accum;
+  config["train"]["activation_checkpointing"] = train.activation_checkpointing;
+
+  json env = r["env"];
+  env["device"] = cal.device.empty() ? env.value("device", std::string("unknown")) : cal.device;
+  env["device_count"] = o.world;
+  env["world_size"] = o.world;
+  env["nodes"] = o.nodes;
+  env["peak_tflops"] = peak;
+  env["peak_source"] = peak_source;
+  env["measured_gemm_tflops"] = 0.0;
+  env["emulated"] = false;
+  env["emulated_rank"] = -1;
+  env["projected"] = true;
+  env["pg_backend"] = cal.pg_backend;
+  env["launcher"] = "projected";
+
+  reports::ThroughputInputs throughput;
+  throughput.tokens_per_gpu_per_s = reports::point_distribution(tps);
+  throughput.step_time_s = reports::point_distribution(tl.step_s);
+  throughput.tokens_per_rank_per_step = tokens;
+  throughput.measured_steps = 0;
+  throughput.flops_six_n = flops.six_n;
+  throughput.flops_palm = flops.palm;
+  throughput.flops_palm_recompute = flops.palm_recompute;
+  throughput.tokens_per_gpu_per_s_at = tps;
+  throughput.peak_tflops = peak;
+  throughput.measured_gemm_tflops = 0;  // env.measured_gemm_tflops: nothing measured
+  throughput.throughput_note = "projected by `zerobench project`, not measured: see projection";
+  reports::ReportParts parts;
+  parts.run_id = "projected-" + backend + "-" + precision + "-" + model.preset + "-w" + std::to_string(o.world) +
+                 (o.nodes > 1 ? "x" + std::to_string(o.nodes) + "n" : "");
+  parts.status = {{"state", "ok"}, {"error", ""}};
+  parts.env = env;
+  parts.config = config;
+  parts.summary = reports::summary_json(throughput);
+  parts.sections["projection"] = projection;
+  return reports::build_report(parts);
+}
+
+}  // namespace zb::analysis::projection

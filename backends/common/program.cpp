@@ -1,0 +1,65 @@
+// program.cpp — the program IR's builders (see program.hpp).
+#include "backends/common/program.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace zb::backends::common {
+
+int Program::compute(const std::string& name, double seconds) {
+  Action a;
+  a.kind = Action::kCompute;
+  a.name = name;
+  a.duration_s = std::max(0.0, seconds);
+  actions_.push_back(a);
+  return int(actions_.size()) - 1;
+}
+
+int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute) {
+  Action a;
+  a.kind = Action::kIssue;
+  a.name = std::string(collective_name(kind)) + " " + label;
+  a.duration_s = std::max(0.0, seconds);
+  a.coll = kind;
+  a.bytes = bytes;
+  a.after_compute = after_compute;
+  a.target = collectives_;
+  actions_.push_back(a);
+  return collectives_++;
+}
+
+void Program::wait(int c) {
+  Action a;
+  a.kind = Action::kWait;
+  a.target = c;
+  actions_.push_back(a);
+}
+
+void Program::host_wait(int c) {
+  Action a;
+  a.kind = Action::kHostWait;
+  a.target = c;
+  actions_.push_back(a);
+}
+
+void Program::host_sync(int compute_action) {
+  Action a;
+  a.kind = Action::kHostSync;
+  a.target = compute_action;
+  actions_.push_back(a);
+}
+
+void Program::set_duration(int action, double seconds) {
+  auto& a = actions_.at(size_t(action));
+  if (a.kind != Action::kCompute && a.kind != Action::kIssue)
+    throw std::logic_error("projection: only compute and issue actions have a duration");
+  a.duration_s = std::max(0.0, seconds);
+}
+
+void Program::set_issue_host_s(int action, double seconds) {
+  auto& a = actions_.at(size_t(action));
+  if (a.kind != Action::kIssue) throw std::logic_error("projection: only an issue action has a call time");
+  a.host_s = std::max(0.0, seconds);
+}
+
+}  // namespace zb::backends::common

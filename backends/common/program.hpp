@@ -1,0 +1,62 @@
+// program.hpp — one rank's training step as a host program: the IR the backends' projection
+// programs build (backends/<x>/<x>_program.cpp) and analysis/projection/simulate replays on
+// two lanes. Owns: the actions (compute, issue a collective, wait, host wait, host sync) and the
+// two execution models they are read under. Must not: time anything (simulate.hpp does) or
+// know any engine's schedule. Lives in backends/ so that a backend can build its own program
+// without backends/ depending on analysis/.
+//
+// A program is what the training thread does, in order: compute (a unit's forward/backward,
+// the optimizer), issue a collective, wait for one, or block the host on earlier compute. The
+// comm lane runs collectives one at a time in issue order (one NCCL stream per process group;
+// Gloo's work queue), each starting when issued and the lane is free.
+//   kHostIsDevice (CPU, Gloo): the training thread computes, so an issue happens when the
+//     preceding compute has finished, and a wait blocks everything after it.
+//   kAsyncDevice (CUDA): the host runs ahead of the GPU. Compute runs on the compute stream in
+//     order; an issue is ready at once (FSDP's unshard stream, DeepSpeed's all-gather stream)
+//     or once the compute stream has reached the issue point (`after_compute`: the post-
+//     backward / reduce-and-partition stream first waits for the compute stream); a wait makes
+//     the compute stream wait for the collective; a host wait/sync blocks later issues.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backends/common/comm.hpp"
+
+namespace zb::backends::common {
+
+enum class ExecModel { kHostIsDevice, kAsyncDevice };
+
+struct Action {
+  enum Kind { kCompute, kIssue, kWait, kHostWait, kHostSync } kind = kCompute;
+  std::string name;            // "F3", "B3", "optimizer", or the collective's label ("all_gather unit3")
+  double duration_s = 0;       // compute, or the issued collective's time
+  int target = -1;             // wait/host_wait: collective id; host_sync: compute action index
+  bool after_compute = false;  // issue: waits for the compute stream first (kAsyncDevice)
+  CollectiveKind coll = CollectiveKind::kAllGather;
+  int64_t bytes = 0;  // issue: nccl-tests size
+  // issue: how long the call itself keeps the host before the collective is queued (Gloo's
+  // reduce-scatter clones its input on the calling thread); 0 unless the replay measured it.
+  double host_s = 0;
+};
+
+class Program {
+ public:
+  int compute(const std::string& name, double seconds);  // returns the action index
+  // Returns the collective's id (for wait).
+  int issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute);
+  void wait(int collective);           // compute waits for it (CPU: the host blocks)
+  void host_wait(int collective);      // the host blocks until it is done
+  void host_sync(int compute_action);  // the host blocks until that compute has run
+  // Replaces a compute or issue action's duration (the replay puts a trace's own times in).
+  void set_duration(int action, double seconds);
+  // An issue action's call time on the host (Action::host_s).
+  void set_issue_host_s(int action, double seconds);
+  const std::vector<Action>& actions() const { return actions_; }
+  int collectives() const { return collectives_; }
+
+ private:
+  std::vector<Action> actions_;
+  int collectives_ = 0;
+};
+
+}  // namespace zb::backends::common

@@ -1,0 +1,39 @@
+// projection_program.cpp — the shared pieces of the backends' projection programs (see
+// projection_program.hpp).
+#include "backends/common/projection_program.hpp"
+
+#include <algorithm>
+
+#include "runtime/errors.hpp"
+
+namespace zb::backends::common {
+
+std::pair<double, double> UnitCosts::root_forward() const {
+  const double all = unit_share(forward_s, 0), pre = std::clamp(root_forward_pre_s, 0.0, all);
+  return {pre, all - pre};
+}
+
+std::pair<double, double> UnitCosts::root_backward() const {
+  const double all = unit_share(backward_s, 0), post = std::clamp(root_backward_post_s, 0.0, all);
+  return {all - post, post};
+}
+
+ProgramDtype program_dtype(const std::string& n) {
+  if (n == "fp32" || n == "Float") return {"fp32", 4};
+  if (n == "bf16" || n == "BFloat16") return {"bf16", 2};
+  if (n == "fp16" || n == "Half") return {"fp16", 2};
+  throw UsageError("projection: unknown dtype '" + n + "' in the report's backend options");
+}
+
+ProgramDtype program_dtype_option(const nlohmann::json& o, const char* key, const ProgramDtype& fallback) {
+  if (!o.contains(key) || !o[key].is_string() || o[key].get<std::string>().empty()) return fallback;
+  return program_dtype(o[key].get<std::string>());
+}
+
+ProgramDtype program_compute_dtype(const std::string& precision) {
+  return precision == "fp32" ? ProgramDtype{"fp32", 4} : ProgramDtype{"bf16", 2};
+}
+
+double unit_share(const std::vector<double>& v, size_t u) { return u < v.size() ? v[u] : 0.0; }
+
+}  // namespace zb::backends::common

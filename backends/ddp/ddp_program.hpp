@@ -1,0 +1,11 @@
+// ddp_program.hpp — DDP's projection hooks (backends/common/projection_program.hpp): the
+// program of one optimizer step as ddp_engine.cpp runs it, and the elements one rank's optimizer steps
+// over. Registered on the descriptor in ddp_engine.cpp's backend_info().
+#pragma once
+#include "backends/common/projection_program.hpp"
+
+namespace zb::backends::ddp {
+
+common::ProjectionHooks projection_hooks();
+
+}  // namespace zb::backends::ddp

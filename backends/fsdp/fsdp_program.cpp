@@ -1,0 +1,186 @@
+// fsdp_program.cpp — FSDP-mode's projection program (see fsdp_program.hpp), moved from the
+// projection's schedule.cpp: it mirrors fsdp_engine.cpp function by function (comments name the
+// engine function a block follows); kAsyncDevice follows upstream FSDP1's CUDA streams
+// (torch/distributed/fsdp/_runtime_utils.py, rate limit _limiter_utils.py _FreeEventQueue).
+#include "backends/fsdp/fsdp_program.hpp"
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "backends/fsdp/fsdp_padding.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends::fsdp {
+
+namespace {
+using json = nlohmann::json;
+using common::CollectiveCost;
+using common::CollectiveKind;
+using common::ExecModel;
+using common::Program;
+using common::program_compute_dtype;
+using common::program_dtype_option;
+using common::ProgramDtype;
+using common::ProgramInput;
+using common::unit_share;
+
+// ---------------------------------------------------------------- FSDP-mode (fsdp_engine.cpp)
+Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
+  const auto& o = in.options;
+  const std::string strategy = o.value("sharding_strategy", "FULL_SHARD");
+  if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2")
+    throw UsageError("projection: fsdp sharding_strategy " + strategy +
+                     " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
+  const bool sharded = strategy != "NO_SHARD";
+  const bool reshard_after_forward = strategy == "FULL_SHARD";
+  const std::string prefetch = o.value("backward_prefetch", "BACKWARD_PRE");
+  const bool forward_prefetch = o.value("forward_prefetch", false);
+  const bool limit = o.value("limit_all_gathers", true);
+  const ProgramDtype param = program_dtype_option(o, "param_dtype", program_compute_dtype(in.precision));
+  const ProgramDtype reduce = program_dtype_option(o, "reduce_dtype", param);
+  const int W = in.world, S = sharded ? W : 1;
+  const bool cpu = in.exec == ExecModel::kHostIsDevice;
+
+  const auto specs = models::unit_param_specs(in.model);
+  const int U = int(specs.size()), L = U - 1;
+  std::vector<int64_t> padded;
+  for (const auto& unit : specs) {
+    int64_t n = 0;
+    for (const auto& p : unit) n += p.numel();
+    padded.push_back(padded_flat_numel(n, S, sharded));  // fsdp_padding.hpp, as the closed form's
+  }
+  Program p;
+  std::vector<bool> unsharded(size_t(U), false), needs_pre_backward(size_t(U), false);
+  std::vector<int> gather(size_t(U), -1);
+  std::deque<int> free_events;  // compute action after which each reshard recorded its event
+  int last_compute = -1;
+
+  auto issue_unshard = [&](int u) {  // issue_unshard
+    if (unsharded[size_t(u)]) return;
+    if (limit && free_events.size() >= 2) {  // _FreeEventQueue: wait for the oldest of two frees
+      p.host_sync(free_events.front());
+      free_events.pop_front();
+    }
+    if (sharded) {
+      const int64_t bytes = padded[size_t(u)] * param.bytes;
+      gather[size_t(u)] = p.issue(CollectiveKind::kAllGather, "unit" + std::to_string(u), bytes,
+                                  cost(CollectiveKind::kAllGather, param.name, bytes, W, in.nodes), false);
+    }
+    unsharded[size_t(u)] = true;
+  };
+  auto wait_gather = [&](int u) {
+    if (gather[size_t(u)] >= 0) p.wait(gather[size_t(u)]);
+    gather[size_t(u)] = -1;
+  };
+  auto unshard = [&](int u) {  // unshard: issue, then wait
+    issue_unshard(u);
+    wait_gather(u);
+  };
+  auto reshard = [&](int u) {  // reshard: never free what a collective may still write
+    if (!unsharded[size_t(u)] || !sharded) return;
+    wait_gather(u);
+    unsharded[size_t(u)] = false;
+    if (limit && last_compute >= 0) free_events.push_back(last_compute);
+  };
+  auto prefetch_backward = [&](int u) {  // prefetch_backward
+    const int target = u == 0 ? L : u - 1;
+    if (target <= 0 || target == u) return;
+    if (!needs_pre_backward[size_t(target)] || unsharded[size_t(target)]) return;
+    issue_unshard(target);
+  };
+
+  const int64_t A = in.train.grad_accum;
+  for (int64_t m = 0; m < A; ++m) {
+    // accelerate's accumulate(): non-final micro-batches under no_sync unless sync_each_batch
+    // (_post_backward_hook: `if not state._sync_gradients: return`); _should_free_in_backward:
+    // sharded and (sync_gradients or a reshard-after-forward strategy).
+    const bool sync = in.train.sync_each_batch || m == A - 1;
+    const bool free_in_backward = sharded && (sync || reshard_after_forward);
+    std::vector<int> pending, issued_this_backward;  // reductions_ / every reduce-scatter of this backward
+    // Forward: the root's all-gather, then each block (unit_weights / after_unit_forward).
+    unshard(0);
+    if (forward_prefetch && L >= 1) issue_unshard(1);
+    last_compute = p.compute("F0", in.costs.root_forward().first);  // the embedding, before block 1's pre-forward
+    for (int u = 1; u <= L; ++u) {
+      unshard(u);
+      if (forward_prefetch && u + 1 <= L) issue_unshard(u + 1);
+      last_compute = p.compute("F" + std::to_string(u), unit_share(in.costs.forward_s, size_t(u)));
+      if (reshard_after_forward) {
+        reshard(u);
+        needs_pre_backward[size_t(u)] = true;
+      }
+    }
+    last_compute = p.compute("F0", in.costs.root_forward().second);  // final norm + LM head + loss
+    // Backward: the root's pre-backward (prefetch of the last block), its LM-head backward,
+    // then each block from the last.
+    auto post_backward = [&](int u) {  // post_backward: reshard, prefetch, reduce, finish the previous
+      if (free_in_backward) reshard(u);
+      if (prefetch == "BACKWARD_POST") prefetch_backward(u);
+      if (!sync) return;  // no_sync: the unsharded gradient accumulates, no reduction
+      const int64_t bytes = padded[size_t(u)] * reduce.bytes;
+      if (sharded) {
+        const int rs = p.issue(CollectiveKind::kReduceScatter, "unit" + std::to_string(u), bytes,
+                               cost(CollectiveKind::kReduceScatter, reduce.name, bytes, W, in.nodes), true);
+        if (cpu) {  // finish_reductions: the host waits for the previous unit's reduce-scatter
+          for (int r : pending) p.wait(r);
+          pending.clear();
+        }
+        pending.push_back(rs);
+        issued_this_backward.push_back(rs);
+      } else {
+        const int ar = p.issue(CollectiveKind::kAllReduce, "unit" + std::to_string(u), bytes,
+                               cost(CollectiveKind::kAllReduce, reduce.name, bytes, W, in.nodes), true);
+        p.wait(ar);
+      }
+    };
+    if (prefetch == "BACKWARD_PRE") prefetch_backward(0);
+    last_compute = p.compute("B0", in.costs.root_backward().first);  // loss, LM head, final norm
+    for (int u = L; u >= 1; --u) {
+      if (needs_pre_backward[size_t(u)]) unshard(u);  // pre_backward
+      needs_pre_backward[size_t(u)] = false;
+      if (prefetch == "BACKWARD_PRE") prefetch_backward(u);
+      last_compute = p.compute("B" + std::to_string(u), unit_share(in.costs.backward_s, size_t(u)));
+      post_backward(u);
+    }
+    last_compute = p.compute("B0", in.costs.root_backward().second);  // the embedding's gradient: the root's last
+    post_backward(0);
+    // post_backward_final: every reduce-scatter is waited for before the optimizer or the next
+    // micro-batch (CUDA: the compute stream waits for the post-backward stream).
+    for (int r : cpu ? pending : issued_this_backward) p.wait(r);
+    if (free_in_backward)
+      for (int u = 0; u < U; ++u) reshard(u);
+  }
+  // optimizer_step: the global grad norm's all-reduce (one fp32), then clip + AdamW on the shard.
+  if (sharded) {
+    const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
+                           cost(CollectiveKind::kAllReduce, "fp32", 4, W, in.nodes), true);
+    p.wait(ar);
+  }
+  p.compute("optimizer", in.costs.optimizer_s);
+  p.compute("other", in.costs.other_s);
+  return p;
+}
+
+// Per rank: sum over units of ceil(numel_u / W) flat-shard elements (NO_SHARD: numel_u).
+int64_t shard_elements(const models::ModelConfig& model, const json& options, int world) {
+  const bool sharded = options.value("sharding_strategy", "FULL_SHARD") != "NO_SHARD";
+  int64_t total = 0;
+  for (const auto& unit : models::unit_param_specs(model)) {
+    int64_t n = 0;
+    for (const auto& p : unit) n += p.numel();
+    total += flat_shard_numel(n, world, sharded);
+  }
+  return total;
+}
+}  // namespace
+
+common::ProjectionHooks projection_hooks() {
+  common::ProjectionHooks h;
+  h.program = fsdp_program;
+  h.shard_elements = shard_elements;
+  h.per_unit_times = true;
+  return h;
+}
+
+}  // namespace zb::backends::fsdp

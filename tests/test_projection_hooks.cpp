@@ -1,0 +1,121 @@
+// The projection reaches every backend through its descriptor (BackendInfo::projection,
+// backends/common/projection_program.hpp): a backend registered with one line gets its own
+// program scheduled and its own shard rule used, a backend without a program is refused naming
+// the modelled ones, and each built-in backend's shard rule is its closed form's (the padding
+// comes from the same function: a rule with the padding left out is caught).
+#include <gtest/gtest.h>
+
+#include "analysis/projection/schedule.hpp"
+#include "backends/backend_info.hpp"
+#include "runtime/errors.hpp"
+
+using namespace zb;
+using namespace zb::analysis::projection;
+using backends::common::CollectiveKind;
+
+namespace {
+Calibration flat_calibration() {
+  Calibration c;
+  c.source = "test";
+  c.pg_backend = "gloo";
+  for (int k = 0; k < int(CollectiveKind::kCount); ++k) {
+    CollectiveFit f;
+    f.kind = CollectiveKind(k);
+    f.dtype = "fp32";
+    f.world_size = 2;
+    f.alpha_s = 1e-3;
+    f.busbw_gbps = 1.0;
+    c.fits.push_back(f);
+  }
+  return c;
+}
+
+// A backend that is a copy of the first registered one under another name, with `hooks`.
+backends::BackendInfo toy(const std::string& name, backends::common::ProjectionHooks hooks) {
+  auto info = backends::registered_backends().front();
+  info.name = name;
+  info.projection = std::move(hooks);
+  return info;
+}
+
+ScheduleInput input_for(const std::string& backend) {
+  ScheduleInput in;
+  in.backend = backend;
+  in.precision = "fp32";
+  in.model = models::preset("tiny");
+  in.world = 2;
+  return in;
+}
+}  // namespace
+
+TEST(ProjectionHooks, ARegisteredBackendsOwnProgramAndShardRuleAreWhatTheProjectionUses) {
+  backends::common::ProjectionHooks h;
+  h.program = [](const backends::common::ProgramInput& in, const backends::common::CollectiveCost& cost) {
+    backends::common::Program p;
+    p.compute("toy step", 0.5);
+    p.wait(p.issue(CollectiveKind::kAllReduce, "grads", 1 << 20,
+                   cost(CollectiveKind::kAllReduce, "fp32", 1 << 20, in.world, in.nodes), true));
+    return p;
+  };
+  h.shard_elements = [](const models::ModelConfig&, const nlohmann::json&, int world) { return int64_t(1000 / world); };
+  h.per_unit_times = true;
+  backends::register_backend(toy("toy_projected", h));
+
+  const auto cal = flat_calibration();
+  const auto p = build_program(input_for("toy_projected"), cal);
+  ASSERT_EQ(p.actions().size(), 3u);
+  EXPECT_EQ(p.actions()[0].name, "toy step");
+  EXPECT_EQ(p.actions()[1].bytes, 1 << 20);
+  // The collective is priced by the calibration through the callback.
+  EXPECT_DOUBLE_EQ(p.actions()[1].duration_s, cal.collective_s(CollectiveKind::kAllReduce, "fp32", 1 << 20, 2, 1));
+  EXPECT_TRUE(projection_supports("toy_projected"));
+  EXPECT_EQ(shard_elements("toy_projected", models::preset("tiny"), nlohmann::json::object(), 4), 250);
+  EXPECT_NE(modelled_backend_list().find("toy_projected"), std::string::npos);
+  EXPECT_NE(per_unit_report_phrase().find("toy_projected"), std::string::npos);
+}
+
+TEST(ProjectionHooks, ABackendWithoutAProgramIsRefusedNamingTheModelledOnes) {
+  backends::register_backend(toy("toy_unmodelled", {}));
+  EXPECT_FALSE(projection_supports("toy_unmodelled"));
+  EXPECT_FALSE(projection_supports("no_such_backend"));
+  try {
+    build_program(input_for("toy_unmodelled"), flat_calibration());
+    FAIL() << "an unmodelled backend was scheduled";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'toy_unmodelled' has no modelled schedule ("), std::string::npos) << what;
+    EXPECT_NE(what.find(modelled_backend_list()), std::string::npos) << what;
+  }
+  EXPECT_EQ(modelled_backend_list().find("toy_unmodelled"), std::string::npos);
+  // No shard rule: every rank holds the whole model.
+  EXPECT_EQ(shard_elements("toy_unmodelled", models::preset("tiny"), nlohmann::json::object(), 4),
+            models::count_params(models::preset("tiny")).total);
+}
+
+// fp32: every built-in backend's gradient storage per rank is its shard elements x 4 bytes, so
+// the projection's shard rule must equal the closed form's, padding included, at a world size
+// that pads (3 divides none of tiny's unit sizes).
+TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
+  backends::EngineSpec spec;
+  spec.model = models::preset("tiny");
+  spec.precision = "fp32";
+  int checked = 0;
+  for (const auto& b : backends::registered_backends()) {
+    if (!b.projection.shard_elements || !b.expected_bytes || b.name.rfind("toy_", 0) == 0) continue;
+    for (int w : {1, 2, 3}) {
+      const int64_t closed = b.expected_bytes(spec, backends::Topology(w), 0).grads;
+      EXPECT_EQ(b.projection.shard_elements(spec.model, nlohmann::json::object(), w) * 4, closed)
+          << b.name << " W=" << w;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+  // The planted fault: a rule that forgets the padding (floor instead of ceil per parameter) is
+  // not any sharded backend's closed form at W=3, so the equality above would catch it.
+  int64_t unpadded = 0;
+  for (const auto& unit : models::unit_param_specs(spec.model))
+    for (const auto& p : unit) unpadded += p.numel() / 3;
+  for (const auto& b : backends::registered_backends())
+    if (b.projection.shard_elements && b.projection.per_unit_times && b.name.rfind("toy_", 0) != 0)
+      EXPECT_NE(unpadded * 4, b.expected_bytes(spec, backends::Topology(3), 0).grads) << b.name;
+}
