@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/engine.hpp"
+#include "backends/shard_layout.hpp"
 
 namespace zb::backends {
 
@@ -30,6 +31,13 @@ struct BackendInfo {
   // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
   // precision the backend does not offer.
   std::function<PrecisionPlan(const EngineSpec&)> precision_plan;
+  // -- shard layout (backends/shard_layout.hpp, consumed by engines, closed forms, estimates, reports)
+  // The run's shard layout for spec.options on `topo` — world, node size, shard and replicate
+  // groups, per-unit padding — worked out once by the backend's own rule; its engine builds its
+  // process groups from it, its expected_bytes and estimate_peak read it, and the report writes it
+  // (config.shard_layout). Throws UsageError as the engine would. May be empty for a program's own
+  // backend (no config.shard_layout is written then).
+  std::function<ShardLayout(const EngineSpec&, const Topology&)> shard_layout;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

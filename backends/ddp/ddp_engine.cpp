@@ -187,6 +187,8 @@ BackendInfo backend_info() {
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
   info.precision_plan = precision_plan;
+  // -- shard layout (backends/shard_layout.hpp)
+  info.shard_layout = shard_layout;  // ddp_layout.cpp
   return info;
 }
 
