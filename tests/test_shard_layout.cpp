@@ -84,10 +84,14 @@ TEST(ShardLayout, PaddingIsEachBackendsOwnRule) {
       }
       EXPECT_EQ(numel, total_numel(spec)) << backend;
       // FSDP1 pads a unit's flat parameter once: less than S elements.
-      if (backend == "fsdp")
-        for (size_t u = 0; u < l.unit_numel.size(); ++u) EXPECT_LT(l.unit_padding(int(u)), l.shard_size);
-      if (backend == "ddp" || W == 1)
-        for (size_t u = 0; u < l.unit_numel.size(); ++u) EXPECT_EQ(l.unit_padding(int(u)), 0) << backend;
+      for (size_t u = 0; u < l.unit_numel.size(); ++u) {
+        if (backend == "fsdp") {
+          EXPECT_LT(l.unit_padding(int(u)), l.shard_size);
+        }
+        if (backend == "ddp" || W == 1) {
+          EXPECT_EQ(l.unit_padding(int(u)), 0) << backend;
+        }
+      }
     }
   }
   // At W = 3 the tiny model's units do not divide evenly: some padding is really there.
