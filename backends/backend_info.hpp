@@ -16,6 +16,7 @@
 #include "backends/common/projection_program.hpp"
 #include "backends/engine.hpp"
 #include "models/model_config.hpp"
+#include "backends/shard_layout.hpp"
 
 namespace zb::backends {
 
@@ -97,6 +98,13 @@ struct BackendInfo {
   // optimizer steps over, and whether the engine records per-unit times. `projection.program`
   // empty: `project` does not model the backend and says so.
   common::ProjectionHooks projection;
+  // -- shard layout (backends/shard_layout.hpp, consumed by engines, closed forms, estimates, reports)
+  // The run's shard layout for spec.options on `topo` — world, node size, shard and replicate
+  // groups, per-unit padding — worked out once by the backend's own rule; its engine builds its
+  // process groups from it, its expected_bytes and estimate_peak read it, and the report writes it
+  // (config.shard_layout). Throws UsageError as the engine would. May be empty for a program's own
+  // backend (no config.shard_layout is written then).
+  std::function<ShardLayout(const EngineSpec&, const Topology&)> shard_layout;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/zero3/zero3_options.hpp"
@@ -69,11 +68,16 @@ void add_optimizer_transient(PeakEstimate& e, int64_t largest_grad_numel, int gr
                      "largest gradient tensor*4 (its fp32 copy in the norm; fused AdamW adds nothing)"});
 }
 
-PeakEstimate for_topology(const Topology& t, int shard_group) {
+// The run's shard layout, as the backend's engine builds its groups (BackendInfo::shard_layout),
+// and an estimate made for it.
+ShardLayout layout_of(const std::string& name, const EngineSpec& spec, const Topology& topo) {
+  return backend(name).shard_layout(spec, topo);
+}
+PeakEstimate for_layout(const ShardLayout& l) {
   PeakEstimate e;
-  e.world = t.world;
-  e.ranks_per_node = t.ranks_per_node;
-  e.shard_group = shard_group;
+  e.world = l.world;
+  e.ranks_per_node = l.ranks_per_node;
+  e.shard_group = l.shard_size;
   return e;
 }
 
@@ -125,7 +129,7 @@ nlohmann::json to_json(const PeakEstimate& e) {
 
 // ddp: a full replica in the storage dtype s; "mixed" computes on bf16 copies of the weights.
 PeakEstimate estimate_ddp(const EngineSpec& spec, const Topology& world, int rank, bool /*gloo*/) {
-  PeakEstimate e = for_topology(world, 1);
+  PeakEstimate e = for_layout(layout_of("ddp", spec, world));
   const bool mixed = spec.precision == "mixed";
   const int s = spec.precision == "low" ? 2 : 4, c = spec.precision == "fp32" ? 4 : 2;
   add_common(e, spec, backend("ddp").expected_bytes(spec, world, rank), c);
@@ -149,24 +153,22 @@ PeakEstimate estimate_ddp(const EngineSpec& spec, const Topology& world, int ran
 PeakEstimate estimate_fsdp(const EngineSpec& spec, const Topology& world, int rank, bool gloo) {
   using namespace fsdp;
   const auto o = fsdp_options_from_json(spec.options);
-  // The shard group the engine builds (HYBRID_SHARD: the node's ranks, not the world).
-  const int S = fsdp::shard_group_size(spec, world);
-  PeakEstimate e = for_topology(world, S);
+  // The shard group the engine builds (HYBRID_SHARD: the node's ranks, not the world) and each
+  // unit's padded flat parameter, from the run's layout.
+  const auto layout = layout_of("fsdp", spec, world);
+  const int S = layout.shard_size;
+  PeakEstimate e = for_layout(layout);
   const int s = spec.precision == "mixed" || spec.precision == "fp32" ? 4 : 2;
   const int p = spec.precision == "fp32" ? 4 : 2;
   const int r = spec.precision == "fp32" ? 4 : spec.precision == "mixed" && o.reduce_dtype == "fp32" ? 4 : p;
   const auto a = add_common(e, spec, backend("fsdp").expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
   const bool sharded = S > 1;
-  int64_t root = 0, block = 0, all = 0, local = 0;
-  const auto units = models::unit_param_specs(spec.model);
-  for (size_t u = 0; u < units.size(); ++u) {
-    int64_t numel = 0;
-    for (const auto& ps : units[u]) numel += ps.numel();
-    const int64_t padded = sharded ? (numel + S - 1) / S * S : numel;
+  int64_t root = 0, block = 0, all = 0;
+  for (size_t u = 0; u < layout.unit_padded.size(); ++u) {
+    const int64_t padded = layout.unit_padded[u];  // numel when unsharded
     if (u == 0) root = padded;
     else block = std::max(block, padded);
     all += padded;
-    local += padded / (sharded ? S : 1);
   }
   const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
   if (sharded && o.sharding_strategy == ShardingStrategy::kShardGradOp) {
@@ -227,9 +229,9 @@ PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int ra
   using namespace fsdp2;
   const auto o = fsdp2_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, o);
-  const auto mesh = resolve_mesh(o, topo.world);
-  const int S = mesh.shard;
-  PeakEstimate e = for_topology(topo, S);
+  const auto layout = layout_of("fsdp2", spec, topo);  // the mesh's dp_shard ranks
+  const int S = layout.shard_size;
+  PeakEstimate e = for_layout(layout);
   const int s = int(c10::elementSize(d.orig)), p = int(c10::elementSize(d.compute())),
             r = int(c10::elementSize(d.comm_reduce()));
   const auto a = add_common(e, spec, closed_form_bytes(spec, topo, rank), p, /*grads_set_to_none=*/true);
@@ -241,7 +243,7 @@ PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int ra
   for (const auto& g : group_specs(m, o)) {
     int64_t shard = 0, numel = 0;
     for (const auto& [u, i] : g.params) {
-      const auto l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, S, rank % S);
+      const auto l = layout_param(param_specs[size_t(u)][size_t(i)], u, i, S, layout.shard_index(rank));
       shard += l.padded_shard_numel();
       numel += l.numel;
       largest_local = std::max(largest_local, l.local_numel());
@@ -318,12 +320,13 @@ PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int ra
 
 // zero3: per-parameter partitions; gathered parameters and gradient buckets in model/comm dtypes.
 PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
-  const int world = topo.world;  // ZeRO-3 partitions over every rank
-  PeakEstimate e = for_topology(topo, world);
+  const auto layout = layout_of("zero3", spec, topo);
+  const int world = layout.shard_size;  // ZeRO-3 partitions over every rank
+  PeakEstimate e = for_layout(layout);
   const auto o = zero3::zero3_options_from_json(spec.options);
   const int md = spec.precision == "bf16" ? 2 : 4;
   const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);
-  add_common(e, spec, backend("zero3").expected_bytes(spec, world, rank), md);
+  add_common(e, spec, backend("zero3").expected_bytes(spec, topo, rank), md);
   int64_t np_padded = 0, largest = 0, total_numel = 0, total_padded = 0, local = 0;
   std::vector<int64_t> parts;
   for (const auto& unit : models::unit_param_specs(spec.model))

@@ -471,6 +471,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.steps = steps;
   parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
   json report = reports::build_report(parts);
+  // The run's shard layout (BackendInfo::shard_layout): the groups the engine built, the padding.
+  if (const auto& info = backends::backend(o.backend); info.shard_layout)
+    report["config"]["shard_layout"] = backends::to_json(info.shard_layout(spec, topology));
   if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
     report["config"]["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
   if (!o.checkpoint_dir.empty() || !o.resume.empty())

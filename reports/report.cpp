@@ -59,6 +59,29 @@ std::string now_iso8601() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
+
+// config.shard_layout (backends/shard_layout.hpp): the groups must tile the world — S ranks per
+// shard group, R = W / S replicate groups' worth — and rank 0's groups must hold S and R ranks.
+void check_shard_layout(const json& l, std::vector<std::string>& p) {
+  const size_t before = p.size();
+  for (const char* k : {"world", "ranks_per_node", "shard_group/size", "replicate_group/size"})
+    require(l, "config/shard_layout/", k, Type::Number, p);
+  for (const char* k : {"shard_group/ranks", "replicate_group/ranks", "unit_padding"})
+    require(l, "config/shard_layout/", k, Type::Array, p);
+  if (p.size() != before) return;
+  const int64_t w = l["world"].get<int64_t>(), s = l["shard_group"]["size"].get<int64_t>(),
+                r = l["replicate_group"]["size"].get<int64_t>();
+  if (w < 1 || s < 1 || r < 1 || s * r != w)
+    p.push_back("config/shard_layout: shard group " + std::to_string(s) + " x replicate group " + std::to_string(r) +
+                " is not the world of " + std::to_string(w));
+  else if (int64_t(l["shard_group"]["ranks"].size()) != s || int64_t(l["replicate_group"]["ranks"].size()) != r)
+    p.push_back("config/shard_layout: rank 0's groups do not hold shard_group.size and replicate_group.size ranks");
+  for (const auto& pad : l["unit_padding"])
+    if (!pad.is_number_integer() || pad.get<int64_t>() < 0) {
+      p.push_back("config/shard_layout/unit_padding: expected non-negative integers");
+      break;
+    }
+}
 }  // namespace
 
 std::vector<std::string> validate_report(const json& r) {
@@ -102,6 +125,7 @@ std::vector<std::string> validate_report(const json& r) {
           !(c["precision_plan"]["master"].is_string() || c["precision_plan"]["master"].is_null()))
         p.push_back("config/precision_plan/master: expected a dtype name or null");
     }
+    if (c.contains("shard_layout")) check_shard_layout(c["shard_layout"], p);  // reports before 2026-11-24 lack it
     if (c.contains("warnings")) {
       if (!c["warnings"].is_array()) p.push_back("config/warnings: expected array");
       else

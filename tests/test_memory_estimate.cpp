@@ -202,6 +202,10 @@ TEST(MemoryEstimateTwoNodes, HybridShardEstimateParamsTermEqualsTheMeasuredParam
     EXPECT_EQ(mem["estimate"]["topology"]["ranks_per_node"], 2);
   }
   EXPECT_EQ(report["config"]["backend"]["options"]["shard_group_size"], 2);
+  // config.shard_layout: the groups the engine built (BackendInfo::shard_layout), node-local shards.
+  EXPECT_EQ(report["config"]["shard_layout"]["ranks_per_node"], 2);
+  EXPECT_EQ(report["config"]["shard_layout"]["shard_group"]["ranks"], json({0, 1}));
+  EXPECT_EQ(report["config"]["shard_layout"]["replicate_group"]["ranks"], json({0, 2}));
   for (const char* f : {"node0.log", "node1.log"}) std::remove(temp_path(f).c_str());
   std::remove(out.c_str());
 }

@@ -197,6 +197,8 @@ BackendInfo backend_info() {
   info.apply_flags = apply_flags;
   // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
   info.projection = projection_hooks();
+  // -- shard layout (backends/shard_layout.hpp)
+  info.shard_layout = shard_layout;  // ddp_layout.cpp
   return info;
 }
 

@@ -5,7 +5,10 @@
 // bf16); mixed (fp32 parameters and gradients, bf16 compute — what autocast gives DDP).
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/shard_layout.hpp"
 
 namespace zb::backends::ddp {
 BackendInfo backend_info();
+// BackendInfo::shard_layout (ddp_layout.cpp): nothing sharded, every rank a replica of the world.
+ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo);
 }  // namespace zb::backends::ddp

@@ -12,10 +12,15 @@
 
 #include <deque>
 
+#include "backends/common/autograd_bridge.hpp"
+#include "backends/common/drain.hpp"
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/full_parameters.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
+#include "backends/common/process_groups.hpp"
 #include "backends/common/storage.hpp"
+#include "backends/fsdp/fsdp_layout.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
@@ -27,70 +32,20 @@ namespace {
 using common::StreamId;
 using common::Streams;
 
-struct Dtypes {
-  at::ScalarType storage;  // the flat shard, its gradient and AdamW states
-  at::ScalarType param;    // all-gather and compute
-  at::ScalarType reduce;   // gradient reduce-scatter / all-reduce
-};
-
-Dtypes dtypes_for(const std::string& precision, const FsdpOptions& o) {
-  if (precision == "fp32") return {at::kFloat, at::kFloat, at::kFloat};
-  if (precision == "low") return {at::kBFloat16, at::kBFloat16, at::kBFloat16};
-  if (precision == "mixed")
-    return {at::kFloat, at::kBFloat16, o.reduce_dtype == "fp32" ? at::kFloat : at::kBFloat16};
-  throw UsageError("--precision for fsdp must be fp32, low or mixed, got '" + precision + "'");
-}
-
-// FSDP1 (_init_utils.py, via DefaultState._get_gradient_predivide_factor): pre-divide by f,
-// post-divide by W/f, with W the whole data-parallel size.
-double predivide_factor(int world) {
-  int f = 1;
-  while (world % f == 0 && world / f > f) f *= 2;
-  return double(f);
-}
-
-// _init_utils.py _init_core_state: "We clamp the strategy to NO_SHARD for world size of 1" —
-// the size of FSDP's process group (the shard group under HYBRID_SHARD).
-ShardingStrategy effective_strategy(const FsdpOptions& o, int world, int local_size) {
-  if (o.sharding_strategy == ShardingStrategy::kHybridShard) {
-    const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
-    if (s == 1 && world > 1)
-      throw UsageError("HYBRID_SHARD with a shard group of 1 rank: FSDP1 switches to NO_SHARD on that 1-rank group "
-                       "(_init_core_state) and would not reduce across the " +
-                       std::to_string(world) + " replicas; use --sharding-strategy NO_SHARD");
-  }
-  return world == 1 ? ShardingStrategy::kNoShard : o.sharding_strategy;
-}
-
-bool is_sharded(ShardingStrategy s) { return s != ShardingStrategy::kNoShard; }
-bool reshard_after_forward(ShardingStrategy s) {  // RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES
-  return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
-}
-
-// Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
-int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int local_size) {
-  if (st == ShardingStrategy::kNoShard) return 1;
-  if (st != ShardingStrategy::kHybridShard) return world;
-  const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
-  if (s <= 0 || world % s != 0)
-    throw UsageError("HYBRID_SHARD shard group size " + std::to_string(s) + " does not divide world size " +
-                     std::to_string(world));
-  return s;
-}
-
-struct Layout {  // one unit's FlatParameter geometry
+struct Layout {  // one unit's FlatParameter geometry on this rank
   int64_t numel = 0, padded = 0, shard_numel = 0, offset = 0;
 };
 
-std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool sharded) {
+// Each unit's flat parameter as the run's ShardLayout pads it, and where its shard sits in this
+// rank's contiguous storage.
+std::vector<Layout> layouts(const ShardLayout& sl) {
   std::vector<Layout> out;
   int64_t offset = 0;
-  for (const auto& unit : models::unit_param_specs(cfg)) {
+  for (size_t u = 0; u < sl.unit_padded.size(); ++u) {
     Layout l;
-    for (const auto& p : unit) l.numel += p.numel();
-    // _flat_param.py: pad to a multiple of the shard world size only when sharding.
-    l.padded = padded_flat_numel(l.numel, shard_size, sharded);  // fsdp_padding.hpp
-    l.shard_numel = flat_shard_numel(l.numel, shard_size, sharded);
+    l.numel = sl.unit_numel[u];
+    l.padded = sl.unit_padded[u];
+    l.shard_numel = l.padded / sl.shard_size;
     l.offset = offset;
     offset += l.shard_numel;
     out.push_back(l);
@@ -98,43 +53,27 @@ std::vector<Layout> layouts(const models::ModelConfig& cfg, int shard_size, bool
   return out;
 }
 
-class FsdpEngine;
-
-// The autograd edge between a unit's sharded storage and its unsharded parameters: forward
-// hands out an alias of the gathered buffer's first `numel` elements (the unpadded
-// FlatParameter), backward receives the summed gradient of the whole flat parameter [numel]
-// (every view's gradient accumulated) — FSDP's post-backward hook point.
-struct UnitGather : public torch::autograd::Function<UnitGather> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& anchor, FsdpEngine* engine,
-                            int64_t unit);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads);
-};
-
-class FsdpEngine final : public Engine, public models::UnitParamSource {
+// The engine hands each unit's flat parameter out through common::gather_edge: forward returns an
+// alias of the gathered buffer's first `numel` elements (the unpadded FlatParameter), backward
+// receives the summed gradient of the whole flat parameter [numel] (every view's gradient
+// accumulated) — FSDP's post-backward hook point.
+class FsdpEngine final : public Engine, public models::UnitParamSource, public common::GatherOwner {
  public:
   FsdpEngine(const EngineSpec& spec, const runtime::World& world)
       : spec_(spec), opts_(fsdp_options_from_json(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
     at::NoGradGuard no_grad;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
-    const int W = world.size;
-    strategy_ = effective_strategy(opts_, W, world.local_size);
-    shard_size_ = shard_group_size(strategy_, opts_, W, world.local_size);
-    if (strategy_ == ShardingStrategy::kHybridShard) {
-      // Shard groups are consecutive blocks of S ranks; replicate groups take the same
-      // position in every block (FSDP's _init_intra_and_inter_node_groups).
-      const int block = world.rank / shard_size_, pos = world.rank % shard_size_;
-      std::vector<int> shard_ranks, replicate_ranks;
-      for (int i = 0; i < shard_size_; ++i) shard_ranks.push_back(block * shard_size_ + i);
-      for (int b = 0; b < W / shard_size_; ++b) replicate_ranks.push_back(b * shard_size_ + pos);
-      shard_group_ = world.subgroup("fsdp_shard", shard_ranks);
-      replicate_group_ = world.subgroup("fsdp_replicate", replicate_ranks);
-    } else {
-      shard_group_ = world;
-    }
+    strategy_ = effective_strategy(opts_, world.size, world.local_size);
+    // The run's layout (fsdp_layout.cpp): HYBRID_SHARD's shard and replicate groups
+    // (_init_intra_and_inter_node_groups), the world otherwise; each unit's padding.
+    const auto sl = shard_layout(spec_, Topology(world.size, world.local_size));
+    shard_size_ = sl.shard_size;
+    auto groups = common::shard_groups(world, sl, "fsdp");
+    shard_group_ = std::move(groups.shard);
+    replicate_group_ = std::move(groups.replicate);
     shard_rank_ = is_sharded(strategy_) ? shard_group_.rank : 0;
-    layout_ = layouts(cfg, shard_size_, is_sharded(strategy_));
+    layout_ = layouts(sl);
     init_streams();
     const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
     local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
@@ -142,16 +81,13 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     const auto specs = models::unit_param_specs(cfg);
     for (int u = 0; u < int(layout_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
-      // Under a sharded load only this rank's chunk is read (the rest of `full` stays zero);
-      // otherwise the whole unit (a --model-dir load strategy then replaces sync_module_states).
-      auto full = at::zeros({common::sharded_load(spec_) ? l.shard_numel : l.padded}, at::kFloat);
+      // Under a sharded load only this rank's chunk is read (zero past numel); otherwise the
+      // whole padded unit (a --model-dir load strategy then replaces sync_module_states).
+      const bool sharded_load = common::sharded_load(spec_);
       const int64_t chunk_lo = int64_t(shard_rank_) * l.shard_numel;
-      if (common::sharded_load(spec_)) {
-        const int64_t n = std::max<int64_t>(0, std::min(chunk_lo + l.shard_numel, l.numel) - chunk_lo);
-        if (n > 0) full.narrow(0, 0, n).copy_(common::initial_range(spec_, u, chunk_lo, n));
-      } else {
-        full.narrow(0, 0, l.numel).copy_(common::initial_unit(spec_, u));
-      }
+      auto full = common::padded_chunk(spec_, u, 0, l.numel, sharded_load ? chunk_lo : 0,
+                                       sharded_load ? l.shard_numel : l.padded,
+                                       sharded_load ? at::Tensor() : common::initial_unit(spec_, u));
       // The blog's setting loads the model in bf16 for every mode: mixed upcasts the loaded
       // bf16 weights to fp32 at prepare (accelerate >= 0.30), so its master starts bf16-exact.
       if (spec_.precision == "mixed") full = full.to(at::kBFloat16).to(at::kFloat);
@@ -189,12 +125,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   }
 
   // Work still queued on a side stream (CPU) touches this engine's members: run it first.
-  ~FsdpEngine() override {
-    try {
-      streams().drain_all();
-    } catch (...) {
-    }
-  }
+  ~FsdpEngine() override { common::drain_before_destroy(streams()); }
 
   std::string name() const override { return "fsdp"; }
   common::Comm& comm() override { return comm_; }
@@ -226,7 +157,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     }
     unit.prefetched = false;
     unit.needs_pre_backward_unshard = false;
-    at::Tensor flat = at::GradMode::is_enabled() ? UnitGather::apply(unit.anchor, this, int64_t(u)) : gathered_alias(u);
+    at::Tensor flat = at::GradMode::is_enabled() ? common::gather_edge(unit.anchor, this, u) : gathered_alias(u);
     return models::unflatten_unit(spec_.model, u, flat);
   }
 
@@ -268,7 +199,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     unit.ran_pre_backward = true;
   }
 
-  void post_backward(int u, const at::Tensor& autograd_grad) {  // _post_backward_hook
+  void post_backward(int u, const at::Tensor& autograd_grad) override {  // _post_backward_hook
     at::NoGradGuard no_grad;
     auto& unit = units_[size_t(u)];
     const auto& l = layout_[size_t(u)];
@@ -449,19 +380,15 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
     std::vector<at::Tensor> out;
     for (int u = 0; u < int(units_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
-      auto shard = units_[size_t(u)].shard.contiguous();
-      at::Tensor full = shard;
-      if (is_sharded(strategy_)) {
-        full = at::empty({l.padded}, shard.options());
-        comm_.all_gather(full, shard, "full_parameters", &shard_group_);
-      }
-      out.push_back(full.narrow(0, 0, l.numel).to(at::kFloat).cpu());
+      const auto& shard = units_[size_t(u)].shard;
+      out.push_back(is_sharded(strategy_) ? common::gathered_full(comm_, shard, l.padded, l.numel, &shard_group_)
+                                          : common::unpadded_fp32(shard, l.numel));
     }
     return out;
   }
 
   // The unpadded flat parameter: a view of the gathered buffer's first numel elements.
-  at::Tensor gathered_alias(int u) {
+  at::Tensor gathered_alias(int u) override {
     return common::storage_alias(units_[size_t(u)].full, layout_[size_t(u)].numel);
   }
 
@@ -614,42 +541,19 @@ class FsdpEngine final : public Engine, public models::UnitParamSource {
   FsdpObserver observer_;
 };
 
-at::Tensor UnitGather::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& /*anchor*/, FsdpEngine* engine,
-                               int64_t unit) {
-  ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
-  ctx->saved_data["unit"] = unit;
-  return engine->gathered_alias(int(unit));
-}
-
-torch::autograd::variable_list UnitGather::backward(torch::autograd::AutogradContext* ctx,
-                                                    torch::autograd::variable_list grads) {
-  auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
-  engine->post_backward(int(ctx->saved_data["unit"].toInt()), grads[0]);
-  return {at::Tensor(), at::Tensor(), at::Tensor()};
-}
-
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
   const auto opts = fsdp_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, opts);
   // Closed form: every rank holds sum_u ceil(numel_u / S) (padding included) elements of the
   // flat shard, the same of gradient, twice that of AdamW state, all in the flat-param dtype.
   // No persistent communication buffers (FSDP1 allocates its collective tensors per call).
-  // S is the shard group as the engine builds it: the node's ranks under HYBRID_SHARD.
-  const auto st = effective_strategy(opts, topo.world, topo.ranks_per_node);
-  const int S = shard_group_size(st, opts, topo.world, topo.ranks_per_node);
-  int64_t elems = 0;
-  for (const auto& l : layouts(spec.model, S, is_sharded(st))) elems += l.shard_numel;
+  // S is the shard group of the run's layout: the node's ranks under HYBRID_SHARD.
+  const int64_t elems = shard_layout(spec, topo).shard_numel();
   const int64_t e = int64_t(c10::elementSize(d.storage));
   return {elems * e, 0, elems * e, 2 * elems * e, 0};
 }
 
 }  // namespace
-
-int shard_group_size(const EngineSpec& spec, const Topology& topo) {
-  const auto opts = fsdp_options_from_json(spec.options);
-  return shard_group_size(effective_strategy(opts, topo.world, topo.ranks_per_node), opts, topo.world,
-                          topo.ranks_per_node);
-}
 
 void set_observer(Engine& engine, FsdpObserver observer) {
   if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));
@@ -695,6 +599,8 @@ BackendInfo backend_info() {
   info.lifecycle_study_default = true;  // the FSDP 70B article's loading and checkpoint problems
   // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
   info.projection = projection_hooks();
+  // -- shard layout (backends/shard_layout.hpp)
+  info.shard_layout = shard_layout;  // fsdp_layout.cpp
   return info;
 }
 

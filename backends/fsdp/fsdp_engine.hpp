@@ -22,10 +22,8 @@
 namespace zb::backends::fsdp {
 
 BackendInfo backend_info();
-// The ranks a unit's FlatParameter is sharded over, as the engine builds its groups: W
-// (FULL_SHARD, SHARD_GRAD_OP), the node's ranks or hybrid_shard_group_size (HYBRID_SHARD), 1
-// (NO_SHARD, or a world of one). Throws UsageError as the engine would.
-int shard_group_size(const EngineSpec& spec, const Topology& topo);
+// The ranks a unit's FlatParameter is sharded over (BackendInfo::shard_layout) are in
+// fsdp_layout.hpp: shard_layout(spec, topo).shard_size.
 
 // Test and profiling hook: called at unshard, reshard_begin, reshard, post_forward,
 // pre_backward and post_backward

@@ -22,9 +22,12 @@
 #include <functional>
 #include <optional>
 
+#include "backends/common/drain.hpp"
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/full_parameters.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
+#include "backends/common/process_groups.hpp"
 #include "backends/common/storage.hpp"
 #include "backends/fsdp2/fsdp2_collectives.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
@@ -50,19 +53,15 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     Collectives& coll = pg_.coll;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
-    coll.mesh = resolve_mesh(opts_, world.size);
-    if (coll.mesh.replicate > 1) {
-      // init_device_mesh(("dp_replicate", "dp_shard")): mesh = arange(W).view(R, S); shard groups
-      // are its rows (consecutive S ranks), replicate groups its columns.
-      const int block = world.rank / coll.mesh.shard, pos = world.rank % coll.mesh.shard;
-      std::vector<int> shard_ranks, replicate_ranks;
-      for (int i = 0; i < coll.mesh.shard; ++i) shard_ranks.push_back(block * coll.mesh.shard + i);
-      for (int b = 0; b < coll.mesh.replicate; ++b) replicate_ranks.push_back(b * coll.mesh.shard + pos);
-      coll.shard_group = world.subgroup("fsdp2_shard", shard_ranks);
-      coll.replicate_group = world.subgroup("fsdp2_replicate", replicate_ranks);
-    } else {
-      coll.shard_group = world;
-    }
+    // The run's layout (fsdp2_layout.cpp): the (dp_replicate, dp_shard) mesh; with R > 1
+    // init_device_mesh(("dp_replicate", "dp_shard")): arange(W).view(R, S), shard groups its rows
+    // (consecutive S ranks), replicate groups its columns (common::shard_groups).
+    const auto sl = shard_layout(spec_, Topology(world.size, world.local_size));
+    coll.mesh.replicate = sl.replicate_size();
+    coll.mesh.shard = sl.shard_size;
+    auto groups = common::shard_groups(world, sl, "fsdp2");
+    coll.shard_group = std::move(groups.shard);
+    coll.replicate_group = std::move(groups.replicate);
     // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
     // ranks of the flattened mesh); N == 1 means False and N == S means True.
     int raf = opts_.reshard_after_forward;
@@ -180,12 +179,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   }
 
   // Work still queued on a side stream (CPU) touches this engine's members: run it first.
-  ~Fsdp2Engine() override {
-    try {
-      streams().drain_all();
-    } catch (...) {
-    }
-  }
+  ~Fsdp2Engine() override { common::drain_before_destroy(streams()); }
 
   std::string name() const override { return "fsdp2"; }
   common::Comm& comm() override { return comm_; }
@@ -349,13 +343,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (int u = 0; u < int(param_of_.size()); ++u) {
       std::vector<at::Tensor> parts;
       for (int id : param_of_[size_t(u)]) {
-        auto& p = pg_.params[size_t(id)];
-        at::Tensor full = p.sharded_data;
-        if (pg_.coll.mesh.shard > 1) {
-          full = at::empty({p.l.padded_shard_numel() * pg_.coll.mesh.shard}, p.sharded_data.options());
-          comm_.all_gather(full, p.sharded_data, "full_parameters", &pg_.coll.shard_group);
-        }
-        parts.push_back(full.narrow(0, 0, p.l.numel).to(at::kFloat).cpu());
+        const auto& p = pg_.params[size_t(id)];
+        const int S = pg_.coll.mesh.shard;
+        parts.push_back(S > 1 ? common::gathered_full(comm_, p.sharded_data, p.l.padded_shard_numel() * S, p.l.numel,
+                                                      &pg_.coll.shard_group)
+                              : common::unpadded_fp32(p.sharded_data, p.l.numel));
       }
       out.push_back(at::cat(parts));
     }
@@ -414,6 +406,8 @@ BackendInfo backend_info() {
   info.precision_study_modes = {{"fsdp2_low", "low"}, {"fsdp2_mixed", "mixed"}};
   // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
   info.projection = projection_hooks();
+  // -- shard layout (backends/shard_layout.hpp)
+  info.shard_layout = shard_layout;  // fsdp2_layout.cpp
   return info;
 }
 

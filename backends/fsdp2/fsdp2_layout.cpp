@@ -150,18 +150,40 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
   return out;
 }
 
+ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
+  const auto mesh = resolve_mesh(fsdp2_options_from_json(spec.options), topo.world);
+  ShardLayout l;
+  l.world = topo.world;
+  l.ranks_per_node = topo.ranks_per_node;
+  l.shard_size = mesh.shard;
+  l.separate_groups = mesh.replicate > 1;  // a 1-D mesh when dp_replicate is 1
+  const auto specs = models::unit_param_specs(spec.model);
+  for (int u = 0; u < int(specs.size()); ++u) {
+    int64_t numel = 0, padded = 0;
+    for (int i = 0; i < int(specs[size_t(u)].size()); ++i) {
+      const auto p = layout_param(specs[size_t(u)][size_t(i)], u, i, mesh.shard, 0);
+      numel += p.numel;
+      padded += p.padded_shard_numel() * mesh.shard;
+    }
+    l.unit_numel.push_back(numel);
+    l.unit_padded.push_back(padded);
+  }
+  check_layout(l);
+  return l;
+}
+
 // Closed form per rank: per parameter, the padded shard (ceil(dim0/S) rows) as sharded parameter
 // and as sharded gradient, and two AdamW states over the rows this rank owns — in the sharded dtype.
 ModelStateBytes closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank) {
   const auto o = fsdp2_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, o);
-  const auto mesh = resolve_mesh(o, topo.world);
+  const auto sl = shard_layout(spec, topo);
   const int64_t e = int64_t(c10::elementSize(d.orig));
   ModelStateBytes b;
   const auto specs = models::unit_param_specs(spec.model);
   for (int u = 0; u < int(specs.size()); ++u)
     for (int i = 0; i < int(specs[size_t(u)].size()); ++i) {
-      const auto l = layout_param(specs[size_t(u)][size_t(i)], u, i, mesh.shard, rank % mesh.shard);
+      const auto l = layout_param(specs[size_t(u)][size_t(i)], u, i, sl.shard_size, sl.shard_index(rank));
       b.params += l.padded_shard_numel() * e;
       b.grads += l.padded_shard_numel() * e;
       b.optimizer += 2 * l.local_numel() * e;

@@ -14,6 +14,7 @@
 
 #include "backends/engine.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
+#include "backends/shard_layout.hpp"
 #include "models/model_config.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -79,9 +80,15 @@ inline constexpr int kHfBlockOrder[] = {1, 2, 3, 4, 6, 7, 8, 0, 5};
 // which is also the order their pre-forwards run in.
 std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Options& o);
 
+// BackendInfo::shard_layout: every parameter Shard(0) over the mesh's dp_shard ranks S (HSDP:
+// its own shard and replicate groups, the mesh's rows and columns, when dp_replicate > 1), each
+// unit's padding the sum of its parameters' dim-0 padding (ceil(dim0/S)*S rows). Throws
+// UsageError when the mesh does not match the world.
+ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo);
+
 // Closed form per rank: per parameter, the padded shard (ceil(dim0/S) rows) as sharded parameter
 // and as sharded gradient, and two AdamW states over the rows this rank owns — in the sharded
-// dtype. S is the mesh's dp_shard size (HSDP shards within a replica's S ranks).
+// dtype. S is the layout's shard group: the mesh's dp_shard size (HSDP shards within a replica's S ranks).
 ModelStateBytes closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank);
 
 }  // namespace zb::backends::fsdp2

@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "backends/common/autograd_pointer.hpp"
 #include "runtime/nvtx.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -19,13 +20,13 @@ namespace {
 struct RegisterPostBackward : public torch::autograd::Function<RegisterPostBackward> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, ParamGroups* groups,
                             int64_t group) {
-    ctx->saved_data["groups"] = reinterpret_cast<int64_t>(groups);
+    common::save_pointer(ctx, "groups", groups);
     ctx->saved_data["group"] = group;
     return input.view_as(input);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* groups = reinterpret_cast<ParamGroups*>(ctx->saved_data["groups"].toInt());
+    auto* groups = static_cast<ParamGroups*>(common::load_pointer(ctx, "groups"));
     groups->post_backward(int(ctx->saved_data["group"].toInt()));
     return {grads[0], at::Tensor(), at::Tensor()};
   }

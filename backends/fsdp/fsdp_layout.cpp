@@ -1,0 +1,69 @@
+// fsdp_layout.cpp — see fsdp_layout.hpp (moved out of fsdp_engine.cpp unchanged, so the engine,
+// its closed form and the memory estimate read the same groups and padding).
+#include "backends/fsdp/fsdp_layout.hpp"
+#include "backends/fsdp/fsdp_padding.hpp"
+
+#include "models/llama.hpp"
+#include "runtime/errors.hpp"
+
+namespace zb::backends::fsdp {
+
+Dtypes dtypes_for(const std::string& precision, const FsdpOptions& o) {
+  if (precision == "fp32") return {at::kFloat, at::kFloat, at::kFloat};
+  if (precision == "low") return {at::kBFloat16, at::kBFloat16, at::kBFloat16};
+  if (precision == "mixed")
+    return {at::kFloat, at::kBFloat16, o.reduce_dtype == "fp32" ? at::kFloat : at::kBFloat16};
+  throw UsageError("--precision for fsdp must be fp32, low or mixed, got '" + precision + "'");
+}
+
+double predivide_factor(int world) {
+  int f = 1;
+  while (world % f == 0 && world / f > f) f *= 2;
+  return double(f);
+}
+
+ShardingStrategy effective_strategy(const FsdpOptions& o, int world, int local_size) {
+  if (o.sharding_strategy == ShardingStrategy::kHybridShard) {
+    const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
+    if (s == 1 && world > 1)
+      throw UsageError("HYBRID_SHARD with a shard group of 1 rank: FSDP1 switches to NO_SHARD on that 1-rank group "
+                       "(_init_core_state) and would not reduce across the " +
+                       std::to_string(world) + " replicas; use --sharding-strategy NO_SHARD");
+  }
+  return world == 1 ? ShardingStrategy::kNoShard : o.sharding_strategy;
+}
+
+namespace {
+// Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
+int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int local_size) {
+  if (st == ShardingStrategy::kNoShard) return 1;
+  if (st != ShardingStrategy::kHybridShard) return world;
+  const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
+  if (s <= 0 || world % s != 0)
+    throw UsageError("HYBRID_SHARD shard group size " + std::to_string(s) + " does not divide world size " +
+                     std::to_string(world));
+  return s;
+}
+}  // namespace
+
+ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
+  const auto o = fsdp_options_from_json(spec.options);
+  const auto st = effective_strategy(o, topo.world, topo.ranks_per_node);
+  ShardLayout l;
+  l.world = topo.world;
+  l.ranks_per_node = topo.ranks_per_node;
+  l.shard_size = shard_group_size(st, o, topo.world, topo.ranks_per_node);
+  // HYBRID_SHARD builds its own shard and replicate groups (_init_intra_and_inter_node_groups).
+  l.separate_groups = st == ShardingStrategy::kHybridShard;
+  for (const auto& unit : models::unit_param_specs(spec.model)) {
+    int64_t numel = 0;
+    for (const auto& p : unit) numel += p.numel();
+    l.unit_numel.push_back(numel);
+    // _flat_param.py: pad to a multiple of the shard world size only when sharding.
+    l.unit_padded.push_back(padded_flat_numel(numel, l.shard_size, is_sharded(st)));  // fsdp_padding.hpp
+  }
+  check_layout(l);
+  return l;
+}
+
+}  // namespace zb::backends::fsdp

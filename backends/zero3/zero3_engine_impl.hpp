@@ -1,0 +1,140 @@
+// zero3_engine_impl.hpp — the ZeRO3-mode engine's class, shared by the files that implement it
+// (private to backends/zero3/; zero3_engine.hpp has the semantics). Split the way DeepSpeed
+// splits stage 3:
+//   zero3_engine.cpp       construction (partitions, fp32 sub-groups), Engine accessors, bytes,
+//                          options JSON, the closed form, BackendInfo
+//   zero3_partition.cpp    partition_parameters.py: the gathered parameter, all_gather_coalesced
+//                          and its wait, free_param, full_parameters
+//   zero3_coordinator.cpp  parameter_offload.py / partitioned_param_coordinator.py: module hooks,
+//                          the trace, fetch_sub_module, prefetch, release_sub_module
+//   zero3_optimizer.cpp    stage3.py DeepSpeedZeroOptimizer_Stage3: the IPG bucket, reduce-scatter
+//                          and partition_grads, the end of backward, the optimizer step
+// Owns: the class declaration and its state. Must not: be included outside backends/zero3/.
+#pragma once
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/common/autograd_bridge.hpp"
+#include "backends/common/optim.hpp"
+#include "backends/engine.hpp"
+#include "backends/zero3/zero3_layout.hpp"
+#include "models/llama.hpp"
+
+namespace zb::backends::zero3 {
+
+using common::StreamId;
+using common::Streams;
+
+class Zero3Engine final : public Engine, public models::UnitParamSource, public common::GatherOwner {
+ public:
+  Zero3Engine(const EngineSpec& spec, const runtime::World& world);
+  // Work still queued on a side stream (CPU) touches this engine's members: run it first.
+  ~Zero3Engine() override;
+
+  std::string name() const override { return "zero3"; }
+  common::Comm& comm() override { return comm_; }
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() override;
+  void state_loaded() override;
+  common::LostUpdates lost_updates() const override;
+
+  // ---- forward: one module (weight) at a time (zero3_coordinator.cpp) ----
+  bool per_module() const override { return true; }
+  at::Tensor module_weight(int unit, int index) override;
+  at::Tensor after_module_forward(int unit, int index, at::Tensor output) override;
+  std::vector<at::Tensor> unit_weights(int unit) override;
+  at::Tensor after_unit_forward(int unit, at::Tensor output) override;
+
+  // ---- backward (zero3_coordinator.cpp: fetches; zero3_optimizer.cpp: gradients) ----
+  void pre_backward(int unit);
+  void pre_backward_module(int unit, int index);
+  void post_backward(int id, const at::Tensor& grad) override;
+  void end_of_backward();
+
+  // ---- Engine ----
+  at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override;
+  double optimizer_step(double lr) override;
+  ModelStateBytes model_state_bytes() const override;
+  nlohmann::json resolved_options() const override;
+  std::vector<at::Tensor> full_parameters() override;
+  at::Tensor gathered_alias(int id) override;
+
+ private:
+  struct Param {
+    at::Tensor partition, grad_partition;  // views [part_numel]
+    at::Tensor full;                       // [padded], model dtype; storage freed when released
+    bool available = false;  // gathered, or being gathered (counted in the live parameters)
+    bool inflight = false;   // ZeroParamStatus.INFLIGHT: an all-gather not yet waited for
+    at::Tensor anchor;
+  };
+  struct InflightGather {  // one all-gather (AllGatherHandle / AllGatherCoalescedHandle)
+    std::vector<int> ids;
+    at::Tensor flat;       // coalesced: [W * sum P_i]; single: undefined (gathered in place)
+    int64_t total = 0;
+    common::PendingCollective collective;
+  };
+  struct SubGroup {
+    int64_t offset = 0, numel = 0;
+    std::vector<int> ids;
+    at::Tensor master;  // fp32 [numel]
+    std::unique_ptr<common::FusedAdamW> optimizer;
+  };
+  struct BucketEntry {
+    int id;
+    at::Tensor grad;  // [numel], comm dtype: a view into the IPG buffer (or its own tensor if it did not fit)
+  };
+
+  Streams& streams() { return comm_.streams(); }
+  std::string module_name(int unit, int index) const {
+    return "unit" + std::to_string(unit) + "." + models::unit_specs(spec_.model, unit)[size_t(index)].name;
+  }
+
+  // zero3_partition.cpp
+  at::Tensor weight_view(int id);
+  void issue_all_gather(const std::vector<int>& ids, const std::string& label, StreamId stream);
+  void complete_gather_of(int id);
+  void release(int id);
+  // zero3_coordinator.cpp
+  void begin_micro_batch();
+  void release_held();
+  int64_t live_numel() const;
+  void fetch(int id);
+  void prefetch(size_t from);
+  void release_if_allowed(int id);
+  // zero3_optimizer.cpp
+  void add_grad_to_bucket(int id, const at::Tensor& grad);
+  void reduce_and_partition_bucket();
+  void partition_grads(const std::vector<int>& ids, const at::Tensor& out, bool copy);
+
+  EngineSpec spec_;
+  Zero3Options opts_;
+  common::Comm comm_;
+  Dtypes dtypes_;
+  std::vector<ParamLayout> layout_;
+  std::vector<Param> params_;
+  std::vector<int> unit_first_;  // unit -> id of its first parameter
+  int num_sub_groups_ = 1;
+  std::vector<SubGroup> sub_groups_;
+  at::Tensor partitions_, grad_partitions_;
+  at::Tensor ipg_buffer_;  // [reduce_bucket_size], comm dtype (contiguous_gradients)
+  models::RopeCache rope_;
+  StreamId allgather_stream_ = 0, rp_stream_ = 0;
+  static constexpr size_t kMaxOngoingFetchEvents = 2;  // __max_ongoing_fetch_events
+  static constexpr size_t kMaxParamReduceEvents = 2;   // max_param_reduce_events
+  std::deque<common::StreamEvent> fetch_events_, param_reduce_events_;
+  std::vector<int> trace_;  // parameter ids in fetch order over one micro-batch
+  bool trace_complete_ = false;
+  size_t fetch_step_ = 0, prefetch_pos_ = 0;
+  std::vector<int> held_;          // weights fetched in forward, awaiting their module's post-forward
+  std::vector<int> checkpointed_;  // blocks run as a whole this micro-batch (activation checkpointing)
+  std::vector<BucketEntry> bucket_;
+  int64_t bucket_numel_ = 0;
+  bool ipg_in_use_ = false;         // a reduce-scatter in flight reads the IPG buffer in place
+  bool first_micro_batch_ = true;   // micro_step_id == 0: partition_grads copies instead of adding
+  std::vector<InflightGather> inflight_gathers_;
+  uint64_t forward_range_ = 0, root_forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges
+};
+
+}  // namespace zb::backends::zero3
