@@ -45,6 +45,25 @@ TEST(ToyBackend, RunsWithBytesEqualToItsClosedFormAndAnEstimate) {
   EXPECT_EQ(rep["status"]["state"], "ok");
 }
 
+TEST(ToyBackend, ProjectSimulatesItsOwnProgram) {
+  const auto dir = make_clean_dir("toy_project");
+  const auto r = toy("run --backend toy --model tiny --nproc 2 --steps 3 --warmup 1 --seq-len 32 --micro-batch 2 "
+                     "--threads 1 --quiet --out " + dir + "/toy.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto p = toy("project " + dir + "/toy.json --nproc 8 --compute flops --out " + dir + "/p.json");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const json proj = read_json(dir + "/p.json");
+  const auto& pr = proj["projection"];
+  EXPECT_EQ(pr["backend"], "toy");
+  // One fp32 all-reduce per parameter tensor of the tiny model in the simulated step, nothing else.
+  const auto cfg = zb::models::preset("tiny");
+  int64_t tensors = 0;
+  for (const auto& unit : zb::models::unit_param_specs(cfg)) tensors += int64_t(unit.size());
+  EXPECT_EQ(pr["collectives"]["all_reduce"]["count"], tensors);
+  EXPECT_EQ(pr["collectives"]["all_reduce"]["bytes"], 4 * zb::models::count_params(cfg).total);
+  EXPECT_EQ(pr["collectives"]["all_gather"]["count"], 0);
+}
+
 TEST(ToyBackend, ModelInfoListsIt) {
   const auto r = toy("model-info tiny --world-size 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;

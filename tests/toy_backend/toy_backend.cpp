@@ -8,6 +8,7 @@
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
+#include "backends/common/projection_program.hpp"
 #include "backends/memory_estimate.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
@@ -94,6 +95,31 @@ class ToyEngine final : public backends::Engine, public models::UnitParamSource 
   models::RopeCache rope_;
 };
 
+// The projection's program of one step (analysis/projection simulates it): the micro-batches'
+// forward and backward, then one all-reduce per parameter tensor, in the engine's order, each
+// waited at once, then the optimizer.
+backends::common::Program toy_program(const backends::common::ProgramInput& in,
+                                      const backends::common::CollectiveCost& cost) {
+  using backends::common::CollectiveKind;
+  double fwd = 0, bwd = 0;
+  for (double v : in.costs.forward_s) fwd += v;
+  for (double v : in.costs.backward_s) bwd += v;
+  backends::common::Program p;
+  for (int64_t m = 0; m < in.train.grad_accum; ++m) {
+    p.compute("F", fwd);
+    p.compute("B", bwd);
+  }
+  for (const auto& unit : models::unit_param_specs(in.model))
+    for (const auto& param : unit) {
+      const int64_t bytes = 4 * param.numel();
+      p.wait(p.issue(CollectiveKind::kAllReduce, "grads", bytes,
+                     cost(CollectiveKind::kAllReduce, "fp32", bytes, in.world, in.nodes), true));
+    }
+  p.compute("optimizer", in.costs.optimizer_s);
+  p.compute("other", in.costs.other_s);
+  return p;
+}
+
 // Parameters, gradients and AdamW's two states, all fp32 and whole on every rank.
 ModelStateBytes expected_bytes(const EngineSpec& spec, const backends::Topology& /*topo*/, int /*rank*/) {
   const int64_t n = models::count_params(spec.model).total;
@@ -112,6 +138,7 @@ backends::BackendInfo backend_info() {
   // The replica, gradients and AdamW states DDP holds, and its transients: DDP's estimate (the
   // per-parameter all-reduces work in place, as its buckets do).
   info.estimate_peak = backends::estimate_ddp;
+  info.projection.program = toy_program;  // shard_elements empty: the whole model on every rank
   info.precision_plan = [](const EngineSpec&) {
     backends::PrecisionPlan p;
     p.load = p.params = p.compute = p.reduce = p.grads = p.optimizer_states = at::kFloat;
