@@ -50,7 +50,7 @@ TEST(ToyBackend, ProjectSimulatesItsOwnProgram) {
   const auto r = toy("run --backend toy --model tiny --nproc 2 --steps 3 --warmup 1 --seq-len 32 --micro-batch 2 "
                      "--threads 1 --quiet --out " + dir + "/toy.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto p = toy("project " + dir + "/toy.json --nproc 8 --compute flops --out " + dir + "/p.json");
+  const auto p = toy("project " + dir + "/toy.json --calibration a100-nvlink --nproc 8 --compute flops --out " + dir + "/p.json");
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const json proj = read_json(dir + "/p.json");
   const auto& pr = proj["projection"];
