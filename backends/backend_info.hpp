@@ -105,6 +105,15 @@ struct BackendInfo {
   // (config.shard_layout). Throws UsageError as the engine would. May be empty for a program's own
   // backend (no config.shard_layout is written then).
   std::function<ShardLayout(const EngineSpec&, const Topology&)> shard_layout;
+  // -- offload (docs/metrics.md "Offload"; model-info, tables)
+  // The offload choices the backend offers, each as the options that select it merged over the
+  // defaults (e.g. {"offload_params", true}), in the order model-info lists them after the
+  // no-offload row. Empty: the backend does not offload.
+  struct OffloadChoice {
+    std::string label;     // "CPUOffload(offload_params=True)", "offload_optimizer=cpu", ...
+    nlohmann::json options;  // merged over EngineSpec::options
+  };
+  std::vector<OffloadChoice> offload_choices;
 };
 
 // The built-in backends (registry.cpp) followed by those added with register_backend, in order.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/common/comm.hpp"
+#include "backends/common/host_offload.hpp"
 #include "backends/common/lost_updates.hpp"
 #include "backends/precision_plan.hpp"
 #include "backends/topology.hpp"
@@ -50,19 +51,37 @@ struct TrainConfig {
   bool measure_lost_updates = false;  // the precision study's rounding diagnostic
 };
 
-// Storage the engine owns, per rank, in bytes (DESIGN §8).
+// Model-state bytes a rank keeps in host memory under offload (FSDP1 CPUOffload, FSDP2
+// CPUOffloadPolicy, DeepSpeed offload_optimizer / offload_param); all zero without offload.
+struct HostStateBytes {
+  int64_t params = 0, master_params = 0, grads = 0, optimizer = 0, buffers = 0;
+  bool pinned = false;  // page-locked (pin_memory) on a GPU run; on CPU: where they would live
+  int64_t total() const { return params + master_params + grads + optimizer + buffers; }
+  bool operator==(const HostStateBytes& o) const {
+    return params == o.params && master_params == o.master_params && grads == o.grads && optimizer == o.optimizer &&
+           buffers == o.buffers && pinned == o.pinned;
+  }
+};
+
+// Storage the engine owns, per rank, in bytes (DESIGN §8). The five categories are what lives on
+// the device (on a CPU-only run, the memory that stands for it); `host` is what offload keeps in
+// host memory. Without offload `host` is all zero and the categories are everything.
 struct ModelStateBytes {
   int64_t params = 0;         // sharded or kept-whole parameter storage
   int64_t master_params = 0;  // a separate fp32 copy, if any
   int64_t grads = 0;          // gradient storage
   int64_t optimizer = 0;      // optimizer states
   int64_t buffers = 0;        // persistent communication buffers (ZeRO-3's IPG bucket); 0 if none
-  int64_t total() const { return params + master_params + grads + optimizer + buffers; }
+  HostStateBytes host;        // offloaded to host memory
+  int64_t total() const { return params + master_params + grads + optimizer + buffers; }  // device
+  int64_t all_total() const { return total() + host.total(); }                              // device + host
   bool operator==(const ModelStateBytes& o) const {
     return params == o.params && master_params == o.master_params && grads == o.grads && optimizer == o.optimizer &&
-           buffers == o.buffers;
+           buffers == o.buffers && host == o.host;
   }
 };
+// {params, master_params, grads, optimizer, buffers} (device), plus "host": {the same, pinned}
+// when anything is offloaded.
 nlohmann::json to_json(const ModelStateBytes& b);
 
 struct EngineSpec {
@@ -103,6 +122,9 @@ class Engine {
   // This rank's count of updates lost to rounding in the last optimizer step (all zero
   // unless train.measure_lost_updates).
   virtual common::LostUpdates lost_updates() const = 0;
+  // Bytes copied between host and device since the engine was made (offload; zero without).
+  // The trainer reports each step's difference.
+  virtual common::OffloadTraffic offload_traffic() const { return {}; }
 };
 
 // The pre-flight estimate of one rank's peak memory (backends/memory_estimate.cpp, formulas in
@@ -117,15 +139,20 @@ struct PeakEstimate {
     std::string phase;
     int64_t bytes = 0;
     std::string formula;
+    std::string location = "device";  // "device" | "host" (offloaded states, host staging buffers)
   };
   std::vector<Term> terms;
   // The topology the estimate was made for and the shard group it implies (the ranks a
   // parameter is sharded over: W, FSDP1 HYBRID_SHARD's node, FSDP2's dp_shard; 1 unsharded).
   int world = 1, ranks_per_node = 1, shard_group = 1;
-  int64_t phase_bytes(const std::string& phase) const;
-  int64_t moment_bytes(const std::string& moment) const;  // resident excluded
-  int64_t peak_bytes() const;
-  std::string peak_phase() const;  // the moment that peaks
+  // A CPU-only run: host terms live in the same memory as device terms (the counting CPU
+  // allocator measures both), so peak_bytes() counts them too.
+  bool host_is_device = false;
+  int64_t phase_bytes(const std::string& phase, const std::string& location = "device") const;
+  int64_t moment_bytes(const std::string& moment, const std::string& location = "device") const;  // resident excluded
+  int64_t peak_bytes() const;       // the device's peak (with the host's terms when host_is_device)
+  std::string peak_phase() const;   // the moment that peaks
+  int64_t host_peak_bytes() const;  // the host terms' peak alone (0 without offload)
 };
 nlohmann::json to_json(const PeakEstimate& e);
 

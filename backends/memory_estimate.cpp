@@ -42,6 +42,19 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
                          "expected_bytes().grads (set_to_none after each step: made again in backward)"});
   }
   e.terms.push_back({"optimizer states", kResident, states.optimizer, "expected_bytes().optimizer"});
+  // Offloaded model states (expected_bytes().host): resident in host memory.
+  const auto& h = states.host;
+  for (const auto& [name, bytes] : {std::pair<const char*, int64_t>{"params", h.params},
+                                    {"master params", h.master_params},
+                                    {"grads", h.grads},
+                                    {"optimizer states", h.optimizer},
+                                    {"buffers", h.buffers}})
+    if (bytes > 0)
+      e.terms.push_back({std::string("host ") + name, kResident, bytes,
+                         std::string("expected_bytes().host.") + (std::string(name) == "master params" ? "master_params"
+                                                                  : std::string(name) == "optimizer states" ? "optimizer"
+                                                                                                            : name),
+                         "host"});
   if (states.buffers > 0)
     e.terms.push_back({"communication buffers", kResident, states.buffers,
                        "expected_bytes().buffers (ZeRO-3's IPG bucket: reduce_bucket_size*comm bytes)"});
@@ -88,43 +101,66 @@ int bytes_of(const std::string& dtype_name, int fallback) {
 }
 }  // namespace
 
-int64_t PeakEstimate::phase_bytes(const std::string& phase) const {
+int64_t PeakEstimate::phase_bytes(const std::string& phase, const std::string& location) const {
   int64_t s = 0;
   for (const auto& t : terms)
-    if (t.phase == phase) s += t.bytes;
+    if (t.phase == phase && t.location == location) s += t.bytes;
   return s;
 }
 
-int64_t PeakEstimate::moment_bytes(const std::string& moment) const {
-  int64_t s = phase_bytes(moment);
-  if (moment == kLossHead || moment == kBackward) s += phase_bytes(kFwdBwd);
+int64_t PeakEstimate::moment_bytes(const std::string& moment, const std::string& location) const {
+  int64_t s = phase_bytes(moment, location);
+  if (moment == kLossHead || moment == kBackward) s += phase_bytes(kFwdBwd, location);
   return s;
 }
 
-int64_t PeakEstimate::peak_bytes() const {
-  int64_t m = 0;
-  for (const char* moment : kMoments) m = std::max(m, moment_bytes(moment));
-  return phase_bytes(kResident) + m;
+namespace {
+// The peak over the moments of the device's terms, with the host's when they share its memory.
+int64_t peak_of(const PeakEstimate& e, bool device, bool host, std::string* phase = nullptr) {
+  auto at = [&](const char* moment) {
+    return (device ? e.moment_bytes(moment, "device") : 0) + (host ? e.moment_bytes(moment, "host") : 0);
+  };
+  const char* best = kLossHead;
+  for (const char* moment : kMoments)
+    if (at(moment) > at(best)) best = moment;
+  if (phase) *phase = best;
+  return (device ? e.phase_bytes(kResident, "device") : 0) + (host ? e.phase_bytes(kResident, "host") : 0) + at(best);
 }
+}  // namespace
+
+int64_t PeakEstimate::peak_bytes() const { return peak_of(*this, true, host_is_device); }
 
 std::string PeakEstimate::peak_phase() const {
-  std::string best = kLossHead;
-  for (const char* moment : kMoments)
-    if (moment_bytes(moment) > moment_bytes(best)) best = moment;
-  return best;
+  std::string phase;
+  peak_of(*this, true, host_is_device, &phase);
+  return phase;
 }
+
+int64_t PeakEstimate::host_peak_bytes() const { return peak_of(*this, false, true); }
 
 nlohmann::json to_json(const PeakEstimate& e) {
   nlohmann::json terms = nlohmann::json::array(), moments = nlohmann::json::object();
-  for (const auto& t : e.terms)
+  bool any_host = false;
+  for (const auto& t : e.terms) {
     terms.push_back({{"name", t.name}, {"phase", t.phase}, {"bytes", t.bytes}, {"formula", t.formula}});
+    if (t.location != "device") {
+      terms.back()["location"] = t.location;
+      any_host = true;
+    }
+  }
   for (const char* m : kMoments) moments[m] = e.moment_bytes(m);
-  return {{"peak_bytes", e.peak_bytes()},
-          {"peak_phase", e.peak_phase()},
-          {"topology", {{"world", e.world}, {"ranks_per_node", e.ranks_per_node}, {"shard_group", e.shard_group}}},
-          {"resident_bytes", e.phase_bytes(kResident)},
-          {"moments", moments},
-          {"terms", terms}};
+  nlohmann::json j = {{"peak_bytes", e.peak_bytes()},
+                      {"peak_phase", e.peak_phase()},
+                      {"topology", {{"world", e.world}, {"ranks_per_node", e.ranks_per_node}, {"shard_group", e.shard_group}}},
+                      {"resident_bytes", e.phase_bytes(kResident)},
+                      {"moments", moments},
+                      {"terms", terms}};
+  if (any_host) {  // offload: the host's own peak, and whether peak_bytes counts it (a CPU-only run)
+    j["host_peak_bytes"] = e.host_peak_bytes();
+    j["host_resident_bytes"] = e.phase_bytes(kResident, "host");
+    j["peak_includes_host"] = e.host_is_device;
+  }
+  return j;
 }
 
 // ddp: a full replica in the storage dtype s; "mixed" computes on bf16 copies of the weights.

@@ -11,13 +11,23 @@
 namespace zb::backends {
 
 nlohmann::json to_json(const ModelStateBytes& b) {
-  return {{"params", b.params},       {"master_params", b.master_params}, {"grads", b.grads},
-          {"optimizer", b.optimizer}, {"buffers", b.buffers}};
+  nlohmann::json j = {{"params", b.params},       {"master_params", b.master_params}, {"grads", b.grads},
+                      {"optimizer", b.optimizer}, {"buffers", b.buffers}};
+  const auto& h = b.host;
+  if (h.total() > 0)
+    j["host"] = {{"params", h.params},       {"master_params", h.master_params}, {"grads", h.grads},
+                 {"optimizer", h.optimizer}, {"buffers", h.buffers},             {"pinned", h.pinned}};
+  return j;
 }
 
 namespace {
 BackendInfo with_estimate(BackendInfo info, decltype(BackendInfo::estimate_peak) estimate) {
-  info.estimate_peak = std::move(estimate);
+  // On a CPU-only run (`gloo`) offloaded host terms share the memory the peak is measured in.
+  info.estimate_peak = [estimate = std::move(estimate)](const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
+    auto e = estimate(spec, topo, rank, gloo);
+    e.host_is_device = gloo;
+    return e;
+  };
   return info;
 }
 

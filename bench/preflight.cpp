@@ -22,8 +22,36 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+namespace {
+// Throws UsageError unless `sharing` x the estimate's peak (host_peak_bytes when `host`) fits in
+// what `device` has available.
+void check_one(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host) {
+  const int64_t peak = host ? estimate.host_peak_bytes() : estimate.peak_bytes();
+  if (peak <= 0) return;
+  int64_t total = -1;
+  const int64_t available = runtime::available_bytes(device, &total);
+  if (available < 0) return;
+  const double need = double(peak) * double(std::max(1, sharing));
+  if (need <= double(available)) return;
+  const backends::PeakEstimate::Term* largest = nullptr;
+  for (const auto& t : estimate.terms)
+    if ((t.location == "host") == host && (!largest || t.bytes > largest->bytes)) largest = &t;
+  std::string msg = std::string("memory pre-flight: each rank needs an estimated ") + human_bytes(double(peak)) +
+                    (host ? " of host memory for offloaded states" : std::string(" at its peak (") + estimate.peak_phase());
+  if (largest) msg += std::string(host ? " (" : "; ") + "largest term " + largest->name + " " + human_bytes(double(largest->bytes));
+  msg += ")";
+  if (sharing > 1)
+    msg += " x " + std::to_string(sharing) + " ranks on this " +
+           (device.is_cuda() ? std::string("GPU") : std::string("machine")) + " = " + human_bytes(need);
+  msg += ", but " + human_bytes(double(available)) + " is available (" +
+         (device.is_cuda() ? std::string("cudaMemGetInfo free") : std::string("MemAvailable")) +
+         "); pass --no-memory-check to try anyway";
+  throw UsageError(msg);
+}
+}  // namespace
+
 void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
-                  int ranks_sharing, at::Device device) {
+                  int ranks_sharing, at::Device device, int ranks_on_host) {
   const auto& info = backends::backend(backend);
   if (!info.estimate_peak) return;
   // Ranks differ only in padding ownership: the first and the last bound them.
@@ -32,24 +60,8 @@ void check_memory(const std::string& backend, const backends::EngineSpec& spec, 
     auto last = info.estimate_peak(spec, topo, topo.world - 1, device.is_cpu());
     if (last.peak_bytes() > estimate.peak_bytes()) estimate = last;
   }
-  int64_t total = -1;
-  const int64_t available = runtime::available_bytes(device, &total);
-  if (available < 0) return;
-  const double need = double(estimate.peak_bytes()) * double(std::max(1, ranks_sharing));
-  if (need <= double(available)) return;
-  const backends::PeakEstimate::Term* largest = nullptr;
-  for (const auto& t : estimate.terms)
-    if (!largest || t.bytes > largest->bytes) largest = &t;
-  std::string msg = "memory pre-flight: each rank needs an estimated " + human_bytes(double(estimate.peak_bytes())) +
-                    " at its peak (" + estimate.peak_phase();
-  if (largest) msg += "; largest term " + largest->name + " " + human_bytes(double(largest->bytes));
-  msg += ")";
-  if (ranks_sharing > 1) msg += " x " + std::to_string(ranks_sharing) + " ranks on this " +
-                                (device.is_cuda() ? std::string("GPU") : std::string("machine")) + " = " + human_bytes(need);
-  msg += ", but " + human_bytes(double(available)) + " is available (" +
-         (device.is_cuda() ? std::string("cudaMemGetInfo free") : std::string("MemAvailable")) +
-         "); pass --no-memory-check to try anyway";
-  throw UsageError(msg);
+  check_one(estimate, ranks_sharing, device, false);
+  if (device.is_cuda()) check_one(estimate, ranks_on_host, at::kCPU, true);
 }
 
 }  // namespace zb::bench

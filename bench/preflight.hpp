@@ -2,7 +2,8 @@
 // each rank's estimated peak (BackendInfo::estimate_peak, backends/memory_estimate.cpp) against
 // what its device can still give (runtime::available_bytes: a GPU's free memory, or the kernel's
 // MemAvailable shared by every rank on this machine). Owns: that comparison and its one-line
-// refusal. Must not: estimate (the backends do) or allocate.
+// refusal, and under offload the host's estimated peak against MemAvailable. Must not: estimate
+// (the backends do) or allocate.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -16,8 +17,11 @@ namespace zb::bench {
 // estimate, do not fit in what `device` has available. No-op for a backend without an estimate
 // or when the available memory cannot be read.
 // `topo`: the job's world and ranks per node (a shard group may be a node: HYBRID_SHARD).
+// On CUDA, offloaded host terms (PeakEstimate::host_peak_bytes) are checked as well, the
+// `ranks_on_host` ranks of this machine against its MemAvailable (on CPU the device check already
+// counts them: PeakEstimate::host_is_device).
 void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
-                  int ranks_sharing, at::Device device);
+                  int ranks_sharing, at::Device device, int ranks_on_host = 1);
 
 // "1.5 GiB", "312.0 MiB", "1.23 TiB".
 std::string human_bytes(double bytes);

@@ -69,6 +69,27 @@ std::string make_run_id(const RunOptions& o, int world) {
   return s.str();
 }
 
+// Offload (docs/metrics.md "Offload"): where the model states live and what crossed between host
+// and device, per step. Null for a run that offloads nothing.
+json offload_json(const TrainResult& r, const std::optional<backends::PeakEstimate>& estimate) {
+  const auto& h = r.model_state_bytes.host;
+  if (h.total() == 0 && r.offload_total.h2d_bytes == 0 && r.offload_total.d2h_bytes == 0) return nullptr;
+  auto traffic = [](const backends::common::OffloadTraffic& t) {
+    return json{{"h2d_bytes", t.h2d_bytes}, {"d2h_bytes", t.d2h_bytes}, {"h2d_copies", t.h2d_copies},
+                {"d2h_copies", t.d2h_copies}};
+  };
+  json steps = json::array();
+  for (const auto& s : r.steps) steps.push_back(traffic(s.offload));
+  return {{"device_model_states_bytes", r.model_state_bytes.total()},
+          {"host_model_states_bytes", h.total()},
+          {"host_pinned", h.pinned},
+          {"estimated_host_peak_bytes", estimate ? estimate->host_peak_bytes() : 0},
+          {"peak_host_tracked_bytes", r.peak_host_tracked_bytes},  // CUDA runs (unpinned host buffers)
+          {"last_step", steps.empty() ? traffic({}) : steps.back()},
+          {"total", traffic(r.offload_total)},
+          {"steps", steps}};
+}
+
 json model_json(const models::ModelConfig& m) {
   const auto n = models::count_params(m);
   return {{"preset", m.preset},   {"layers", m.layers}, {"hidden", m.hidden},   {"heads", m.heads},
@@ -264,7 +285,7 @@ int run_rank(const RunOptions& o) {
     for (int r = 0; r < local; ++r) sharing += (r % gpus) == device.index() ? 1 : 0;
     check_memory(o.backend, spec,
                  emulated ? backends::Topology(o.emulate_world_size) : backends::Topology(env.world_size, local), sharing,
-                 device);
+                 device, local);
   }
   const int threads = set_threads(o, env.local_world_size);
   auto world = emulated ? runtime::init_emulated_world(o.emulate_rank, o.emulate_world_size, device)
@@ -353,6 +374,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
           // CUDA context, NCCL communicator buffers and other non-allocator memory (device-wide).
           {"outside_allocator_bytes",
            cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
+      {"offload", offload_json(result, estimate)},
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"comm_steps", comm_steps},

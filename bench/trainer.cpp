@@ -39,6 +39,8 @@ class StepRunner {
     const auto& t = spec_.train;
     const auto device = comm_.world().device;
     runtime::reset_tracked_peak(device);  // this step's peaks (CUDA: allocated and reserved)
+    if (device.is_cuda()) runtime::reset_tracked_cpu_peak();  // and the host's (offload)
+    const auto offload_before = engine_.offload_traffic();
     const int rank = comm_.rank(), world = comm_.size();
     runtime::nvtx::Range step_range("step " + std::to_string(step));
     const double lr = backends::common::lr_at(t, step);
@@ -99,6 +101,8 @@ class StepRunner {
     const auto cuda = runtime::cuda_memory_stats(device);
     rec.peak_allocated_bytes = cuda.peak_allocated_bytes;
     rec.peak_reserved_bytes = cuda.peak_reserved_bytes;
+    rec.offload = engine_.offload_traffic() - offload_before;
+    if (device.is_cuda()) rec.peak_host_tracked_bytes = runtime::tracked_cpu_peak_bytes();
     return rec;
   }
 
@@ -190,10 +194,12 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   for (const auto& s : result.steps) {
     if (s.step < result.peak_from_step) continue;
     result.peak_tracked_bytes = std::max(result.peak_tracked_bytes, s.peak_tracked_bytes);
+    result.peak_host_tracked_bytes = std::max(result.peak_host_tracked_bytes, s.peak_host_tracked_bytes);
     result.cuda_peaks.peak_allocated_bytes = std::max(result.cuda_peaks.peak_allocated_bytes, s.peak_allocated_bytes);
     result.cuda_peaks.peak_reserved_bytes = std::max(result.cuda_peaks.peak_reserved_bytes, s.peak_reserved_bytes);
   }
   result.comm_total = comm.stats();
+  result.offload_total = engine.offload_traffic();
   if (profile_steps > 0 && result.diverged_step < 0) {
     const auto last_step_comm = result.comm_last_step;
     result.profile = run_profiled_steps(runner, comm, t.steps, profile_steps, result);

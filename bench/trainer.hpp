@@ -32,6 +32,11 @@ struct StepRecord {
   // CPU allocator or CUDA allocated bytes, and on CUDA the caching allocator's allocated/reserved.
   int64_t peak_tracked_bytes = 0;
   int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;  // 0 on CPU
+  // Offload: this step's host<->device copies (Engine::offload_traffic), and on CUDA the host's
+  // high-water mark of the counting CPU allocator (host buffers that are not pinned; 0 on CPU,
+  // where peak_tracked_bytes already counts every buffer).
+  backends::common::OffloadTraffic offload{};
+  int64_t peak_host_tracked_bytes = 0;
 };
 
 // What the profiled steps recorded (see RunOptions::profile).
@@ -54,9 +59,11 @@ struct TrainResult {
   // profiled steps; the GEMM peak probe's blocks are gone before (bench/peak.cpp).
   int64_t peak_from_step = 0;
   int64_t peak_tracked_bytes = 0;
+  int64_t peak_host_tracked_bytes = 0;          // CUDA runs: the host's (StepRecord), over those steps
   runtime::CudaMemoryStats cuda_peaks{};        // peak_* over those steps; the rest: at the last of them
   CommSnapshot comm_last_step{};                // one step's traffic (the last)
   CommSnapshot comm_total{};                    // every step
+  backends::common::OffloadTraffic offload_total{};  // host<->device copies over every step
   std::optional<ProfileResult> profile;         // with profile_steps > 0
   // A run that went wrong: the step whose loss or global grad norm was NaN/Inf (every rank sees
   // the same averaged loss and global norm, so every rank stops there); steps ends with it.

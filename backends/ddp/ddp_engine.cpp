@@ -165,7 +165,7 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& /*topo*/,
   const auto d = dtypes_for(spec.precision);
   const int64_t n = models::count_params(spec.model).total;
   const int64_t e = int64_t(c10::elementSize(d.storage));
-  return {n * e, 0, n * e, 2 * n * e, 0};
+  return {n * e, 0, n * e, 2 * n * e, 0, {}};
 }
 
 }  // namespace

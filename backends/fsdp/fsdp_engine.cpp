@@ -550,7 +550,7 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
   // S is the shard group of the run's layout: the node's ranks under HYBRID_SHARD.
   const int64_t elems = shard_layout(spec, topo).shard_numel();
   const int64_t e = int64_t(c10::elementSize(d.storage));
-  return {elems * e, 0, elems * e, 2 * elems * e, 0};
+  return {elems * e, 0, elems * e, 2 * elems * e, 0, {}};
 }
 
 }  // namespace
