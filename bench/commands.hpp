@@ -16,6 +16,10 @@ struct ModelInfoOptions {
   int world_size = 1;
   int64_t seq_len = 4096;
   bool json = false;
+  // Offload rows: whether a rank fits in this much device memory, and (when > 0) the node's W
+  // ranks in this much host memory (GiB).
+  double device_memory_gib = 80;
+  double host_memory_gib = 0;
 };
 // `zerobench model-info`: counts, FLOPs per token, model-state bytes per rank per backend mode.
 int model_info_command(const ModelInfoOptions& opts);

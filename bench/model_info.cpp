@@ -9,6 +9,50 @@
 
 namespace zb::bench {
 
+namespace {
+// One row per backend mode and offload choice (none first, then BackendInfo::offload_choices):
+// rank 0's model-state bytes on the device and on the host, the estimated peak of each, and
+// whether they fit in --device-memory per rank and --host-memory per node (W ranks on one node).
+nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig& cfg, const backends::Topology& topo) {
+  nlohmann::json rows = nlohmann::json::array();
+  const double gib = double(1 << 30);
+  for (const auto& b : backends::registered_backends()) {
+    if (b.offload_choices.empty()) continue;
+    std::vector<backends::BackendInfo::OffloadChoice> choices = {{"none", nlohmann::json::object()}};
+    choices.insert(choices.end(), b.offload_choices.begin(), b.offload_choices.end());
+    for (const auto& p : b.precisions)
+      for (const auto& c : choices) {
+        backends::EngineSpec spec;
+        spec.model = cfg;
+        spec.precision = p;
+        spec.train = o.run.train;
+        spec.train.seq_len = o.seq_len;
+        spec.train.grad_accum = 1;
+        spec.options = c.options;
+        const auto bytes = b.expected_bytes(spec, topo, 0);
+        nlohmann::json row = {{"mode", b.name + ":" + p},
+                              {"offload", c.label},
+                              {"options", c.options},
+                              {"device_model_states_bytes", bytes.total()},
+                              {"host_model_states_bytes", bytes.host.total()},
+                              {"model_states_bytes", backends::to_json(bytes)}};
+        if (b.estimate_peak) {
+          // A GPU run's estimate (host terms apart from the device's), whatever --device says.
+          auto e = b.estimate_peak(spec, topo, 0, false);
+          e.host_is_device = false;
+          row["estimated_device_peak_bytes"] = e.peak_bytes();
+          row["estimated_host_peak_bytes"] = e.host_peak_bytes();
+          row["fits_device"] = double(e.peak_bytes()) <= o.device_memory_gib * gib;
+          if (o.host_memory_gib > 0)
+            row["fits_host"] = double(e.host_peak_bytes()) * topo.world <= o.host_memory_gib * gib;
+        }
+        rows.push_back(row);
+      }
+  }
+  return rows;
+}
+}  // namespace
+
 int model_info_command(const ModelInfoOptions& o) {
   const auto cfg = o.run.model_config();
   const auto n = models::count_params(cfg);
@@ -71,7 +115,11 @@ int model_info_command(const ModelInfoOptions& o) {
                         {"seq_len", o.seq_len},
                         {"activation_checkpointing", o.run.train.activation_checkpointing},
                         {"device", o.run.device},
-                        {"modes", estimates}}}};
+                        {"modes", estimates}}},
+                      {"offload",
+                       {{"device_memory_bytes", int64_t(o.device_memory_gib * double(1 << 30))},
+                        {"host_memory_bytes", int64_t(o.host_memory_gib * double(1 << 30))},
+                        {"rows", offload_rows(o, cfg, topo)}}}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -107,6 +155,24 @@ int model_info_command(const ModelInfoOptions& o) {
   for (const auto& [mode, e] : estimates.items())
     std::printf("  %-14s %10.2f GiB (%s)\n", mode.c_str(), e["peak_bytes"].get<double>() / (1 << 30),
                 e["peak_phase"].get<std::string>().c_str());
+  const auto& rows = j["offload"]["rows"];
+  if (!rows.empty()) {
+    std::printf("offload per rank at W=%d (model states device | host; estimated peak on a GPU run, device | host; "
+                "fits: device <= %.0f GiB%s):\n",
+                o.world_size, o.device_memory_gib,
+                o.host_memory_gib > 0 ? (", host x W <= " + std::to_string(int64_t(o.host_memory_gib)) + " GiB").c_str() : "");
+    for (const auto& r : rows) {
+      const bool est = r.contains("estimated_device_peak_bytes");
+      std::string fits = !est ? "-" : r["fits_device"].get<bool>() ? "fits" : "does not fit";
+      if (est && r.contains("fits_host") && !r["fits_host"].get<bool>()) fits += " (host too small)";
+      std::printf("  %-14s %-44s states %8.2f | %8.2f GiB  peak %8.2f | %8.2f GiB  %s\n",
+                  r["mode"].get<std::string>().c_str(), r["offload"].get<std::string>().c_str(),
+                  r["device_model_states_bytes"].get<double>() / (1 << 30),
+                  r["host_model_states_bytes"].get<double>() / (1 << 30),
+                  est ? r["estimated_device_peak_bytes"].get<double>() / (1 << 30) : 0.0,
+                  est ? r["estimated_host_peak_bytes"].get<double>() / (1 << 30) : 0.0, fits.c_str());
+    }
+  }
   return kExitOk;
 }
 

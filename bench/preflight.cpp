@@ -22,15 +22,10 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-namespace {
-// Throws UsageError unless `sharing` x the estimate's peak (host_peak_bytes when `host`) fits in
-// what `device` has available.
-void check_one(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host) {
+void check_estimate_fits(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host,
+                         int64_t available) {
   const int64_t peak = host ? estimate.host_peak_bytes() : estimate.peak_bytes();
-  if (peak <= 0) return;
-  int64_t total = -1;
-  const int64_t available = runtime::available_bytes(device, &total);
-  if (available < 0) return;
+  if (peak <= 0 || available < 0) return;
   const double need = double(peak) * double(std::max(1, sharing));
   if (need <= double(available)) return;
   const backends::PeakEstimate::Term* largest = nullptr;
@@ -48,7 +43,7 @@ void check_one(const backends::PeakEstimate& estimate, int sharing, at::Device d
          "); pass --no-memory-check to try anyway";
   throw UsageError(msg);
 }
-}  // namespace
+
 
 void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
                   int ranks_sharing, at::Device device, int ranks_on_host) {
@@ -60,8 +55,8 @@ void check_memory(const std::string& backend, const backends::EngineSpec& spec, 
     auto last = info.estimate_peak(spec, topo, topo.world - 1, device.is_cpu());
     if (last.peak_bytes() > estimate.peak_bytes()) estimate = last;
   }
-  check_one(estimate, ranks_sharing, device, false);
-  if (device.is_cuda()) check_one(estimate, ranks_on_host, at::kCPU, true);
+  check_estimate_fits(estimate, ranks_sharing, device, false, runtime::available_bytes(device));
+  if (device.is_cuda()) check_estimate_fits(estimate, ranks_on_host, at::kCPU, true, runtime::available_bytes(at::kCPU));
 }
 
 }  // namespace zb::bench

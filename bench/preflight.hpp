@@ -23,6 +23,11 @@ namespace zb::bench {
 void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
                   int ranks_sharing, at::Device device, int ranks_on_host = 1);
 
+// The comparison itself: throws UsageError when `sharing` x the estimate's peak (its host terms'
+// peak when `host`) exceeds `available` bytes of `device` (CPU for the host check); -1 = unknown.
+void check_estimate_fits(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host,
+                         int64_t available);
+
 // "1.5 GiB", "312.0 MiB", "1.23 TiB".
 std::string human_bytes(double bytes);
 

@@ -61,6 +61,7 @@ std::vector<int64_t> unit_param_numels(const models::ModelConfig& cfg, int unit)
 
 void register_compute_benchmarks(Harness& h, const SuiteOptions& o) {
   const int w = h.size();
+  register_offload_benchmarks(h, o);  // host<->device copies and the host optimizer (offload.cpp)
   for (const auto dtype : o.dtypes) {
     register_gemm(h, dtype, peak_probe_shape(h.device(), dtype));
     if (!o.quick)

@@ -67,7 +67,8 @@ class Harness {
 
 // Registration of each family (every rank registers the same benchmarks in the same order).
 void register_collective_benchmarks(Harness& h, const SuiteOptions& o);
-void register_compute_benchmarks(Harness& h, const SuiteOptions& o);
+void register_compute_benchmarks(Harness& h, const SuiteOptions& o);  // also registers offload.cpp's
+void register_offload_benchmarks(Harness& h, const SuiteOptions& o);
 
 // Collective sizes in bytes: min, x4, ..., <= max (nccl-tests -b/-e/-f 4).
 std::vector<int64_t> collective_sizes(int64_t min_bytes, int64_t max_bytes);

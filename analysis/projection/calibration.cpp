@@ -107,11 +107,14 @@ const std::vector<Preset>& presets() {
     a100.hbm_gbps = 2039;
     a100.gemm_efficiency = 271.2 / 312.0;
     a100.attention_efficiency = 0.50;
+    a100.pcie_gbps = 32;
     a100.sources = {
         {"peak_tflops 312", "NVIDIA A100 Tensor Core GPU datasheet: BF16 Tensor Core 312 TFLOPS (dense)"},
         {"intra_busbw_gbps 300", "NVIDIA A100 datasheet: NVLink 600 GB/s (both directions) = 300 GB/s per direction"},
         {"inter_busbw_gbps 50", nic},
         {"hbm_gbps 2039", "NVIDIA A100 datasheet: A100 80GB SXM GPU memory bandwidth 2,039 GB/s"},
+        {"pcie_gbps 32", "NVIDIA A100 datasheet: PCIe Gen4 64 GB/s (both directions) = 32 GB/s per direction, an upper "
+                         "bound for pinned host<->device copies"},
         {"latency", nccl_tuning},
         {"gemm_efficiency 0.869",
          "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table: A100 SXM "
@@ -127,6 +130,7 @@ const std::vector<Preset>& presets() {
     h100.hbm_gbps = 3350;
     h100.gemm_efficiency = 794.5 / 989.0;
     h100.attention_efficiency = 0.35;
+    h100.pcie_gbps = 64;
     h100.sources = {
         {"peak_tflops 989", "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM BF16 Tensor Core 1,979 TFLOPS with "
                             "sparsity = 989 dense"},
@@ -134,6 +138,8 @@ const std::vector<Preset>& presets() {
                                  "per direction"},
         {"inter_busbw_gbps 50", nic},
         {"hbm_gbps 3350", "NVIDIA H100 datasheet: H100 SXM GPU memory bandwidth 3.35 TB/s"},
+        {"pcie_gbps 64", "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (both directions) = 64 GB/s per direction, an "
+                         "upper bound for pinned host<->device copies"},
         {"latency", nccl_tuning},
         {"gemm_efficiency 0.803",
          "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table: H100 SXM "
@@ -157,6 +163,8 @@ Calibration Calibration::from_preset(const Preset& p) {
   c.device = p.gpu;
   c.pg_backend = "nccl";
   c.preset = p;
+  c.offload.h2d_gbps = c.offload.d2h_gbps = p.pcie_gbps;
+  c.offload.basis = "preset " + p.name + ": PCIe per direction (datasheet); no host optimizer rate";
   return c;
 }
 
@@ -179,12 +187,20 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
   };
   std::map<std::string, Point> points;
   std::map<std::string, std::vector<double>> gemm;
+  std::vector<double> h2d, d2h, adam;  // offload/ entries (offload.cpp in analysis/micro)
   for (const auto& b : gb["benchmarks"]) {
     if (b.value("run_type", "iteration") != "iteration" || !b.contains("name") || !b.contains("real_time")) continue;
     const std::string name = b["name"];
     if (b.contains("error_occurred") && b["error_occurred"].get<bool>()) continue;
     if (name.rfind("gemm/", 0) == 0 && name.find("/square/") != std::string::npos && b.contains("tflops")) {
       gemm[name.substr(5, name.find('/', 5) - 5)].push_back(b["tflops"].get<double>());
+      continue;
+    }
+    if (name.rfind("offload/", 0) == 0) {
+      if (name.rfind("offload/h2d/", 0) == 0 && b.contains("GBps")) h2d.push_back(b["GBps"].get<double>());
+      if (name.rfind("offload/d2h/", 0) == 0 && b.contains("GBps")) d2h.push_back(b["GBps"].get<double>());
+      if (name.rfind("offload/host_adamw/", 0) == 0 && b.contains("ns_per_param"))
+        adam.push_back(b["ns_per_param"].get<double>());
       continue;
     }
     if (!b.contains("busbw") || !b.contains("bytes") || !b.contains("world_size")) continue;
@@ -194,6 +210,10 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
     p.world = int(b["world_size"].get<double>());
   }
   for (auto& [dtype, v] : gemm) c.gemm_tflops.push_back({dtype, median(v)});
+  if (!h2d.empty()) c.offload.h2d_gbps = median(h2d);
+  if (!d2h.empty()) c.offload.d2h_gbps = median(d2h);
+  if (!adam.empty()) c.offload.host_adam_ns_per_param = median(adam);
+  if (!h2d.empty() || !adam.empty()) c.offload.basis = "measured: offload/ medians in " + source;
   // Group by (kind, dtype, W): name = <kind>/<dtype>/W:<w>/bytes:<s>.
   std::map<std::tuple<int, std::string, int>, std::vector<std::pair<double, double>>> groups;
   for (const auto& [name, p] : points) {
@@ -259,6 +279,10 @@ json Calibration::to_json() const {
   json g = json::object();
   for (const auto& [d, v] : gemm_tflops) g[d] = v;
   j["gemm_square_tflops"] = g;
+  j["offload"] = {{"h2d_gbps", offload.h2d_gbps},
+                  {"d2h_gbps", offload.d2h_gbps},
+                  {"host_adam_ns_per_param", offload.host_adam_ns_per_param},
+                  {"basis", offload.basis}};
   if (preset) {
     const auto& p = *preset;
     json src = json::object();
@@ -275,6 +299,7 @@ json Calibration::to_json() const {
                    {"hbm_gbps", p.hbm_gbps},
                    {"gemm_efficiency", p.gemm_efficiency},
                    {"attention_efficiency", p.attention_efficiency},
+                   {"pcie_gbps", p.pcie_gbps},
                    {"sources", src}};
   }
   return j;
@@ -306,6 +331,13 @@ Calibration Calibration::from_json(const json& j) {
   }
   const json gemm = j.value("gemm_square_tflops", json::object());
   for (const auto& [d, v] : gemm.items()) c.gemm_tflops.push_back({d, v.get<double>()});
+  if (j.contains("offload")) {  // calibration files from before offload lack it
+    const auto& o = j["offload"];
+    c.offload.h2d_gbps = o.value("h2d_gbps", 0.0);
+    c.offload.d2h_gbps = o.value("d2h_gbps", 0.0);
+    c.offload.host_adam_ns_per_param = o.value("host_adam_ns_per_param", 0.0);
+    c.offload.basis = o.value("basis", std::string());
+  }
   if (j.contains("preset")) {
     const auto name = j["preset"].value("name", "");
     c.preset = find_preset(name);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backends/common/comm.hpp"
+#include "backends/common/program.hpp"
 
 namespace zb::analysis::projection {
 
@@ -55,6 +56,7 @@ struct Preset {
   double hbm_gbps = 0;             // memory-bound ops
   double gemm_efficiency = 0;      // achievable dense bf16 matmul / peak (MAMF)
   double attention_efficiency = 0; // FlashAttention-2 fwd+bwd / peak
+  double pcie_gbps = 0;            // host <-> GPU per direction (offload copies)
   std::vector<std::pair<std::string, std::string>> sources;  // figure -> source
 };
 
@@ -88,6 +90,9 @@ class Calibration {
   std::optional<Preset> preset;
   // Measured square-GEMM TFLOP/s by dtype (the micro run's `gemm/<dtype>/square`), if run.
   std::vector<std::pair<std::string, double>> gemm_tflops;
+  // Offload: measured offload/h2d, offload/d2h GBps and offload/host_adamw ns per parameter
+  // (medians over the micro run's entries), or the preset's PCIe figure; zeros when unknown.
+  backends::common::OffloadRates offload;
 
  private:
   const CollectiveFit* nearest_fit(CollectiveKind kind, const std::string& dtype, int world) const;

@@ -248,6 +248,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   in.nodes = o.nodes;
   in.costs = costs;
   in.exec = exec;
+  in.offload = cal.offload;
   const auto program = build_program(in, cal);
   const auto tl = simulate(program, exec);
 
@@ -294,6 +295,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
       {"comm_s", tl.comm_s},
       {"comm_overlapped_s", tl.comm_overlapped_s},
       {"compute_s", tl.compute_s},
+      {"offload_copy_s", tl.copy_s},
+      {"exposed_offload_copy_s", tl.exposed_copy_s},
       {"overlap_ratio", tl.comm_s > 0 ? tl.comm_overlapped_s / tl.comm_s : 0.0},
       {"world_size", o.world},
       {"nodes", o.nodes},

@@ -18,10 +18,11 @@ Timeline simulate(const Program& p, ExecModel model) {
   double host = 0;     // the training thread's clock (CPU: also the compute lane)
   double stream = 0;   // the compute stream's clock (CUDA)
   double comm_free = 0;
+  double copy_free[2] = {0, 0};  // d2h, h2d copy engines
   std::vector<double> coll_end(size_t(p.collectives()), -1.0);
   std::vector<double> compute_end(p.actions().size(), 0.0);
   Timeline t;
-  std::vector<Iv> compute_iv, comm_iv;
+  std::vector<Iv> compute_iv, comm_iv, copy_iv;
   auto done = [&](int c) {
     if (c < 0 || c >= int(coll_end.size()) || coll_end[size_t(c)] < 0)
       throw std::logic_error("projection: wait on a collective that was not issued");
@@ -59,6 +60,22 @@ Timeline simulate(const Program& p, ExecModel model) {
         comm_iv.push_back({start, end});
         break;
       }
+      case Action::kCopy: {
+        // CPU: the training thread copies (host busy, compute lane). CUDA: a copy engine, ready
+        // at issue or once the compute stream reaches the issue point (after_compute).
+        const double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
+        double& lane = copy_free[a.to_device ? 1 : 0];
+        const double start = cpu ? host : std::max(lane, ready);
+        const double end = start + a.duration_s;
+        if (cpu) host = end; else lane = end;
+        coll_end[size_t(a.target)] = end;
+        Span sp{a.name, false, start, end};
+        sp.bytes = a.bytes;
+        sp.copy = true;
+        t.spans.push_back(sp);
+        copy_iv.push_back({start, end});
+        break;
+      }
       case Action::kWait:
         if (cpu) host = std::max(host, done(a.target)); else stream = std::max(stream, done(a.target));
         break;
@@ -71,8 +88,11 @@ Timeline simulate(const Program& p, ExecModel model) {
         break;
     }
   }
-  t.step_s = std::max({host, stream, comm_free});
+  t.step_s = std::max({host, stream, comm_free, copy_free[0], copy_free[1]});
   const auto cu = profiler::union_of(std::move(compute_iv)), co = profiler::union_of(std::move(comm_iv));
+  const auto cp = profiler::union_of(std::move(copy_iv));
+  t.copy_s = profiler::covered_length(cp);
+  t.exposed_copy_s = cpu ? t.copy_s : t.copy_s - profiler::intersection_length(cp, cu);
   t.compute_s = profiler::covered_length(cu);
   t.comm_s = profiler::covered_length(co);
   t.comm_overlapped_s = profiler::intersection_length(co, cu);

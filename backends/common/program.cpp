@@ -1,6 +1,8 @@
 // program.cpp — the program IR's builders (see program.hpp).
 #include "backends/common/program.hpp"
 
+#include "runtime/errors.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -23,6 +25,34 @@ int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes,
   a.coll = kind;
   a.bytes = bytes;
   a.after_compute = after_compute;
+  a.target = collectives_;
+  actions_.push_back(a);
+  return collectives_++;
+}
+
+double OffloadRates::copy_s(bool to_device, int64_t bytes) const {
+  const double gbps = to_device ? h2d_gbps : d2h_gbps;
+  if (gbps <= 0)
+    throw UsageError(std::string("projection of offload: the calibration has no ") + (to_device ? "h2d" : "d2h") +
+                     " bandwidth (a preset's PCIe figure, or `zerobench micro` with its offload/ benchmarks)");
+  return double(bytes) / (gbps * 1e9);
+}
+
+double OffloadRates::host_optimizer_s(int64_t elements) const {
+  if (host_adam_ns_per_param <= 0)
+    throw UsageError("projection of optimizer offload: the calibration has no host optimizer rate (run `zerobench "
+                     "micro` on the host and pass its JSON: offload/host_adamw); presets have none");
+  return double(elements) * host_adam_ns_per_param * 1e-9;
+}
+
+int Program::copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute) {
+  Action a;
+  a.kind = Action::kCopy;
+  a.name = std::string(to_device ? "h2d " : "d2h ") + label;
+  a.duration_s = std::max(0.0, seconds);
+  a.bytes = bytes;
+  a.after_compute = after_compute;
+  a.to_device = to_device;
   a.target = collectives_;
   actions_.push_back(a);
   return collectives_++;

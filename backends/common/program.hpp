@@ -8,7 +8,8 @@
 // A program is what the training thread does, in order: compute (a unit's forward/backward,
 // the optimizer), issue a collective, wait for one, or block the host on earlier compute. The
 // comm lane runs collectives one at a time in issue order (one NCCL stream per process group;
-// Gloo's work queue), each starting when issued and the lane is free.
+// Gloo's work queue), each starting when issued and the lane is free. Offload's host<->device
+// copies run on two more lanes, one per direction (kCopy).
 //   kHostIsDevice (CPU, Gloo): the training thread computes, so an issue happens when the
 //     preceding compute has finished, and a wait blocks everything after it.
 //   kAsyncDevice (CUDA): the host runs ahead of the GPU. Compute runs on the compute stream in
@@ -26,8 +27,21 @@ namespace zb::backends::common {
 
 enum class ExecModel { kHostIsDevice, kAsyncDevice };
 
+// Offload's costs (analysis/projection/calibration: measured by `zerobench micro`'s offload/*
+// benchmarks, or a preset's PCIe figure): host<->device bandwidth per direction and the host
+// optimizer's time per parameter element. 0 = unknown (a program that needs it refuses).
+struct OffloadRates {
+  double h2d_gbps = 0, d2h_gbps = 0;
+  double host_adam_ns_per_param = 0;
+  std::string basis;
+  // Seconds to copy `bytes` one way; UsageError naming what the calibration lacks when unknown.
+  double copy_s(bool to_device, int64_t bytes) const;
+  // Seconds for the host optimizer over `elements`; UsageError when unknown.
+  double host_optimizer_s(int64_t elements) const;
+};
+
 struct Action {
-  enum Kind { kCompute, kIssue, kWait, kHostWait, kHostSync } kind = kCompute;
+  enum Kind { kCompute, kIssue, kWait, kHostWait, kHostSync, kCopy } kind = kCompute;
   std::string name;            // "F3", "B3", "optimizer", or the collective's label ("all_gather unit3")
   double duration_s = 0;       // compute, or the issued collective's time
   int target = -1;             // wait/host_wait: collective id; host_sync: compute action index
@@ -37,6 +51,7 @@ struct Action {
   // issue: how long the call itself keeps the host before the collective is queued (Gloo's
   // reduce-scatter clones its input on the calling thread); 0 unless the replay measured it.
   double host_s = 0;
+  bool to_device = true;  // copy: host -> device (else device -> host)
 };
 
 class Program {
@@ -44,6 +59,10 @@ class Program {
   int compute(const std::string& name, double seconds);  // returns the action index
   // Returns the collective's id (for wait).
   int issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute);
+  // Offload: a host<->device copy of `bytes` taking `seconds`, on its own copy lane (one per
+  // direction, the GPU's copy engines); returns an id waited for like a collective's. On CPU
+  // (kHostIsDevice) the training thread copies: the host is busy for `seconds`.
+  int copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute);
   void wait(int collective);           // compute waits for it (CPU: the host blocks)
   void host_wait(int collective);      // the host blocks until it is done
   void host_sync(int compute_action);  // the host blocks until that compute has run

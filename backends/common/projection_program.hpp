@@ -42,6 +42,7 @@ struct ProgramInput {
   int world = 1, nodes = 1;
   UnitCosts costs;
   ExecModel exec = ExecModel::kHostIsDevice;
+  OffloadRates offload;  // the calibration's (program.hpp): offload copies and the host optimizer
 };
 
 // Seconds for one collective of `bytes` (nccl-tests size) in `dtype` ("fp32"/"bf16"/"fp16") on

@@ -37,6 +37,14 @@ const CommandRegistrar kModelInfo(
        cmd.add_option("--device", info->run.device, "cpu (Gloo stages collectives in host memory) or cuda (NCCL)")
            ->check(CLI::IsMember({"cpu", "cuda"}))
            ->capture_default_str();
+       cmd.add_option("--device-memory", info->device_memory_gib,
+                      "GiB of device memory per rank the offload rows are judged against")
+           ->check(CLI::PositiveNumber)
+           ->capture_default_str();
+       cmd.add_option("--host-memory", info->host_memory_gib,
+                      "GiB of host memory the node's ranks share, for the offload rows (0: not judged)")
+           ->check(CLI::NonNegativeNumber)
+           ->capture_default_str();
        cmd.add_flag("--json", info->json, "print JSON");
        return CommandAction([info](const std::vector<std::string>&) { return model_info_command(*info); });
      }});
