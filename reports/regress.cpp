@@ -153,6 +153,12 @@ void compare_cell(RegressResult& res, const json& b, const json& c, const Regres
     for (const auto& [k, v] : bm_states.items()) exact(res, cell, r + "memory.model_states_bytes." + k, v, cm_states.value(k, json()));
     for (const auto& [k, v] : cm_states.items())
       if (!bm_states.contains(k)) exact(res, cell, r + "memory.model_states_bytes." + k, json(), v);
+    // Offload (docs/metrics.md): bytes each way in the last step, when either side offloads.
+    const json bo = br.value("offload", json()), co = cr.value("offload", json());
+    if (!bo.is_null() || !co.is_null())
+      for (const char* k : {"h2d_bytes", "d2h_bytes"})
+        exact(res, cell, r + "offload.last_step." + k, bo.is_null() ? json() : bo["last_step"][k],
+              co.is_null() ? json() : co["last_step"][k]);
     for (const auto& [kind, v] : br["comm"].items()) {
       exact(res, cell, r + "comm." + kind + ".count", v["count"], cr["comm"][kind]["count"]);
       exact(res, cell, r + "comm." + kind + ".bytes", v["bytes"], cr["comm"][kind]["bytes"]);

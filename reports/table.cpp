@@ -57,7 +57,9 @@ struct Row {
   std::string plan_key;  // the precision plan's "compute / optimizer updates" pair, for the pivot
   double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
   double peak_over_est = NAN;  // the rank with the largest measured peak: its peak / its own estimate
-  double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};
+  double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};  // on the device
+  double host_mib = 0;        // model states offloaded to host memory (max over ranks)
+  double offload_mib = NAN;   // host<->device bytes in the last step, both ways (NaN: no offload)
   double states_mib() const {
     double sum = 0;
     for (double m : cat_mib) sum += m;
@@ -130,6 +132,16 @@ Row row_of(const json& r) {
   for (const auto& rk : r["ranks"]) {
     for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
       row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
+    const auto& states = rk["memory"]["model_states_bytes"];
+    if (states.contains("host"))
+      row.host_mib = std::max(row.host_mib, (states["host"].value("params", 0.0) + states["host"].value("master_params", 0.0) +
+                                             states["host"].value("grads", 0.0) + states["host"].value("optimizer", 0.0) +
+                                             states["host"].value("buffers", 0.0)) / kMiB);
+    if (rk.contains("offload") && rk["offload"].is_object()) {
+      const auto& l = rk["offload"]["last_step"];
+      const double mib = (l.value("h2d_bytes", 0.0) + l.value("d2h_bytes", 0.0)) / kMiB;
+      row.offload_mib = std::max(std::isfinite(row.offload_mib) ? row.offload_mib : 0.0, mib);
+    }
     const double peak = rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB;
     const bool has_est =
         rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0;
@@ -156,8 +168,9 @@ std::vector<std::string> header(bool with_baseline, bool with_projection) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "buffers MiB",   "peak tracked MiB", "est. peak MiB", "peak/est",
-                                "comm MiB/step", "overlap",       "final loss",
+                                "buffers MiB",   "host MiB",      "peak tracked MiB", "est. peak MiB",
+                                "peak/est",      "comm MiB/step", "offload MiB/step", "overlap",
+                                "final loss",
                                 "status"};
   if (with_baseline) {
     h.insert(h.end() - 1, "tokens/GPU/s vs base");
@@ -186,10 +199,12 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
                                 dash_if_failed(fmt("%.3f", r.mfu)),
                                 dash_if_failed(fmt("%.3f", r.mfu_6n))};
   for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
+  c.push_back(dash_if_failed(fmt("%.2f", r.host_mib)));
   c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
   c.push_back(r.state == "ok" && std::isfinite(r.est_mib) ? fmt("%.2f", r.est_mib) : "-");
   c.push_back(r.state == "ok" && std::isfinite(r.peak_over_est) ? fmt("%.2f", r.peak_over_est) : "-");
   c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
+  c.push_back(r.state == "ok" && std::isfinite(r.offload_mib) ? fmt("%.2f", r.offload_mib) : "-");
   c.push_back(std::isfinite(r.overlap) ? fmt("%.2f", r.overlap) : "-");
   c.push_back(std::isfinite(r.final_loss) ? fmt("%.4f", r.final_loss) : "-");
   if (base) {

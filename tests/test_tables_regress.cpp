@@ -87,7 +87,8 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,6.5000,ok"),
+  // ... params, master, grads, optimizer, buffers, host MiB, peak, est., peak/est, comm, offload MiB/step, ...
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,-,6.5000,ok"),
             std::string::npos)
       << csv;
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
@@ -200,6 +201,26 @@ TEST(Regress, ComparesEveryModelStateCategoryIncludingBuffersBaselinesLack) {
   const auto md = reports::markdown_table(with_buffers);
   EXPECT_NE(md.find("buffers MiB"), std::string::npos) << md;
   EXPECT_NE(md.find("32.00"), std::string::npos) << md;
+}
+
+TEST(Regress, GatesOffloadBytesByLocationAndTheTrafficEachWay) {
+  std::vector<json> base = {fixture("c", "zero3", "bf16", {0.1, 0.1, 0.1})};
+  base[0]["ranks"][0]["memory"]["model_states_bytes"]["host"] = {{"params", 0}, {"master_params", 4000},
+                                                                 {"grads", 0}, {"optimizer", 8000},
+                                                                 {"buffers", 0}, {"pinned", true}};
+  base[0]["ranks"][0]["offload"] = {{"last_step", {{"h2d_bytes", 2000}, {"d2h_bytes", 1000}}}};
+  EXPECT_FALSE(reports::compare_reports(base, base, {}).regression());
+  auto moved = base;  // one byte more copied to the host per step (the planted fault)
+  moved[0]["ranks"][0]["offload"]["last_step"]["d2h_bytes"] = 1001;
+  const auto r = reports::compare_reports(base, moved, {});
+  EXPECT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("offload.last_step.d2h_bytes"), std::string::npos) << r.to_text();
+  auto unpinned = base;  // the same bytes, no longer pinned
+  unpinned[0]["ranks"][0]["memory"]["model_states_bytes"]["host"]["pinned"] = false;
+  EXPECT_TRUE(reports::compare_reports(base, unpinned, {}).regression());
+  auto none = base;  // offload gone altogether
+  none[0]["ranks"][0].erase("offload");
+  EXPECT_TRUE(reports::compare_reports(base, none, {}).regression());
 }
 
 TEST(Regress, ANewConfigFieldStillMatchesButAChangedSettingIsFlagged) {
