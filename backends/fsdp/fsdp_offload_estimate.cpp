@@ -45,11 +45,9 @@ void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& 
   const auto d = dtypes_for(spec.precision, o);
   const int64_t s = int64_t(c10::elementSize(d.storage)), S = l.shard_size;
   const bool sharded = S > 1, same_dtype = d.param == d.storage;
-  int64_t block = 0, all = 0;
-  for (size_t u = 0; u < l.unit_padded.size(); ++u) {
-    if (u > 0) block = std::max(block, l.unit_padded[u]);
-    all += l.unit_padded[u];
-  }
+  const int64_t root = l.unit_padded.front();
+  int64_t block = 0;
+  for (size_t u = 1; u < l.unit_padded.size(); ++u) block = std::max(block, l.unit_padded[u]);
   // The optimizer step's gradient-norm transient reads the host gradients.
   for (auto& t : e.terms)
     if (t.name == "grad-norm transient") t.location = "host";
@@ -60,11 +58,15 @@ void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& 
     e.terms.push_back({"device sharded gradients", moment, grads,
                        "sum(padded units)/S*s (_saved_grad_shard, until the final callback; copied to _cpu_grad)"});
   if (!sharded) {
-    // NO_SHARD: flat_param_to(device) is the unit's flat parameter while it computes (freed at
-    // reshard like the low-precision copy, which it is under mixed: then it is only a staging copy).
-    if (same_dtype)
-      e.terms.push_back({"device unit copies", "forward_backward", all * s,
-                         "sum(units)*s: NO_SHARD's device copy of each offloaded flat parameter"});
+    // NO_SHARD: flat_param_to(device) is the unit's flat parameter while it computes, freed at
+    // each reshard (under mixed the bf16 copy already counted is it; the fp32 copy is a staging
+    // copy dropped after the cast). In backward the root's copy is held to its end (the
+    // embedding's gradient comes last) besides the block's.
+    if (same_dtype) {
+      e.terms.push_back({"device unit copies", "loss_head", root * s, "root*s (NO_SHARD: the root's device copy)"});
+      e.terms.push_back({"device unit copies", "backward", (root + block) * s,
+                         "(root + block)*s (NO_SHARD: the root's and the current block's device copies)"});
+    }
     return;
   }
   // A prefetched all-gather in flight during the loss head's or a block's backward reads the

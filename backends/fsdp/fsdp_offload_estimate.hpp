@@ -30,8 +30,8 @@ common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const To
 
 // The estimate's offload terms, added to estimate_fsdp's (backends/memory_estimate.cpp): the
 // device's sharded gradients held from their reduce-scatter to the final callback, the device
-// copy of the host shard an in-flight prefetch all-gather reads, NO_SHARD's device copy of each
-// unit, and the gradient-norm transient moved to the host. No-op without offload.
+// copy of the host shard an in-flight prefetch all-gather reads, NO_SHARD's device copies of the
+// root and the current block, and the gradient-norm transient moved to the host. No-op without offload.
 void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 
 }  // namespace zb::backends::fsdp
