@@ -190,7 +190,9 @@ class Fsdp1Runner:
         if not grads or all(g.dtype == torch.float32 for g in grads):
             return None
         norms = torch.stack([torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float32) for g in grads])
-        total = torch.linalg.vector_norm(norms, 2, dtype=torch.float32) ** 2.0
+        # With CPUOffload the gradients are on the host: the all-reduce runs on the device, as
+        # clip_grad_norm_'s does (_get_grad_norm(...).to(compute_device)).
+        total = torch.linalg.vector_norm(norms, 2, dtype=torch.float32).to(self.device.torch) ** 2.0
         counter = common.comm_counter.COUNTER
         active, counter.active = counter.active, False
         dist.all_reduce(total)
