@@ -156,6 +156,28 @@ TEST(FsdpOffload, BytesByLocationAndTrafficPerStepEqualTheClosedFormOnEveryRank)
       }
     }
   }
+  // The count does not depend on prefetch, activation checkpointing (the recompute reuses the
+  // gathered parameters it saved) or HYBRID_SHARD (its norm all-reduce is over the shard group).
+  {
+    auto ckpt = offload_spec("mixed", 2, true);
+    ckpt.train.activation_checkpointing = true;
+    auto prefetch = offload_spec("fp32", 1, true);
+    FsdpOptions o;
+    o.offload_params = true;
+    o.forward_prefetch = true;
+    o.backward_prefetch = backends::fsdp::BackwardPrefetch::kBackwardPost;
+    prefetch.options = backends::fsdp::to_json(o);
+    const auto hybrid = offload_spec("low", 1, true, ShardingStrategy::kHybridShard, 2);
+    for (const auto& [spec, w] : {std::pair{ckpt, 2}, std::pair{prefetch, 2}, std::pair{hybrid, 4}}) {
+      const auto run = train(spec, w);
+      for (int r = 0; r < w; ++r) {
+        const auto traffic = backends::fsdp::offload_traffic_per_step(spec, backends::Topology(w, w), r);
+        EXPECT_TRUE(same_traffic(run.last_step[size_t(r)], traffic))
+            << spec.options.dump() << " rank " << r << ": " << str(run.last_step[size_t(r)]) << " vs " << str(traffic);
+        EXPECT_EQ(run.bytes[size_t(r)], backends::backend("fsdp").expected_bytes(spec, backends::Topology(w, w), r));
+      }
+    }
+  }
   // Without offload: no host bytes, no traffic.
   auto plain = offload_spec("fp32", 1, false);
   EXPECT_EQ(backends::backend("fsdp").expected_bytes(plain, 2, 0).host.total(), 0);
