@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "backends/fsdp/fsdp_offload_estimate.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/zero3/zero3_options.hpp"
@@ -253,6 +254,7 @@ PeakEstimate estimate_fsdp(const EngineSpec& spec, const Topology& world, int ra
                      "root*p" + std::string(r != p ? " + root*r" : "") + (sharded && gloo ? " + root*r (Gloo's clone)" : "")});
   // The largest original-parameter view in this rank's shard (FSDP1 clips over per-parameter views).
   add_optimizer_transient(e, std::min(spec.model.vocab * spec.model.hidden, std::max(root, block) / (sharded ? S : 1)), s);
+  add_offload_terms(e, spec, world, rank, gloo);  // CPUOffload (backends/fsdp/fsdp_offload_estimate.cpp)
   return e;
 }
 

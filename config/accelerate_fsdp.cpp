@@ -117,9 +117,8 @@ AccelerateFsdpConfig read_accelerate_fsdp_config(const nlohmann::json& block, in
       notes.apply(key, value, std::string("sync_module_states ") + (o.sync_module_states ? "true" : "false"));
     } else if (name == "fsdp_offload_params") {
       o.offload_params = flag(name);
-      if (o.offload_params)
-        throw UsageError(key + " " + value + ": CPU offload of parameters and gradients is not implemented in zerobench");
-      notes.apply(key, value, "offload_params false");
+      notes.apply(key, value, std::string("cpu_offload CPUOffload(offload_params=") + (o.offload_params ? "True" : "False") +
+                                  ")");
     } else if (name == "fsdp_activation_checkpointing_offload") {
       if (flag(name))
         throw UsageError(key + " " + value +

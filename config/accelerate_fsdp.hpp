@@ -29,7 +29,7 @@ struct AccelerateFsdpConfig {
   bool sync_module_states = true;
   bool use_orig_params = true;
   bool cpu_ram_efficient_loading = true;
-  bool offload_params = false;                            // refused when true
+  bool offload_params = false;                            // CPUOffload(offload_params=...)
   std::string auto_wrap_policy = "NO_WRAP";
   std::string state_dict_type = "SHARDED_STATE_DICT";
   int hybrid_shard_group_size = 0;                        // HYBRID_SHARD: ranks per node (0 = unknown)

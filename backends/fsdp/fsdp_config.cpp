@@ -71,7 +71,9 @@ std::vector<BackendFlag> cli_flags() {
           flag("--reduce-dtype",
                "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
                "under mixed)",
-               K::kText, {"bf16", "fp32"})};
+               K::kText, {"bf16", "fp32"}),
+          flag("--fsdp-offload-params",
+               "fsdp: CPUOffload(offload_params=True): flat shards, gradients and AdamW on the host", K::kSwitch)};
 }
 
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
@@ -108,6 +110,10 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
   if (const auto* v = text("--reduce-dtype")) {
     f.reduce_dtype = *v;
     overridden("--reduce-dtype", *v);
+  }
+  if (given.count("--fsdp-offload-params")) {
+    f.offload_params = true;
+    overridden("--fsdp-offload-params", "true");
   }
   spec.options = to_json(f);
   if (f.activation_checkpointing) spec.train.activation_checkpointing = true;

@@ -21,6 +21,8 @@
 #include "backends/common/process_groups.hpp"
 #include "backends/common/storage.hpp"
 #include "backends/fsdp/fsdp_layout.hpp"
+#include "backends/fsdp/fsdp_offload.hpp"
+#include "backends/fsdp/fsdp_offload_estimate.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvtx.hpp"
@@ -64,6 +66,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     at::NoGradGuard no_grad;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
+    local_device_ = dev;
     strategy_ = effective_strategy(opts_, world.size, world.local_size);
     // The run's layout (fsdp_layout.cpp): HYBRID_SHARD's shard and replicate groups
     // (_init_intra_and_inter_node_groups), the world otherwise; each unit's padding.
@@ -76,7 +79,12 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     layout_ = layouts(sl);
     init_streams();
     const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
-    local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
+    if (opts_.offload_params) {  // CPUOffload: the flat shards live on the host (fsdp_offload.hpp)
+      offload_ = std::make_unique<FlatParamOffload>(local_numel, dtypes_.storage, dev);
+      local_params_ = offload_->host_params();
+    } else {
+      local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
+    }
     std::vector<at::Tensor> shards;
     const auto specs = models::unit_param_specs(cfg);
     for (int u = 0; u < int(layout_.size()); ++u) {
@@ -97,13 +105,14 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       unit.shard = local_params_.narrow(0, l.offset, l.shard_numel);
       // _get_shard: this rank's chunk of the padded flat parameter.
       unit.shard.copy_(common::sharded_load(spec_) ? full : full.narrow(0, chunk_lo, l.shard_numel));
-      if (!is_sharded(strategy_) && dtypes_.param == dtypes_.storage) {
+      if (!is_sharded(strategy_) && dtypes_.param == dtypes_.storage && !offload_) {
         unit.full = unit.shard;  // NO_SHARD in one dtype: the flat parameter is its own storage
         unit.owns_full = false;
         unit.unsharded = true;
       } else {
+        // _full_param_padded (or NO_SHARD's _mp_shard, or with offload its device copy) starts freed
         unit.full = at::empty({l.padded}, at::TensorOptions().dtype(dtypes_.param).device(dev));
-        common::free_storage(unit.full);  // _full_param_padded (or NO_SHARD's _mp_shard) starts freed
+        common::free_storage(unit.full);
       }
       unit.anchor = at::zeros({}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true);
       // use_orig_params=True (accelerate's default): the optimizer and clip_grad_norm_ see each
@@ -139,6 +148,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   void state_loaded() override { optimizer_->state_loaded(); }
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
   void set_observer(FsdpObserver o) { observer_ = std::move(o); }
+  void plant_skip_grad_copy() {
+    if (offload_) offload_->plant_skip_grad_copy();
+  }
 
   // ---- forward (models::UnitParamSource) ----
   std::vector<at::Tensor> unit_weights(int u) override {
@@ -252,12 +264,13 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
           Streams::Guard on_all_reduce(s, all_reduce_stream_);
           s.record_stream(sharded, all_reduce_stream_, "sharded grad " + label);
           comm_.all_reduce_sum(sharded, label, &replicate_group_);
-          s.op("grad post-divide+accumulate " + label);
+          s.op(std::string("grad post-divide+accumulate") + (offload_ ? "+offload d2h " : " ") + label);
           finish_sharded_grad(u, sharded);
         } else {
           // dist.reduce_scatter_tensor waits on the post-backward stream; the post-divide and
           // the accumulation (_accumulate_sharded_grad) queue behind it there.
-          s.enqueue(post_backward_stream_, make_waits(std::move(rs)), "grad post-divide+accumulate " + label,
+          s.enqueue(post_backward_stream_, make_waits(std::move(rs)),
+                    std::string("grad post-divide+accumulate") + (offload_ ? "+offload d2h " : " ") + label,
                     [this, u, sharded] { finish_sharded_grad(u, sharded); });
         }
       } else {
@@ -270,6 +283,11 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
         unit.grad_shard = grad.scalar_type() == dtypes_.storage ? grad : grad.to(dtypes_.storage);
         // Autograd keeps accumulating into flat_param.grad (NO_SHARD's reduced gradient).
         unit.unsharded_grad = unit.grad_shard;
+        if (offload_) {  // _offload_grad: NO_SHARD copies with non_blocking=False (the host waits)
+          s.op("offload d2h " + label, {unit.grad_shard});
+          offload_->grad_to_host(l.offset, unit.grad_shard);
+          s.synchronize_stream(post_backward_stream_);
+        }
       }
     }
     runtime::nvtx::end(unit.backward_range);
@@ -289,6 +307,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     } else {
       unit.grad_shard = sharded;
     }
+    // _post_reduce_grad_callback -> _offload_grad: `_cpu_grad.copy_(_saved_grad_shard,
+    // non_blocking=True)` on this stream, synchronised in the final callback.
+    if (offload_) offload_->grad_to_host(layout_[size_t(u)].offset, unit.grad_shard);
   }
 
   void post_backward_final() {  // _post_backward_final_callback
@@ -298,6 +319,16 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       // under HSDP).
       s.wait_stream(s.compute(), post_backward_stream_);
       if (all_reduce_stream_ != s.compute()) s.wait_stream(s.compute(), all_reduce_stream_);
+      if (offload_) {
+        // "Wait for non-blocking GPU -> CPU sharded gradient copies ... to finish explicitly":
+        // current_stream().synchronize(). Then _finalize_params -> prepare_gradient_for_optim:
+        // flat_param.grad = _cpu_grad and `_saved_grad_shard` deleted — no gradient stays on the device.
+        s.synchronize_stream(s.compute());
+        for (auto& unit : units_) {
+          unit.grad_shard = at::Tensor();
+          unit.unsharded_grad = at::Tensor();
+        }
+      }
     }
     // _catch_all_reshard, then reset the per-iteration state.
     for (int u = 0; u < int(units_.size()); ++u) {
@@ -326,13 +357,18 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     // gradient views; each element lives on one rank of the shard group (replicated across
     // HYBRID_SHARD's replicas, everywhere under NO_SHARD).
     std::vector<at::Tensor> grads, orig_grads;
-    for (auto& unit : units_) {
-      TORCH_CHECK(unit.grad_shard.defined(), "fsdp: optimizer step without a gradient");
-      grads.push_back(unit.grad_shard);
-      for (const auto& [off, n] : unit.orig_param_spans) orig_grads.push_back(unit.grad_shard.narrow(0, off, n));
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = units_[u];
+      // With offload the optimizer sees flat_param.grad = _cpu_grad (prepare_gradient_for_optim).
+      TORCH_CHECK(offload_ || unit.grad_shard.defined(), "fsdp: optimizer step without a gradient");
+      const auto g = offload_ ? offload_->host_grad(layout_[u].offset, layout_[u].shard_numel) : unit.grad_shard;
+      grads.push_back(g);
+      for (const auto& [off, n] : unit.orig_param_spans) orig_grads.push_back(g.narrow(0, off, n));
     }
-    const auto norm = common::fsdp1_clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_,
-                                                    /*replicated=*/!is_sharded(strategy_), &shard_group_);
+    const bool replicated = !is_sharded(strategy_);
+    const auto norm =
+        offload_ ? offload_->clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_, replicated, &shard_group_)
+                 : common::fsdp1_clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_, replicated, &shard_group_);
     optimizer_->step(grads, lr);
     // optimizer.zero_grad(set_to_none=True): the sharded gradients are freed until the next
     // step's first reduce-scatter.
@@ -345,15 +381,20 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
 
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
-    b.params = int64_t(local_params_.nbytes());
+    b.params = offload_ ? 0 : int64_t(local_params_.nbytes());
     for (const auto& u : units_) {
       if (u.owns_full) b.params += common::storage_bytes(u.full);  // unsharded buffers still held
       if (u.grad_shard.defined()) b.grads += int64_t(u.grad_shard.nbytes());
       if (u.unsharded_grad.defined() && !u.unsharded_grad.is_same(u.grad_shard))
         b.grads += int64_t(u.unsharded_grad.nbytes());  // no_sync's unsharded gradient
     }
-    b.optimizer = optimizer_->state_bytes();
+    b.optimizer = offload_ ? 0 : optimizer_->state_bytes();
+    if (offload_) b.host = offload_->host_bytes(optimizer_->state_bytes());  // shards, _cpu_grad, AdamW
     return b;
+  }
+
+  common::OffloadTraffic offload_traffic() const override {
+    return offload_ ? offload_->traffic() : common::OffloadTraffic{};
   }
 
   nlohmann::json resolved_options() const override {
@@ -370,7 +411,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     j["gradient_predivide_factor"] = predivide_factor(comm_.size());
     j["gradient_postdivide_factor"] = double(comm_.size()) / predivide_factor(comm_.size());
     j["sync_each_batch"] = spec_.train.sync_each_batch;
-    j["optimizer"] = "torch.optim.AdamW(fused=True)";
+    j.erase("offload_params");
+    j["cpu_offload"] = {{"offload_params", opts_.offload_params}};  // FSDP1's CPUOffload, as api.py names it
+    j["optimizer"] = std::string("torch.optim.AdamW(fused=True)") + (offload_ ? " on the host shards" : "");
     j["clip_grad_norm"] = "FullyShardedDataParallel.clip_grad_norm_";
     return j;
   }
@@ -380,7 +423,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     std::vector<at::Tensor> out;
     for (int u = 0; u < int(units_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
-      const auto& shard = units_[size_t(u)].shard;
+      // With offload the host shard is copied to the device first (not counted: outside a step).
+      const auto shard = offload_ ? units_[size_t(u)].shard.to(local_device_) : units_[size_t(u)].shard;
       out.push_back(is_sharded(strategy_) ? common::gathered_full(comm_, shard, l.padded, l.numel, &shard_group_)
                                           : common::unpadded_fp32(shard, l.numel));
     }
@@ -448,25 +492,44 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   // in the unit's pre-forward / pre-backward.
   void unshard(int u) {
     auto& unit = units_[size_t(u)];
-    if (unit.unsharded) return;
+    // With offload pre_unshard never skips (it copies the host shard even to an unsharded unit).
+    if (unit.unsharded && !offload_) return;
     at::NoGradGuard no_grad;
     auto& s = streams();
     const auto& l = layout_[size_t(u)];
     const std::string label = "unit" + std::to_string(u);
+    const int64_t full_bytes = l.padded * int64_t(c10::elementSize(dtypes_.param));
     at::Tensor src = unit.shard;
-    if (dtypes_.param != dtypes_.storage) {
-      // pre_unshard -> _use_low_precision_shard: _mp_shard allocated and cast on the pre-unshard
-      // stream; `unshard_stream.wait_stream(pre_unshard_stream)`.
+    const bool ran_pre_unshard = dtypes_.param != dtypes_.storage || offload_;
+    if (ran_pre_unshard) {
+      // pre_unshard on the pre-unshard stream; `unshard_stream.wait_stream(pre_unshard_stream)`.
       Streams::Guard on_pre_unshard(s, pre_unshard_stream_);
-      s.op("cast shard to param dtype " + label);
-      if (is_sharded(strategy_)) {
-        src = unit.shard.to(dtypes_.param);
-      } else {  // NO_SHARD: the cast copy is itself the unsharded flat parameter
-        common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
-        unit.full.copy_(unit.shard);
+      if (offload_ && !is_sharded(strategy_) && dtypes_.param == dtypes_.storage && !unit.unsharded) {
+        // NO_SHARD offload, one dtype: flat_param_to(device) is itself the flat parameter.
+        common::allocate_storage(unit.full, full_bytes);
+        s.op("offload h2d " + label, {unit.shard, unit.full});
+        offload_->shard_into(unit.full, unit.shard);
+      } else if (offload_) {
+        // flat_param_to(device) / `_local_shard.to(device, non_blocking=True)`: a new device tensor.
+        src = offload_->shard_to_device(unit.shard);
+        s.op("offload h2d " + label, {unit.shard, src});
       }
+      if (dtypes_.param != dtypes_.storage) {
+        // _use_low_precision_shard: _mp_shard allocated and cast (from the device copy with offload).
+        s.op("cast shard to param dtype " + label);
+        if (is_sharded(strategy_)) {
+          src = src.to(dtypes_.param);
+        } else if (!unit.unsharded) {  // NO_SHARD: the cast copy is itself the unsharded flat parameter
+          common::allocate_storage(unit.full, full_bytes);
+          unit.full.copy_(src);
+        }
+      }
+      s.wait_stream(unshard_stream_, pre_unshard_stream_);
     }
-    if (dtypes_.param != dtypes_.storage) s.wait_stream(unshard_stream_, pre_unshard_stream_);
+    if (unit.unsharded) {  // offload only: nothing to gather; the device copy is dropped (post_unshard)
+      if (!src.is_same(unit.shard)) s.record_stream(src, unshard_stream_, "dropped shard copy " + label);
+      return;
+    }
     if (is_sharded(strategy_)) {
       // _limiter_utils.py via _unshard: with limit_all_gathers the host waits for the oldest of
       // two outstanding reshard events before issuing another all-gather.
@@ -475,7 +538,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
         free_events_.pop_front();
       }
       Streams::Guard on_unshard(s, unshard_stream_);  // with stream(unshard_stream): handle.unshard()
-      common::allocate_storage(unit.full, l.padded * int64_t(c10::elementSize(dtypes_.param)));
+      common::allocate_storage(unit.full, full_bytes);
       auto gather = comm_.all_gather_async(unit.full, src, label, &shard_group_);
       // post_unshard frees _mp_shard after recording it on the unshard stream; the held
       // reference in the collective keeps it alive until then.
@@ -533,7 +596,9 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   StreamId unshard_stream_ = 0, post_backward_stream_ = 0, pre_unshard_stream_ = 0, all_reduce_stream_ = 0;
   static constexpr size_t kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
   std::deque<common::StreamEvent> free_events_;        // recorded after each reshard
-  at::Tensor local_params_;  // every unit's shard, contiguous
+  at::Tensor local_params_;  // every unit's shard, contiguous (on the host with offload)
+  std::unique_ptr<FlatParamOffload> offload_;  // CPUOffload(offload_params=True); null without
+  at::Device local_device_ = at::kCPU;         // the compute device
   std::unique_ptr<common::FusedAdamW> optimizer_;
   models::RopeCache rope_;
   bool sync_ = true;  // state._sync_gradients for the current micro-batch
@@ -550,6 +615,7 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
   // S is the shard group of the run's layout: the node's ranks under HYBRID_SHARD.
   const int64_t elems = shard_layout(spec, topo).shard_numel();
   const int64_t e = int64_t(c10::elementSize(d.storage));
+  if (opts.offload_params) return offloaded_bytes(elems * e);  // fsdp_offload_estimate.hpp
   return {elems * e, 0, elems * e, 2 * elems * e, 0, {}};
 }
 
@@ -557,6 +623,10 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
 
 void set_observer(Engine& engine, FsdpObserver observer) {
   if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));
+}
+
+void plant_skip_grad_copy(Engine& engine) {
+  if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->plant_skip_grad_copy();
 }
 
 // FSDP1 with accelerate: every mode loads the model as the blog does (fp32 for fp32, bf16
@@ -601,6 +671,8 @@ BackendInfo backend_info() {
   info.projection = projection_hooks();
   // -- shard layout (backends/shard_layout.hpp)
   info.shard_layout = shard_layout;  // fsdp_layout.cpp
+  // -- offload (fsdp_offload.hpp; closed forms in fsdp_offload_estimate.hpp)
+  info.offload_choices = {{"CPUOffload(offload_params=True)", {{"offload_params", true}}}};
   return info;
 }
 

@@ -31,5 +31,8 @@ BackendInfo backend_info();
 using FsdpObserver = std::function<void(const std::string& event, int unit, int64_t unsharded_bytes)>;
 // Installs an observer on an engine created by backend_info().create (no-op for others).
 void set_observer(Engine& engine, FsdpObserver observer);
+// Test-only: with offload_params, the gradient copy back to the host is skipped (a planted fault,
+// tests/test_fsdp_offload.cpp). No-op for other engines or without offload.
+void plant_skip_grad_copy(Engine& engine);
 
 }  // namespace zb::backends::fsdp

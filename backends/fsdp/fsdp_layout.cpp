@@ -33,6 +33,14 @@ ShardingStrategy effective_strategy(const FsdpOptions& o, int world, int local_s
   return world == 1 ? ShardingStrategy::kNoShard : o.sharding_strategy;
 }
 
+void check_offload(const EngineSpec& spec, const FsdpOptions& o) {
+  if (o.offload_params && spec.train.sync_each_batch && spec.train.grad_accum > 1)
+    throw UsageError("fsdp offload_params true with sync_each_batch and grad_accum " +
+                     std::to_string(spec.train.grad_accum) +
+                     ": FSDP1 does not support gradient accumulation outside no_sync() with CPU offload (it keeps only "
+                     "the last micro-batch's gradient; fully_sharded_data_parallel.py Limitations)");
+}
+
 namespace {
 // Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
 int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int local_size) {
@@ -49,6 +57,7 @@ int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int l
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   const auto o = fsdp_options_from_json(spec.options);
   const auto st = effective_strategy(o, topo.world, topo.ranks_per_node);
+  check_offload(spec, o);
   ShardLayout l;
   l.world = topo.world;
   l.ranks_per_node = topo.ranks_per_node;

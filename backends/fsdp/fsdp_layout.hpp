@@ -38,6 +38,13 @@ inline bool reshard_after_forward(ShardingStrategy s) {  // RESHARD_AFTER_FORWAR
   return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
 }
 
+// CPUOffload(offload_params=True) refusals, as FSDP1 documents them: gradient accumulation outside
+// no_sync() (accelerate's sync_each_batch with grad_accum > 1) — fully_sharded_data_parallel.py
+// "Limitations": FSDP "uses the newly-reduced gradient instead of accumulating with any existing
+// gradient" (_flat_param.py prepare_gradient_for_backward's TODO), i.e. it would silently drop the
+// earlier micro-batches. Throws UsageError naming the option; no-op without offload.
+void check_offload(const EngineSpec& spec, const FsdpOptions& o);
+
 // BackendInfo::shard_layout: the shard group as the engine builds it — W (FULL_SHARD,
 // SHARD_GRAD_OP), the node's ranks or hybrid_shard_group_size (HYBRID_SHARD, its own shard and
 // replicate groups), 1 (NO_SHARD, or a world of one) — and each unit's flat parameter padded to a

@@ -22,12 +22,14 @@ struct FsdpOptions {
   std::string reduce_dtype;            // "" = param_dtype (MixedPrecision's default); bf16|fp32
   bool sync_module_states = true;      // broadcast rank 0's weights before sharding
   bool activation_checkpointing = false;
+  // CPUOffload(offload_params=True) (api.py): flat shards, their gradients and AdamW on the host
+  // (backends/fsdp/fsdp_offload.hpp). Checked against the run by check_offload (fsdp_layout.hpp).
+  bool offload_params = false;
   // Recorded for the report, not acted on (a config file's value is listed in config.ignored).
   std::string state_dict_type = "SHARDED_STATE_DICT";
   std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
   bool use_orig_params = true;
   bool cpu_ram_efficient_loading = true;
-  bool offload_params = false;
 };
 
 std::string to_string(ShardingStrategy s);

@@ -23,6 +23,13 @@ FullyShardedDataParallelPlugin.use_orig_params; zerobench's fsdp engine takes it
 original parameters' gradient views), the resolved sharding strategy, backward/forward
 prefetch, limit_all_gathers and, on CUDA, sync_module_states as zerobench resolved it (FSDP1
 refuses it for CPU parameters: off on CPU; its broadcast is setup traffic, not compared).
+CPU offload: options.offload_params (accelerate's fsdp_offload_params) passes
+cpu_offload=CPUOffload(offload_params=True) (accelerate utils/dataclasses.py
+FullyShardedDataParallelPlugin.cpu_offload). FSDP1 pins the host shards and gradients
+(_flat_param.py init_flat_param_attributes: `.pin_memory()`), which needs a CUDA driver: the
+offload reference runs with --device cuda only (scripts/gpu-check.sh); on CPU this script says so
+and exits 2. Its model-state bytes are then split by where the storage lives: the categories on
+the device, and "host": {the same categories, pinned}.
 Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync()
 (every micro-batch synced with sync_each_batch), loss / gradient_accumulation_steps before
 backward; clipping through the root's clip_grad_norm_ (accelerator.clip_grad_norm_ for FSDP1);
@@ -32,6 +39,7 @@ parameters (transformers training_args.py default_optim = "adamw_torch_fused").
 import functools
 import math
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -41,12 +49,17 @@ import model as zbmodel
 
 
 def make_runner(spec, work, device):
-    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    dist.init_process_group(device.backend)
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
+    offload = bool(opts.get("offload_params", False))
+    if offload and device.kind != "cuda":
+        # _flat_param.py init_flat_param_attributes pins _local_shard and _cpu_grad: no CUDA driver, no run.
+        print("run_fsdp1.py: offload_params true needs --device cuda (FSDP1 CPUOffload pins host memory)", file=sys.stderr)
+        raise SystemExit(2)
+    dist.init_process_group(device.backend)
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
     load_dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     net = zbmodel.LlamaForCausalLM(cfg).to(load_dtype)
@@ -77,9 +90,10 @@ def make_runner(spec, work, device):
                    # weights, so on CPU only the init-time broadcast is missing.
                    sync_module_states=device.kind == "cuda" and bool(opts.get("sync_module_states", True)),
                    use_orig_params=True,
+                   cpu_offload=CPUOffload(offload_params=offload),
                    device_id=device.torch,
                    **kwargs)
-    check_setup(wrapped, FSDP, strategy, mixed, device)
+    check_setup(wrapped, FSDP, strategy, mixed, device, offload)
     if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
         for m in FSDP.fsdp_modules(wrapped):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
@@ -94,7 +108,7 @@ def make_runner(spec, work, device):
     return Fsdp1Runner(wrapped, t, FSDP, device)
 
 
-def check_setup(wrapped, fsdp_cls, strategy, mixed, device):
+def check_setup(wrapped, fsdp_cls, strategy, mixed, device, offload=False):
     """Fails unless every FSDP instance runs what zerobench was asked for: the sharding strategy
     (FSDP1 itself switches every strategy to NO_SHARD in a world of one: _init_utils.py
     _init_core_state; zerobench's fsdp engine does the same), use_orig_params, the
@@ -107,6 +121,8 @@ def check_setup(wrapped, fsdp_cls, strategy, mixed, device):
     if not modules:
         raise SystemExit("run_fsdp1.py: no FullyShardedDataParallel instance after wrapping")
     for m in modules:
+        if m.cpu_offload.offload_params != offload:
+            raise SystemExit(f"run_fsdp1.py: CPUOffload is {m.cpu_offload}, asked for offload_params={offload}")
         if m.sharding_strategy != expected:
             raise SystemExit(f"run_fsdp1.py: an FSDP instance runs {m.sharding_strategy.name}, asked for {expected.name}")
         if not m._use_orig_params:
@@ -117,8 +133,10 @@ def check_setup(wrapped, fsdp_cls, strategy, mixed, device):
             raise SystemExit(f"run_fsdp1.py: MixedPrecision is {mp}, asked for {want}")
         if expected in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP) and m.process_group.size() != world:
             raise SystemExit(f"run_fsdp1.py: shard group of {m.process_group.size()} ranks, expected {world}")
-        if m._has_params and m._flat_param.device != device.torch:
-            raise SystemExit(f"run_fsdp1.py: a FlatParameter is on {m._flat_param.device}, asked for {device.torch}")
+        # With offload the sharded FlatParameter lives on the CPU (_init_param_handle_from_params: flat_param_to(cpu)).
+        want_device = torch.device("cpu") if offload else device.torch
+        if m._has_params and m._flat_param.device != want_device:
+            raise SystemExit(f"run_fsdp1.py: a FlatParameter is on {m._flat_param.device}, asked for {want_device}")
 
 
 class Fsdp1Runner:
@@ -133,6 +151,7 @@ class Fsdp1Runner:
         self.optimizer = torch.optim.AdamW(wrapped.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
                                            weight_decay=train["weight_decay"], fused=True)
         self.sync_each_batch = bool(train.get("sync_each_batch", False))
+        self.device = device
         self.notes = ["use_orig_params=True and torch.optim.AdamW(fused=True): accelerate's and HF Trainer's defaults",
                       f"device_id={device.torch}, process group {device.backend}"]
         if device.kind == "cpu":
@@ -171,7 +190,9 @@ class Fsdp1Runner:
         if not grads or all(g.dtype == torch.float32 for g in grads):
             return None
         norms = torch.stack([torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float32) for g in grads])
-        total = torch.linalg.vector_norm(norms, 2, dtype=torch.float32) ** 2.0
+        # With CPUOffload the gradients are on the host: the all-reduce runs on the device, as
+        # clip_grad_norm_'s does (_get_grad_norm(...).to(compute_device)).
+        total = torch.linalg.vector_norm(norms, 2, dtype=torch.float32).to(self.device.torch) ** 2.0
         counter = common.comm_counter.COUNTER
         active, counter.active = counter.active, False
         dist.all_reduce(total)
@@ -184,8 +205,22 @@ class Fsdp1Runner:
         optimizer = AdamW exp_avg + exp_avg_sq (one pair per original parameter with a piece in
         this rank's shard: the others have no gradient, _use_sharded_grad_views); AdamW's
         per-tensor `step` scalars separately."""
-        params = grads = 0
+        # With CPUOffload a tensor on the CPU of a CUDA run is host memory (_local_shard, _cpu_grad
+        # and AdamW's states); every other run keeps the one set of categories.
+        offloaded = self.device.kind == "cuda" and any(
+            m.cpu_offload.offload_params for m in self.fsdp_cls.fsdp_modules(self.model))
+        cats = ("params", "master_params", "grads", "optimizer", "buffers")
+        dev, host = dict.fromkeys(cats, 0), dict.fromkeys(cats, 0)
+        pinned = []
+
+        def where(t, fsdp_buffer=True):
+            if offloaded and t is not None and t.device.type == "cpu":
+                if fsdp_buffer:  # FSDP pins _local_shard and _cpu_grad; AdamW's zeros_like states are pageable
+                    pinned.append(t.is_pinned())
+                return host
+            return dev
         held_once = common.storage_counter()
+        grads_once = common.storage_counter()
         detail = {"flat_params": []}
         for m in self.fsdp_cls.fsdp_modules(self.model):
             if not m._has_params:
@@ -193,19 +228,25 @@ class Fsdp1Runner:
             fp = m._flat_param
             held = 0
             for name in ("_local_shard", "_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
-                held += held_once(getattr(fp, name, None))
-            params += held
-            grads += common.storage_bytes(fp.grad)
+                t = getattr(fp, name, None)
+                n = held_once(t)
+                where(t)["params"] += n
+                held += n
+            # flat_param.grad is _cpu_grad with offload (prepare_gradient_for_optim); counted once.
+            for t in (fp.grad, getattr(fp, "_cpu_grad", None)):
+                where(t)["grads"] += grads_once(t)
             detail["flat_params"].append({"numel": fp.numel(), "dtype": str(fp.dtype), "held_bytes": held,
                                           "grad_bytes": common.storage_bytes(fp.grad)})
-        opt = opt_step = 0
+        opt_step = 0
         for state in self.optimizer.state.values():
-            opt += common.storage_bytes(state["exp_avg"]) + common.storage_bytes(state["exp_avg_sq"])
+            for name in ("exp_avg", "exp_avg_sq"):
+                where(state[name], fsdp_buffer=False)["optimizer"] += common.storage_bytes(state[name])
             opt_step += common.storage_bytes(state["step"])
-        buffers = common.module_buffer_bytes(self.model, held_once)
-        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt, "buffers": buffers,
-                          "optimizer_step_counters": opt_step},
-                "detail": detail}
+        dev["buffers"] = common.module_buffer_bytes(self.model, held_once)
+        out = dict(dev, optimizer_step_counters=opt_step)
+        if offloaded:
+            out["host"] = dict(host, pinned=bool(pinned) and all(pinned))
+        return {"bytes": out, "detail": detail}
 
 
 if __name__ == "__main__":
