@@ -155,14 +155,19 @@ gpu_sharing_refused() {
 # (crossval's children inherit PYTHONPATH; torch is the venv's). Each mode's measured loss and
 # grad-norm differences are in OUT/crossval/BACKEND.json and its .md (the CUDA tolerances are
 # the CPU's, unmeasured on a GPU until this run: docs/crossval.md).
+# crossval_cuda BACKEND PRECISIONS [NAME FLAG...] — NAME (default BACKEND) names the output; the
+# FLAGs select a mode, e.g. offload (issue 23: FSDP1's CPUOffload runs only with a CUDA driver, so
+# its crossval is this one).
 crossval_cuda() {
-  PYTHONPATH="${pydeps}${PYTHONPATH:+:${PYTHONPATH}}" "${bin}" crossval --backend "$1" --precision "$2" --device cuda \
-    --nproc 1 --model tiny --steps 4 --grad-accum 2 --micro-batch 2 --timeout 300 --python "${python}" \
-    --out "${out}/crossval/$1.json"
+  local backend="$1" precisions="$2" name="${3:-$1}"
+  shift 2; [ $# -gt 0 ] && shift
+  PYTHONPATH="${pydeps}${PYTHONPATH:+:${PYTHONPATH}}" "${bin}" crossval --backend "${backend}" --precision "${precisions}" \
+    --device cuda --nproc 1 --model tiny --steps 4 --grad-accum 2 --micro-batch 2 --timeout 300 --python "${python}" \
+    --out "${out}/crossval/${name}.json" "$@"
 }
 summary() {
   "${python}" - "${out}" <<'PY'
-import csv, json, os, sys
+import csv, glob, json, os, sys
 out = sys.argv[1]
 latest = {}
 if os.path.exists(os.path.join(out, "cells.tsv")):
@@ -209,8 +214,8 @@ if rows:
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"] + rows
 else:
     lines += ["no matrix reports (part 2 not run yet, or a dry run)"]
-for name in ("fsdp", "fsdp2", "zero3"):
-    f = os.path.join(out, "crossval", name + ".json")
+for f in sorted(glob.glob(os.path.join(out, "crossval", "*.json"))):
+    name = os.path.basename(f)[:-len(".json")]
     if os.path.exists(f):
         doc = json.load(open(f))
         v = doc.get("verdict", {})
@@ -257,6 +262,7 @@ if [ "${part}" = 2 ] || [ "${part}" = all ]; then
   cell crossval-fsdp crossval_cuda fsdp fp32,mixed,low
   cell crossval-fsdp2 crossval_cuda fsdp2 fp32,mixed,low
   cell crossval-zero3 crossval_cuda zero3 fp32,bf16
+  cell crossval-fsdp-offload crossval_cuda fsdp fp32,mixed,low fsdp-offload --fsdp-offload-params
   cat > "${out}/matrix.yaml" <<EOF
 # Written by scripts/gpu-check.sh: Granite-7B layer shape on one GPU, activation checkpointing
 # (docs/backends/fsdp.md: without it 8 x 4096 tokens need ~146 GB of activations for 32 blocks).
