@@ -127,6 +127,19 @@ TEST_P(RealConfig, RunsWithEveryKeyAccountedForOrExits2NamingTheKey) {
       }
     }
   }
+  // A file that asks for CPU offload (issue 23) runs with it: visible in the resolved options, the
+  // memory split by location and the traffic.
+  const bool asks_offload =
+      std::regex_search(text.str(), std::regex(R"(fsdp_offload_params:\s*true|offload_(optimizer|param)_device:\s*cpu)")) ||
+      std::regex_search(text.str(), std::regex(R"re("offload_(optimizer|param)"\s*:\s*\{[^}]*"device"\s*:\s*"cpu")re"));
+  if (asks_offload) {
+    EXPECT_NE(report["config"]["backend"]["options"].dump().find("offload"), std::string::npos)
+        << c.file << ": offload not in the resolved options";
+    for (const auto& rk : report["ranks"]) {
+      EXPECT_TRUE(rk["offload"].is_object()) << c.file << ": no offload section";
+      EXPECT_TRUE(rk["memory"]["model_states_bytes"].contains("host")) << c.file << ": no host bytes";
+    }
+  }
   for (const auto& [k, v] : root.items()) {
     if (v.is_object() && !v.empty() && (k == "fsdp_config" || k == "deepspeed_config" || k == "zero_optimization" ||
                                         k == "bf16" || k == "fp16")) {
