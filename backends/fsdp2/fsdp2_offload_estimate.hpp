@@ -11,9 +11,8 @@ namespace zb::backends::fsdp2 {
 // No-op without offload. With CPUOffloadPolicy: the host gradients (add_common counts every
 // host state as resident) are made in backward and freed by zero_grad(set_to_none=True), so they
 // move to the backward, end-of-backward and optimizer moments; the gradient-norm transient is on
-// the host (the gradients are); the all-gather copy-in's device staging (each host shard copied
-// to a device tensor in the sharded dtype, then cast to param_dtype) is added where a block's
-// backward prefetch copies in.
+// the host (the gradients are). The copy-in's device staging is transient inside the copy-in
+// and adds no term.
 void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int rank);
 
 }  // namespace zb::backends::fsdp2
