@@ -10,6 +10,7 @@
 #include "backends/fsdp/fsdp_offload_estimate.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp2/fsdp2_offload_estimate.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "models/activation_memory.hpp"
 
@@ -353,6 +354,7 @@ PeakEstimate estimate_fsdp2(const EngineSpec& spec, const Topology& topo, int ra
   // Optimizer: one vector_norm per local gradient (an fp32 copy of a bf16 one on CPU), the [P]
   // stack; fused AdamW adds nothing full-size.
   add_optimizer_transient(e, largest_local, s);
+  add_offload_terms(e, spec, topo, rank);  // CPUOffloadPolicy (backends/fsdp2/fsdp2_offload_estimate.cpp)
   return e;
 }
 

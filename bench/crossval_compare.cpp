@@ -299,8 +299,19 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   json states = json::array();
   bool states_equal = true, states_explained = true;
   for (size_t rank = 0; rank < nranks; ++rank) {
-    const json zb = report["ranks"][rank]["memory"].value("model_states_bytes", json::object());
-    const json up = upstream[rank].value("model_states_bytes", json::object());
+    // Offloaded states sit under "host" ({category: bytes, pinned}) on both sides: compared as
+    // "host.<category>" (pinned as 0/1), so bytes are compared by category and by location.
+    auto flat = [](const json& j) {
+      json out = json::object();
+      for (const auto& [k, v] : j.items()) {
+        if (!v.is_object()) out[k] = v;
+        else
+          for (const auto& [hk, hv] : v.items()) out[k + "." + hk] = hv.is_boolean() ? json(int64_t(hv.get<bool>())) : hv;
+      }
+      return out;
+    };
+    const json zb = flat(report["ranks"][rank]["memory"].value("model_states_bytes", json::object()));
+    const json up = flat(upstream[rank].value("model_states_bytes", json::object()));
     std::set<std::string> categories;
     for (const auto& [k, v] : zb.items()) categories.insert(k);
     for (const auto& [k, v] : up.items()) categories.insert(k);

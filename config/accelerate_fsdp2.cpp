@@ -168,7 +168,7 @@ AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const
           o.state_dict_type = (t == "FULL_STATE_DICT" || t == "2") ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT";
           c.ignored.push_back({key, value, "checkpoint format only: zerobench saves no checkpoints in a run"});
         } else if (key == "fsdp_offload_params") {
-          if (str_to_bool(key, value)) throw UsageError(where + key + " true (CPUOffloadPolicy) is not supported yet");
+          o.offload_params = str_to_bool(key, value);  // set_cpu_offload: CPUOffloadPolicy() / OffloadPolicy()
         } else if (key == "fsdp_forward_prefetch") {
           c.ignored.push_back({key, value,
                                "not read for fsdp_version 2 (FullyShardedDataParallelPlugin reads "

@@ -31,6 +31,9 @@ struct AccelerateFsdp2Config {
   bool activation_checkpointing = false;
   bool cpu_ram_efficient_loading = true;          // --fsdp_cpu_ram_efficient_loading default "true"
   std::string state_dict_type = "SHARDED_STATE_DICT";
+  // fsdp_offload_params: FullyShardedDataParallelPlugin.set_cpu_offload makes True
+  // CPUOffloadPolicy() (pin_memory=True, its default) and False OffloadPolicy() for version 2.
+  bool offload_params = false;
   // parallelism_config's mesh: 1 and 0 (= world size / the other) when the file has none.
   int dp_replicate_size = 1;
   int dp_shard_size = 0;
@@ -43,7 +46,7 @@ struct AccelerateFsdp2Config {
 // The fsdp_version a parsed accelerate config asks for (1 when absent, as accelerate's default).
 int accelerate_fsdp_version(const YAML::Node& root);
 // Self-contained readers: `where` prefixes error messages (e.g. "--config FILE: "). Throw
-// UsageError naming the key and value (exit 2), e.g. fsdp_offload_params: true.
+// UsageError naming the key and value (exit 2), e.g. fsdp_state_dict_type: LOCAL_STATE_DICT.
 AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const std::string& where);
 AccelerateFsdp2Config read_accelerate_fsdp2_config(const std::string& path);
 // The file's bytes as read_accelerate_fsdp2_config reads them (a JSON file is YAML too).

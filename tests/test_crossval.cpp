@@ -117,6 +117,23 @@ TEST(Crossval, Fsdp2AgreesWithPyTorchFsdp2InEveryMode) {
   expect_agreement(doc, "FSDP2", 3, 2);
 }
 
+// CPUOffloadPolicy(pin_memory=False) on both sides (pinning needs CUDA): every step bitwise, the
+// bytes by category and by location (host.*) equal, the collectives equal.
+TEST(Crossval, Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2) {
+  const auto doc = run_case("--backend fsdp2 --precision fp32,mixed --steps 2 --grad-accum 2 --micro-batch 2 "
+                            "--fsdp2-offload-policy cpu --fsdp2-offload-pin-memory false");
+  expect_agreement(doc, "FSDP2", 2, 2);
+  for (const auto& mode : doc["modes"]) {
+    std::set<std::string> host;
+    for (const auto& e : mode["model_states"]) {
+      const std::string cat = e["category"];
+      if (cat.rfind("host.", 0) == 0 && e["upstream"].is_number() && e["upstream"].get<int64_t>() > 0) host.insert(cat);
+      if (cat == "params" || cat == "grads" || cat == "optimizer") EXPECT_EQ(e["upstream"], 0) << e.dump();
+    }
+    EXPECT_EQ(host, (std::set<std::string>{"host.params", "host.grads", "host.optimizer"})) << mode["model_states"].dump(1);
+  }
+}
+
 TEST(Crossval, Zero3AgreesWithDeepSpeedInEveryMode) {
   const auto doc = run_case("--backend zero3 --precision fp32,bf16 --steps 2 --grad-accum 2 --micro-batch 2");
   EXPECT_EQ(doc["upstream"]["version"], "0.19.8");

@@ -559,7 +559,6 @@ TEST(AccelerateFsdp2Config, ReadsKeysAsAccelerateDoesAndListsWhatItIgnores) {
 TEST(AccelerateFsdp2Config, RefusesWhatAccelerateRefusesOrZerobenchCannotDoWithExit2) {
   const auto path = test_support::temp_path("fsdp2_bad.yaml");
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"  fsdp_offload_params: true\n", "fsdp_offload_params"},
       {"  fsdp_reshard_after_forward: FULL_SHARD\n", "fsdp_reshard_after_forward"},
       {"  fsdp_reshard_after_forward: 2\n", "fsdp_reshard_after_forward"},
       {"  fsdp_state_dict_type: LOCAL_STATE_DICT\n", "LOCAL_STATE_DICT"},

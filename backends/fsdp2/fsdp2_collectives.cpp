@@ -95,19 +95,24 @@ void Collectives::wait_all_gather_streams_on_event(const common::StreamEvent& e)
 AllGatherResult Collectives::foreach_all_gather(const std::vector<at::Tensor>& sources,
                                                 std::optional<at::ScalarType> param_dtype,
                                                 at::ScalarType all_gather_dtype, const runtime::World& group,
-                                                bool async_op, TrainingState state, const std::string& label) {
+                                                bool async_op, TrainingState state, const std::string& label,
+                                                bool from_host) {
   auto& s = streams();
   AllGatherResult r;
   r.world = group.size;
   r.async_op = async_op;
   const auto [copy_in, all_gather] = get_all_gather_streams(async_op, state);
   at::Tensor input;
+  std::vector<at::Tensor> inputs;
+  if (from_host && planted_fault == "h2d_on_compute")  // the planted fault: H2D on the compute stream
+    inputs = all_gather_inputs(sources, param_dtype, from_host, label);
   {
     // foreach_all_gather: `with device_handle.stream(all_gather_copy_in_stream)`: the inputs
-    // (cast), the output's allocation and all_gather_copy_in.
+    // (host->device with offload, cast), the output's allocation and all_gather_copy_in.
     Streams::Guard on_copy_in(s, copy_in);
+    if (inputs.empty() && from_host) inputs = all_gather_inputs(sources, param_dtype, from_host, label);
     s.op("all_gather copy-in " + label);
-    std::vector<at::Tensor> inputs = get_param_all_gather_inputs(sources, param_dtype);
+    if (inputs.empty()) inputs = all_gather_inputs(sources, param_dtype, from_host, label);
     int64_t total = 0;
     for (const auto& t : inputs) {
       r.split_sizes.push_back(t.numel());
@@ -121,6 +126,16 @@ AllGatherResult Collectives::foreach_all_gather(const std::vector<at::Tensor>& s
   Streams::Guard on_all_gather(s, all_gather);
   issue_all_gather(r, input, group, all_gather, label);
   return r;
+}
+
+std::vector<at::Tensor> Collectives::all_gather_inputs(const std::vector<at::Tensor>& sources,
+                                                       std::optional<at::ScalarType> param_dtype, bool from_host,
+                                                       const std::string& label) {
+  if (!from_host) return get_param_all_gather_inputs(sources, param_dtype);
+  // _get_param_all_gather_inputs: use_foreach_copy is False with offload_to_cpu, so each
+  // parameter's all_gather_inputs: `_sharded_param_data.to(device, non_blocking=True)`, cast.
+  streams().op("offload h2d " + label, sources);
+  return offload->all_gather_inputs(sources, param_dtype);
 }
 
 // On the all_gather stream (current): one all-gather of the group. foreach_all_gather with
@@ -161,10 +176,11 @@ void Collectives::foreach_all_gather_copy_out(AllGatherResult& r, const std::vec
 // reduce-scatter, reduce_scatter_event; under HSDP the all-reduce stream waits the reduce-scatter
 // stream and all-reduces across replicas (all_reduce_event); post-divide, cast and accumulation
 // on the last of those streams (post_reduce_event).
-void Collectives::foreach_reduce(std::vector<at::Tensor>& grads, int64_t grad_numel,
-                                 std::optional<at::ScalarType> reduce_dtype, const std::string& label,
-                                 common::HeldTensors& all_reduce_state, common::StreamEvent& post_reduce_event,
-                                 std::function<void(at::Tensor)> post_reduce) {
+StreamId Collectives::foreach_reduce(std::vector<at::Tensor>& grads, int64_t grad_numel,
+                                     std::optional<at::ScalarType> reduce_dtype, const std::string& label,
+                                     common::HeldTensors& all_reduce_state, common::StreamEvent& post_reduce_event,
+                                     std::function<void(at::Tensor)> post_reduce,
+                                     std::function<void()> offload_to_host) {
   auto& s = streams();
   const int S = mesh.shard;
   const auto rd = reduce_dtype.value_or(grads.front().scalar_type());
@@ -198,10 +214,16 @@ void Collectives::foreach_reduce(std::vector<at::Tensor>& grads, int64_t grad_nu
   s.enqueue(
       post_reduce_stream, make_waits(common::PendingCollective()), "post-reduce " + label,
       [post_reduce = std::move(post_reduce), output] { post_reduce(output); }, kDeferAll);
+  // With offload_to_cpu the same loop copies each new sharded gradient to the host
+  // (`.to(torch.device("cpu"), non_blocking=...)`), still on the post-reduce stream.
+  if (offload_to_host)
+    s.enqueue(post_reduce_stream, make_waits(common::PendingCollective()), "grad offload d2h " + label,
+              std::move(offload_to_host), kDeferAll);
   post_reduce_event = s.record(post_reduce_stream, "post_reduce " + label);
   // comm_ctx.reduce_scatter_state = ReduceScatterState(reduce_scatter_input, reduce_scatter_event):
   // the input stays alive until the next post-backward (or the final callback) waits the event.
   reduce_scatter_state = common::HeldTensors{{input}, reduce_scatter_event};
+  return post_reduce_stream;
 }
 
 // On the reduce-scatter stream (current): pre-divide, reduce-scatter (async_op=False: the stream

@@ -17,6 +17,7 @@
 
 #include "backends/common/comm.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp2/fsdp2_offload.hpp"
 #include "backends/fsdp2/fsdp2_param.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -56,6 +57,8 @@ class Collectives {
   common::StreamId copy_in_stream = 0, all_gather_stream = 0, reduce_scatter_stream = 0, all_reduce_stream = 0;
   common::HeldTensors all_gather_state;  // comm_ctx.all_gather_state: last forward all-gather output + copy-out event
   common::HeldTensors reduce_scatter_state;  // comm_ctx.reduce_scatter_state: last reduce-scatter input + its event
+  HostOffload* offload = nullptr;            // CPUOffloadPolicy (fsdp2_offload.hpp); null without offload
+  std::string planted_fault;                 // plant_offload_fault (tests)
 
   common::Streams& streams() { return comm->streams(); }
 
@@ -72,10 +75,17 @@ class Collectives {
 
   // foreach_all_gather over `group` (world > 1): on the copy-in stream the inputs' cast to
   // `param_dtype` (when set), the output's allocation in `all_gather_dtype` and the copy-in into
-  // this rank's slot; on the all-gather stream the all-gather and its event.
+  // this rank's slot; on the all-gather stream the all-gather and its event. `from_host`: the
+  // sources are offloaded host shards, copied to the device first (all_gather_inputs).
   AllGatherResult foreach_all_gather(const std::vector<at::Tensor>& sources, std::optional<at::ScalarType> param_dtype,
                                      at::ScalarType all_gather_dtype, const runtime::World& group, bool async_op,
-                                     TrainingState state, const std::string& label);
+                                     TrainingState state, const std::string& label, bool from_host = false);
+
+  // _get_param_all_gather_inputs on the current stream: offloaded host shards copied to the
+  // device and cast one by one (FSDPParam.all_gather_inputs), else one foreach copy-cast.
+  std::vector<at::Tensor> all_gather_inputs(const std::vector<at::Tensor>& sources,
+                                            std::optional<at::ScalarType> param_dtype, bool from_host,
+                                            const std::string& label);
 
   // foreach_all_gather_copy_out: the current stream waits the all-gather, then a split-with-sizes
   // copy of the output ([world, sum] viewed) into every parameter's all-gather output ([world,
@@ -83,12 +93,15 @@ class Collectives {
   void foreach_all_gather_copy_out(AllGatherResult& r, const std::vector<Param*>& params, const std::string& label);
 
   // foreach_reduce of one group's gradients ([grad_numel] per rank after the reduce-scatter).
-  // `post_reduce(output)` runs on the post-reduce stream, `post_reduce_event` is recorded after
-  // it; HSDP's all-reduce input and event go to `all_reduce_state`; the reduce-scatter input is
-  // held in reduce_scatter_state.
-  void foreach_reduce(std::vector<at::Tensor>& grads, int64_t grad_numel, std::optional<at::ScalarType> reduce_dtype,
-                      const std::string& label, common::HeldTensors& all_reduce_state,
-                      common::StreamEvent& post_reduce_event, std::function<void(at::Tensor)> post_reduce);
+  // `post_reduce(output)` runs on the post-reduce stream, then `offload_to_host` (when given:
+  // the gradients' device->host copies, logged as "grad offload d2h <label>"); `post_reduce_event`
+  // is recorded after them; HSDP's all-reduce input and event go to `all_reduce_state`; the
+  // reduce-scatter input is held in reduce_scatter_state. Returns the post-reduce stream.
+  common::StreamId foreach_reduce(std::vector<at::Tensor>& grads, int64_t grad_numel,
+                                  std::optional<at::ScalarType> reduce_dtype, const std::string& label,
+                                  common::HeldTensors& all_reduce_state, common::StreamEvent& post_reduce_event,
+                                  std::function<void(at::Tensor)> post_reduce,
+                                  std::function<void()> offload_to_host = {});
 
  private:
   void issue_all_gather(AllGatherResult& r, at::Tensor& input, const runtime::World& group,

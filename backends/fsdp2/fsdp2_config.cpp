@@ -19,6 +19,11 @@ Fsdp2Options options_from_accelerate(const config::AccelerateFsdp2Config& c) {
   o.state_dict_type = c.state_dict_type;
   o.dp_replicate_size = c.dp_replicate_size;
   o.dp_shard_size = c.dp_shard_size;
+  // FullyShardedDataParallelPlugin.set_cpu_offload (accelerate utils/dataclasses.py): a bool
+  // becomes CPUOffloadPolicy() — pin_memory=True, torch's default — or OffloadPolicy();
+  // fsdp2_prepare_model passes it to every fully_shard as offload_policy.
+  o.offload_policy = c.offload_params ? "cpu" : "none";
+  o.offload_pin_memory = true;
   return o;
 }
 
@@ -65,7 +70,7 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
       as = std::string("train.activation_checkpointing ") + (o.activation_checkpointing ? "true" : "false");
     else if (name == "fsdp_cpu_ram_efficient_loading")
       as = std::string("cpu_ram_efficient_loading ") + (o.cpu_ram_efficient_loading ? "true" : "false");
-    else if (name == "fsdp_offload_params") as = "offload_params false";
+    else if (name == "fsdp_offload_params") as = "offload_policy " + offload_policy_text(o);
     else if (name == "fsdp_activation_checkpointing_offload") as = "activation checkpointing offload off";
     notes.apply(key, value, as);
   }
@@ -115,7 +120,13 @@ std::vector<BackendFlag> cli_flags() {
                "fsdp2: SUM collectives with a post-divide instead of AVG (set_force_sum_reduction_for_comms)", K::kSwitch),
           flag("--cpu-ram-efficient-loading",
                "fsdp2: rank 0 builds the weights and broadcasts each parameter (fsdp2_load_full_state_dict)",
-               K::kSwitch)};
+               K::kSwitch),
+          flag("--fsdp2-offload-policy",
+               "fsdp2: fully_shard offload_policy cpu (CPUOffloadPolicy: sharded params, grads and optimizer "
+               "states on the host) | none (OffloadPolicy())",
+               K::kText, {"cpu", "none"}),
+          flag("--fsdp2-offload-pin-memory", "fsdp2: CPUOffloadPolicy.pin_memory true|false (default true, as torch)",
+               K::kText, {"true", "false"})};
 }
 
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
@@ -155,6 +166,11 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
   if (given.count("--force-sum-reduction-for-comms")) {
     f.force_sum_reduction_for_comms = true;
     overridden("--force-sum-reduction-for-comms", "true");
+  }
+  set_text("--fsdp2-offload-policy", f.offload_policy);
+  if (const auto it = given.find("--fsdp2-offload-pin-memory"); it != given.end()) {
+    f.offload_pin_memory = it->second.text == "true";
+    overridden("--fsdp2-offload-pin-memory", it->second.text);
   }
   if (given.count("--cpu-ram-efficient-loading")) {
     f.cpu_ram_efficient_loading = true;

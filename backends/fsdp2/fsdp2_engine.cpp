@@ -31,6 +31,7 @@
 #include "backends/common/storage.hpp"
 #include "backends/fsdp2/fsdp2_collectives.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp2/fsdp2_offload.hpp"
 #include "backends/fsdp2/fsdp2_param.hpp"
 #include "backends/fsdp2/fsdp2_param_group.hpp"
 #include "backends/fsdp2/fsdp2_state.hpp"
@@ -80,6 +81,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       coll.post_forward_group = world.subgroup("fsdp2_post_forward", ranks);
     }
     coll.comm = &comm_;
+    // fully_shard(offload_policy=CPUOffloadPolicy(pin_memory)): host shards (fsdp2_offload.hpp).
+    if (opts_.offloads()) {
+      offload_ = HostOffload(opts_.offload_pin_memory, dev);
+      coll.offload = &offload_;
+    }
     coll.factors = divide_factors(coll.mesh.shard, coll.mesh.replicate, pg_.dtypes.comm_reduce(),
                                   opts_.force_sum_reduction_for_comms);
 
@@ -113,7 +119,10 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (int k = 0; k < index; ++k) o += param_specs[size_t(unit)][size_t(k)].numel();
       return o;
     };
-    const auto orig_opts = at::TensorOptions().dtype(pg_.dtypes.orig).device(dev);
+    // _init_sharded_param: the padded shard on the device, or on the host with offload_to_cpu
+    // (`.cpu()`, `.pin_memory()` when pin_memory).
+    const auto orig_opts = opts_.offloads() ? offload_.host_options(pg_.dtypes.orig)
+                                            : at::TensorOptions().dtype(pg_.dtypes.orig).device(dev);
     const auto param_opts = at::TensorOptions().dtype(pg_.dtypes.compute()).device(dev);
     param_of_.assign(size_t(units), {});
     for (int u = 0; u < units; ++u) param_of_[size_t(u)].assign(param_specs[size_t(u)].size(), -1);
@@ -278,7 +287,18 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     norms.clear();
     if (pg_.coll.mesh.shard > 1) {
       auto sq = stacked.pow(2).contiguous();
-      comm_.all_reduce_sum(sq, "grad_norm", &pg_.coll.shard_group);
+      // CPUOffloadPolicy on CUDA: the norms are host tensors, which upstream all-reduces over a
+      // CPU (Gloo) backend of the mesh's group (torchtune's "cuda:nccl,cpu:gloo"; NCCL alone fails:
+      // pytorch#148532); zerobench has NCCL only, so the P elements visit the device for the
+      // all-reduce (not counted as offload traffic: upstream does not move them).
+      const bool host_norms = sq.device().is_cpu() && comm_.world().device.is_cuda();
+      if (host_norms) {
+        auto d = sq.to(comm_.world().device);
+        comm_.all_reduce_sum(d, "grad_norm", &pg_.coll.shard_group);
+        sq = d.to(at::kCPU);
+      } else {
+        comm_.all_reduce_sum(sq, "grad_norm", &pg_.coll.shard_group);
+      }
       stacked = sq.pow(0.5);
     }
     auto total = at::linalg_vector_norm(stacked, 2);
@@ -289,13 +309,25 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // torch.optim.AdamW(fused=True) over the sharded parameters' local tensors.
     optimizer_->step(grads, lr);
     for (auto& g : pg_.groups) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
+    for (auto& p : pg_.params) p.host_grad = at::Tensor();
     return total.item<double>();
   }
 
   ModelStateBytes model_state_bytes() const override {
     ModelStateBytes b;
+    const bool offload = opts_.offloads();
+    // CPUOffloadPolicy: sharded parameters, their gradients and AdamW's states on the host.
+    if (offload) {
+      for (const auto& p : pg_.params) {
+        b.host.params += common::storage_bytes(p.sharded_data);
+        if (p.host_grad.defined()) b.host.grads += common::storage_bytes(p.host_grad);
+      }
+      b.host.optimizer = optimizer_->state_bytes();
+      b.host.pinned = opts_.offload_pin_memory;
+    }
     for (const auto& p : pg_.params) {
-      b.params += common::storage_bytes(p.sharded_data) + common::storage_bytes(p.all_gather_output);
+      if (!offload) b.params += common::storage_bytes(p.sharded_data);
+      b.params += common::storage_bytes(p.all_gather_output);
       if (p.post_forward_data.defined()) b.params += int64_t(p.post_forward_data.nbytes());
       // Unsharded gradients held between micro-batches under set_requires_gradient_sync(False).
       if (p.unsharded.grad().defined()) b.grads += int64_t(p.unsharded.grad().nbytes());
@@ -303,16 +335,20 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     }
     for (const auto& g : pg_.groups)
       if (g.grad.defined()) b.grads += common::storage_bytes(g.grad);
-    b.optimizer = optimizer_->state_bytes();
+    if (!offload) b.optimizer = optimizer_->state_bytes();
     return b;
   }
+
+  common::OffloadTraffic offload_traffic() const override { return offload_.traffic(); }
+  void plant_fault(const std::string& fault) { pg_.coll.planted_fault = fault; }
 
   nlohmann::json resolved_options() const override {
     auto j = to_json(opts_);
     auto name = [](std::optional<at::ScalarType> t) {
       return t ? std::string(c10::toString(*t)) : std::string("None");
     };
-    j["optimizer"] = "torch.optim.AdamW(fused=True)";
+    j["optimizer"] = std::string("torch.optim.AdamW(fused=True)") + (opts_.offloads() ? " on the host" : "");
+    j["fully_shard_offload_policy"] = offload_policy_text(opts_);
     j["sharded_param_dtype"] = std::string(c10::toString(pg_.dtypes.orig));
     j["mp_param_dtype"] = name(pg_.dtypes.param);
     j["mp_reduce_dtype"] = name(pg_.dtypes.reduce);
@@ -345,9 +381,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (int id : param_of_[size_t(u)]) {
         const auto& p = pg_.params[size_t(id)];
         const int S = pg_.coll.mesh.shard;
-        parts.push_back(S > 1 ? common::gathered_full(comm_, p.sharded_data, p.l.padded_shard_numel() * S, p.l.numel,
+        // Offloaded shards visit the device for NCCL (a test/checkpoint path, not counted).
+        const auto shard = opts_.offloads() ? p.sharded_data.to(comm_.world().device) : p.sharded_data;
+        parts.push_back(S > 1 ? common::gathered_full(comm_, shard, p.l.padded_shard_numel() * S, p.l.numel,
                                                       &pg_.coll.shard_group)
-                              : common::unpadded_fp32(p.sharded_data, p.l.numel));
+                              : common::unpadded_fp32(shard, p.l.numel));
       }
       out.push_back(at::cat(parts));
     }
@@ -370,10 +408,15 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   State state_{pg_};  // FSDPState hooks over pg_
   std::vector<std::vector<int>> param_of_;         // [unit][spec index] -> pg_.params index
   std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
+  HostOffload offload_;                            // CPUOffloadPolicy's host side (disabled: none)
   models::RopeCache rope_;
 };
 
 }  // namespace
+
+void plant_offload_fault(Engine& engine, const std::string& fault) {
+  if (auto* f = dynamic_cast<Fsdp2Engine*>(&engine)) f->plant_fault(fault);
+}
 
 void set_observer(Engine& engine, Fsdp2Observer observer) {
   if (auto* f = dynamic_cast<Fsdp2Engine*>(&engine)) f->set_observer(std::move(observer));
@@ -408,6 +451,8 @@ BackendInfo backend_info() {
   info.projection = projection_hooks();
   // -- shard layout (backends/shard_layout.hpp)
   info.shard_layout = shard_layout;  // fsdp2_layout.cpp
+  // -- offload (fsdp2_offload.hpp): accelerate's fsdp_offload_params: true is CPUOffloadPolicy()
+  info.offload_choices = {{"CPUOffloadPolicy(pin_memory=True)", {{"offload_policy", "cpu"}, {"offload_pin_memory", true}}}};
   return info;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/fsdp2/fsdp2_offload.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -176,6 +177,7 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
 // and as sharded gradient, and two AdamW states over the rows this rank owns — in the sharded dtype.
 ModelStateBytes closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank) {
   const auto o = fsdp2_options_from_json(spec.options);
+  if (o.offloads()) return offload_closed_form_bytes(spec, topo, rank);  // CPUOffloadPolicy: fsdp2_offload.cpp
   const auto d = dtypes_for(spec.precision, o);
   const auto sl = shard_layout(spec, topo);
   const int64_t e = int64_t(c10::elementSize(d.orig));

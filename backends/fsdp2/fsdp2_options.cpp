@@ -44,6 +44,11 @@ int parse_reshard_after_forward(const std::string& key, const std::string& v) {
   throw UsageError(key + " '" + v + "' must be true, false or a positive int (ranks to reshard to after forward)");
 }
 
+std::string offload_policy_text(const Fsdp2Options& o) {
+  if (!o.offloads()) return "OffloadPolicy()";
+  return std::string("CPUOffloadPolicy(pin_memory=") + (o.offload_pin_memory ? "True" : "False") + ")";
+}
+
 nlohmann::json to_json(const Fsdp2Options& o) {
   nlohmann::json raf;
   if (o.reshard_after_forward == kReshardTrue)
@@ -67,7 +72,8 @@ nlohmann::json to_json(const Fsdp2Options& o) {
           {"cpu_ram_efficient_loading", o.cpu_ram_efficient_loading},
           {"state_dict_type", o.state_dict_type},
           {"transformer_layer_cls_to_wrap", o.transformer_layer_cls_to_wrap},
-          {"offload_params", o.offload_params}};
+          {"offload_policy", o.offload_policy},
+          {"offload_pin_memory", o.offload_pin_memory}};
 }
 
 Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
@@ -107,8 +113,12 @@ Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
   o.cpu_ram_efficient_loading = j.value("cpu_ram_efficient_loading", o.cpu_ram_efficient_loading);
   o.state_dict_type = j.value("state_dict_type", o.state_dict_type);
   o.transformer_layer_cls_to_wrap = j.value("transformer_layer_cls_to_wrap", o.transformer_layer_cls_to_wrap);
-  o.offload_params = j.value("offload_params", o.offload_params);
-  if (o.offload_params) throw UsageError("fsdp2 offload_params true (CPUOffloadPolicy) is not supported yet");
+  // Options written before CPUOffloadPolicy existed here spelled it offload_params (then refused).
+  if (j.value("offload_params", false)) o.offload_policy = "cpu";
+  o.offload_policy = lower(j.value("offload_policy", o.offload_policy));
+  if (o.offload_policy != "none" && o.offload_policy != "cpu")
+    throw UsageError("--fsdp2-offload-policy must be cpu or none, got '" + o.offload_policy + "'");
+  o.offload_pin_memory = j.value("offload_pin_memory", o.offload_pin_memory);
   return o;
 }
 

@@ -54,8 +54,16 @@ struct Fsdp2Options {
   // Recorded for the report, not acted on (listed as ignored when set from a config file).
   std::string state_dict_type = "SHARDED_STATE_DICT";
   std::string transformer_layer_cls_to_wrap;
-  bool offload_params = false;  // refused when true
+  // fully_shard(offload_policy=...) (_fsdp_api.py): "none" = OffloadPolicy() (the default, no
+  // offload); "cpu" = CPUOffloadPolicy(pin_memory=offload_pin_memory): sharded parameters,
+  // gradients and optimizer states on the host (backends/fsdp2/fsdp2_offload.hpp).
+  std::string offload_policy = "none";
+  bool offload_pin_memory = true;  // CPUOffloadPolicy.pin_memory (default True, as upstream)
+  bool offloads() const { return offload_policy == "cpu"; }
 };
+
+// How FSDP2 names the policy: "OffloadPolicy()" or "CPUOffloadPolicy(pin_memory=True|False)".
+std::string offload_policy_text(const Fsdp2Options& o);
 
 std::string reshard_after_forward_text(int v);  // "true", "false" or the int
 // "true"/"false" (accelerate's str_to_bool spellings) or a positive int; throws UsageError.

@@ -31,6 +31,7 @@ struct Param {
   at::Tensor unsharded;          // _unsharded_param: autograd leaf [shape] over all_gather_output's storage
   at::Tensor post_forward_data;  // _sharded_post_forward_param_data (reshard to N ranks)
   at::Tensor accumulated_grad;   // unsharded_accumulated_grad (reduce dtype, no gradient sync)
+  at::Tensor host_grad;          // CPUOffloadPolicy: sharded_param.grad on the host, [local_rows * row]
 };
 
 // _init_sharded_param: pre-pad the sharded parameter (new_zeros(padded chunk)) and copy this

@@ -10,6 +10,7 @@
 namespace zb::backends::fsdp2 {
 
 at::Tensor ParamGroups::grad_view(const Param& p) const {
+  if (offloads()) return p.host_grad;
   const auto& g = groups[size_t(p.group)];
   if (!g.grad.defined()) return at::Tensor();
   return g.grad.narrow(0, p.grad_offset, p.l.local_numel());
@@ -94,8 +95,10 @@ void ParamGroups::unshard(int gi, bool async_op) {
   } else {
     std::vector<at::Tensor> sources;
     for (int id : g.params) sources.push_back(all_gather_input(params[size_t(id)], g.sharded));
+    // CPUOffloadPolicy: the sharded state's inputs are host shards (a post-forward shard is not).
+    const bool from_host = offloads() && g.sharded == ShardedState::kSharded;
     r = coll.foreach_all_gather(sources, dtypes.param, dtypes.compute(), all_gather_group(g), async_op, g.training,
-                                g.spec.label);
+                                g.spec.label, from_host);
   }
   g.all_gather = std::move(r);
   notify("unshard", gi);
@@ -117,10 +120,16 @@ void ParamGroups::wait_for_unshard(int gi) {
   if (g.training == TrainingState::kForward)
     coll.all_gather_state.release(s, {coll.copy_in_stream, coll.all_gather_stream});
   if (r.world == 1) {
-    for (int id : g.params) {
-      auto& p = params[size_t(id)];
+    // wait_for_unshard, world_size == 1: each all_gather_inputs[0] (host->device with offload)
+    // copied into the parameter's all-gather output.
+    std::vector<at::Tensor> sources;
+    for (int id : g.params) sources.push_back(all_gather_input(params[size_t(id)], g.sharded));
+    const bool from_host = offloads() && g.sharded == ShardedState::kSharded;
+    if (from_host) sources = coll.all_gather_inputs(sources, std::nullopt, true, label);
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      auto& p = params[size_t(g.params[k])];
       alloc_all_gather_output(p);
-      p.all_gather_output.copy_(all_gather_input(p, g.sharded));
+      p.all_gather_output.copy_(sources[k]);
     }
   } else {
     std::vector<Param*> ps;
@@ -200,8 +209,24 @@ void ParamGroups::post_backward(int gi) {
   // stream waits a reduce-scatter only here, one group later, and at the end of backward.
   coll.reduce_scatter_state.release(s, {s.current()});
   wait_for_post_backward(gi);
-  coll.foreach_reduce(grads, g.grad_numel, dtypes.reduce, g.spec.label, g.all_reduce_state, g.post_reduce_event,
-                      [this, gi](at::Tensor output) { post_reduce(gi, output); });
+  if (!offloads()) {
+    coll.foreach_reduce(grads, g.grad_numel, dtypes.reduce, g.spec.label, g.all_reduce_state, g.post_reduce_event,
+                        [this, gi](at::Tensor output) { post_reduce(gi, output); });
+  } else {
+    // foreach_reduce with offload_to_cpu: to_accumulate_grad when the host gradients exist;
+    // non_blocking = pin_memory and not to_accumulate_grad. An asynchronous copy records
+    // grad_offload_event, which finalize_backward synchronises on; a blocking one (ordinary host
+    // memory, or accumulating) makes the host wait for the post-reduce stream at once.
+    const bool accumulating = params[size_t(g.params.front())].host_grad.defined();
+    const auto stream = coll.foreach_reduce(
+        grads, g.grad_numel, dtypes.reduce, g.spec.label, g.all_reduce_state, g.post_reduce_event,
+        [this, gi](at::Tensor output) { post_reduce(gi, output); }, [this, gi] { offload_grads_to_host(gi); });
+    auto& s = streams();
+    if (coll.offload->grad_copy_non_blocking(accumulating))
+      g.grad_offload_event = s.record(stream, "grad_offload " + g.spec.label);
+    else
+      s.synchronize(s.record(stream, "grad_offload " + g.spec.label));
+  }
   notify("reduce_scatter", gi);
   runtime::nvtx::end(std::exchange(g.backward_range, 0));
 }
@@ -232,11 +257,29 @@ void ParamGroups::post_reduce(int gi, at::Tensor output) {
   notify("post_reduce", gi);
 }
 
+// foreach_reduce's post-reduce loop with offload_to_cpu (on the post-reduce stream, after
+// post_reduce): each parameter's new sharded gradient — its rows of the reduce output, the
+// `sharded_size` view — copied to the host (or added into the host gradient); the device output
+// is dropped ("we can free it here by not keeping a ref").
+void ParamGroups::offload_grads_to_host(int gi) {
+  at::NoGradGuard no_grad;
+  auto& g = groups[size_t(gi)];
+  for (int id : g.params) {
+    auto& p = params[size_t(id)];
+    coll.offload->grad_to_host(p.host_grad, g.grad.narrow(0, p.grad_offset, p.l.local_numel()));
+  }
+  g.grad = at::Tensor();
+}
+
 // finalize_backward: _wait_for_post_backward; a mistargeted unshard without a wait is waited
 // (current_stream().wait_event(all_gather_event), and its work with async_op) and dropped.
 void ParamGroups::finalize_backward(int gi) {
   auto& g = groups[size_t(gi)];
   wait_for_post_backward(gi);
+  if (g.grad_offload_event.recorded()) {  // fsdp_param.grad_offload_event.synchronize()
+    streams().synchronize(g.grad_offload_event);
+    g.grad_offload_event = common::StreamEvent();
+  }
   if (g.all_gather) {
     streams().wait_event(streams().current(), g.all_gather->event);
     g.all_gather->work.wait();

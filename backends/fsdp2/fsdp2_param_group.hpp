@@ -42,6 +42,7 @@ struct Group {
   common::StreamEvent reshard_after_forward_event;  // _reshard_after_forward_event
   common::StreamEvent post_reduce_event;            // _post_reduce_event
   common::HeldTensors all_reduce_state;             // _all_reduce_state (HSDP): all-reduce input + event
+  common::StreamEvent grad_offload_event;           // FSDPParam.grad_offload_event (pinned D2H copies)
 };
 
 // Every group of one model, indexed in forward order (groups[0] is the root state). Filled by the
@@ -66,8 +67,10 @@ class ParamGroups {
   void post_backward(int gi);
   void finalize_backward(int gi);
 
-  // This parameter's rows of its group's sharded gradient; undefined when the gradient is freed.
+  // This parameter's rows of its group's sharded gradient (its host gradient under
+  // CPUOffloadPolicy); undefined when the gradient is freed.
   at::Tensor grad_view(const Param& p) const;
+  bool offloads() const { return coll.offload != nullptr; }
 
  private:
   const runtime::World& all_gather_group(const Group& g) const;
@@ -78,6 +81,7 @@ class ParamGroups {
   void to_sharded_post_forward(int gi);
   void wait_for_post_backward(int gi);
   void post_reduce(int gi, at::Tensor output);
+  void offload_grads_to_host(int gi);
 };
 
 }  // namespace zb::backends::fsdp2

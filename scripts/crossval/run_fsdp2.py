@@ -31,6 +31,14 @@ gradient_accumulation_steps; clipping with torch.nn.utils.clip_grad_norm_ over t
 gradients (accelerator.clip_grad_norm_ -> _clip_grad_norm_dtensor_aware with one mesh); the norm
 is read with .full_tensor() as HF Trainer's .item() on it does; one torch.optim.AdamW(fused=True)
 over the sharded parameters (HF Trainer's default optimizer).
+Offload: offload_policy "cpu" passes CPUOffloadPolicy(pin_memory=offload_pin_memory) to every
+fully_shard (accelerate's fsdp2_prepare_model passes its plugin's cpu_offload the same way); the
+model states are then reported by where they live: a tensor is on the host when its .device is
+the CPU and the run's device is not (CUDA), or — on a CPU-only run, where every .device is the
+CPU — when the FSDPParam holding it has offload_to_cpu (upstream put it there with `.cpu()`).
+pin_memory=True needs CUDA (page-locked memory): on --device cpu it is refused by name. On CUDA
+the process group is "cuda:nccl,cpu:gloo" under offload, as torchtune sets it: clip_grad_norm_
+all-reduces the norms of host gradients on the CPU backend (pytorch#148532).
 Options zerobench's fsdp2 offers that this reference does not set up (HSDP, explicit prefetch,
 force_sum_reduction_for_comms, cpu_ram_efficient_loading, NO_WRAP) are refused by name: the run
 fails rather than compare different set-ups.
@@ -52,10 +60,15 @@ def _dtype(name, default):
 
 def make_runner(spec, work, device):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    dist.init_process_group(device.backend)
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
+    offload = opts.get("offload_policy", "none") == "cpu"
+    pin = bool(opts.get("offload_pin_memory", True))
+    if offload and pin and device.kind != "cuda":
+        raise SystemExit("run_fsdp2.py: fsdp2 option offload_pin_memory=True: CPUOffloadPolicy(pin_memory=True) "
+                         "needs CUDA (page-locked memory); pass --fsdp2-offload-pin-memory false on --device cpu")
+    dist.init_process_group("cuda:nccl,cpu:gloo" if offload and device.kind == "cuda" else device.backend)
     unsupported = {"dp_replicate_size": 1, "modules_to_forward_prefetch": 0, "modules_to_backward_prefetch": 0,
                    "force_sum_reduction_for_comms": False, "cpu_ram_efficient_loading": False,
                    "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
@@ -79,24 +92,28 @@ def make_runner(spec, work, device):
                                       output_dtype=_dtype(opts.get("output_dtype", ""), torch.bfloat16))
     reshard = opts.get("reshard_after_forward", True)
     mesh = init_device_mesh(device.kind, (dist.get_world_size(),))
+    off = CPUOffloadPolicy(pin_memory=pin) if offload else OffloadPolicy()
     for layer in net.model.layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
     if opts.get("grouping", "root") == "accelerate":
-        fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
-        fully_shard([net.model.norm, net.lm_head], mesh=mesh, reshard_after_forward=False, mp_policy=policy)
-    fully_shard(net, mesh=mesh, mp_policy=policy)  # reshard_after_forward=None: False for the root
-    check_setup(net, reshard, policy, device)
+        fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy,
+                    offload_policy=off)
+        fully_shard([net.model.norm, net.lm_head], mesh=mesh, reshard_after_forward=False, mp_policy=policy,
+                    offload_policy=off)
+    fully_shard(net, mesh=mesh, mp_policy=policy, offload_policy=off)  # reshard_after_forward=None: False for the root
+    check_setup(net, reshard, policy, device, offload)
     if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
         raise SystemExit("run_fsdp2.py: activation checkpointing is not set up by this reference")
-    return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")))
+    return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")), device)
 
 
-def check_setup(net, reshard, policy, device):
+def check_setup(net, reshard, policy, device, offload):
     """Fails unless every block's parameter group runs what zerobench was asked for: a 1-D mesh
     over all W ranks (no HSDP), reshard_after_forward as resolved (True: the post-forward mesh is
     the group's own; False: none; an int n: a shard mesh of n ranks, 1 meaning False and W
     meaning True, as _fsdp_init.py _get_post_forward_mesh_info normalises it), the
-    MixedPrecisionPolicy, and every local shard on the rank's device."""
+    MixedPrecisionPolicy, the offload policy, and every local shard on the rank's device (the
+    CPU with offload)."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import HSDPMeshInfo
     world = dist.get_world_size()
     for i, layer in enumerate(net.model.layers):
@@ -120,19 +137,22 @@ def check_setup(net, reshard, policy, device):
                              f"shards over {got} ranks")
         if group.mp_policy != policy:
             raise SystemExit(f"run_fsdp2.py: block {i} MixedPrecisionPolicy {group.mp_policy}, asked for {policy}")
+        if any(fp.offload_to_cpu != offload for fp in group.fsdp_params):
+            raise SystemExit(f"run_fsdp2.py: block {i} offload_to_cpu is not {offload}")
         if info.mesh.device_type != device.kind:
             raise SystemExit(f"run_fsdp2.py: block {i} mesh on {info.mesh.device_type}, asked for {device.kind}")
+    want = torch.device("cpu") if offload else device.torch
     for name, p in net.named_parameters():
-        if p.to_local().device != device.torch:
-            raise SystemExit(f"run_fsdp2.py: {name} is on {p.to_local().device}, asked for {device.torch}")
+        if p.to_local().device != want:
+            raise SystemExit(f"run_fsdp2.py: {name} is on {p.to_local().device}, asked for {want}")
 
 
 class Fsdp2Runner:
     name = "PyTorch FSDP2 (fully_shard)"
     version = torch.__version__
 
-    def __init__(self, net, train, sync_each_batch):
-        self.model, self.train = net, train
+    def __init__(self, net, train, sync_each_batch, device):
+        self.model, self.train, self.device = net, train, device
         b1, b2 = train["betas"]
         self.optimizer = torch.optim.AdamW(net.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
                                            weight_decay=train["weight_decay"], fused=True)
@@ -161,29 +181,49 @@ class Fsdp2Runner:
         ranks may differ) plus any unsharded/all-gather output still allocated; grads = the
         local gradient storages (deduplicated: gradients may be views of one reduce-scatter
         output); optimizer = AdamW exp_avg + exp_avg_sq (unpadded local shapes), `step` scalars
-        separately."""
+        separately. Each by location (see the module docstring): the device categories at the
+        top level, the host ones under "host" (with whether they are page-locked) when any."""
         held = common.storage_counter()
+        dev = {"params": 0, "grads": 0, "optimizer": 0}
+        host = {"params": 0, "grads": 0, "optimizer": 0}
+        pinned = []
+        offloaded = {}  # id(sharded parameter) -> FSDPParam.offload_to_cpu
 
-        params = grads = 0
+        def add(category, t, offload):
+            n = held(t)
+            if n == 0:
+                return
+            local = t.to_local() if hasattr(t, "to_local") else t
+            on_host = local.device.type == "cpu" and (self.device.kind != "cpu" or offload)
+            (host if on_host else dev)[category] += n
+            if on_host and category != "optimizer":
+                pinned.append(local.is_pinned() if self.device.kind == "cuda" else False)
+
         for m in self.model.modules():
             state = getattr(m, "_get_fsdp_state", None)
             group = state()._fsdp_param_group if state else None
             if group is None:
                 continue
             for fp in group.fsdp_params:
-                params += held(fp._sharded_param_data)
+                offloaded[id(fp.sharded_param)] = fp.offload_to_cpu
+                add("params", fp._sharded_param_data, fp.offload_to_cpu)
                 for out in getattr(fp, "all_gather_outputs", []):
-                    params += held(out)
-                params += held(getattr(fp, "_unsharded_param", None))
+                    add("params", out, False)
+                add("params", getattr(fp, "_unsharded_param", None), False)
         for p in self.model.parameters():
-            grads += held(p.grad)
-        opt = step_counters = 0
-        for s in self.optimizer.state.values():
-            opt += held(s["exp_avg"]) + held(s["exp_avg_sq"])
+            add("grads", p.grad, offloaded.get(id(p), False))
+        step_counters = 0
+        for p, s in self.optimizer.state.items():
+            add("optimizer", s["exp_avg"], offloaded.get(id(p), False))
+            add("optimizer", s["exp_avg_sq"], offloaded.get(id(p), False))
             step_counters += held(s["step"])
         buffers = common.module_buffer_bytes(self.model, held)
-        return {"bytes": {"params": params, "master_params": 0, "grads": grads, "optimizer": opt, "buffers": buffers,
-                          "optimizer_step_counters": step_counters}}
+        out = {"params": dev["params"], "master_params": 0, "grads": dev["grads"], "optimizer": dev["optimizer"],
+               "buffers": buffers, "optimizer_step_counters": step_counters}
+        if any(host.values()):
+            out["host"] = {"params": host["params"], "master_params": 0, "grads": host["grads"],
+                           "optimizer": host["optimizer"], "buffers": 0, "pinned": bool(pinned) and all(pinned)}
+        return {"bytes": out}
 
 
 if __name__ == "__main__":
