@@ -263,6 +263,7 @@ if [ "${part}" = 2 ] || [ "${part}" = all ]; then
   cell crossval-fsdp2 crossval_cuda fsdp2 fp32,mixed,low
   cell crossval-zero3 crossval_cuda zero3 fp32,bf16
   cell crossval-fsdp-offload crossval_cuda fsdp fp32,mixed,low fsdp-offload --fsdp-offload-params
+  cell crossval-fsdp2-offload crossval_cuda fsdp2 fp32,mixed fsdp2-offload --fsdp2-offload-policy cpu
   cat > "${out}/matrix.yaml" <<EOF
 # Written by scripts/gpu-check.sh: Granite-7B layer shape on one GPU, activation checkpointing
 # (docs/backends/fsdp.md: without it 8 x 4096 tokens need ~146 GB of activations for 32 blocks).
