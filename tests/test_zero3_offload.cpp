@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <mutex>
 
 #include "backends/backend_info.hpp"
@@ -15,6 +16,7 @@
 #include "backends/zero3/zero3_options.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"
+#include "tests/run_binary.hpp"
 #include "tests/thread_world.hpp"
 
 using namespace zb;
@@ -48,7 +50,7 @@ struct RankRun {
 
 // Trains on W thread-ranks; one RankRun per rank.
 std::vector<RankRun> run(const backends::EngineSpec& spec, int w) {
-  std::vector<RankRun> out(size_t(w));
+  std::vector<RankRun> out(static_cast<size_t>(w));
   std::mutex m;
   test_support::run_ranks(w, [&](runtime::World& world) {
     auto [engine, r] = test_support::train_on(world, "zero3", spec);
@@ -182,7 +184,7 @@ TEST(Zero3Offload, PlantedFaultsAreCaught) {
   const auto ranks = run(spec, 2);
   auto wrong = spec;
   wrong.options = backends::zero3::to_json(with(Off::kOptimizer));  // forgets offload_param
-  EXPECT_NE(ranks[0].bytes, backends::backend("zero3").expected_bytes(wrong, 2, 0));
+  EXPECT_FALSE(ranks[0].bytes == backends::backend("zero3").expected_bytes(wrong, 2, 0));
   auto one_micro = spec;
   one_micro.train.grad_accum = 1;  // forgets the second micro-batch's copies
   EXPECT_NE(ranks[0].traffic.back().d2h_bytes, backends::zero3::expected_step_traffic(one_micro, 2, 0).d2h_bytes);
@@ -231,7 +233,7 @@ TEST(Zero3Offload, StreamLogOrdersTheCopies) {
       ASSERT_GE(next, 0) << s.dump();
       EXPECT_TRUE(s.happens_before(e.seq, next));
     }
-    if (e.label.rfind("offload: grad partition to host", 0) == 0) {
+    if (e.label == "partition_grads (offload: grad partitions to host)") {
       ++to_host;
       EXPECT_EQ(e.stream, "reduce_and_partition") << e.seq;
       int64_t rs = -1;  // the last reduce-scatter waited for on that stream before it
@@ -243,7 +245,7 @@ TEST(Zero3Offload, StreamLogOrdersTheCopies) {
     }
   }
   EXPECT_GT(to_device, 0);
-  EXPECT_GT(to_host, 0);
+  EXPECT_GT(to_host, 0) << s.dump();
 }
 
 // DeepSpeedCPUAdam's order, element by element, against the formula written out in double
@@ -276,7 +278,8 @@ TEST(Zero3Offload, CpuAdamFollowsDeepSpeedsUpdate) {
 }
 
 namespace {
-config::DeepSpeedConfig read_ds(const nlohmann::json& j) {
+config::DeepSpeedConfig read_ds(nlohmann::json j) {
+  j["train_micro_batch_size_per_gpu"] = 4;
   config::TrainerArgs args;
   args.hidden = 64;
   return config::read_deepspeed_json(j, args, config::AutoFill::kHfTrainer, backends::zero3::accept_stage);
@@ -338,4 +341,47 @@ TEST(Zero3OffloadConfig, RefusalsNameTheKey) {
                      {"zero_optimization", {{"stage", 3}, {"offload_optimizer", {{"device", "cpu"}}}}}})
                 .find("fp32_optimizer_states"),
             std::string::npos);
+}
+
+// Real DeepSpeed 0.19.8 (scripts/crossval/run_deepspeed.py, DS_ACCELERATOR=cpu, Gloo, W=2) with each
+// offload choice: every step's loss and grad norm agree (bf16 losses bitwise; fp32 within 1e-5),
+// the collectives agree or are explained, and every rank's bytes agree by category on the device
+// and, by location, on the host (the runner reports DeepSpeed's own split). With
+// offload_optimizer DeepSpeed builds DeepSpeedCPUAdam from the JSON: its cpu_adam op is compiled
+// on first use (about 18 minutes on this shared 2-core machine; cached in
+// ~/.cache/torch_extensions afterwards).
+TEST(Zero3OffloadCrossval, AgreesWithDeepSpeedForEachOffloadChoice) {
+  using nlohmann::json;
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return json::parse(f);
+  };
+  for (const std::string flags : {"--zero3-offload-param cpu", "--zero3-offload-optimizer cpu",
+                                  "--zero3-offload-optimizer cpu --zero3-offload-param cpu"}) {
+    SCOPED_TRACE(flags);
+    const auto out = test_support::temp_path("zero3_offload_crossval.json");
+    const auto r = test_support::run_zerobench(
+        "crossval --backend zero3 --precision bf16,fp32 --nproc 2 --model tiny --layers 2 --steps 3 --warmup 1 "
+        "--micro-batch 2 --seq-len 32 --reduce-bucket-size 50000 --weight-decay 0.1 " + flags + " --out " + out);
+    const auto doc = read(out);
+    for (const auto& mode : doc["modes"]) {
+      const std::string precision = mode["precision"];
+      const double tol = precision == "bf16" ? 0.0 : 1e-5;
+      EXPECT_LE(mode["max_loss_rel_diff"].get<double>(), tol) << precision << r.output;
+      EXPECT_LE(mode["max_grad_norm_rel_diff"].get<double>(), 1e-5) << precision;
+      EXPECT_TRUE(mode["comm_differences_explained"].get<bool>()) << precision;
+      for (const auto& e : mode["model_states"]) {
+        if (e["category"] == "host") continue;  // compared below (crossval_compare reads top-level numbers)
+        EXPECT_TRUE(e["equal"].get<bool>() || !e["explanation"].is_null()) << precision << " " << e.dump();
+      }
+      const std::string work = mode["work_dir"];
+      const auto zb = read(work + "/zerobench.json");
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto up = read(work + "/upstream/rank" + std::to_string(rank) + ".json");
+        const auto& zh = zb["ranks"][rank]["memory"]["model_states_bytes"]["host"];
+        EXPECT_FALSE(zh.is_null());
+        EXPECT_EQ(zh, up["model_states_bytes"]["host"]) << precision << " rank " << rank;
+      }
+    }
+  }
 }

@@ -127,7 +127,10 @@ void Zero3Engine::reduce_and_partition_bucket() {
   std::vector<common::PendingCollective> waits;
   waits.push_back(std::move(rs));
   const bool copy = first_micro_batch_, boundary = boundary_;
-  s.enqueue(rp_stream_, std::move(waits), "partition_grads",
+  // (The work of an enqueue is logged as one entry: with offload_optimizer it holds the copies
+  // of the gradient partitions to the host, zero3_offload.cpp offload_grad_partition.)
+  s.enqueue(rp_stream_, std::move(waits),
+            offload_optimizer() ? "partition_grads (offload: grad partitions to host)" : "partition_grads",
             [this, ids, out, copy, boundary] { partition_grads(ids, out, copy, boundary); });
   param_reduce_events_.push_back(s.record(rp_stream_, "partitioned"));
 }

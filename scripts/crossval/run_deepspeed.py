@@ -137,8 +137,9 @@ def make_runner(spec, work, device):
     runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
     if own_optimizer:
         runner.notes = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
-                        f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s (includes the cpu_adam JIT build "
-                        "on a cold cache)"]
+                        f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s" +
+                        (" (with the cpu_adam JIT build on a cold cache)"
+                         if type(engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam" else "")]
     return runner
 
 
