@@ -11,6 +11,7 @@
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/fsdp2/fsdp2_offload_estimate.hpp"
+#include "backends/zero3/zero3_offload_estimate.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "models/activation_memory.hpp"
 
@@ -421,6 +422,7 @@ PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int ra
   else
     e.terms.push_back({"sub-group step transient", kOpt, step,
                        "largest sub-group*(" + std::string(ga == 4 ? "" : "4 + ") + "2*4) (fp32 gradient, AdamW denominator)"});
+  zero3::add_offload_terms(e, spec, topo, rank);  // offload_optimizer / offload_param (zero3_offload_estimate.cpp)
   return e;
 }
 

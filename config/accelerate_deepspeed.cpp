@@ -40,8 +40,8 @@ json plugin_config(const json& block, const json* file_json, const std::string& 
       {"zero3_init_flag", "builds the model under deepspeed.zero.Init (weights partitioned at construction); "
                           "zerobench creates each unit's weights and partitions them at once either way"},
       {"zero3_save_16bit_model", "checkpoint saving; zerobench writes no checkpoint"},
-      {"offload_optimizer_nvme_path", "NVMe offload path; offload is off"},
-      {"offload_param_nvme_path", "NVMe offload path; offload is off"},
+      {"offload_optimizer_nvme_path", "NVMe offload path; NVMe offload is refused, cpu offload does not read it"},
+      {"offload_param_nvme_path", "NVMe offload path; NVMe offload is refused, cpu offload does not read it"},
   };
   for (const auto& [k, v] : block.items()) {
     const std::string key = "deepspeed_config." + k;
@@ -112,10 +112,10 @@ json plugin_config(const json& block, const json* file_json, const std::string& 
     for (const auto& [k, dev] : {std::pair<const char*, std::string>{"offload_optimizer_device", opt_dev},
                                  {"offload_param_device", par_dev}})
       if (block.contains(k)) {
-        if (dev != "none")
-          throw UsageError("deepspeed_config." + std::string(k) + " " + dev + ": offload to " + dev +
-                           " is not implemented in zerobench");
-        notes.ignore("deepspeed_config." + std::string(k), dev, "none: no offload");
+        // DeepSpeedPlugin.__post_init__ puts it into zero_optimization.<section>.device; the
+        // DeepSpeed reader then honours cpu and refuses nvme with its own line.
+        const std::string section = std::string(k) == "offload_optimizer_device" ? "offload_optimizer" : "offload_param";
+        notes.apply("deepspeed_config." + std::string(k), dev, "zero_optimization." + section + ".device " + dev);
       }
   }
   // set_mixed_precision: the run's mixed_precision fills the bf16/fp16 sections.

@@ -37,7 +37,6 @@ const std::map<std::string, std::string> kTopIgnored = {
     {"dump_state", "prints the config"},
     {"disable_python_gc", "Python garbage-collector pacing; zerobench has no Python"},
     {"zero_allow_untested_optimizer", "lets DeepSpeed accept a client optimizer; zerobench's AdamW is fixed"},
-    {"zero_force_ds_cpu_optimizer", "chooses DeepSpeedCPUAdam under optimizer offload; offload is off"},
     {"flops_profiler", "profiler output"},
     {"tensorboard", "monitoring"},
     {"wandb", "monitoring"},
@@ -263,6 +262,10 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
   json p = o.value("params", json::object());
   if (!p.is_object()) throw UsageError("optimizer.params " + p.dump() + " is not a mapping");
   const bool torch_adam = p.contains("torch_adam") && as_bool("optimizer.params.torch_adam", p["torch_adam"]);
+  c.optimizer_section = true;
+  c.torch_adam = torch_adam;
+  const auto& off = c.zero.offload_optimizer;
+  const bool cpu_adam = !torch_adam && off.device != "none";  // get_optimizer_configuration: zero_use_cpu_optimizer
   const bool adam_w_mode = !p.contains("adam_w_mode") || as_bool("optimizer.params.adam_w_mode", p["adam_w_mode"]);
   const bool decoupled = name == "adamw" || adam_w_mode;
   // The constructor's defaults for keys the section leaves out.
@@ -271,7 +274,9 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
   t.beta2 = 0.999;
   t.eps = 1e-8;
   t.weight_decay = torch_adam && decoupled ? 1e-2 : 0.0;
-  const std::string impl = torch_adam ? (decoupled ? "torch.optim.AdamW" : "torch.optim.Adam") : "FusedAdam";
+  const std::string impl = torch_adam ? (decoupled ? "torch.optim.AdamW" : "torch.optim.Adam")
+                           : cpu_adam ? "DeepSpeedCPUAdam (optimizer offload)"
+                                      : "FusedAdam";
   notes.apply("optimizer.type", type, impl + (decoupled ? " (decoupled weight decay)" : " (L2 weight decay)"));
   for (const auto& [k, v] : p.items()) {
     const std::string key = "optimizer.params." + k;
@@ -321,7 +326,13 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
     } else if (k == "foreach" || k == "fused" || k == "capturable" || k == "differentiable") {
       notes.ignore(key, text(v), "kernel choice of torch's optimizer; the update arithmetic is the same");
     } else if (k == "fp32_optimizer_states") {
-      notes.ignore(key, text(v), "DeepSpeedCPUAdam (optimizer offload) only; offload is off");
+      if (!cpu_adam) {
+        notes.ignore(key, text(v), "read by DeepSpeedCPUAdam (optimizer offload) only");
+      } else if (!as_bool(key, v)) {
+        throw UsageError(key + " false: DeepSpeedCPUAdam with bf16 optimizer states is not implemented");
+      } else {
+        notes.apply(key, text(v), "DeepSpeedCPUAdam keeps fp32 exp_avg / exp_avg_sq");
+      }
     } else if (k == "max_grad_norm") {
       throw UsageError(key + " " + text(v) + ": DeepSpeed refuses it as an optimizer parameter (use gradient_clipping)");
     } else {
@@ -470,6 +481,11 @@ DeepSpeedConfig read_deepspeed_json(const json& root, const TrainerArgs& args, A
       if (s == "sum") throw UsageError(k + " sum: DeepSpeed refuses it with ZeRO stage 3");
       if (s != "mean" && s != "avg") throw UsageError(k + " '" + text(v) + "' is not mean or sum");
       notes.apply(k, text(v), "gradients averaged over ranks");
+    } else if (k == "zero_force_ds_cpu_optimizer") {
+      c.zero_force_ds_cpu_optimizer = as_bool(k, v);
+      notes.apply(k, text(v), c.zero_force_ds_cpu_optimizer
+                                  ? "under optimizer offload a client optimizer becomes DeepSpeedCPUAdam (accelerate)"
+                                  : "under optimizer offload the client torch.optim.AdamW steps on the host");
     } else if (k == "torch_autocast") {
       if (v.is_object() && v.contains("enabled") && as_bool("torch_autocast.enabled", v["enabled"]))
         throw UsageError("torch_autocast.enabled true: DeepSpeed's autocast mode is not implemented (use bf16)");

@@ -56,6 +56,13 @@ struct DeepSpeedConfig {
   std::string grad_accum_dtype;         // "" = model dtype; bf16 | fp32 (data_types.grad_accum_dtype)
   std::string precision;                // "bf16" or "fp32"
   TrainingArguments train;              // args.train with the file's batch, clipping, optimizer and scheduler
+  // Which optimizer DeepSpeed builds (engine.py _configure_optimizer / get_optimizer_configuration):
+  // an "optimizer" section (else the trainer's own AdamW is the client optimizer), its
+  // params.torch_adam, and the top-level zero_force_ds_cpu_optimizer (default true) that, under
+  // optimizer offload, makes accelerate replace a client optimizer by DeepSpeedCPUAdam.
+  bool optimizer_section = false;
+  bool torch_adam = false;
+  bool zero_force_ds_cpu_optimizer = true;
   ConfigNotes notes;
 };
 

@@ -125,7 +125,8 @@ const std::map<std::string, std::string> kZeroIgnored = {
     {"legacy_stage1", "ZeRO 1 only"},
     {"round_robin_gradients", "ZeRO 1/2 CPU-offload gradient copy"},
     {"parameter_alignment", "ZeRO 1/2 flat-buffer padding"},
-    {"cpu_offload_use_pin_memory", "pinned host memory for offload; offload is off"},
+    {"cpu_offload_use_pin_memory", "deprecated; DeepSpeed warns and sets nothing with it (set_new_param=False): "
+                                   "use offload_optimizer.pin_memory / offload_param.pin_memory"},
     {"memory_efficient_linear", "DeepSpeed's linear autograd function saves the same tensors as at::linear (input "
                                 "and weight)"},
     {"override_module_apply", "wraps nn.Module.apply at model construction"},
@@ -136,6 +137,86 @@ const std::map<std::string, std::string> kZeroIgnored = {
     {"compute_grad_norm", "ZeRO 1/2 switch; stage 3 always computes the global norm"},
 };
 
+
+// An offload section's device as OffloadDeviceEnum reads it ("auto" dropped: the default none).
+std::string offload_device(const std::string& key, const json& v) {
+  if (!v.contains("device") || v["device"].is_null() || is_auto(v["device"])) return "none";
+  const auto d = lower(text(v["device"]));
+  if (d != "none" && d != "cpu" && d != "nvme")
+    throw UsageError(key + ".device '" + text(v["device"]) + "' is not none, cpu or nvme (DeepSpeed's OffloadDeviceEnum)");
+  return d;
+}
+
+// offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig, extra keys forbidden; "auto" dropped).
+void read_offload_optimizer(const std::string& key, const json& v, DeepSpeedOffloadOptimizer& o, ConfigNotes& notes) {
+  o = {};
+  if (v.is_null()) {
+    notes.apply(key, "null", "no optimizer offload");
+    return;
+  }
+  if (!v.is_object()) throw UsageError(key + " " + v.dump() + " is not a section");
+  o.device = offload_device(key, v);
+  for (const auto& [k, x] : v.items()) {
+    const std::string sub = key + "." + k;
+    if (k == "device" || is_auto(x)) continue;
+    if (k == "pin_memory") o.pin_memory = as_bool(sub, x);
+    else if (k == "buffer_count") o.buffer_count = as_count(sub, x);
+    else if (k == "fast_init") o.fast_init = as_bool(sub, x);
+    else if (k == "pipeline_read") o.pipeline_read = as_bool(sub, x);
+    else if (k == "pipeline_write") o.pipeline_write = as_bool(sub, x);
+    else if (k == "ratio") o.ratio = as_number(sub, x);
+    else if (k == "nvme_path") notes.ignore(sub, text(x), "the NVMe swap folder; read only with device nvme");
+    else if (k == "super_offload") {
+      if (as_bool(sub, x)) throw UsageError(sub + " true: SuperOffload (Superchip CPU Adam) is not implemented");
+    } else if (k == "cpuadam_cores_perc") {
+      notes.ignore(sub, text(x), "CPU cores for SuperOffload's CPU Adam; super_offload is off");
+    } else {
+      throw UsageError(sub + ": not a DeepSpeed offload_optimizer setting (extra keys are forbidden)");
+    }
+  }
+  if (o.ratio < 0 || o.ratio > 1) throw UsageError(key + ".ratio " + fmt(o.ratio) + " must be in [0, 1]");
+  if (o.device == "cpu" && o.ratio < 1)
+    throw UsageError(key + ".ratio " + fmt(o.ratio) + ": partial optimizer offload is not implemented in zerobench");
+  if (o.device == "nvme")
+    throw UsageError(key + ".device nvme: NVMe offload (DeepSpeed's swap_tensor/ swapper) is not implemented in "
+                     "zerobench; use cpu");
+  notes.apply(key, v.dump(), o.device == "none" ? "device none: no optimizer offload"
+                                                : "fp32 master, gradients and optimizer states on the host (pin_memory " +
+                                                      std::string(o.pin_memory ? "true" : "false") + ")");
+  for (const char* nvme_only : {"buffer_count", "fast_init", "pipeline_read", "pipeline_write"})
+    if (v.contains(nvme_only)) notes.ignore(key + "." + nvme_only, text(v[nvme_only]), "read by the NVMe swapper only");
+}
+
+// offload_param (DeepSpeedZeroOffloadParamConfig).
+void read_offload_param(const std::string& key, const json& v, DeepSpeedOffloadParam& o, ConfigNotes& notes) {
+  o = {};
+  if (v.is_null()) {
+    notes.apply(key, "null", "no parameter offload");
+    return;
+  }
+  if (!v.is_object()) throw UsageError(key + " " + v.dump() + " is not a section");
+  o.device = offload_device(key, v);
+  for (const auto& [k, x] : v.items()) {
+    const std::string sub = key + "." + k;
+    if (k == "device" || is_auto(x)) continue;
+    if (k == "pin_memory") o.pin_memory = as_bool(sub, x);
+    else if (k == "buffer_count") o.buffer_count = as_count(sub, x);
+    else if (k == "buffer_size") o.buffer_size = as_count(sub, x);
+    else if (k == "max_in_cpu") o.max_in_cpu = as_count(sub, x);
+    else if (k == "nvme_path") notes.ignore(sub, text(x), "the NVMe swap folder; read only with device nvme");
+    else throw UsageError(sub + ": not a DeepSpeed offload_param setting (extra keys are forbidden)");
+  }
+  if (o.device == "nvme")
+    throw UsageError(key + ".device nvme: NVMe offload (DeepSpeed's swap_tensor/ swapper) is not implemented in "
+                     "zerobench; use cpu");
+  notes.apply(key, v.dump(), o.device == "none" ? "device none: no parameter offload"
+                                                : "parameter partitions on the host, copied to the device before each "
+                                                  "all-gather");
+  for (const char* nvme_only : {"buffer_count", "buffer_size", "max_in_cpu"})
+    if (v.contains(nvme_only))
+      notes.ignore(key + "." + nvme_only, text(v[nvme_only]),
+                   "read by DeepSpeed only with device nvme (swapper buffers; the host buffer's cap)");
+}
 
 }  // namespace
 
@@ -228,17 +309,29 @@ void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& acce
         throw UsageError(key + " false: stage 3 then all-reduces contiguous buckets (stage3.py "
                          "__reduce_and_partition_ipg_grads); zerobench implements the reduce-scatter path only");
       notes.apply(key, text(v), field + " " + (b ? "true" : "false"));
-    } else if (field == "offload_param" || field == "offload_optimizer") {
-      std::string device = "none";
-      if (v.is_object() && v.contains("device") && !v["device"].is_null()) device = lower(text(v["device"]));
-      else if (!v.is_null() && !v.is_object()) throw UsageError(key + " " + v.dump() + " is not a section");
-      if (device != "none")
-        throw UsageError(key + ".device " + device + ": offload to " + device + " is not implemented in zerobench");
-      notes.ignore(key, v.dump(), "device none: no offload");
+    } else if (field == "offload_optimizer") {
+      if (dropped_auto) notes.apply(key, "auto", "DeepSpeed drops \"auto\" here: no optimizer offload");
+      else read_offload_optimizer(key, v, o.offload_optimizer, notes);
+    } else if (field == "offload_param") {
+      if (dropped_auto) notes.apply(key, "auto", "DeepSpeed drops \"auto\" here: no parameter offload");
+      else read_offload_param(key, v, o.offload_param, notes);
     } else if (field == "cpu_offload" || field == "cpu_offload_param") {
-      if (!v.is_null() && as_bool(key, v))
-        throw UsageError(key + " true (deprecated offload switch): CPU offload is not implemented in zerobench");
-      notes.ignore(key, text(v), "off");
+      // Deprecated (config.py): new_param_fn maps true to {device: cpu} (every other key at its
+      // default) and false to None; given beside the new key, DeepSpeed asserts.
+      const std::string replaced = field == "cpu_offload" ? "offload_optimizer" : "offload_param";
+      if (z.contains(replaced))
+        throw UsageError(key + " and zero_optimization." + replaced +
+                         " together: DeepSpeed refuses the deprecated key beside the one replacing it");
+      const bool on = !v.is_null() && !dropped_auto && as_bool(key, v);
+      if (field == "cpu_offload") {
+        o.offload_optimizer = {};
+        if (on) o.offload_optimizer.device = "cpu";
+      } else {
+        o.offload_param = {};
+        if (on) o.offload_param.device = "cpu";
+      }
+      notes.apply(key, text(v), std::string("deprecated: ") + replaced + (on ? " {device: cpu}" : " none"));
+      notes.warn(key + " is deprecated; DeepSpeed reads it as " + replaced);
     } else if (field == "zero_hpz_partition_size") {
       if (as_count(key, v, 0) > 1) throw UsageError(key + " " + text(v) + ": ZeRO++ hierarchical partitioning is not implemented");
       notes.ignore(key, text(v), "ZeRO++ hpZ off");

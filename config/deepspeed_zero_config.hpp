@@ -15,6 +15,22 @@
 
 namespace zb::config {
 
+// zero_optimization.offload_optimizer / offload_param as runtime/zero/offload_config.py's
+// DeepSpeedZeroOffloadOptimizerConfig / DeepSpeedZeroOffloadParamConfig name and default them
+// (device "none" also when the section is absent or null). The backend decides what it runs.
+struct DeepSpeedOffloadOptimizer {
+  std::string device = "none";  // none | cpu | nvme
+  bool pin_memory = true;
+  int64_t buffer_count = 4;
+  bool fast_init = false, pipeline_read = false, pipeline_write = false;
+  double ratio = 1.0;
+};
+struct DeepSpeedOffloadParam {
+  std::string device = "none";  // none | cpu | nvme
+  bool pin_memory = true;
+  int64_t buffer_count = 5, buffer_size = 100000000, max_in_cpu = 1000000000;
+};
+
 // zero_optimization's fields as DeepSpeedZeroConfig names and defaults them (stage-3 names).
 struct DeepSpeedZeroConfig {
   int64_t stage = 0;
@@ -26,6 +42,8 @@ struct DeepSpeedZeroConfig {
   int64_t sub_group_size = 1000000000;                  // 0: one sub-group per parameter
   bool overlap_comm = true;
   bool contiguous_gradients = true;
+  DeepSpeedOffloadOptimizer offload_optimizer;  // also from the deprecated cpu_offload
+  DeepSpeedOffloadParam offload_param;          // also from the deprecated cpu_offload_param
 };
 
 // The ZeRO stage a file asks for, for the backend that claims it to accept or refuse.

@@ -18,6 +18,16 @@ Zero3Options options_from_deepspeed(const config::DeepSpeedConfig& c) {
   o.contiguous_gradients = c.zero.contiguous_gradients;
   o.communication_data_type = c.communication_data_type;
   o.grad_accum_dtype = c.grad_accum_dtype;
+  const auto& oo = c.zero.offload_optimizer;
+  o.offload_optimizer = {oo.device, oo.pin_memory, oo.buffer_count, oo.fast_init, oo.pipeline_read, oo.pipeline_write,
+                         oo.ratio};
+  const auto& op = c.zero.offload_param;
+  o.offload_param = {op.device, op.pin_memory, op.buffer_count, op.buffer_size, op.max_in_cpu};
+  // Who steps the host partitions under offload_optimizer (engine.py get_optimizer_configuration:
+  // an "optimizer" section gives DeepSpeedCPUAdam unless torch_adam; a client optimizer — the
+  // trainer's AdamW, no section — becomes DeepSpeedCPUAdam in accelerate's _prepare_deepspeed
+  // while zero_force_ds_cpu_optimizer is true, and stays torch.optim.AdamW when it is false).
+  o.host_optimizer = (c.optimizer_section ? !c.torch_adam : c.zero_force_ds_cpu_optimizer) ? kCpuAdam : kTorchAdamW;
   return zero3_options_from_json(to_json(o));  // validates ranges and dtypes
 }
 
@@ -68,6 +78,10 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
 
 std::vector<BackendFlag> cli_flags() {
   using K = BackendFlag::Kind;
+  auto choices = [](BackendFlag f, std::vector<std::string> c) {
+    f.choices = std::move(c);
+    return f;
+  };
   auto flag = [](const char* name, const char* help, K kind, int64_t min_count = 0) {
     BackendFlag f;
     f.name = name;
@@ -84,7 +98,19 @@ std::vector<BackendFlag> cli_flags() {
           flag("--max-reuse-distance", "zero3: stage3_max_reuse_distance", K::kCount),
           flag("--sub-group-size", "zero3: sub_group_size (fp32 master granularity; 0: one per parameter)", K::kCount),
           flag("--communication-data-type", "zero3: gradient reduce dtype bf16|fp32", K::kText),
-          flag("--grad-accum-dtype", "zero3: gradient partition dtype bf16|fp32", K::kText)};
+          flag("--grad-accum-dtype", "zero3: gradient partition dtype bf16|fp32", K::kText),
+          choices(flag("--zero3-offload-optimizer", "zero3: offload_optimizer.device none|cpu (nvme refused)", K::kText),
+                  {"none", "cpu", "nvme"}),
+          choices(flag("--zero3-offload-param", "zero3: offload_param.device none|cpu (nvme refused)", K::kText),
+                  {"none", "cpu", "nvme"}),
+          choices(flag("--zero3-offload-pin-memory", "zero3: pin_memory of both offload sections (default true)",
+                       K::kText),
+                  {"true", "false"}),
+          choices(flag("--zero3-host-optimizer",
+                       "zero3: optimizer on the host under offload_optimizer: DeepSpeedCPUAdam (default) or "
+                       "torch.optim.AdamW",
+                       K::kText),
+                  {kCpuAdam, kTorchAdamW})};
 }
 
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
@@ -112,7 +138,19 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     *field = it->second.text;
     overridden(flag_name, it->second.text);
   }
-  spec.options = to_json(z);
+  for (const auto& [flag_name, field] : {std::pair<const char*, std::string*>{"--zero3-offload-optimizer", &z.offload_optimizer.device},
+                                         {"--zero3-offload-param", &z.offload_param.device},
+                                         {"--zero3-host-optimizer", &z.host_optimizer}}) {
+    const auto it = given.find(flag_name);
+    if (it == given.end()) continue;
+    *field = it->second.text;
+    overridden(flag_name, it->second.text);
+  }
+  if (const auto it = given.find("--zero3-offload-pin-memory"); it != given.end()) {
+    z.offload_optimizer.pin_memory = z.offload_param.pin_memory = it->second.text == "true";
+    overridden("--zero3-offload-pin-memory", it->second.text);
+  }
+  spec.options = to_json(zero3_options_from_json(to_json(z)));  // validates (nvme: exit 2)
 }
 
 }  // namespace zb::backends::zero3

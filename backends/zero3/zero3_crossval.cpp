@@ -3,6 +3,8 @@
 // differences (docs/crossval.md).
 #include "backends/zero3/zero3_crossval.hpp"
 
+#include "backends/zero3/zero3_options.hpp"
+
 namespace zb::backends::zero3 {
 
 namespace {
@@ -38,6 +40,27 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   if (!o.value("communication_data_type", std::string()).empty())
     ds["communication_data_type"] = o["communication_data_type"];
   if (!o.value("grad_accum_dtype", std::string()).empty()) ds["data_types"]["grad_accum_dtype"] = o["grad_accum_dtype"];
+  // Offload (zero3_offload.cpp): the sections as zerobench resolved them. With offload_optimizer
+  // DeepSpeed builds its own optimizer from an "optimizer" section, as a user's offload file has
+  // it: DeepSpeedCPUAdam, or torch.optim.AdamW with torch_adam (engine.py
+  // get_optimizer_configuration); lr is crossval's schedule, written per step by the runner.
+  const json oo = o.value("offload_optimizer", json::object()), op = o.value("offload_param", json::object());
+  if (oo.value("device", std::string("none")) != "none")
+    z["offload_optimizer"] = {{"device", oo["device"]}, {"pin_memory", oo.value("pin_memory", true)}};
+  if (op.value("device", std::string("none")) != "none")
+    z["offload_param"] = {{"device", op["device"]}, {"pin_memory", op.value("pin_memory", true)}};
+  if (z.contains("offload_optimizer")) {
+    const bool torch_adam = o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW;
+    ds["optimizer"] = {{"type", "AdamW"},
+                       {"params",
+                        {{"lr", t.lr},
+                         {"betas", {t.beta1, t.beta2}},
+                         {"eps", t.eps},
+                         {"weight_decay", t.weight_decay},
+                         {"torch_adam", torch_adam}}}};
+    notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
+                    (torch_adam ? "torch_adam: torch.optim.AdamW" : "DeepSpeedCPUAdam") + "), as zerobench runs it");
+  }
   ds["zero_allow_untested_optimizer"] = true;  // torch.optim.AdamW: FusedAdam/CPUAdam need compiled ops
   ds["steps_per_print"] = 1 << 30;
   ds["wall_clock_breakdown"] = false;
@@ -55,6 +78,16 @@ int64_t sub_groups(const json& report) {
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
+  const json& opts = c.report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
+  if (opts.value("offload", json::object()).value("optimizer", std::string("none")) == "cpu" &&
+      opts.value("host_optimizer", std::string()) == kCpuAdam) {
+    StateExplanation x;
+    x.expected = 0;
+    x.zerobench_reports = false;
+    x.reason = "DeepSpeedCPUAdam keeps its step count as a Python int (state['step']), no tensor";
+    x.upstream = "deepspeed/ops/adam/cpu_adam.py: DeepSpeedCPUAdam.step";
+    return x;
+  }
   const int64_t tensors = sub_groups(c.report);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
   if (tensors < 0) return std::nullopt;
   return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");

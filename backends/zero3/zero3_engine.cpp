@@ -7,6 +7,7 @@
 #include "backends/zero3/zero3_config.hpp"
 #include "backends/zero3/zero3_checkpoint.hpp"
 #include "backends/zero3/zero3_crossval.hpp"
+#include "backends/zero3/zero3_offload.hpp"
 #include "backends/zero3/zero3_padding.hpp"
 #include "backends/zero3/zero3_program.hpp"
 
@@ -33,10 +34,18 @@ Zero3Engine::Zero3Engine(const EngineSpec& spec, const runtime::World& world)
   allgather_stream_ = opts_.overlap_comm ? s.create("allgather") : s.compute();
   rp_stream_ = opts_.overlap_comm ? s.create("reduce_and_partition") : s.compute();
   const int64_t local = layout_.back().part_offset + layout_.back().part_numel;
-  partitions_ = at::zeros({local}, at::TensorOptions().dtype(dtypes_.model).device(dev));
+  // offload_param: the partitions live in one host buffer (stage3.py
+  // _create_param_groups_fp16_flat_cpu_memory: get_accelerator().pin_memory(torch.empty(...)),
+  // pinned whatever offload_param.pin_memory says), else on the device (defragment).
+  partitions_ = offload_param() ? common::host_empty({local}, dtypes_.model, /*pin=*/true, dev).zero_()
+                                : at::zeros({local}, at::TensorOptions().dtype(dtypes_.model).device(dev));
   // grad_partitions_flat_buffer: zeros, kept for the whole run; each micro-batch's first
-  // reduction copies into it, later ones add (partition_grads, micro_step_id).
-  grad_partitions_ = at::zeros({local}, at::TensorOptions().dtype(dtypes_.grad_accum).device(dev));
+  // reduction copies into it, later ones add (partition_grads, micro_step_id). With
+  // offload_optimizer it lives on the host (self.device = cpu), pinned when pin_memory.
+  grad_partitions_ = offload_optimizer()
+                         ? common::host_empty({local}, dtypes_.grad_accum, opts_.offload_optimizer.pin_memory, dev).zero_()
+                         : at::zeros({local}, at::TensorOptions().dtype(dtypes_.grad_accum).device(dev));
+  param_grad_norms_.resize(layout_.size());
   const int units = int(models::unit_count(cfg));
   for (int u = 0; u < units; ++u) {
     // A sharded --model-dir load reads only this rank's partition of each parameter.
@@ -75,10 +84,7 @@ Zero3Engine::Zero3Engine(const EngineSpec& spec, const runtime::World& world)
     sg.numel = end - begin;
     for (int id = 0; id < int(layout_.size()); ++id)
       if (layout_[size_t(id)].sub_group == g) sg.ids.push_back(id);
-    sg.master = partitions_.narrow(0, begin, sg.numel).to(at::kFloat).clone();
-    sg.optimizer = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{sg.master},
-                                                        common::adamw_options(spec_.train));
-    sg.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
+    make_sub_group_state(sg);  // zero3_offload.cpp: the master, its optimizer (and host buffers)
     sub_groups_.push_back(std::move(sg));
   }
   if (opts_.contiguous_gradients)
@@ -96,39 +102,45 @@ std::vector<std::pair<std::string, at::Tensor>> Zero3Engine::state_tensors() {
   for (size_t g = 0; g < sub_groups_.size(); ++g) {
     const auto prefix = "optim." + std::to_string(g) + ".";
     s.push_back({prefix + "fp32_master", sub_groups_[g].master});
-    for (auto& t : sub_groups_[g].optimizer->state(prefix)) s.push_back(std::move(t));
+    const auto& sg = sub_groups_[g];
+    for (auto& t : sg.cpu_adam ? sg.cpu_adam->state(prefix) : sg.optimizer->state(prefix)) s.push_back(std::move(t));
   }
   return s;
 }
 
 void Zero3Engine::state_loaded() {
-  for (auto& sg : sub_groups_) sg.optimizer->state_loaded();
+  for (auto& sg : sub_groups_) {
+    if (sg.cpu_adam) sg.cpu_adam->state_loaded();
+    else sg.optimizer->state_loaded();
+  }
 }
 
 common::LostUpdates Zero3Engine::lost_updates() const {
   common::LostUpdates total;
-  for (const auto& sg : sub_groups_) total += sg.optimizer->last_lost_updates();
+  for (const auto& sg : sub_groups_)
+    if (sg.optimizer) total += sg.optimizer->last_lost_updates();
   return total;
 }
 
 at::Tensor Zero3Engine::forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) {
   // DeepSpeed reduces every micro-batch: no_sync is not supported for ZeRO-2/3 (engine.py), so
   // accelerate does not use it with DeepSpeed and sync_each_batch changes nothing here.
+  boundary_ = last_micro_batch;  // engine.is_gradient_accumulation_boundary(): partition_grads offloads then
   return common::forward_backward(spec_.model, *this, batch, rope_, spec_.train.activation_checkpointing,
                                    loss_scale);
 }
 
 ModelStateBytes Zero3Engine::model_state_bytes() const {
-  ModelStateBytes b;
+  ModelStateBytes b;  // every category as if on the device; split_bytes moves what offload keeps on the host
   b.params = int64_t(partitions_.nbytes());
   for (const auto& p : params_) b.params += common::storage_bytes(p.full);  // persisted (and any live) full params
   for (const auto& sg : sub_groups_) {
     b.master_params += int64_t(sg.master.nbytes());
-    b.optimizer += sg.optimizer->state_bytes();
+    b.optimizer += sg.cpu_adam ? sg.cpu_adam->state_bytes() : sg.optimizer->state_bytes();
   }
   b.grads = int64_t(grad_partitions_.nbytes());
   b.buffers = ipg_buffer_.defined() ? int64_t(ipg_buffer_.nbytes()) : 0;
-  return b;
+  return split_bytes(b);
 }
 
 nlohmann::json Zero3Engine::resolved_options() const {
@@ -147,7 +159,12 @@ nlohmann::json Zero3Engine::resolved_options() const {
   j["persistent_numel"] = persistent_numel;
   j["ipg_buffer_bytes"] = ipg_buffer_bytes(opts_, dtypes_);
   j["reduces_every_micro_batch"] = true;
-  j["optimizer"] = "torch.optim.AdamW(fused=True) on each fp32 sub-group";
+  j["optimizer"] = !offload_optimizer() ? "torch.optim.AdamW(fused=True) on each fp32 sub-group"
+                   : opts_.host_optimizer == kCpuAdam
+                       ? "DeepSpeedCPUAdam on each host fp32 sub-group (offload_optimizer)"
+                       : "torch.optim.AdamW(fused=True) on each host fp32 sub-group (offload_optimizer)";
+  if (!offload_optimizer()) j.erase("host_optimizer");
+  j["offload"] = {{"optimizer", offload_optimizer() ? "cpu" : "none"}, {"param", offload_param() ? "cpu" : "none"}};
   return j;
 }
 
@@ -164,14 +181,20 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
   // Per parameter: its padded partition in the model dtype, the full padded copy of a
   // persistent one (none in a world of one), an fp32 master partition, a gradient partition,
   // two fp32 AdamW states.
+  int64_t partitions = 0;
   for (const auto& l : param_layouts(spec.model, world, o, &groups)) {
-    b.params += l.part_numel * e + (l.persistent && world > 1 ? l.padded * e : 0);  // W=1: the partition is the param
+    // W=1: the partition is the param, unless offload_param keeps it on the host.
+    const bool whole_on_device = l.persistent && (world > 1 || o.offload_param.enabled());
+    b.params += l.part_numel * e + (whole_on_device ? l.padded * e : 0);
+    partitions += l.part_numel;
     b.master_params += l.part_numel * 4;
     b.grads += l.part_numel * int64_t(c10::elementSize(d.grad_accum));
     b.optimizer += 2 * l.part_numel * 4;
   }
   b.buffers = ipg_buffer_bytes(o, d);  // the IPG bucket
-  return b;
+  // offload (zero3_offload.hpp): partitions, masters, gradients (+ one fp32 gradient buffer per
+  // sub-group, the partitions' size in all) and states move to the host.
+  return split_offloaded(b, o, partitions * e, o.offload_optimizer.enabled() ? partitions * 4 : 0);
 }
 
 }  // namespace
@@ -213,6 +236,13 @@ BackendInfo backend_info() {
   info.projection = projection_hooks();
   // -- shard layout (backends/shard_layout.hpp)
   info.shard_layout = shard_layout;  // zero3_layout.cpp
+  // -- offload (zero3_offload.cpp): DeepSpeed offloads the optimizer and the parameters
+  // separately; offload_param does not need offload_optimizer (stage3.py _configure_offloading
+  // reads each on its own).
+  const nlohmann::json cpu = {{"device", "cpu"}};
+  info.offload_choices = {{"offload_optimizer=cpu", {{"offload_optimizer", cpu}}},
+                          {"offload_param=cpu", {{"offload_param", cpu}}},
+                          {"offload_optimizer=cpu + offload_param=cpu", {{"offload_optimizer", cpu}, {"offload_param", cpu}}}};
   return info;
 }
 

@@ -9,6 +9,9 @@
 //                          the trace, fetch_sub_module, prefetch, release_sub_module
 //   zero3_optimizer.cpp    stage3.py DeepSpeedZeroOptimizer_Stage3: the IPG bucket, reduce-scatter
 //                          and partition_grads, the end of backward, the optimizer step
+//   zero3_offload.cpp      offload_optimizer / offload_param (cpu): the host<->device copies of
+//                          partitions, gradients and updated parameters, the offload norm, the
+//                          host optimizer step, the device/host split of the bytes
 // Owns: the class declaration and its state. Must not: be included outside backends/zero3/.
 #pragma once
 #include <deque>
@@ -20,6 +23,7 @@
 #include "backends/common/autograd_bridge.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/engine.hpp"
+#include "backends/zero3/zero3_cpu_adam.hpp"
 #include "backends/zero3/zero3_layout.hpp"
 #include "models/llama.hpp"
 
@@ -60,6 +64,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   nlohmann::json resolved_options() const override;
   std::vector<at::Tensor> full_parameters() override;
   at::Tensor gathered_alias(int id) override;
+  common::OffloadTraffic offload_traffic() const override { return host_copies_.traffic(); }
 
  private:
   struct Param {
@@ -78,8 +83,10 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   struct SubGroup {
     int64_t offset = 0, numel = 0;
     std::vector<int> ids;
-    at::Tensor master;  // fp32 [numel]
-    std::unique_ptr<common::FusedAdamW> optimizer;
+    at::Tensor master;  // fp32 [numel]; on the host with offload_optimizer
+    at::Tensor grad32;  // offload_optimizer: fp32_partitioned_groups_flat[i].grad, a host buffer kept [numel]
+    std::unique_ptr<common::FusedAdamW> optimizer;  // torch.optim.AdamW(fused=True)
+    std::unique_ptr<CpuAdam> cpu_adam;              // DeepSpeedCPUAdam (offload_optimizer)
   };
   struct BucketEntry {
     int id;
@@ -106,7 +113,17 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   // zero3_optimizer.cpp
   void add_grad_to_bucket(int id, const at::Tensor& grad);
   void reduce_and_partition_bucket();
-  void partition_grads(const std::vector<int>& ids, const at::Tensor& out, bool copy);
+  void partition_grads(const std::vector<int>& ids, const at::Tensor& out, bool copy, bool boundary);
+  // zero3_offload.cpp
+  bool offload_optimizer() const { return opts_.offload_optimizer.enabled(); }
+  bool offload_param() const { return opts_.offload_param.enabled(); }
+  void make_sub_group_state(SubGroup& sg);
+  at::Tensor partition_on_device(int id);
+  void offload_grad_partition(int id, const at::Tensor& part, bool copy, bool boundary);
+  at::Tensor offload_grad_norm(const SubGroup& sg);
+  void host_optimizer_step(SubGroup& sg, const at::Tensor& clip, double lr);
+  void copy_back(SubGroup& sg);
+  ModelStateBytes split_bytes(const ModelStateBytes& where_owned) const;
 
   EngineSpec spec_;
   Zero3Options opts_;
@@ -133,6 +150,9 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   int64_t bucket_numel_ = 0;
   bool ipg_in_use_ = false;         // a reduce-scatter in flight reads the IPG buffer in place
   bool first_micro_batch_ = true;   // micro_step_id == 0: partition_grads copies instead of adding
+  bool boundary_ = true;            // is_gradient_accumulation_boundary() for the micro-batch in backward
+  common::HostCopies host_copies_;  // every host<->device copy of offload, counted
+  std::vector<at::Tensor> param_grad_norms_;  // offload_optimizer: norm_for_param_grads (fp64, per id; undefined: none)
   std::vector<InflightGather> inflight_gathers_;
   uint64_t forward_range_ = 0, root_forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges
 };

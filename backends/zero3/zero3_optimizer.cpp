@@ -126,14 +126,19 @@ void Zero3Engine::reduce_and_partition_bucket() {
   ipg_in_use_ = in_place_on_ipg;
   std::vector<common::PendingCollective> waits;
   waits.push_back(std::move(rs));
-  const bool copy = first_micro_batch_;
-  s.enqueue(rp_stream_, std::move(waits), "partition_grads", [this, ids, out, copy] { partition_grads(ids, out, copy); });
+  const bool copy = first_micro_batch_, boundary = boundary_;
+  // (The work of an enqueue is logged as one entry: with offload_optimizer it holds the copies
+  // of the gradient partitions to the host, zero3_offload.cpp offload_grad_partition.)
+  s.enqueue(rp_stream_, std::move(waits),
+            offload_optimizer() ? "partition_grads (offload: grad partitions to host)" : "partition_grads",
+            [this, ids, out, copy, boundary] { partition_grads(ids, out, copy, boundary); });
   param_reduce_events_.push_back(s.record(rp_stream_, "partitioned"));
 }
 
 // partition_grads: each parameter's real part of this rank's reduced chunk, cast to
-// grad_accum_dtype, copied (first micro-batch) or added into its gradient partition.
-void Zero3Engine::partition_grads(const std::vector<int>& ids, const at::Tensor& out, bool copy) {
+// grad_accum_dtype, copied (first micro-batch) or added into its gradient partition (with
+// offload_optimizer, on the host: zero3_offload.cpp offload_grad_partition).
+void Zero3Engine::partition_grads(const std::vector<int>& ids, const at::Tensor& out, bool copy, bool boundary) {
   at::NoGradGuard no_grad;
   const int rank = comm_.rank();
   int64_t off = 0;
@@ -143,6 +148,11 @@ void Zero3Engine::partition_grads(const std::vector<int>& ids, const at::Tensor&
     const int64_t n = std::min<int64_t>(l.part_numel, l.numel - begin);
     if (n > 0) {  // contains_real_data
       auto part = out.narrow(0, off, n);
+      if (offload_optimizer()) {
+        offload_grad_partition(id, part, copy, boundary);
+        off += l.part_numel;
+        continue;
+      }
       if (part.scalar_type() != dtypes_.grad_accum) part = part.to(dtypes_.grad_accum);
       auto dst = params_[size_t(id)].grad_partition.narrow(0, 0, n);
       if (copy)
@@ -167,6 +177,10 @@ double Zero3Engine::optimizer_step(double lr) {
   // One get_grad_norm_direct (and all-reduce) per sub-group, then combine_grad_norm_groups.
   std::vector<at::Tensor> group_norms;
   for (const auto& sg : sub_groups_) {
+    if (offload_optimizer()) {  // _get_norm_groups -> complete_grad_norm_calculation_for_cpu_offload
+      group_norms.push_back(offload_grad_norm(sg));
+      continue;
+    }
     std::vector<at::Tensor> partitions;
     for (int id : sg.ids) partitions.push_back(params_[size_t(id)].grad_partition);
     group_norms.push_back(common::deepspeed_grad_norm(partitions, comm_));
@@ -176,6 +190,11 @@ double Zero3Engine::optimizer_step(double lr) {
   const double norm_value = norm.item<double>();
   const auto clip = common::deepspeed_clip_factor(norm, spec_.train.grad_clip);
   for (auto& sg : sub_groups_) {
+    if (offload_optimizer()) {
+      host_optimizer_step(sg, clip, lr);  // the kept host fp32 gradient: no _prepare_sub_group copy
+      copy_back(sg);
+      continue;
+    }
     // _prepare_fp32_grad_for_sub_group: flatten(averaged_gradients) (a cat of the sub-group's
     // partitions, a view when it holds one) .to(fp32): the fp32 gradient lives only through
     // this sub-group's step (_release_sub_group sets it to None).
@@ -187,8 +206,9 @@ double Zero3Engine::optimizer_step(double lr) {
     flat = at::Tensor();
     grad32.mul_(clip);  // unscale_and_clip_grads
     sg.optimizer->step({grad32}, lr);
-    partitions_.narrow(0, sg.offset, sg.numel).copy_(sg.master);  // _reassign_or_swap_out_partitioned_parameters
+    copy_back(sg);  // _reassign_or_swap_out_partitioned_parameters
   }
+  for (auto& n : param_grad_norms_) n = at::Tensor();  // _post_step: reset_cpu_buffers
   first_micro_batch_ = true;  // zero_grad: the next micro-batch copies into the partitions
   // _post_step: persistent_parameters[0].all_gather(persistent_parameters) -> Init._all_gather
   // (async_op=False) -> _allgather_params_coalesced, which launches one all_gather_into_tensor

@@ -16,6 +16,66 @@ void check_dtype(const std::string& key, const std::string& v) {
   if (!v.empty() && v != "bf16" && v != "fp32") throw UsageError(key + " '" + v + "' is not supported (bf16 or fp32)");
 }
 
+// One line naming the key for what DeepSpeed could do and zerobench does not.
+void check_offload(const Zero3Options& o) {
+  for (const auto& [key, device] : {std::pair<const char*, std::string>{"offload_optimizer", o.offload_optimizer.device},
+                                    {"offload_param", o.offload_param.device}}) {
+    if (device == "nvme")
+      throw UsageError(std::string("zero_optimization.") + key + ".device nvme: NVMe offload (DeepSpeed's swap_tensor/ "
+                       "swapper) is not implemented in zerobench; use cpu");
+    if (device != "none" && device != "cpu")
+      throw UsageError(std::string("zero_optimization.") + key + ".device '" + device + "' is not none, cpu or nvme");
+  }
+  if (o.offload_optimizer.ratio < 0 || o.offload_optimizer.ratio > 1)
+    throw UsageError("zero_optimization.offload_optimizer.ratio " + std::to_string(o.offload_optimizer.ratio) +
+                     " must be in [0, 1]");
+  if (o.offload_optimizer.enabled() && o.offload_optimizer.ratio < 1)
+    throw UsageError("zero_optimization.offload_optimizer.ratio " + std::to_string(o.offload_optimizer.ratio) +
+                     ": partial optimizer offload (a GPU AdamW for the first sub-groups) is not implemented");
+  if (o.host_optimizer != kCpuAdam && o.host_optimizer != kTorchAdamW)
+    throw UsageError("host_optimizer '" + o.host_optimizer + "' is not " + kCpuAdam + " or " + kTorchAdamW);
+}
+
+}  // namespace
+
+json to_json(const OffloadOptimizerOptions& o) {
+  return {{"device", o.device},          {"pin_memory", o.pin_memory}, {"buffer_count", o.buffer_count},
+          {"fast_init", o.fast_init},    {"pipeline_read", o.pipeline_read},
+          {"pipeline_write", o.pipeline_write}, {"ratio", o.ratio}};
+}
+
+json to_json(const OffloadParamOptions& o) {
+  return {{"device", o.device},
+          {"pin_memory", o.pin_memory},
+          {"buffer_count", o.buffer_count},
+          {"buffer_size", o.buffer_size},
+          {"max_in_cpu", o.max_in_cpu}};
+}
+
+namespace {
+OffloadOptimizerOptions offload_optimizer_from_json(const json& j) {
+  OffloadOptimizerOptions o;
+  if (!j.is_object()) return o;
+  o.device = j.value("device", o.device);
+  o.pin_memory = j.value("pin_memory", o.pin_memory);
+  if (j.contains("buffer_count")) o.buffer_count = as_count("offload_optimizer.buffer_count", j["buffer_count"]);
+  o.fast_init = j.value("fast_init", o.fast_init);
+  o.pipeline_read = j.value("pipeline_read", o.pipeline_read);
+  o.pipeline_write = j.value("pipeline_write", o.pipeline_write);
+  o.ratio = j.value("ratio", o.ratio);
+  return o;
+}
+
+OffloadParamOptions offload_param_from_json(const json& j) {
+  OffloadParamOptions o;
+  if (!j.is_object()) return o;
+  o.device = j.value("device", o.device);
+  o.pin_memory = j.value("pin_memory", o.pin_memory);
+  if (j.contains("buffer_count")) o.buffer_count = as_count("offload_param.buffer_count", j["buffer_count"]);
+  if (j.contains("buffer_size")) o.buffer_size = as_count("offload_param.buffer_size", j["buffer_size"]);
+  if (j.contains("max_in_cpu")) o.max_in_cpu = as_count("offload_param.max_in_cpu", j["max_in_cpu"]);
+  return o;
+}
 }  // namespace
 
 json to_json(const Zero3Options& o) {
@@ -29,7 +89,10 @@ json to_json(const Zero3Options& o) {
           {"overlap_comm", o.overlap_comm},
           {"contiguous_gradients", o.contiguous_gradients},
           {"communication_data_type", o.communication_data_type},
-          {"grad_accum_dtype", o.grad_accum_dtype}};
+          {"grad_accum_dtype", o.grad_accum_dtype},
+          {"offload_optimizer", to_json(o.offload_optimizer)},
+          {"offload_param", to_json(o.offload_param)},
+          {"host_optimizer", o.host_optimizer}};
 }
 
 Zero3Options zero3_options_from_json(const json& j) {
@@ -47,6 +110,10 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.contiguous_gradients = j.value("contiguous_gradients", o.contiguous_gradients);
   o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
   o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
+  if (j.contains("offload_optimizer")) o.offload_optimizer = offload_optimizer_from_json(j["offload_optimizer"]);
+  if (j.contains("offload_param")) o.offload_param = offload_param_from_json(j["offload_param"]);
+  o.host_optimizer = j.value("host_optimizer", o.host_optimizer);
+  check_offload(o);
   check_dtype("communication_data_type", o.communication_data_type);
   check_dtype("grad_accum_dtype", o.grad_accum_dtype);
   if (o.reduce_bucket_size <= 0) throw UsageError("reduce_bucket_size must be positive");  // Field(gt=0)

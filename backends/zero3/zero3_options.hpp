@@ -11,6 +11,40 @@
 
 namespace zb::backends::zero3 {
 
+// zero_optimization.offload_optimizer, as DeepSpeed 0.19.8's runtime/zero/offload_config.py
+// DeepSpeedZeroOffloadOptimizerConfig names and defaults it. device cpu: fp32 master partitions,
+// their gradients and the optimizer states on the host, the optimizer stepping there
+// (stage3.py; backends/zero3/zero3_offload.hpp). nvme, ratio < 1 and super_offload are refused;
+// buffer_count, fast_init and pipeline_read/write only drive the NVMe swapper (swap_tensor/).
+struct OffloadOptimizerOptions {
+  std::string device = "none";  // none | cpu (nvme refused)
+  bool pin_memory = true;
+  int64_t buffer_count = 4;
+  bool fast_init = false, pipeline_read = false, pipeline_write = false;
+  double ratio = 1.0;
+  bool enabled() const { return device == "cpu"; }
+};
+
+// zero_optimization.offload_param, as DeepSpeedZeroOffloadParamConfig names and defaults it.
+// device cpu: the model-dtype parameter partitions on the host, each copied to the device before
+// its all-gather (partition_parameters.py). buffer_count, buffer_size and max_in_cpu are read by
+// DeepSpeed only with device nvme (the swapper's buffer pool; stage3.py
+// _create_param_groups_fp16_flat_cpu_memory caps the host buffer by max_in_cpu only when
+// params_in_nvme_and_cpu): kept and shown, without effect on cpu, as upstream.
+struct OffloadParamOptions {
+  std::string device = "none";  // none | cpu (nvme refused)
+  bool pin_memory = true;
+  int64_t buffer_count = 5, buffer_size = 100000000, max_in_cpu = 1000000000;
+  bool enabled() const { return device == "cpu"; }
+};
+
+// The optimizer that steps the host's fp32 partitions under offload_optimizer: DeepSpeedCPUAdam
+// (DeepSpeed's choice for an "optimizer" section without torch_adam, and accelerate's replacement
+// of a client optimizer while zero_force_ds_cpu_optimizer is true) or torch.optim.AdamW
+// (torch_adam, or a client AdamW with zero_force_ds_cpu_optimizer false).
+inline constexpr const char* kCpuAdam = "DeepSpeedCPUAdam";
+inline constexpr const char* kTorchAdamW = "torch.optim.AdamW";
+
 struct Zero3Options {
   int64_t reduce_bucket_size = 500000000;           // elements per gradient reduce bucket
   int64_t stage3_prefetch_bucket_size = 50000000;   // elements prefetched ahead (trace-based)
@@ -22,8 +56,13 @@ struct Zero3Options {
   bool contiguous_gradients = true;
   std::string communication_data_type;              // "" = model dtype; bf16 | fp32
   std::string grad_accum_dtype;                     // "" = model dtype; bf16 | fp32
+  OffloadOptimizerOptions offload_optimizer;
+  OffloadParamOptions offload_param;
+  std::string host_optimizer = kCpuAdam;            // under offload_optimizer: kCpuAdam | kTorchAdamW
 };
 
+nlohmann::json to_json(const OffloadOptimizerOptions& o);
+nlohmann::json to_json(const OffloadParamOptions& o);
 nlohmann::json to_json(const Zero3Options& o);
 Zero3Options zero3_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
 

@@ -16,7 +16,8 @@ namespace zb::backends::zero3 {
 // (_no_gather_coalesced: param.data = param.ds_tensor.data, no collective).
 at::Tensor Zero3Engine::gathered_alias(int id) {
   const auto& p = params_[size_t(id)];
-  return common::storage_alias(comm_.size() == 1 ? p.partition : p.full, layout_[size_t(id)].numel);
+  // With offload_param the partition is on the host: the world of one uses its device copy.
+  return common::storage_alias(comm_.size() == 1 && !offload_param() ? p.partition : p.full, layout_[size_t(id)].numel);
 }
 
 at::Tensor Zero3Engine::weight_view(int id) {
@@ -42,8 +43,15 @@ void Zero3Engine::issue_all_gather(const std::vector<int>& ids, const std::strin
     // collective (all_gather_coalesced -> _no_gather_coalesced -> NoGatherHandle:
     // param.data = param.ds_tensor.data); see gathered_alias.
     for (int id : ids) {
-      params_[size_t(id)].available = true;
-      params_[size_t(id)].inflight = false;
+      auto& p = params_[size_t(id)];
+      p.available = true;
+      p.inflight = false;
+      if (offload_param()) {  // NoGatherHandle: param.data = ds_tensor.to(device, non_blocking=True)
+        common::allocate_storage(p.full, layout_[size_t(id)].padded * int64_t(c10::elementSize(dtypes_.model)));
+        streams().op("offload: partition to device " + module_name(layout_[size_t(id)].unit, layout_[size_t(id)].index),
+                     {p.partition, p.full});
+        host_copies_.to_device(p.full, p.partition);
+      }
     }
     return;
   }
@@ -59,12 +67,14 @@ void Zero3Engine::issue_all_gather(const std::vector<int>& ids, const std::strin
     auto& p = params_[size_t(ids[0])];
     const auto& l = layout_[size_t(ids[0])];
     common::allocate_storage(p.full, l.padded * int64_t(c10::elementSize(dtypes_.model)));
-    g.collective = comm_.all_gather_async(p.full, p.partition, label);
+    // offload_param: the all-gather reads a device copy of the host partition.
+    auto in = offload_param() ? partition_on_device(ids[0]) : p.partition;
+    g.collective = comm_.all_gather_async(p.full, in, label);
   } else {
     g.flat = at::empty({W * g.total}, partitions_.options());  // [W * sum P_i]
     auto mine = g.flat.narrow(0, int64_t(comm_.rank()) * g.total, g.total);
     std::vector<at::Tensor> parts;
-    for (int id : ids) parts.push_back(params_[size_t(id)].partition);
+    for (int id : ids) parts.push_back(offload_param() ? partition_on_device(id) : params_[size_t(id)].partition);
     at::cat_out(mine, parts);
     g.collective = comm_.all_gather_async(g.flat, mine, label);
   }
@@ -120,8 +130,10 @@ std::vector<at::Tensor> Zero3Engine::full_parameters() {
       const auto& l = layout_[size_t(id)];
       // The fp32 master is the parameter (what DeepSpeed's zero_to_fp32 consolidates).
       const auto& sg = sub_groups_[size_t(l.sub_group)];
-      parts.push_back(
-          common::gathered_full(comm_, sg.master.narrow(0, l.part_offset - sg.offset, l.part_numel), l.padded, l.numel));
+      // (offload_optimizer: the master is on the host; the collective runs on the device.)
+      parts.push_back(common::gathered_full(
+          comm_, sg.master.narrow(0, l.part_offset - sg.offset, l.part_numel).to(comm_.world().device), l.padded,
+          l.numel));
     }
     out.push_back(at::cat(parts));
   }

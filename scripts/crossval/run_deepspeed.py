@@ -12,8 +12,9 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     that deepspeed.comm JIT-compiles at start on CPU (deepspeed/comm/torch.py, build_shm_op;
     inference/TP only, never used by ZeRO-3 training; on CUDA the accelerator has no
     ShareMemCommBuilder, so build_shm_op returns None) is skipped;
-  - no op is ever compiled (the GPU machine may have no compiler and has no network): with the
-    client torch.optim.AdamW and no offload, ZeRO-3 training loads no op (read in 0.19.8:
+  - no op is compiled, except DeepSpeedCPUAdam's cpu_adam for a run with offload_optimizer (the GPU
+    machine may have no compiler and has no network): with the client torch.optim.AdamW and no
+    optimizer offload, ZeRO-3 training loads no op (read in 0.19.8:
     engine.py _configure_optimizer takes the client optimizer as the basic optimizer, FusedAdam
     is only imported; stage3.py / partition_parameters.py load QuantizerBuilder only for
     quantized weights/gradients (zero_quantized_*), swap_tensor/ AsyncIOBuilder only for NVMe
@@ -26,7 +27,11 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     (transformers' _load_state_dict_into_zero3_model does the same per module): the fp32
     master DeepSpeed builds in _create_fp32_partitions is then the bf16-rounded weights, as
     zerobench's zero3 engine builds it;
-  - the client optimizer transformers passes when the JSON has no "optimizer" section
+  - with offload_optimizer the JSON carries DeepSpeed's own "optimizer" section (AdamW, with
+    torch_adam when zerobench's host optimizer is torch.optim.AdamW), so DeepSpeed builds
+    DeepSpeedCPUAdam (engine.py get_optimizer_configuration: zero_use_cpu_optimizer) — the optimizer
+    a user's offload file gets; its cpu_adam op builds just in time (g++) on first use;
+  - otherwise the client optimizer transformers passes when the JSON has no "optimizer" section
     (integrations/deepspeed.py deepspeed_optim_sched: optimizer = trainer.create_optimizer(),
     HF's default torch.optim.AdamW(fused=True), with "zero_allow_untested_optimizer": true);
     DeepSpeed then steps it on each sub-group's fp32 partition (stage3.py _optimizer_step);
@@ -50,25 +55,45 @@ class OpBuildForbidden(RuntimeError):
     pass
 
 
-def forbid_op_builds():
-    """Makes every DeepSpeed op JIT build fail at once, naming the op: OpBuilder.jit_load (what
-    OpBuilder.load calls for an op not installed prebuilt, ops/op_builder/builder.py) and, for
-    builders with their own load(), torch.utils.cpp_extension.load / load_inline (what
-    jit_load compiles with, looked up at call time). Prebuilt ops still load."""
+def forbid_op_builds(allowed=()):
+    """Makes every DeepSpeed op JIT build fail at once, naming the op, except the ops in `allowed`
+    (cpu_adam for optimizer offload): OpBuilder.jit_load (what OpBuilder.load calls for an op not
+    installed prebuilt, ops/op_builder/builder.py) and, for builders with their own load(),
+    torch.utils.cpp_extension.load / load_inline (what jit_load compiles with, looked up at call
+    time; allowed only inside an allowed op's jit_load). Prebuilt ops still load."""
     import torch.utils.cpp_extension as cpp_extension
     from deepspeed.ops.op_builder.builder import OpBuilder
 
-    def refuse(what):
+    inside_allowed = [False]
+    original_jit_load = OpBuilder.jit_load
+    original_load, original_load_inline = cpp_extension.load, cpp_extension.load_inline
+
+    def refuse(what, original=None):
         def raise_(*args, **kwargs):
             name = getattr(args[0], "name", "?") if what == "OpBuilder.jit_load" and args else \
                 kwargs.get("name", args[0] if args else "?")
+            if what == "OpBuilder.jit_load" and name in allowed:
+                inside_allowed[0] = True
+                try:
+                    return original_jit_load(*args, **kwargs)
+                finally:
+                    inside_allowed[0] = False
+            if original is not None and inside_allowed[0]:
+                return original(*args, **kwargs)
             raise OpBuildForbidden(f"run_deepspeed.py: DeepSpeed tried to compile op '{name}' ({what}); this "
-                                   "reference runs without compiled ops")
+                                   "reference runs without compiled ops" +
+                                   (f" other than {', '.join(allowed)}" if allowed else ""))
         return raise_
 
     OpBuilder.jit_load = refuse("OpBuilder.jit_load")
-    cpp_extension.load = refuse("torch.utils.cpp_extension.load")
-    cpp_extension.load_inline = refuse("torch.utils.cpp_extension.load_inline")
+    cpp_extension.load = refuse("torch.utils.cpp_extension.load", original_load)
+    cpp_extension.load_inline = refuse("torch.utils.cpp_extension.load_inline", original_load_inline)
+
+
+def offload_devices(ds_config):
+    z = ds_config.get("zero_optimization", {}) or {}
+    dev = lambda key: ((z.get(key) or {}).get("device") or "none")  # noqa: E731
+    return dev("offload_optimizer"), dev("offload_param")
 
 
 def make_runner(spec, work, device):
@@ -78,13 +103,15 @@ def make_runner(spec, work, device):
 
     # No 40 s g++ JIT of an op ZeRO-3 training never calls (TorchBackend.__init__ builds it on CPU).
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
-    forbid_op_builds()
     accelerator = get_accelerator().device_name()
     if accelerator != device.kind:
         raise SystemExit(f"run_deepspeed.py: DeepSpeed's accelerator is '{accelerator}' (DS_ACCELERATOR="
                          f"{os.environ.get('DS_ACCELERATOR', 'unset')}), asked for '{device.kind}'")
     with open(os.path.join(work, spec["deepspeed_config"])) as f:
         ds_config = json.load(f)
+    offload_optimizer, _ = offload_devices(ds_config)
+    own_optimizer = offload_optimizer != "none" and "optimizer" in ds_config
+    forbid_op_builds(allowed=("cpu_adam",) if own_optimizer else ())
     deepspeed.init_distributed(dist_backend=device.backend, verbose=False)
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
@@ -96,11 +123,24 @@ def make_runner(spec, work, device):
             zbmodel.load_weights(net, state)
     t = spec["train"]
     b1, b2 = t["betas"]
-    optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
-                                  weight_decay=t["weight_decay"], fused=True)
-    engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+    if own_optimizer:  # DeepSpeed builds it from the JSON's "optimizer" section (DeepSpeedCPUAdam / torch AdamW)
+        import time
+        started = time.time()
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config)
+        build_s = time.time() - started
+    else:
+        optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
+                                      weight_decay=t["weight_decay"], fused=True)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+        build_s = None
     check_setup(engine, spec, ds_config, device)
-    return DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
+    runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
+    if own_optimizer:
+        runner.notes = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+                        f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s" +
+                        (" (with the cpu_adam JIT build on a cold cache)"
+                         if type(engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam" else "")]
+    return runner
 
 
 def check_setup(engine, spec, ds_config, device):
@@ -122,9 +162,15 @@ def check_setup(engine, spec, ds_config, device):
     if bool(engine.bfloat16_enabled()) != want_bf16:
         raise SystemExit(f"run_deepspeed.py: precision {spec['precision']} but DeepSpeed bf16 enabled = "
                          f"{engine.bfloat16_enabled()}")
-    for flat in engine.optimizer.fp16_partitioned_groups_flat:
-        if flat.device != device.torch:
-            raise SystemExit(f"run_deepspeed.py: a parameter partition is on {flat.device}, asked for {device.torch}")
+    offload_optimizer, offload_param = offload_devices(ds_config)
+    opt = engine.optimizer
+    if bool(opt.offload_optimizer) != (offload_optimizer == "cpu") or bool(opt.offload_param) != (offload_param == "cpu"):
+        raise SystemExit(f"run_deepspeed.py: DeepSpeed offloads optimizer={opt.offload_optimizer} "
+                         f"param={opt.offload_param}, the JSON asks {offload_optimizer} / {offload_param}")
+    want = torch.device("cpu") if offload_param == "cpu" else device.torch
+    for flat in opt.fp16_partitioned_groups_flat:
+        if flat.device != want:
+            raise SystemExit(f"run_deepspeed.py: a parameter partition is on {flat.device}, expected {want}")
 
 
 class DeepSpeedRunner:
@@ -160,25 +206,68 @@ class DeepSpeedRunner:
         _setup_for_real_optimizer)."""
         opt = self.optimizer
         held = common.storage_counter()
+        # Where each buffer lives: its tensor's device on a GPU run; on the CPU accelerator (the
+        # device is the CPU) where DeepSpeed put it: the partitions on the host with offload_param
+        # (_create_param_groups_fp16_flat_cpu_memory), the optimizer side on self.device = cpu
+        # with offload_optimizer.
+        on_cpu_accelerator = self.engine.device.type == "cpu" if hasattr(self.engine, "device") else True
 
-        partitions = sum(held(t) for t in opt.fp16_partitioned_groups_flat)
+        def host(t, offloaded):
+            if t is None or not torch.is_tensor(t):
+                return False
+            return offloaded if on_cpu_accelerator else t.device.type == "cpu"
+
+        dev = {"params": 0, "master_params": 0, "grads": 0, "optimizer": 0, "buffers": 0}
+        hst = dict(dev)
+        pinned = False
+
+        def add(cat, t, offloaded):
+            nonlocal pinned
+            n = held(t)
+            if host(t, offloaded):
+                hst[cat] += n
+                if n and not on_cpu_accelerator and t.is_pinned():
+                    pinned = True
+            else:
+                dev[cat] += n
+            return n
+
+        partition_bytes = sum(add("params", t, bool(opt.offload_param)) for t in opt.fp16_partitioned_groups_flat)
         gathered, persistent = 0, 0
         for p in self.engine.module.parameters():
             if p.data.numel() > 0:
-                gathered += held(p.data)
+                n = held(p.data)
+                gathered += n
+                dev["params"] += n
                 persistent += int(getattr(p, "ds_persist", False))
-        master = sum(held(t) for t in opt.fp32_partitioned_groups_flat)
-        grads = held(opt.grad_partitions_flat_buffer)
-        exp = step_counters = 0
+        oo = bool(opt.offload_optimizer)
+        for t in opt.fp32_partitioned_groups_flat:
+            add("master_params", t, oo)
+        add("grads", opt.grad_partitions_flat_buffer, oo)
+        if oo:  # initialize_optimizer_states: each fp32 partition's .grad, a kept host buffer
+            for t in opt.fp32_partitioned_groups_flat:
+                add("grads", t.grad, oo)
+        step_counters = 0
         for state in opt.optimizer.state.values():
-            exp += held(state["exp_avg"]) + held(state["exp_avg_sq"])
-            step_counters += held(state["step"])
-        buffers = sum(held(b.buffer) for b in opt.ipg_buckets.values() if b.buffer is not None)
-        return {"bytes": {"params": partitions + gathered, "master_params": master, "grads": grads, "optimizer": exp,
-                          "buffers": buffers, "optimizer_step_counters": step_counters},
-                "detail": {"partition_bytes": partitions, "gathered_param_bytes": gathered,
+            add("optimizer", state["exp_avg"], oo)
+            add("optimizer", state["exp_avg_sq"], oo)
+            if torch.is_tensor(state.get("step")):  # DeepSpeedCPUAdam's step is a Python int
+                step_counters += held(state["step"])
+        for b in opt.ipg_buckets.values():
+            if b.buffer is not None:
+                add("buffers", b.buffer, False)
+        out = dict(dev)
+        out["optimizer_step_counters"] = step_counters
+        if oo or bool(opt.offload_param):
+            # On the CPU accelerator nothing can be pinned; report what the config asks, as zerobench does.
+            cfg = self.engine._config.zero_config
+            asked = (bool(opt.offload_param)) or (oo and cfg.offload_optimizer.pin_memory)
+            out["host"] = dict(hst, pinned=bool(pinned or (on_cpu_accelerator and asked)))
+        return {"bytes": out,
+                "detail": {"partition_bytes": partition_bytes, "gathered_param_bytes": gathered,
                            "persistent_params": persistent, "sub_groups": len(opt.fp16_partitioned_groups_flat),
-                           "master_aliases_partitions": master == 0 and partitions > 0,
+                           "offload_optimizer": oo, "offload_param": bool(opt.offload_param),
+                           "basic_optimizer": type(self.engine.basic_optimizer).__name__,
                            "reduce_bucket_size": opt.reduce_bucket_size,
                            "ipg_dtypes": [str(d) for d in opt.ipg_buckets]}}
 

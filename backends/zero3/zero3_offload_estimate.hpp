@@ -1,0 +1,14 @@
+// zero3_offload_estimate.hpp — the pre-flight estimate's offload terms for ZeRO3-mode
+// (backends/memory_estimate.cpp estimate_zero3 calls it last). Owns: the transients the offload
+// data path adds (zero3_offload.cpp) and where they live; the resident host bytes come from
+// expected_bytes().host through add_common. Must not: count resident model states again.
+#pragma once
+#include "backends/engine.hpp"
+
+namespace zb::backends::zero3 {
+
+// With offload_optimizer the step's device transients (the fp32 gradient per sub-group, the
+// global norm's copies) do not happen: they are replaced by the host's. Adds nothing without offload.
+void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int rank);
+
+}  // namespace zb::backends::zero3
