@@ -264,6 +264,7 @@ if [ "${part}" = 2 ] || [ "${part}" = all ]; then
   cell crossval-zero3 crossval_cuda zero3 fp32,bf16
   cell crossval-fsdp-offload crossval_cuda fsdp fp32,mixed,low fsdp-offload --fsdp-offload-params
   cell crossval-fsdp2-offload crossval_cuda fsdp2 fp32,mixed fsdp2-offload --fsdp2-offload-policy cpu
+  cell crossval-zero3-offload crossval_cuda zero3 fp32,bf16 zero3-offload --zero3-offload-optimizer cpu --zero3-offload-param cpu
   cat > "${out}/matrix.yaml" <<EOF
 # Written by scripts/gpu-check.sh: Granite-7B layer shape on one GPU, activation checkpointing
 # (docs/backends/fsdp.md: without it 8 x 4096 tokens need ~146 GB of activations for 32 blocks).
@@ -284,6 +285,8 @@ include:
   - {backend: fsdp, precision: mixed, layers: ${layers_w1}}
   - {backend: fsdp, precision: low, layers: ${layers_w1}}
   - {backend: zero3, precision: bf16, layers: ${layers_w1}, deepspeed-config: bench/configs/deepspeed_zero3_blog.json}
+  - {backend: fsdp, precision: mixed, layers: ${layers_w1}, fsdp-offload-params: true}
+  - {backend: zero3, precision: bf16, layers: ${layers_w1}, deepspeed-config: bench/configs/deepspeed_zero3_blog.json, zero3-offload-optimizer: cpu}
   - {backend: fsdp, precision: mixed, emulate-world-size: 4}
   - {backend: fsdp, precision: low, emulate-world-size: 4}
   - {backend: zero3, precision: bf16, emulate-world-size: 4, deepspeed-config: bench/configs/deepspeed_zero3_blog.json}

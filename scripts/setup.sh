@@ -63,5 +63,12 @@ if ! have_python_side; then
   "${venv}/bin/python" -m pip install -q "${deepspeed_deps[@]}" safetensors
   have_python_side || { echo "[setup] deepspeed/safetensors check failed after install" >&2; exit 1; }
 fi
+# DeepSpeedCPUAdam's op (crossval with offload_optimizer: the optimizer a user's offload file gets,
+# engine.py get_optimizer_configuration): built once here, not inside a test (a cold build takes
+# ~5-18 min on 2 cores). The cache is torch's extension directory (~/.cache/torch_extensions,
+# outside the clone); a warm cache loads in seconds. DS_ACCELERATOR=cpu as the runners set it.
+echo "[setup] DeepSpeedCPUAdam op (cpu_adam): building once or loading from the torch extension cache"
+DS_ACCELERATOR=cpu "${venv}/bin/python" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
+  >/dev/null 2>&1 || { echo "[setup] building DeepSpeed's cpu_adam op failed (g++, the venv's torch headers)" >&2; exit 1; }
 mkdir -p "${CCACHE_DIR}"
 echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)'), deepspeed ${deepspeed_version} in ${venv}"

@@ -50,7 +50,8 @@ Timeline simulate(const Program& p, ExecModel model) {
           }
           host += a.host_s;
         }
-        const double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
+        double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
+        if (a.depends_on >= 0) ready = std::max(ready, done(a.depends_on));
         const double start = std::max(comm_free, ready);
         const double end = start + a.duration_s;
         comm_free = end;
@@ -63,9 +64,10 @@ Timeline simulate(const Program& p, ExecModel model) {
       case Action::kCopy: {
         // CPU: the training thread copies (host busy, compute lane). CUDA: a copy engine, ready
         // at issue or once the compute stream reaches the issue point (after_compute).
-        const double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
+        double ready = cpu ? host : std::max(host, a.after_compute ? stream : 0.0);
+        if (a.depends_on >= 0) ready = std::max(ready, done(a.depends_on));
         double& lane = copy_free[a.to_device ? 1 : 0];
-        const double start = cpu ? host : std::max(lane, ready);
+        const double start = cpu ? std::max(host, ready) : std::max(lane, ready);
         const double end = start + a.duration_s;
         if (cpu) host = end; else lane = end;
         coll_end[size_t(a.target)] = end;

@@ -17,7 +17,8 @@ int Program::compute(const std::string& name, double seconds) {
   return int(actions_.size()) - 1;
 }
 
-int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute) {
+int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute,
+                   int depends_on) {
   Action a;
   a.kind = Action::kIssue;
   a.name = std::string(collective_name(kind)) + " " + label;
@@ -25,6 +26,7 @@ int Program::issue(CollectiveKind kind, const std::string& label, int64_t bytes,
   a.coll = kind;
   a.bytes = bytes;
   a.after_compute = after_compute;
+  a.depends_on = depends_on;
   a.target = collectives_;
   actions_.push_back(a);
   return collectives_++;
@@ -45,7 +47,8 @@ double OffloadRates::host_optimizer_s(int64_t elements) const {
   return double(elements) * host_adam_ns_per_param * 1e-9;
 }
 
-int Program::copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute) {
+int Program::copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute,
+                  int depends_on) {
   Action a;
   a.kind = Action::kCopy;
   a.name = std::string(to_device ? "h2d " : "d2h ") + label;
@@ -53,6 +56,7 @@ int Program::copy(bool to_device, const std::string& label, int64_t bytes, doubl
   a.bytes = bytes;
   a.after_compute = after_compute;
   a.to_device = to_device;
+  a.depends_on = depends_on;
   a.target = collectives_;
   actions_.push_back(a);
   return collectives_++;

@@ -52,17 +52,21 @@ struct Action {
   // reduce-scatter clones its input on the calling thread); 0 unless the replay measured it.
   double host_s = 0;
   bool to_device = true;  // copy: host -> device (else device -> host)
+  int depends_on = -1;    // issue/copy: starts no earlier than this collective or copy ends (-1: none)
 };
 
 class Program {
  public:
   int compute(const std::string& name, double seconds);  // returns the action index
   // Returns the collective's id (for wait).
-  int issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute);
+  // `depends_on`: a collective or copy id it is ordered after (its stream waited for it), -1 none.
+  int issue(CollectiveKind kind, const std::string& label, int64_t bytes, double seconds, bool after_compute,
+            int depends_on = -1);
   // Offload: a host<->device copy of `bytes` taking `seconds`, on its own copy lane (one per
   // direction, the GPU's copy engines); returns an id waited for like a collective's. On CPU
   // (kHostIsDevice) the training thread copies: the host is busy for `seconds`.
-  int copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute);
+  int copy(bool to_device, const std::string& label, int64_t bytes, double seconds, bool after_compute,
+           int depends_on = -1);
   void wait(int collective);           // compute waits for it (CPU: the host blocks)
   void host_wait(int collective);      // the host blocks until it is done
   void host_sync(int compute_action);  // the host blocks until that compute has run

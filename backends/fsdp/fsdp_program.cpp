@@ -25,6 +25,8 @@ using common::ProgramDtype;
 using common::ProgramInput;
 using common::unit_share;
 
+int64_t shard_elements(const models::ModelConfig& model, const json& options, int world);
+
 // ---------------------------------------------------------------- FSDP-mode (fsdp_engine.cpp)
 Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   const auto& o = in.options;
@@ -41,6 +43,14 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   const ProgramDtype reduce = program_dtype_option(o, "reduce_dtype", param);
   const int W = in.world, S = sharded ? W : 1;
   const bool cpu = in.exec == ExecModel::kHostIsDevice;
+  // CPUOffload(offload_params=True) (fsdp_offload.cpp, docs/backends/fsdp.md "Offload"): each
+  // unit's host shard goes to the device once per forward and once per backward (_pre_unshard,
+  // on the pre-unshard stream; the all-gather follows it), its gradient shard back after the
+  // reduction (_offload_grad, on the post-backward stream; the final callback syncs the host),
+  // and the optimizer steps on the host (the calibration's host AdamW rate).
+  const bool offload = o.value("offload_params", false) ||
+                       (o.contains("cpu_offload") && o["cpu_offload"].value("offload_params", false));
+  const int64_t store_bytes = in.precision == "low" ? 2 : 4;  // the flat parameter's dtype
 
   const auto specs = models::unit_param_specs(in.model);
   const int U = int(specs.size()), L = U - 1;
@@ -52,7 +62,15 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   }
   Program p;
   std::vector<bool> unsharded(size_t(U), false), needs_pre_backward(size_t(U), false);
-  std::vector<int> gather(size_t(U), -1);
+  std::vector<int> gather(size_t(U), -1);  // the all-gather (or, unsharded, the offload copy) to wait for
+  int pass = 0;                              // forward / backward passes so far: one host copy per unit each
+  std::vector<int> copied(size_t(U), -1);
+  auto pre_unshard_copy = [&](int u) -> int {  // _pre_unshard under offload: host shard -> device
+    if (!offload || copied[size_t(u)] == pass) return -1;
+    copied[size_t(u)] = pass;
+    const int64_t bytes = padded[size_t(u)] / S * store_bytes;
+    return p.copy(true, "unit" + std::to_string(u) + " shard", bytes, in.offload.copy_s(true, bytes), false);
+  };
   std::deque<int> free_events;  // compute action after which each reshard recorded its event
   int last_compute = -1;
 
@@ -62,10 +80,13 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
       p.host_sync(free_events.front());
       free_events.pop_front();
     }
+    const int copy = pre_unshard_copy(u);
     if (sharded) {
       const int64_t bytes = padded[size_t(u)] * param.bytes;
       gather[size_t(u)] = p.issue(CollectiveKind::kAllGather, "unit" + std::to_string(u), bytes,
-                                  cost(CollectiveKind::kAllGather, param.name, bytes, W, in.nodes), false);
+                                  cost(CollectiveKind::kAllGather, param.name, bytes, W, in.nodes), false, copy);
+    } else {
+      gather[size_t(u)] = copy;
     }
     unsharded[size_t(u)] = true;
   };
@@ -74,6 +95,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     gather[size_t(u)] = -1;
   };
   auto unshard = [&](int u) {  // unshard: issue, then wait
+    if (unsharded[size_t(u)] && gather[size_t(u)] < 0) gather[size_t(u)] = pre_unshard_copy(u);  // no all-gather
     issue_unshard(u);
     wait_gather(u);
   };
@@ -98,7 +120,9 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     const bool sync = in.train.sync_each_batch || m == A - 1;
     const bool free_in_backward = sharded && (sync || reshard_after_forward);
     std::vector<int> pending, issued_this_backward;  // reductions_ / every reduce-scatter of this backward
+    std::vector<int> grad_copies;                    // offload: gradient shards on their way to the host
     // Forward: the root's all-gather, then each block (unit_weights / after_unit_forward).
+    ++pass;
     unshard(0);
     if (forward_prefetch && L >= 1) issue_unshard(1);
     last_compute = p.compute("F0", in.costs.root_forward().first);  // the embedding, before block 1's pre-forward
@@ -119,6 +143,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
       if (prefetch == "BACKWARD_POST") prefetch_backward(u);
       if (!sync) return;  // no_sync: the unsharded gradient accumulates, no reduction
       const int64_t bytes = padded[size_t(u)] * reduce.bytes;
+      const int64_t grad_bytes = padded[size_t(u)] / S * store_bytes;  // _cpu_grad: the shard, flat param dtype
       if (sharded) {
         const int rs = p.issue(CollectiveKind::kReduceScatter, "unit" + std::to_string(u), bytes,
                                cost(CollectiveKind::kReduceScatter, reduce.name, bytes, W, in.nodes), true);
@@ -128,12 +153,23 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
         }
         pending.push_back(rs);
         issued_this_backward.push_back(rs);
+        if (offload)  // _offload_grad on the post-backward stream, after the reduce-scatter
+          grad_copies.push_back(p.copy(false, "unit" + std::to_string(u) + " grad", grad_bytes,
+                                       in.offload.copy_s(false, grad_bytes), true, rs));
       } else {
         const int ar = p.issue(CollectiveKind::kAllReduce, "unit" + std::to_string(u), bytes,
                                cost(CollectiveKind::kAllReduce, reduce.name, bytes, W, in.nodes), true);
         p.wait(ar);
+        if (offload)  // NO_SHARD's copy to the host is blocking
+          p.host_wait(p.copy(false, "unit" + std::to_string(u) + " grad", grad_bytes,
+                             in.offload.copy_s(false, grad_bytes), true, ar));
       }
     };
+    ++pass;
+    if (offload && unsharded[0]) {  // the root's pre-backward: its host shard again (no all-gather)
+      const int c = pre_unshard_copy(0);
+      if (c >= 0) p.wait(c);
+    }
     if (prefetch == "BACKWARD_PRE") prefetch_backward(0);
     last_compute = p.compute("B0", in.costs.root_backward().first);  // loss, LM head, final norm
     for (int u = L; u >= 1; --u) {
@@ -148,16 +184,24 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     // post_backward_final: every reduce-scatter is waited for before the optimizer or the next
     // micro-batch (CUDA: the compute stream waits for the post-backward stream).
     for (int r : cpu ? pending : issued_this_backward) p.wait(r);
+    for (int c : grad_copies) p.host_wait(c);  // offload: the final callback synchronises the host
     if (free_in_backward)
       for (int u = 0; u < U; ++u) reshard(u);
   }
   // optimizer_step: the global grad norm's all-reduce (one fp32), then clip + AdamW on the shard.
   if (sharded) {
+    // Offload (fsdp_offload.cpp clip_grad_norm_): the host's local norm goes to the device for the
+    // all-reduce, the total comes back to the host (`total_norm.cpu()`, blocking).
+    const int up = offload ? p.copy(true, "grad_norm", 4, in.offload.copy_s(true, 4), true) : -1;
     const int ar = p.issue(CollectiveKind::kAllReduce, "grad_norm", 4,
-                           cost(CollectiveKind::kAllReduce, "fp32", 4, W, in.nodes), true);
+                           cost(CollectiveKind::kAllReduce, "fp32", 4, W, in.nodes), true, up);
     p.wait(ar);
+    if (offload) p.host_wait(p.copy(false, "grad_norm", 4, in.offload.copy_s(false, 4), true, ar));
   }
-  p.compute("optimizer", in.costs.optimizer_s);
+  if (offload)  // clip + AdamW on the host shards: the calibration's host AdamW rate per element
+    p.compute("host optimizer", in.offload.host_optimizer_s(shard_elements(in.model, o, W)));
+  else
+    p.compute("optimizer", in.costs.optimizer_s);
   p.compute("other", in.costs.other_s);
   return p;
 }

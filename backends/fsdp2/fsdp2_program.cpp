@@ -47,6 +47,8 @@ Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
   if (o.value("modules_to_forward_prefetch", 0) > 0) refuse("modules_to_forward_prefetch");
   if (o.value("modules_to_backward_prefetch", 0) > 0) refuse("modules_to_backward_prefetch");
   if (o.contains("mesh") && o["mesh"].value("dp_replicate", 1) > 1) refuse("HSDP (dp_replicate_size > 1)");
+  // CPUOffloadPolicy's copies (fsdp2_offload.cpp) are not scheduled here yet (fsdp CPUOffload is).
+  if (o.value("offload_policy", std::string("none")) != "none") refuse("offload_policy " + o.value("offload_policy", std::string()));
   bool reshard_blocks = true;
   if (o.contains("reshard_after_forward")) {
     const auto& r = o["reshard_after_forward"];

@@ -349,7 +349,16 @@ int64_t shard_elements(const models::ModelConfig& model, const json& /*options*/
 
 common::ProjectionHooks projection_hooks() {
   common::ProjectionHooks h;
-  h.program = [](const ProgramInput& in, const CollectiveCost& cost) { return Zero3Builder(in, cost).build(); };
+  h.program = [](const ProgramInput& in, const CollectiveCost& cost) {
+    // Offload's copies (zero3_offload.cpp: per-parameter fetches, gradient copies per bucket, the
+    // host step) are not scheduled here yet: refuse rather than project a run without them.
+    for (const char* section : {"offload_optimizer", "offload_param"})
+      if (in.options.contains(section) && in.options[section].value("device", std::string("none")) != "none")
+        throw UsageError(std::string("projection: zero3 ") + section + " device " +
+                         in.options[section]["device"].get<std::string>() +
+                         " is not modelled yet (fsdp CPUOffload is: docs/projection.md)");
+    return Zero3Builder(in, cost).build();
+  };
   h.shard_elements = shard_elements;
   h.per_unit_times = true;
   return h;
