@@ -166,3 +166,74 @@ TEST(OffloadBytes, TheHostHalfIsReportedOnlyWhenSomethingIsOffloaded) {
   c.host.pinned = false;
   EXPECT_FALSE(b == c);  // where the bytes live is part of the closed form
 }
+
+// The projection's FSDP1 CPUOffload schedule (backends/fsdp/fsdp_program.cpp) copies exactly what
+// the engine copies: per step, every copy's bytes and count each way equal the closed form the
+// engine's traffic is tested against (fsdp_offload_estimate.hpp offload_traffic_per_step), for
+// each strategy, accumulation, prefetch mode and precision; the host optimizer takes the shard
+// at the calibration's rate, and a calibration without one is refused.
+#include "backends/backend_info.hpp"
+#include "backends/fsdp/fsdp_offload_estimate.hpp"
+
+TEST(OffloadProjection, FsdpProgramCopiesWhatTheEngineCopies) {
+  int checked = 0;
+  for (const char* strategy : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"})
+    for (const char* prefetch : {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"})
+      for (const int64_t accum : {1, 2})
+        for (const char* precision : {"mixed", "low"})
+          for (const bool fwd_prefetch : {false, true}) {
+            backends::EngineSpec spec;
+            spec.model = models::preset("tiny");
+            spec.precision = precision;
+            spec.train.grad_accum = accum;
+            spec.options = {{"sharding_strategy", strategy}, {"backward_prefetch", prefetch},
+                            {"forward_prefetch", fwd_prefetch}, {"offload_params", true}};
+            const backends::Topology topo(2);
+            const auto want = backends::fsdp::offload_traffic_per_step(spec, topo, 0);
+            backends::common::ProgramInput in;
+            in.backend = "fsdp";
+            in.precision = precision;
+            in.options = spec.options;
+            in.model = spec.model;
+            in.train = spec.train;
+            in.world = 2;
+            in.exec = ExecModel::kAsyncDevice;
+            in.costs.forward_s.assign(size_t(spec.model.layers + 1), 1e-3);
+            in.costs.backward_s.assign(size_t(spec.model.layers + 1), 2e-3);
+            in.offload = {1.0, 1.0, 1.0, "test"};
+            const auto& b = backends::backend("fsdp");
+            const auto prog = b.projection.program(in, [](auto, const std::string&, int64_t, int, int) { return 1e-4; });
+            backends::common::OffloadTraffic got;
+            bool host_optimizer = false;
+            for (const auto& a : prog.actions()) {
+              if (a.kind == Action::kCopy) {
+                (a.to_device ? got.h2d_bytes : got.d2h_bytes) += a.bytes;
+                ++(a.to_device ? got.h2d_copies : got.d2h_copies);
+              }
+              host_optimizer = host_optimizer || a.name == "host optimizer";
+            }
+            const std::string what = std::string(strategy) + " " + prefetch + " accum " + std::to_string(accum) + " " +
+                                     precision + (fwd_prefetch ? " forward_prefetch" : "");
+            EXPECT_EQ(got.h2d_bytes, want.h2d_bytes) << what;
+            EXPECT_EQ(got.h2d_copies, want.h2d_copies) << what;
+            EXPECT_EQ(got.d2h_bytes, want.d2h_bytes) << what;
+            EXPECT_EQ(got.d2h_copies, want.d2h_copies) << what;
+            EXPECT_TRUE(host_optimizer) << what;
+            const auto tl = analysis::projection::simulate(prog, ExecModel::kAsyncDevice);
+            EXPECT_GT(tl.copy_s, 0) << what;
+            ++checked;
+          }
+  EXPECT_EQ(checked, 72);
+  // Without a host optimizer rate (a preset) the projection refuses instead of guessing.
+  backends::common::ProgramInput in;
+  in.backend = "fsdp";
+  in.precision = "mixed";
+  in.options = {{"offload_params", true}};
+  in.model = models::preset("tiny");
+  in.world = 2;
+  in.costs.forward_s.assign(size_t(in.model.layers + 1), 1e-3);
+  in.costs.backward_s.assign(size_t(in.model.layers + 1), 1e-3);
+  in.offload = {32, 32, 0, "preset"};
+  EXPECT_THROW(backends::backend("fsdp").projection.program(in, [](auto, const std::string&, int64_t, int, int) { return 0.0; }),
+               UsageError);
+}
