@@ -173,7 +173,12 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     if (prefetch == "BACKWARD_PRE") prefetch_backward(0);
     last_compute = p.compute("B0", in.costs.root_backward().first);  // loss, LM head, final norm
     for (int u = L; u >= 1; --u) {
-      if (needs_pre_backward[size_t(u)]) unshard(u);  // pre_backward
+      if (needs_pre_backward[size_t(u)]) {
+        unshard(u);  // pre_backward
+      } else if (offload) {  // still unsharded (SHARD_GRAD_OP, NO_SHARD): _pre_unshard copies all the same
+        const int c = pre_unshard_copy(u);
+        if (c >= 0) p.wait(c);
+      }
       needs_pre_backward[size_t(u)] = false;
       if (prefetch == "BACKWARD_PRE") prefetch_backward(u);
       last_compute = p.compute("B" + std::to_string(u), unit_share(in.costs.backward_s, size_t(u)));
