@@ -92,7 +92,14 @@ std::string crossval_results_table(const std::vector<json>& docs) {
     const std::string shape =
         std::to_string(t.value("steps", int64_t(0))) + " × " + std::to_string(t.value("grad_accum", int64_t(0)));
     for (const auto& m : doc["modes"]) {
-      const std::string name = doc["backend"].get<std::string>() + " " + m["precision"].get<std::string>();
+      // A document named after its backend plus a mode (scripts/crossval-table.sh: e.g.
+      // zero3-offload-param.json) labels its rows with that mode.
+      const std::string backend = doc["backend"].get<std::string>();
+      std::string stem = doc["_file"].get<std::string>();
+      stem = stem.substr(0, stem.size() - 5);  // ".json"
+      const std::string variant =
+          stem.size() > backend.size() + 1 && stem.rfind(backend + "-", 0) == 0 ? " [" + stem.substr(backend.size() + 1) + "]" : "";
+      const std::string name = backend + " " + m["precision"].get<std::string>() + variant;
       const bool agree = m["verdict"].value("agree", false);
       o << "| " << name << " | " << framework << " | " << doc.value("world_size", 0) << " | " << shape << " | ";
       if (!m.contains("steps")) {

@@ -340,7 +340,7 @@ void try_case(Tally& t, const std::string& label, const std::function<void()>& r
     ++t.accepted;
   } catch (const UsageError&) {
     ++t.refused;
-    if (sample && t.refused % 300 == 1) {  // a spread-out sample (~12) of refused files for the binary
+    if (sample && t.refused % 250 == 1) {  // a spread-out sample (~12) of refused files for the binary
       const auto keep = temp_path("refused_" + std::to_string(t.refused_samples.size()) + path.substr(path.rfind('.')));
       write_text(keep, read_text(path));
       t.refused_samples.push_back(keep);

@@ -53,7 +53,7 @@ TEST(MicroCli, QuickTwoRankRunWritesGoogleBenchmarkJsonWithNcclTestsCounters) {
   EXPECT_EQ(j["context"]["zerobench_world_size"], "2");
   EXPECT_EQ(j["context"]["zerobench_pg_backend"], "gloo");
   std::map<std::string, int> per_kind;
-  bool saw_gemm = false, saw_copy = false;
+  bool saw_gemm = false, saw_copy = false, saw_offload = false, saw_host_adam = false;
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
     if (b.value("run_type", "") != "iteration") continue;
@@ -66,6 +66,16 @@ TEST(MicroCli, QuickTwoRankRunWritesGoogleBenchmarkJsonWithNcclTestsCounters) {
     if (name.rfind("copy/", 0) == 0 || name.rfind("cast/", 0) == 0) {
       saw_copy = true;
       EXPECT_GT(b["GBps"].get<double>(), 0) << name;
+      continue;
+    }
+    if (name.rfind("offload/", 0) == 0) {  // host<->device copies and the host optimizer (offload.cpp)
+      if (name.rfind("offload/host_adamw/", 0) == 0) {
+        saw_host_adam = true;
+        EXPECT_GT(b["ns_per_param"].get<double>(), 0) << name;
+      } else {
+        saw_offload = true;
+        EXPECT_GT(b["GBps"].get<double>(), 0) << name;
+      }
       continue;
     }
     const std::string kind = name.substr(0, name.find('/'));
@@ -88,6 +98,8 @@ TEST(MicroCli, QuickTwoRankRunWritesGoogleBenchmarkJsonWithNcclTestsCounters) {
   for (const char* k : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"}) EXPECT_EQ(per_kind[k], 4 * 3) << k;
   EXPECT_TRUE(saw_gemm);
   EXPECT_TRUE(saw_copy);
+  EXPECT_TRUE(saw_offload);
+  EXPECT_TRUE(saw_host_adam);
   // --calibrate: one alpha/busbw fit per collective kind at W=2.
   const auto c = read_json(cal);
   EXPECT_EQ(c["schema"]["name"], "zerobench.calibration");
