@@ -22,6 +22,12 @@ using zb::test_support::temp_path;
 
 namespace {
 
+// Checkpoints and model folders of this test process (~100 MB each for the RSS tests) are removed
+// when it exits: ctest runs each test in its own process, so every run leaves /tmp as it found it.
+struct RemoveScratchAtExit {
+  ~RemoveScratchAtExit() { std::system(("rm -rf " + temp_path("") + "*").c_str()); }
+} remove_scratch_at_exit;
+
 std::string make_dir(const std::string& name) {
   const auto d = zb::test_support::make_clean_dir(name);
   EXPECT_FALSE(d.empty()) << "cannot create " << temp_path(name);
