@@ -10,6 +10,19 @@
 namespace zb::bench {
 
 namespace {
+// The spec model-info costs a backend mode with: one micro-batch of --seq-len, the given options.
+backends::EngineSpec info_spec(const ModelInfoOptions& o, const models::ModelConfig& cfg, const std::string& precision,
+                               const nlohmann::json& options = nlohmann::json::object()) {
+  backends::EngineSpec spec;
+  spec.model = cfg;
+  spec.precision = precision;
+  spec.train = o.run.train;
+  spec.train.seq_len = o.seq_len;
+  spec.train.grad_accum = 1;
+  spec.options = options;
+  return spec;
+}
+
 // One row per backend mode and offload choice (none first, then BackendInfo::offload_choices):
 // rank 0's model-state bytes on the device and on the host, the estimated peak of each, and
 // whether they fit in --device-memory per rank and --host-memory per node (W ranks on one node).
@@ -22,13 +35,7 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
     choices.insert(choices.end(), b.offload_choices.begin(), b.offload_choices.end());
     for (const auto& p : b.precisions)
       for (const auto& c : choices) {
-        backends::EngineSpec spec;
-        spec.model = cfg;
-        spec.precision = p;
-        spec.train = o.run.train;
-        spec.train.seq_len = o.seq_len;
-        spec.train.grad_accum = 1;
-        spec.options = c.options;
+        const auto spec = info_spec(o, cfg, p, c.options);
         const auto bytes = b.expected_bytes(spec, topo, 0);
         nlohmann::json row = {{"mode", b.name + ":" + p},
                               {"offload", c.label},
@@ -65,12 +72,7 @@ int model_info_command(const ModelInfoOptions& o) {
   const backends::Topology topo(o.world_size);
   for (const auto& b : backends::registered_backends()) {
     for (const auto& p : b.precisions) {
-      backends::EngineSpec spec;
-      spec.model = cfg;
-      spec.precision = p;
-      spec.train = o.run.train;
-      spec.train.seq_len = o.seq_len;
-      spec.train.grad_accum = 1;
+      const auto spec = info_spec(o, cfg, p);
       // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
       // rank's unpadded rows) every run of consecutive ranks with the same bytes.
       const auto r0 = b.expected_bytes(spec, topo, 0);

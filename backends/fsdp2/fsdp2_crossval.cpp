@@ -2,6 +2,7 @@
 // scripts/crossval/run_fsdp2.py) and its known differences (docs/crossval.md).
 #include "backends/fsdp2/fsdp2_crossval.hpp"
 
+#include "backends/fsdp2/fsdp2_layout.hpp"
 #include "backends/fsdp2/fsdp2_offload.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "models/model_config.hpp"
@@ -24,7 +25,7 @@ CrossvalReference crossval_reference() {
       const auto env = c.report.value("env", nlohmann::json::object());
       if (!o.offloads() || env.value("pg_backend", "") != "gloo") return std::nullopt;
       StateExplanation x;
-      x.expected = offload_closed_form_bytes(c.spec, Topology(c.world_size), rank).host.params;
+      x.expected = closed_form_bytes(c.spec, Topology(c.world_size), rank).host.params;
       x.reason = "on a CPU-only run upstream's device->host copy of a reduced gradient is Tensor.to(cpu) of a CPU "
                  "tensor: no copy, the gradients stay views into the padded reduce-scatter output (its padded "
                  "shards); zerobench copies the unpadded rows as FSDP2 does on a GPU";

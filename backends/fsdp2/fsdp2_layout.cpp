@@ -175,21 +175,27 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
 
 // Closed form per rank: per parameter, the padded shard (ceil(dim0/S) rows) as sharded parameter
 // and as sharded gradient, and two AdamW states over the rows this rank owns — in the sharded dtype.
+// CPUOffloadPolicy (fsdp2_offload.hpp): the same states on the host, the gradient being only this
+// rank's rows (foreach_reduce copies the `sharded_size` view), `pinned` = pin_memory.
 ModelStateBytes closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank) {
   const auto o = fsdp2_options_from_json(spec.options);
-  if (o.offloads()) return offload_closed_form_bytes(spec, topo, rank);  // CPUOffloadPolicy: fsdp2_offload.cpp
+  const bool host = o.offloads();
   const auto d = dtypes_for(spec.precision, o);
   const auto sl = shard_layout(spec, topo);
   const int64_t e = int64_t(c10::elementSize(d.orig));
   ModelStateBytes b;
+  int64_t& params = host ? b.host.params : b.params;
+  int64_t& grads = host ? b.host.grads : b.grads;
+  int64_t& optimizer = host ? b.host.optimizer : b.optimizer;
   const auto specs = models::unit_param_specs(spec.model);
   for (int u = 0; u < int(specs.size()); ++u)
     for (int i = 0; i < int(specs[size_t(u)].size()); ++i) {
       const auto l = layout_param(specs[size_t(u)][size_t(i)], u, i, sl.shard_size, sl.shard_index(rank));
-      b.params += l.padded_shard_numel() * e;
-      b.grads += l.padded_shard_numel() * e;
-      b.optimizer += 2 * l.local_numel() * e;
+      params += l.padded_shard_numel() * e;
+      grads += (host ? l.local_numel() : l.padded_shard_numel()) * e;
+      optimizer += 2 * l.local_numel() * e;
     }
+  b.host.pinned = host && o.offload_pin_memory;
   return b;
 }
 

@@ -35,24 +35,6 @@ void HostOffload::grad_to_host(at::Tensor& host_grad, const at::Tensor& device_g
   host_grad.add_(tmp);
 }
 
-ModelStateBytes offload_closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank) {
-  const auto o = fsdp2_options_from_json(spec.options);
-  const auto d = dtypes_for(spec.precision, o);
-  const auto sl = shard_layout(spec, topo);
-  const int64_t e = int64_t(c10::elementSize(d.orig));
-  ModelStateBytes b;
-  const auto specs = models::unit_param_specs(spec.model);
-  for (int u = 0; u < int(specs.size()); ++u)
-    for (int i = 0; i < int(specs[size_t(u)].size()); ++i) {
-      const auto l = layout_param(specs[size_t(u)][size_t(i)], u, i, sl.shard_size, sl.shard_index(rank));
-      b.host.params += l.padded_shard_numel() * e;
-      b.host.grads += l.local_numel() * e;
-      b.host.optimizer += 2 * l.local_numel() * e;
-    }
-  b.host.pinned = o.offload_pin_memory;
-  return b;
-}
-
 common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const Topology& topo, int rank) {
   common::OffloadTraffic t;
   const auto o = fsdp2_options_from_json(spec.options);

@@ -62,12 +62,9 @@ class HostOffload {
   common::HostCopies copies_;
 };
 
-// The closed form of what a CPUOffloadPolicy run keeps where (expected_bytes): nothing of the
-// model states on the device; on the host per parameter the padded shard (ceil(dim0/S) rows) as
-// sharded parameter, this rank's rows (unpadded: foreach_reduce copies the `sharded_size` view)
-// as sharded gradient and twice those rows as AdamW states, in the sharded dtype; `pinned` =
-// pin_memory (parameters and gradients are page-locked; AdamW's zeros_like states are not).
-ModelStateBytes offload_closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank);
+// The closed form of what a CPUOffloadPolicy run keeps where is closed_form_bytes
+// (fsdp2_layout.hpp, the backend's expected_bytes): nothing of the model states on the device; on
+// the host the padded shards, this rank's unpadded gradient rows and two AdamW states over them.
 
 // The closed form of one optimizer step's host<->device traffic for `rank`. Per micro-batch:
 // one host->device copy per parameter for every all-gather issued from the sharded state — each
