@@ -269,6 +269,7 @@ if [ "${part}" = 2 ] || [ "${part}" = all ]; then
   cell crossval-zero1 crossval_cuda zero1 fp32,bf16
   cell crossval-zero2 crossval_cuda zero2 fp32,bf16
   cell crossval-zero3-fp16 crossval_cuda zero3 fp16 zero3-fp16
+  cell crossval-zero2-fp16 crossval_cuda zero2 fp16 zero2-fp16
   cell crossval-fsdp-fp16 crossval_cuda fsdp fp16 fsdp-fp16
   cell crossval-zero3-qwz crossval_cuda zero3 bf16 zero3-qwz --zero3-quantized-weights true
   cat > "${out}/matrix.yaml" <<EOF

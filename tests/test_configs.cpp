@@ -229,8 +229,6 @@ TEST(DeepSpeedConfig, RefusesWhatZeroBenchDoesNotImplementNamingTheKey) {
        "zero_optimization.stage3_prefetch_bucket: not a DeepSpeed ZeRO setting"},
       {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
        "zero_optimization.offload_param.device nvme"},
-      {R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true}, "zero_optimization": {"stage": 2}})",
-       "fp16.enabled true: fp16 loss scaling with ZeRO stage 2"},
       {R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true, "bogus": 1}, "zero_optimization": {"stage": 3}})",
        "fp16.bogus: unknown fp16 setting"},
       {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}})", "zero_optimization.stage 0"},

@@ -21,6 +21,9 @@ Zero12Options options_from_deepspeed(const config::DeepSpeedConfig& c, int stage
   o.communication_data_type = c.communication_data_type;
   o.grad_accum_dtype = c.grad_accum_dtype;
   o.offload_optimizer = c.zero.offload_optimizer.device;
+  // The fp16 section's loss scaling (CreateLossScaler in stage_1_and_2.py __init__), as zero3_config.cpp.
+  o.fp16 = {c.fp16.loss_scale, int(c.fp16.initial_scale_power), c.fp16.loss_scale_window, int(c.fp16.hysteresis),
+            c.fp16.consecutive_hysteresis, double(c.fp16.min_loss_scale)};
   if (c.zero.offload_param.device != "none")
     throw UsageError("zero_optimization.offload_param.device " + c.zero.offload_param.device + " with ZeRO stage " +
                      std::to_string(stage) + ": DeepSpeed offloads parameters only in stage 3");
@@ -49,11 +52,6 @@ void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const Confi
   auto cfg = config::read_deepspeed_json(ds, trainer_args(req), mode, gate);
   out.provenance.notes.append(cfg.notes);
   const Zero12Options z = options_from_deepspeed(cfg, stage);
-  // DeepSpeedZeroOptimizer's fp16 loss scaling is not implemented for stages 1/2 yet (zero3,
-  // fsdp and fsdp2 run fp16): refuse the file's fp16 rather than run another precision.
-  if (cfg.precision == "fp16")
-    throw UsageError("fp16.enabled true: fp16 loss scaling with ZeRO stage " + std::to_string(stage) +
-                     " is not implemented yet (zero3, fsdp and fsdp2 run fp16)");
   out.precision = cfg.precision;
   apply_training_arguments(cfg.train, out.train);
   out.options = to_json(z);

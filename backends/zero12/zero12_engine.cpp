@@ -70,6 +70,7 @@ Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, 
   auto& s = comm_.streams();
   reduction_stream_ = opts_.overlap_comm ? s.create("reduction") : s.compute();
   rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.model, dev);
+  init_fp16();  // zero12_fp16.cpp: the loss scaler (fp16 only)
   comm_.reset_stats();
 }
 
@@ -93,8 +94,9 @@ at::Tensor Zero12Engine::gathered_alias(int id) {
 
 at::Tensor Zero12Engine::forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) {
   boundary_ = last_micro_batch;  // engine.is_gradient_accumulation_boundary()
+  // fp16: engine.py backward -> loss / gas, then the optimizer's scale_if_loss: * cur_scale.
   auto loss = common::forward_backward(spec_.model, *this, batch, rope_, spec_.train.activation_checkpointing,
-                                       loss_scale);
+                                       loss_scale, this->loss_scale());
   // DeepSpeedEngine._backward_epilogue -> allreduce_gradients: stage 2 runs the epilogue after
   // every micro-batch ("ZeRO stage >= 2 communicates during non gradient accumulation boundaries
   // as well"); stage 1 only at the boundary, through reduce_gradients. (accelerate uses no no_sync
@@ -163,7 +165,11 @@ nlohmann::json Zero12Engine::resolved_options() const {
   j["allgather"] = "all_gather_into_tensor of the flat buffer (allgather_bucket_size unused, as upstream)";
   j["allgather_partitions_effect"] = "none (DeepSpeed 0.19.8 does not pass it to DeepSpeedZeroOptimizer)";
   j["optimizer"] = "torch.optim.AdamW(fused=True) on the fp32 partition";
-  j["check_grad_overflow"] = dtypes_.model == at::kBFloat16;
+  j["check_grad_overflow"] = dtypes_.model == at::kBFloat16 || fp16();
+  if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
+    j["fp16"] = common::to_json(opts_.fp16);
+    j["fp16"]["scaler"] = scaler_->kind_name();  // DynamicLossScaler | static (LossScaler)
+  }
   j["offload"] = {{"optimizer", "none"}};
   return j;
 }
@@ -207,7 +213,7 @@ ModelStateBytes expected_bytes_for(const EngineSpec& spec, const Topology& topo,
   return b;
 }
 
-// DeepSpeed ZeRO-1/2: the model in its dtype (bf16 with "bf16": enabled), gradients and their
+// DeepSpeed ZeRO-1/2: the model in its dtype (bf16 / fp16 with "bf16" / "fp16": enabled), gradients and their
 // reduction in it (communication_data_type may change the reduction), an fp32 master partition.
 PrecisionPlan precision_plan(const EngineSpec& spec, int stage) {
   const auto d = dtypes_for(spec.precision, zero12_options_from_json(spec.options, stage));
@@ -228,7 +234,7 @@ BackendInfo backend_info(int stage) {
   info.description = stage == 1 ? "ZeRO-1: whole params per rank, fp32 master and optimizer states partitioned (DeepSpeed stage 1)"
                                 : "ZeRO-2: whole params per rank, gradients, fp32 master and optimizer states partitioned "
                                   "(DeepSpeed stage 2)";
-  info.precisions = {"fp32", "bf16"};
+  info.precisions = {"fp32", "bf16", "fp16"};
   info.create = [stage](const EngineSpec& s, const runtime::World& w) {
     return std::make_unique<Zero12Engine>(s, w, stage);
   };

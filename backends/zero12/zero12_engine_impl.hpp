@@ -5,8 +5,10 @@
 //   zero12_reduce.cpp   the gradient path: hooks (process_gradients), the IPG bucket
 //                       (reduce_independent_p_g_buckets_and_remove_grads), average_tensor,
 //                       copy_grads_in_partition, reduce_gradients (stage 1) and the epilogue
-//   zero12_step.cpp     step(): overflow check (bf16), get_grad_norm_direct, unscale_and_clip_grads,
+//   zero12_step.cpp     step(): overflow check (bf16, fp16), get_grad_norm_direct, unscale_and_clip_grads,
 //                       AdamW, copy back, all_gather_dp_groups
+//   zero12_fp16.cpp     precision fp16: the loss scaler (CreateLossScaler), _update_scale, the
+//                       skipped step, the combined unscale-and-clip factor
 // Owns: the class declaration and its state. Must not: be included outside backends/zero12/.
 #pragma once
 #include <memory>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "backends/common/autograd_bridge.hpp"
+#include "backends/common/loss_scaler.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/engine.hpp"
 #include "backends/zero12/zero12_layout.hpp"
@@ -35,6 +38,7 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override;
   void state_loaded() override;
   common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
+  LossScaleStep loss_scale_step() const override { return scale_step_; }  // zero12_fp16.cpp
 
   // ---- the model's weights: views of the flat buffer behind one autograd edge each ----
   std::vector<at::Tensor> unit_weights(int unit) override;
@@ -71,6 +75,14 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
 
   int64_t ipg_bytes_now() const;
 
+  // zero12_fp16.cpp (precision fp16 only; bf16/fp32 make no scaler, as DeepSpeed)
+  bool fp16() const { return dtypes_.model == at::kHalf; }
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  void init_fp16();
+  void plant_overflow(std::vector<at::Tensor>& grads) const;  // test-only ZEROBENCH_TEST_FP16_PLANT_INF
+  void update_scale(bool overflow);                            // _update_scale, and the step's record
+  at::Tensor unscale_and_clip_factor(const at::Tensor& scaled_norm) const;  // 1 / combined_scale
+
   EngineSpec spec_;
   Zero12Options opts_;
   common::Comm comm_;
@@ -96,6 +108,10 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   std::vector<at::Tensor> averaged_;          // averaged_gradients: built at the boundary's epilogue, used by step
   bool boundary_ = true;
   bool skipped_ = false;                // the last step was skipped (overflow)
+  std::unique_ptr<common::LossScaler> scaler_;  // fp16 only: CreateLossScaler(dtype=torch.half, ...)
+  LossScaleStep scale_step_;                    // the last optimizer step's scale, overflow and skip
+  int64_t optimizer_steps_ = 0;                 // step() calls, skipped ones included (the planted steps)
+  std::vector<std::pair<int64_t, int>> planted_inf_;  // (step, rank): ZEROBENCH_TEST_FP16_PLANT_INF
   StreamId reduction_stream_ = 0;
   models::RopeCache rope_;
 };

@@ -7,13 +7,15 @@
 namespace zb::backends::zero12 {
 
 Dtypes dtypes_for(const std::string& precision, const Zero12Options& o) {
-  if (precision != "bf16" && precision != "fp32")
-    throw UsageError("--precision for zero" + std::to_string(o.stage) + " must be bf16 or fp32, got '" + precision + "'");
+  if (precision != "bf16" && precision != "fp16" && precision != "fp32")
+    throw UsageError("--precision for zero" + std::to_string(o.stage) + " must be bf16, fp16 or fp32, got '" + precision +
+                     "'");
   check_precision(o, precision);
-  const auto model = precision == "bf16" ? at::kBFloat16 : at::kFloat;
-  const auto comm = o.communication_data_type.empty() ? model
-                    : o.communication_data_type == "fp32" ? at::kFloat
-                                                          : at::kBFloat16;
+  auto dtype = [](const std::string& v) {
+    return v == "bf16" ? at::kBFloat16 : v == "fp16" ? at::kHalf : at::kFloat;
+  };
+  const auto model = dtype(precision);
+  const auto comm = o.communication_data_type.empty() ? model : dtype(o.communication_data_type);
   return {model, comm};
 }
 

@@ -4,6 +4,7 @@
 // overlap_comm_valid: None -> stage == 3, so False for stages 1 and 2).
 #include "backends/zero12/zero12_options.hpp"
 
+#include "backends/common/loss_scale_json.hpp"
 #include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"
 
@@ -14,12 +15,13 @@ using json = nlohmann::json;
 using config::deepspeed_values::as_count;
 
 void check_dtype(const std::string& key, const std::string& v) {
-  if (!v.empty() && v != "bf16" && v != "fp32") throw UsageError(key + " '" + v + "' is not supported (bf16 or fp32)");
+  if (!v.empty() && v != "bf16" && v != "fp16" && v != "fp32")
+    throw UsageError(key + " '" + v + "' is not supported (bf16, fp16 or fp32)");
 }
 }  // namespace
 
 json to_json(const Zero12Options& o) {
-  return {{"stage", o.stage},
+  json j = {{"stage", o.stage},
           {"reduce_bucket_size", o.reduce_bucket_size},
           {"allgather_bucket_size", o.allgather_bucket_size},
           {"overlap_comm", o.overlap_comm},
@@ -31,6 +33,10 @@ json to_json(const Zero12Options& o) {
           {"communication_data_type", o.communication_data_type},
           {"grad_accum_dtype", o.grad_accum_dtype},
           {"offload_optimizer", {{"device", o.offload_optimizer}}}};
+  // The fp16 section's loss scaling: only when it differs from DeepSpeed's defaults (read only
+  // under precision fp16; bf16/fp32 options stay as they were), as zero3_options.cpp writes it.
+  if (to_json(o.fp16) != to_json(common::DeepSpeedLossScaleOptions{})) j["fp16"] = to_json(o.fp16);
+  return j;
 }
 
 Zero12Options zero12_options_from_json(const json& j, int stage) {
@@ -54,6 +60,7 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
   o.use_multi_rank_bucket_allreduce = j.value("use_multi_rank_bucket_allreduce", o.use_multi_rank_bucket_allreduce);
   o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
   o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
+  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
   if (j.contains("offload_optimizer")) {
     const auto& oo = j["offload_optimizer"];
     if (oo.is_object()) o.offload_optimizer = oo.value("device", o.offload_optimizer);
@@ -80,7 +87,7 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
 }
 
 void check_precision(const Zero12Options& o, const std::string& precision) {
-  const std::string model = precision == "bf16" ? "bf16" : "fp32";
+  const std::string model = precision == "bf16" || precision == "fp16" ? precision : "fp32";
   if (!o.grad_accum_dtype.empty() && o.grad_accum_dtype != model)
     throw UsageError("grad_accum_dtype " + o.grad_accum_dtype + " with " + model + " parameters: " +
                      (o.stage == 1 ? "DeepSpeed runs BF16_Optimizer, not DeepSpeedZeroOptimizer, for ZeRO-1 with bf16 "

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/common/loss_scaler.hpp"
+
 namespace zb::backends::zero12 {
 
 struct Zero12Options {
@@ -21,8 +23,9 @@ struct Zero12Options {
   bool round_robin_gradients = false;
   bool allgather_partitions = true;              // not passed to DeepSpeedZeroOptimizer in 0.19.8: no effect
   bool use_multi_rank_bucket_allreduce = true;
-  std::string communication_data_type;           // "" = model dtype; bf16 | fp32
-  std::string grad_accum_dtype;                  // "" = model dtype; bf16 | fp32
+  std::string communication_data_type;           // "" = model dtype; bf16 | fp16 | fp32
+  std::string grad_accum_dtype;                  // "" = model dtype; bf16 | fp16 | fp32
+  common::DeepSpeedLossScaleOptions fp16;        // the `fp16` section's loss scaling (precision fp16 only)
   std::string offload_optimizer = "none";        // offload_optimizer.device: only none (cpu refused for now)
 };
 

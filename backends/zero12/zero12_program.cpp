@@ -185,7 +185,7 @@ class Zero12Builder {
   }
 
   void optimizer_step() {
-    if (model_.name == "bf16") small_all_reduce("overflow", 1);  // has_overflow: one byte, MAX
+    if (model_.name == "bf16" || model_.name == "fp16") small_all_reduce("overflow", 1);  // has_overflow: one byte, MAX
     small_all_reduce("grad_norm", 4);                             // get_grad_norm_direct: fp32 scalar
     prog_.compute("optimizer", in_.costs.optimizer_s);
     if (W_ > 1) {  // all_gather_dp_groups: one all_gather_into_tensor of the whole flat buffer

@@ -1,7 +1,8 @@
 // zero12_step.cpp — the ZeRO-1/2 engine's optimizer step (zero12_engine_impl.hpp), as
 // DeepSpeedZeroOptimizer.step (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8) runs it without
-// offload: the overflow check (bf16: check_grad_overflow, bfloat16 config default true ->
-// has_overflow: has_overflow_partitioned_grads_serial + all_reduce MAX of one byte), the norm
+// offload: the overflow check (check_grad_overflow: bf16 by its config, default true; fp16 always ->
+// has_overflow: has_overflow_partitioned_grads_serial + all_reduce MAX of one byte), fp16's scale
+// update and skipped step (zero12_fp16.cpp), the norm
 // (scaled_global_norm -> get_grad_norm_direct over averaged_gradients, combine_grad_norm_groups),
 // the fp32 gradient partition (flatten(averaged_gradients).to(fp32)), unscale_and_clip_grads,
 // the client optimizer on the fp32 partition, the copy into the model-dtype partition, and
@@ -60,7 +61,10 @@ double Zero12Engine::optimizer_step(double lr) {
   auto grads = averaged_.empty() ? averaged_gradients() : std::move(averaged_);
   averaged_.clear();
   bool overflow = false;
-  const bool check_overflow = dtypes_.model == at::kBFloat16;  // bf16 check_grad_overflow (fp32: False)
+  // engine.py _configure_zero_optimizer: check_grad_overflow = the bf16 config's (default true) for
+  // bf16, True for fp16, False for fp32.
+  const bool check_overflow = dtypes_.model == at::kBFloat16 || fp16();
+  if (fp16()) plant_overflow(grads);
   if (check_overflow) {
     auto count = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(dev));
     for (const auto& g : grads) count += (~at::isfinite(g)).any().to(at::kFloat);  // has_inf_or_nan
@@ -75,21 +79,27 @@ double Zero12Engine::optimizer_step(double lr) {
     const double v = norm.item<double>();
     if (!std::isfinite(v) || v < 0) overflow = true;
   }
+  const double prev_scale = loss_scale();
+  if (fp16()) update_scale(overflow);  // _update_scale(self.overflow)
   if (overflow) {  // zero_grad(set_to_none=True), averaged_gradients / all_grad_tensors = None
     all_grad_tensors_.clear();
     skipped_ = true;
     return std::numeric_limits<double>::infinity();
   }
   skipped_ = false;
-  const double norm_value = norm.item<double>();
+  const double norm_value = norm.item<double>() / prev_scale;  // _global_grad_norm = scaled norm / prev_scale
   // flatten(averaged_gradients) (the last rank's partition through flatten_dense_tensors_aligned:
   // the same elements), .to(fp32): a new tensor in both dtypes.
   at::Tensor grad32 = at::cat(grads).to(at::kFloat);
   grads.clear();
   all_grad_tensors_.clear();  // free_grad_in_param_list; averaged_gradients / all_grad_tensors = None
   // unscale_and_clip_grads: returns at once when clip_grad == 0 and loss_scale == 1; else
-  // combined_scale = clamp(((norm / 1) + 1e-6) / clip_grad, min=1) and grad.mul_(1. / combined_scale).
-  if (spec_.train.grad_clip > 0) grad32.mul_(1.0 / at::clamp((norm / 1.0 + 1e-6) / spec_.train.grad_clip, 1.0));
+  // combined_scale = clamp(((norm / 1) + 1e-6) / clip_grad, min=1) and grad.mul_(1. / combined_scale)
+  // (fp16: the loss scale in it, zero12_fp16.cpp).
+  if (fp16())
+    grad32.mul_(unscale_and_clip_factor(norm));
+  else if (spec_.train.grad_clip > 0)
+    grad32.mul_(1.0 / at::clamp((norm / 1.0 + 1e-6) / spec_.train.grad_clip, 1.0));
   s.op("optimizer step", {master_, grad32});
   optimizer_->step({grad32}, lr);
   grad32 = at::Tensor();

@@ -19,43 +19,17 @@
 // scheduler (bench/trainer.cpp follows that from LossScaleStep::skipped).
 // Must not: decide anything for bf16/fp32 runs (no scaler there: DeepSpeed creates none).
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <sstream>
 
+#include "backends/common/planted_overflow.hpp"
 #include "backends/zero3/zero3_engine_impl.hpp"
-#include "runtime/errors.hpp"
 
 namespace zb::backends::zero3 {
-
-namespace {
-// Test-only: "STEP[@RANK],..." plants an inf into RANK's (default 0) gradient partitions before
-// the overflow check of optimizer step STEP (0-based): the overflow is then found on one rank and
-// must reach every rank through has_overflow's all-reduce (tests/test_zero3_fp16.cpp).
-std::vector<std::pair<int64_t, int>> planted_from_env() {
-  std::vector<std::pair<int64_t, int>> out;
-  const char* v = std::getenv("ZEROBENCH_TEST_FP16_PLANT_INF");
-  if (!v || !*v) return out;
-  std::stringstream ss(v);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto at = item.find('@');
-    try {
-      const int64_t step = std::stoll(item.substr(0, at));
-      const int rank = at == std::string::npos ? 0 : std::stoi(item.substr(at + 1));
-      out.emplace_back(step, rank);
-    } catch (const std::exception&) {
-      throw UsageError("ZEROBENCH_TEST_FP16_PLANT_INF '" + std::string(v) + "': expected STEP[@RANK],...");
-    }
-  }
-  return out;
-}
-}  // namespace
 
 void Zero3Engine::init_fp16() {
   if (!fp16()) return;
   scaler_ = std::make_unique<common::LossScaler>(common::LossScaler::deepspeed(opts_.fp16));
-  planted_inf_ = planted_from_env();
+  planted_inf_ = common::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp)
 }
 
 // has_overflow(partition_gradients=True): on the reduce-and-partition stream (whose work the

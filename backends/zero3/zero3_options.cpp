@@ -3,6 +3,7 @@
 // their use zero3_config.cpp).
 #include "backends/zero3/zero3_options.hpp"
 
+#include "backends/common/loss_scale_json.hpp"
 #include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"
 
@@ -64,21 +65,6 @@ json to_json(const OffloadParamOptions& o) {
 }
 
 namespace {
-common::DeepSpeedLossScaleOptions loss_scale_from_json(const json& j) {
-  common::DeepSpeedLossScaleOptions o;
-  if (!j.is_object()) return o;
-  o.loss_scale = j.value("loss_scale", o.loss_scale);
-  o.initial_scale_power = j.value("initial_scale_power", o.initial_scale_power);
-  o.loss_scale_window = j.value("loss_scale_window", o.loss_scale_window);
-  o.hysteresis = j.value("hysteresis", o.hysteresis);
-  o.consecutive_hysteresis = j.value("consecutive_hysteresis", o.consecutive_hysteresis);
-  o.min_loss_scale = j.value("min_loss_scale", o.min_loss_scale);
-  if (o.loss_scale < 0 || o.hysteresis < 1 || o.loss_scale_window <= 0 || o.min_loss_scale <= 0)
-    throw UsageError("fp16 loss scaling " + j.dump() + ": loss_scale >= 0, hysteresis >= 1, loss_scale_window > 0 "
-                     "and min_loss_scale > 0 are required");
-  return o;
-}
-
 OffloadOptimizerOptions offload_optimizer_from_json(const json& j) {
   OffloadOptimizerOptions o;
   if (!j.is_object()) return o;
@@ -151,7 +137,7 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.zero_quantized_weights = j.value("zero_quantized_weights", o.zero_quantized_weights);
   o.zero_quantized_nontrainable_weights = j.value("zero_quantized_nontrainable_weights", o.zero_quantized_nontrainable_weights);
   o.zero_quantized_gradients = j.value("zero_quantized_gradients", o.zero_quantized_gradients);
-  if (j.contains("fp16")) o.fp16 = loss_scale_from_json(j["fp16"]);
+  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
   check_offload(o);
   check_zeropp(o);
   check_dtype("communication_data_type", o.communication_data_type);

@@ -354,8 +354,6 @@ std::string static_refusal(Target to, const std::string& key, const ojson& v, co
     }
     if (key == "zero_optimization.zero_quantized_gradients" && v == true)
       return "ZeRO++ qgZ is not implemented in zerobench (hpZ and qwZ are)";
-    if (key == "fp16.enabled" && v == true && stage < 3)
-      return "fp16 with ZeRO stage 1/2 is not implemented in zerobench yet (stage 3 runs fp16)";
   } else {
     if (key == "mixed_precision" && v == "fp8") return "fp8 is not implemented in zerobench";
     if (key == "fsdp_config.fsdp_sharding_strategy" && v == "HYBRID_SHARD_ZERO2")

@@ -1,4 +1,6 @@
-// ZeRO3-mode fp16 with DeepSpeed's loss scaling (backends/zero3/zero3_fp16.cpp, issue 24).
+// DeepSpeed's fp16 loss scaling in the ZeRO engines (issue 24): ZeRO-3 (backends/zero3/zero3_fp16.cpp,
+// stage3.py) and ZeRO-1/2 (backends/zero12/zero12_fp16.cpp, stage_1_and_2.py) — the same scaler and
+// the same skipped-step contract, each checked by the same tests.
 // DeepSpeed's fp16 does not run on a CPU ("Type fp16 is not supported on your device"), so there
 // is no end-to-end crossval: runs whose overflows happen (2**20, a large initial_scale_power, overflows
 // fp16 in the first steps; an inf planted into one rank's gradient partitions at a chosen step
@@ -16,6 +18,7 @@
 
 #include "backends/backend_info.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "backends/zero12/zero12_options.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"
@@ -35,22 +38,34 @@ struct StepSeen {
   bool state_unchanged = false;  // every state tensor bitwise equal before and after the step
 };
 
-// Drives a zero3 fp16 engine on W thread-ranks for `steps` optimizer steps (grad_accum 2); the
+// The options JSON of `backend` (zero1 | zero2 | zero3) with this fp16 section.
+json fp16_options(const std::string& backend, const DeepSpeedLossScaleOptions& fp16) {
+  if (backend == "zero3") {
+    backends::zero3::Zero3Options o;
+    o.fp16 = fp16;
+    o.stage3_param_persistence_threshold = 100;  // some persistent parameters (not re-gathered after a skip)
+    return backends::zero3::to_json(o);
+  }
+  backends::zero12::Zero12Options o;
+  o.stage = backend == "zero1" ? 1 : 2;
+  o.fp16 = fp16;
+  o.reduce_bucket_size = 5000;  // several IPG buckets per backward
+  return backends::zero12::to_json(o);
+}
+
+// Drives a `backend` fp16 engine on W thread-ranks for `steps` optimizer steps (grad_accum 2); the
 // per-rank sequence of what each step did.
-std::vector<std::vector<StepSeen>> drive(const DeepSpeedLossScaleOptions& fp16, int w, int steps,
-                                         const std::string& plant) {
+std::vector<std::vector<StepSeen>> drive(const std::string& backend, const DeepSpeedLossScaleOptions& fp16, int w,
+                                         int steps, const std::string& plant) {
   auto spec = test_support::small_spec(2);
   spec.precision = "fp16";
-  backends::zero3::Zero3Options o;
-  o.fp16 = fp16;
-  o.stage3_param_persistence_threshold = 100;  // some persistent parameters (not re-gathered after a skip)
-  spec.options = backends::zero3::to_json(o);
+  spec.options = fp16_options(backend, fp16);
   if (plant.empty()) unsetenv("ZEROBENCH_TEST_FP16_PLANT_INF");
   else setenv("ZEROBENCH_TEST_FP16_PLANT_INF", plant.c_str(), 1);
   std::vector<std::vector<StepSeen>> out(static_cast<size_t>(w));
   std::mutex m;
   test_support::run_ranks(w, [&](runtime::World& world) {
-    auto engine = backends::create_engine("zero3", spec, world);
+    auto engine = backends::create_engine(backend, spec, world);
     auto data = models::make_data_source("markov", spec.model.vocab, 1);
     std::vector<StepSeen> seen;
     for (int step = 0; step < steps; ++step) {
@@ -81,7 +96,7 @@ json fp16_section(const DeepSpeedLossScaleOptions& o) { return zb::backends::com
 // DeepSpeed's own class fed `overflow`: the scale before each step, and the skipped flags.
 std::pair<std::vector<double>, std::vector<bool>> deepspeed_reference(const DeepSpeedLossScaleOptions& o,
                                                                       const std::vector<bool>& overflow) {
-  const auto in = test_support::temp_path("zero3_fp16_scaler_in.json");
+  const auto in = test_support::temp_path("ds_fp16_scaler_in.json");
   std::ofstream(in) << json{{"fp16", fp16_section(o)}, {"overflow", overflow}}.dump();
   const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
                                            "/scripts/crossval/loss_scaler_reference.py < " + in + " 2>/dev/null");
@@ -133,7 +148,7 @@ void check_sequence(const DeepSpeedLossScaleOptions& o, const std::vector<std::v
       const auto& s = rank[i];
       if (s.ls.skipped) {
         EXPECT_TRUE(s.state_unchanged) << "a skipped step changed the partitions, masters or AdamW states";
-        EXPECT_TRUE(std::isinf(s.grad_norm));  // stage3.py: _global_grad_norm = inf
+        EXPECT_TRUE(std::isinf(s.grad_norm));  // stage3.py / stage_1_and_2.py: _global_grad_norm = inf
       } else {
         EXPECT_FALSE(s.state_unchanged) << "step " << i << " was not skipped but changed nothing";
         EXPECT_TRUE(std::isfinite(s.grad_norm)) << "step " << i;
@@ -152,14 +167,16 @@ config::DeepSpeedConfig read_ds(const json& root, const std::string& precision) 
 
 }  // namespace
 
+class DeepSpeedFp16 : public ::testing::TestWithParam<std::string> {};
+
 // An inf planted into rank 1's gradient partitions at step 2 only (a scale small enough that fp16
 // never overflows by itself): every rank skips step 2, the scale sequence is DeepSpeed's.
-TEST(Zero3Fp16, PlantedOverflowOnOneRankSkipsTheStepOnEveryRank) {
+TEST_P(DeepSpeedFp16, PlantedOverflowOnOneRankSkipsTheStepOnEveryRank) {
   DeepSpeedLossScaleOptions o;
   o.initial_scale_power = 8;
   o.loss_scale_window = 2;  // the scale grows within the run
   o.hysteresis = 1;
-  const auto ranks = drive(o, 2, 6, "2@1");
+  const auto ranks = drive(GetParam(), o, 2, 6, "2@1");
   std::vector<bool> flags;
   for (const auto& s : ranks[0]) flags.push_back(s.ls.overflow);
   EXPECT_EQ(flags, (std::vector<bool>{false, false, true, false, false, false}));
@@ -168,20 +185,22 @@ TEST(Zero3Fp16, PlantedOverflowOnOneRankSkipsTheStepOnEveryRank) {
 
 // 2**20 overflows fp16 gradients in the first steps (the tiny model's fit below 2**18);
 // hysteresis 2 delays the first backoff.
-TEST(Zero3Fp16, LargeInitialScaleOverflowsUntilTheScaleComesDown) {
+TEST_P(DeepSpeedFp16, LargeInitialScaleOverflowsUntilTheScaleComesDown) {
   DeepSpeedLossScaleOptions o;
   o.initial_scale_power = 20;
   o.hysteresis = 2;
-  const auto ranks = drive(o, 2, 8, "");
+  const auto ranks = drive(GetParam(), o, 2, 8, "");
   int overflows = 0, applied = 0;
   for (const auto& s : ranks[0]) (s.ls.overflow ? overflows : applied) += 1;
-  EXPECT_GE(overflows, 2) << "2**24 did not overflow fp16: the test no longer exercises the skip";
+  EXPECT_GE(overflows, 2) << "2**20 did not overflow fp16: the test no longer exercises the skip";
   EXPECT_GE(applied, 1) << "the scale never came down far enough for a step";
   EXPECT_TRUE(ranks[0][0].ls.overflow);
   check_sequence(o, ranks);
 }
 
-TEST(Zero3Fp16, DeepSpeedFp16SectionAsDeepSpeedFP16ConfigReadsIt) {
+INSTANTIATE_TEST_SUITE_P(Engines, DeepSpeedFp16, ::testing::Values("zero3", "zero2", "zero1"));
+
+TEST(DeepSpeedFp16Config, SectionAsDeepSpeedFP16ConfigReadsIt) {
   const json base = {{"zero_optimization", {{"stage", 3}}}, {"train_micro_batch_size_per_gpu", "auto"}};
   auto with = [&](json fp16) {
     auto j = base;
@@ -227,17 +246,21 @@ TEST(Zero3Fp16, DeepSpeedFp16SectionAsDeepSpeedFP16ConfigReadsIt) {
   EXPECT_EQ(cc.grad_accum_dtype, "fp16");
 }
 
-// The whole path through the binary: a DeepSpeed file with fp16 "auto", --precision fp16, an
-// overflow planted at step 1: the report's steps carry the scale and the skip, the summary counts it.
-TEST(Zero3Fp16, ReportCarriesTheLossScaleAndTheSkippedStep) {
-  const auto ds = test_support::temp_path("zero3_fp16_ds.json");
-  std::ofstream(ds) << json{{"zero_optimization", {{"stage", 3}}},
+// The whole path through the binary: a DeepSpeed file of stage N with fp16 "auto", --precision
+// fp16, an overflow planted at step 1: the report's steps carry the scale and the skip, the
+// summary counts it, and the schedule does not advance on the skipped step.
+class DeepSpeedFp16Report : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeepSpeedFp16Report, ReportCarriesTheLossScaleAndTheSkippedStep) {
+  const int stage = GetParam();
+  const auto ds = test_support::temp_path("ds_fp16_ds.json");
+  std::ofstream(ds) << json{{"zero_optimization", {{"stage", stage}}},
                             {"train_micro_batch_size_per_gpu", "auto"},
                             {"gradient_accumulation_steps", "auto"},
                             {"gradient_clipping", "auto"},
                             {"fp16", {{"enabled", "auto"}, {"initial_scale_power", 8}, {"hysteresis", 1}}}}
                            .dump();
-  const auto out = test_support::temp_path("zero3_fp16_report.json");
+  const auto out = test_support::temp_path("ds_fp16_report.json");
   const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1 " + std::string(ZEROBENCH_BIN) +
                                            " run --nproc 2 --model tiny --layers 2 --seq-len 32 --micro-batch 2 "
                                            "--steps 4 --warmup 1 --precision fp16 --config " + ds + " --out " + out +
@@ -247,6 +270,7 @@ TEST(Zero3Fp16, ReportCarriesTheLossScaleAndTheSkippedStep) {
   const auto report = json::parse(f);
   const auto& steps = report["steps"];
   ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(report["config"]["backend"]["name"], "zero" + std::to_string(stage)) << report["config"].dump();
   EXPECT_EQ(report["summary"]["skipped_steps"], 1);
   EXPECT_EQ(report["config"]["backend"]["precision"], "fp16") << report["config"].dump();
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -263,3 +287,5 @@ TEST(Zero3Fp16, ReportCarriesTheLossScaleAndTheSkippedStep) {
   std::remove(ds.c_str());
   std::remove(out.c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Stages, DeepSpeedFp16Report, ::testing::Values(3, 2, 1));
