@@ -495,11 +495,15 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.summary = reports::summary_json(throughput);
   parts.summary["final_loss"] = result.steps.back().loss;
   parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
-  if (!result.steps.empty() && result.steps.front().loss_scale.enabled) {  // fp16: steps the loss scaler skipped
-    int64_t skipped = 0;
-    for (const auto& s : result.steps) skipped += s.loss_scale.skipped ? 1 : 0;
-    parts.summary["skipped_steps"] = skipped;
+  // Steps skipped on overflow: fp16 (every step carries its loss scale), or a bf16/fp32 ZeRO-1/2
+  // step DeepSpeed skips (only that step carries one). Absent when no step carries a record.
+  bool scaled = false;
+  int64_t skipped = 0;
+  for (const auto& s : result.steps) {
+    scaled = scaled || s.loss_scale.enabled;
+    skipped += s.loss_scale.enabled && s.loss_scale.skipped ? 1 : 0;
   }
+  if (scaled) parts.summary["skipped_steps"] = skipped;
   parts.ranks = ranks;
   parts.steps = steps;
   parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);

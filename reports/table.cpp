@@ -221,7 +221,7 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
   // Flag a run that read a config file with warnings (config.warnings in its report).
   if (r.warnings > 0) status += " (" + std::to_string(r.warnings) + " config warning" + (r.warnings > 1 ? "s" : "") + ")";
   if (r.skipped_steps > 0)  // fp16: the loss scaler skipped these optimizer steps (an overflow)
-    status += " (" + std::to_string(r.skipped_steps) + " step" + (r.skipped_steps > 1 ? "s" : "") + " skipped: fp16 overflow)";
+    status += " (" + std::to_string(r.skipped_steps) + " step" + (r.skipped_steps > 1 ? "s" : "") + " skipped: overflow)";
   c.push_back(status);
   return c;
 }

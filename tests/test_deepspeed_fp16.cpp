@@ -289,3 +289,32 @@ TEST_P(DeepSpeedFp16Report, ReportCarriesTheLossScaleAndTheSkippedStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, DeepSpeedFp16Report, ::testing::Values(3, 2, 1));
+
+// bf16 with ZeRO-1/2: check_grad_overflow (the bf16 config's default true) finds an inf, and
+// stage_1_and_2.py's step returns without stepping, as for fp16, with DeepSpeed's static scale of
+// 1 (CreateLossScaler for bf16): the run goes on, the step is reported skipped and the LR schedule
+// does not advance; the steps without overflow carry no loss-scale record.
+TEST(DeepSpeedBf16, Zero2SkipsAStepWhoseGradientsOverflow) {
+  const auto out = test_support::temp_path("ds_bf16_skip_report.json");
+  const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1@1 " + std::string(ZEROBENCH_BIN) +
+                                           " run --backend zero2 --precision bf16 --nproc 2 --model tiny --layers 2 "
+                                           "--seq-len 32 --micro-batch 2 --steps 4 --warmup 1 --out " + out + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(out);
+  const auto report = json::parse(f);
+  const auto& steps = report["steps"];
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(report["status"]["state"], "ok");
+  EXPECT_EQ(report["summary"]["skipped_steps"], 1);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].contains("loss_scale"), i == 1) << i;
+    EXPECT_EQ(steps[i]["grad_norm"].is_null(), i == 1) << i;
+  }
+  const auto& l = steps[1]["loss_scale"];
+  EXPECT_EQ(l["kind"], "static");
+  EXPECT_EQ(l["scale"], 1.0);
+  EXPECT_TRUE(l["overflow"].get<bool>());
+  EXPECT_TRUE(l["skipped"].get<bool>());
+  EXPECT_EQ(steps[2]["lr"], steps[1]["lr"]);
+  std::remove(out.c_str());
+}

@@ -2,7 +2,7 @@
 // zero12_fp16.cpp): ZEROBENCH_TEST_FP16_PLANT_INF="STEP[@RANK],..." plants an inf into RANK's
 // (default 0) gradients before the overflow check of optimizer step STEP (0-based). The overflow
 // is then found on one rank and must reach every rank through the engine's MAX all-reduce
-// (tests/test_zero3_fp16.cpp, tests/test_zero12.cpp).
+// (tests/test_deepspeed_fp16.cpp).
 // Owns: parsing the variable. Must not: decide where the inf goes (each engine plants into its own
 // gradient partition) or be read by anything but those engines.
 #pragma once

@@ -75,12 +75,12 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
 
   int64_t ipg_bytes_now() const;
 
-  // zero12_fp16.cpp (precision fp16 only; bf16/fp32 make no scaler, as DeepSpeed)
+  // zero12_fp16.cpp (the scaler: precision fp16 only; bf16/fp32 make none, as DeepSpeed)
   bool fp16() const { return dtypes_.model == at::kHalf; }
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   void init_fp16();
   void plant_overflow(std::vector<at::Tensor>& grads) const;  // test-only ZEROBENCH_TEST_FP16_PLANT_INF
-  void update_scale(bool overflow);                            // _update_scale, and the step's record
+  void update_scale(bool overflow);                            // _update_scale, and the step's record (any precision)
   at::Tensor unscale_and_clip_factor(const at::Tensor& scaled_norm) const;  // 1 / combined_scale
 
   EngineSpec spec_;

@@ -18,8 +18,9 @@
 //                         + 1e-6) / clip_grad, min=1) when clipping; grad.mul_(1. / combined_scale)
 // engine.py _take_model_step: an overflowed step counts in skipped_steps and does not step the LR
 // scheduler (bench/trainer.cpp follows that from LossScaleStep::skipped).
-// Must not: decide anything for bf16/fp32 runs (CreateLossScaler gives them a static scale of 1,
-// which never moves: no scaler here, and no loss_scale record in the report).
+// bf16/fp32 runs make no scaler (CreateLossScaler gives them a static scale of 1 that never moves);
+// a step they skip on overflow is recorded as skipped with that scale (update_scale).
+// Must not: scale or unscale anything for bf16/fp32 runs.
 #include <limits>
 
 #include "backends/common/planted_overflow.hpp"
@@ -28,9 +29,9 @@
 namespace zb::backends::zero12 {
 
 void Zero12Engine::init_fp16() {
+  planted_inf_ = common::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp); any precision
   if (!fp16()) return;
   scaler_ = std::make_unique<common::LossScaler>(common::LossScaler::deepspeed(opts_.fp16));
-  planted_inf_ = common::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp)
 }
 
 // Test-only: an inf into this rank's first averaged gradient before step `optimizer_steps_`'s
@@ -44,6 +45,20 @@ void Zero12Engine::plant_overflow(std::vector<at::Tensor>& grads) const {
 
 void Zero12Engine::update_scale(bool overflow) {
   scale_step_ = {};
+  if (!scaler_) {
+    // bf16 / fp32: CreateLossScaler gives LossScaler(1.0), whose update_scale does nothing; step()
+    // still returns on overflow (bf16: has_overflow; both: is_invalid_grad_norm), and engine.py
+    // _take_model_step counts it in skipped_steps without stepping the LR scheduler. Only such a
+    // step carries a record (a static scale of 1 that never moves), so a run without overflow
+    // reports no loss scale at all.
+    ++optimizer_steps_;
+    if (!overflow) return;
+    scale_step_.enabled = true;
+    scale_step_.kind = "static";
+    scale_step_.scale = scale_step_.next_scale = 1.0;
+    scale_step_.overflow = scale_step_.skipped = true;
+    return;
+  }
   scale_step_.enabled = true;
   scale_step_.kind = opts_.fp16.loss_scale > 0 ? "static" : "dynamic";
   scale_step_.scale = scaler_->scale();

@@ -64,7 +64,7 @@ double Zero12Engine::optimizer_step(double lr) {
   // engine.py _configure_zero_optimizer: check_grad_overflow = the bf16 config's (default true) for
   // bf16, True for fp16, False for fp32.
   const bool check_overflow = dtypes_.model == at::kBFloat16 || fp16();
-  if (fp16()) plant_overflow(grads);
+  plant_overflow(grads);  // test-only (ZEROBENCH_TEST_FP16_PLANT_INF)
   if (check_overflow) {
     auto count = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(dev));
     for (const auto& g : grads) count += (~at::isfinite(g)).any().to(at::kFloat);  // has_inf_or_nan
@@ -80,7 +80,7 @@ double Zero12Engine::optimizer_step(double lr) {
     if (!std::isfinite(v) || v < 0) overflow = true;
   }
   const double prev_scale = loss_scale();
-  if (fp16()) update_scale(overflow);  // _update_scale(self.overflow)
+  update_scale(overflow);  // _update_scale(self.overflow); the skipped-step record (zero12_fp16.cpp)
   if (overflow) {  // zero_grad(set_to_none=True), averaged_gradients / all_grad_tensors = None
     all_grad_tensors_.clear();
     skipped_ = true;
