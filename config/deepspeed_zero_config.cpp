@@ -391,9 +391,14 @@ void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& acce
       notes.ignore(key, text(v), "stores non-trainable parameters quantized (_partition_param_sec); every parameter "
                                  "of zerobench's model trains, so there is none to quantize");
     } else if (field == "module_granularity_threshold") {
-      if (!dropped_auto && as_count(key, v, 0) > 0)
-        throw UsageError(key + " " + text(v) + ": fetching fine-grained modules as one unit is not implemented");
-      notes.ignore(key, text(v), "0: per-module fetch");
+      o.module_granularity_threshold = dropped_auto ? 0 : as_count(key, v, 0);
+      if (o.module_granularity_threshold == 0)
+        notes.ignore(key, text(v), "0: per-module fetch");
+      else
+        notes.apply(key, text(v),
+                    "z3 leaf modules where a module's granularity (parameters // layers, parameter_offload.py "
+                    "_get_granularity_recursively) is at most " + std::to_string(o.module_granularity_threshold) +
+                    "; zerobench's zero3 refuses that and runs when no module is that fine (DeepSpeed only warns)");
     } else if (field == "use_all_reduce_for_fetch_params" || field == "allgather_sequential") {
       if (!dropped_auto && as_bool(key, v)) throw UsageError(key + " true: that parameter-fetch path is not implemented");
       notes.ignore(key, text(v), "off: coalesced all-gather");

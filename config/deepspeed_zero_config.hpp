@@ -47,6 +47,9 @@ struct DeepSpeedZeroConfig {
   // ZeRO++ (the backend decides what it runs; zero3 refuses qgZ).
   int64_t zero_hpz_partition_size = 1;  // Field(1, ge=0); > 1: hpZ
   bool zero_quantized_weights = false, zero_quantized_nontrainable_weights = false, zero_quantized_gradients = false;
+  // stage3_module_granularity_threshold (0: off); the zero3 engine, which knows the model, refuses
+  // it when some module of the model is at or below it (zero3_granularity.hpp).
+  int64_t module_granularity_threshold = 0;
   // Stages 1 and 2 only (read and honoured when the stage is 1 or 2; ignored with a reason for
   // stage 3). overlap_comm above defaults to false for stages 1/2 (config.py overlap_comm_valid).
   bool reduce_scatter = true;

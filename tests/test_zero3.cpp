@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backends/backend_info.hpp"
+#include "backends/zero3/zero3_granularity.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/memory.hpp"
@@ -354,5 +355,57 @@ TEST(Zero3Memory, ASingleParameterIsGatheredInPlace) {
     EXPECT_EQ(runtime::tracked_cpu_bytes() - before, padded * 2) << specs[size_t(index)].name;
     EXPECT_EQ(runtime::tracked_cpu_peak_bytes() - before, padded * 2) << specs[size_t(index)].name;
     EXPECT_EQ(w.sizes(), at::IntArrayRef(specs[size_t(index)].shape));
+  }
+}
+
+// stage3_module_granularity_threshold: zerobench's granularities equal DeepSpeed's own
+// _get_granularity_recursively run on HF Llama's module tree (scripts/crossval/granularity_reference.py),
+// for a hand-sized model, tiny, GQA llama2-70b and granite-7b; a threshold at the minimum is refused
+// naming the key, one below it runs and says it changes nothing.
+namespace {
+nlohmann::json granularity_reference(const models::ModelConfig& c) {
+  const auto in = test_support::temp_path("granularity_in.json");
+  std::ofstream(in) << nlohmann::json{{"hidden", c.hidden}, {"kv_dim", c.kv_dim()}, {"ffn", c.ffn}, {"vocab", c.vocab},
+                                      {"layers", c.layers}}
+                           .dump();
+  const auto r = test_support::run_command("DS_ACCELERATOR=cpu " + std::string(ZEROBENCH_PYTHON_EXE) + " " +
+                                           ZEROBENCH_SOURCE_DIR + "/scripts/crossval/granularity_reference.py < " + in +
+                                           " 2>/dev/null");
+  std::remove(in.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto text = r.output;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return nlohmann::json::parse(text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1));
+}
+}  // namespace
+
+TEST(Zero3Granularity, EqualsDeepSpeedsOwnRecursionOnTheLlamaModuleTree) {
+  models::ModelConfig hand;
+  hand.layers = 1, hand.hidden = 8, hand.heads = 2, hand.kv_heads = 2, hand.ffn = 16, hand.vocab = 32;
+  // By hand from parameter_offload.py: LlamaAttention 4 * 64 params over 4 + 1 layers = 51.
+  EXPECT_EQ(backends::zero3::min_module_granularity(hand).granularity, 51);
+  EXPECT_EQ(backends::zero3::min_module_granularity(hand).module, "LlamaAttention");
+  for (const auto& c : {hand, models::preset("tiny"), models::preset("llama2-70b"), models::preset("granite-7b")}) {
+    SCOPED_TRACE(c.preset);
+    const auto ours = backends::zero3::min_module_granularity(c);
+    const auto ref = granularity_reference(c);
+    EXPECT_EQ(ours.granularity, ref["min_granularity"].get<int64_t>());
+    EXPECT_EQ(ours.module, ref["module"].get<std::string>());
+  }
+  // The comparison can fail: llama2-70b's GQA k/v projections counted as [H, H] give another value.
+  auto mha = models::preset("llama2-70b");
+  mha.kv_heads = mha.heads;
+  EXPECT_NE(backends::zero3::min_module_granularity(models::preset("llama2-70b")).granularity,
+            granularity_reference(mha)["min_granularity"].get<int64_t>());
+  // At the minimum DeepSpeed would set leaf modules: refused, naming the key; below it: no effect.
+  EXPECT_THROW(backends::zero3::check_module_granularity(51, hand), UsageError);
+  const auto below = backends::zero3::check_module_granularity(50, hand);
+  EXPECT_EQ(below["min_granularity"], 51);
+  EXPECT_TRUE(backends::zero3::check_module_granularity(0, hand).is_null());
+  try {
+    backends::zero3::check_module_granularity(1000000, models::preset("tiny"));
+    ADD_FAILURE() << "not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage3_module_granularity_threshold 1000000"), std::string::npos) << e.what();
   }
 }

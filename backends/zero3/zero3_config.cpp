@@ -29,6 +29,7 @@ Zero3Options options_from_deepspeed(const config::DeepSpeedConfig& c) {
   // an "optimizer" section gives DeepSpeedCPUAdam unless torch_adam; a client optimizer — the
   // trainer's AdamW, no section — becomes DeepSpeedCPUAdam in accelerate's _prepare_deepspeed
   // while zero_force_ds_cpu_optimizer is true, and stays torch.optim.AdamW when it is false).
+  o.stage3_module_granularity_threshold = c.zero.module_granularity_threshold;  // zero3_granularity.hpp
   o.zero_hpz_partition_size = c.zero.zero_hpz_partition_size;  // ZeRO++ (zero3_zeropp.hpp)
   o.zero_quantized_weights = c.zero.zero_quantized_weights;
   o.zero_quantized_nontrainable_weights = c.zero.zero_quantized_nontrainable_weights;

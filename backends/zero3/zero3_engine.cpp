@@ -17,6 +17,7 @@
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/storage.hpp"
 #include "backends/zero3/zero3_engine_impl.hpp"
+#include "backends/zero3/zero3_granularity.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::zero3 {
@@ -93,6 +94,7 @@ Zero3Engine::Zero3Engine(const EngineSpec& spec, const runtime::World& world)
   rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.model, dev);
   init_zeropp();  // zero3_zeropp.cpp: the hpZ groups (collective), qwZ's group checks
   init_fp16();  // zero3_fp16.cpp: the loss scaler (fp16 only)
+  granularity_ = check_module_granularity(opts_.stage3_module_granularity_threshold, spec_.model);  // or exit 2
   comm_.reset_stats();
 }
 
@@ -171,6 +173,7 @@ nlohmann::json Zero3Engine::resolved_options() const {
   if (!offload_optimizer()) j.erase("host_optimizer");
   j["hpz_group_size"] = hpz_;  // effective: min(zero_hpz_partition_size, W), 1 = off
   if (hpz_ > 1) j["hpz_group"] = hpz_group_ranks(comm_.rank(), hpz_);
+  if (!granularity_.is_null()) j["module_granularity"] = granularity_;  // zero3_granularity.hpp
   if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
     j["fp16"] = to_json(opts_.fp16);
     j["fp16"]["scaler"] = scaler_->kind_name();  // DynamicLossScaler | static (LossScaler)

@@ -190,6 +190,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   int64_t quantized_gathers_ = 0; // qwZ: all-gathers of int8 data issued (each with one of scales)
   std::unique_ptr<common::LossScaler> scaler_;  // fp16 only: CreateLossScaler(dtype=torch.half, ...)
   LossScaleStep scale_step_;                    // the last optimizer step's scale, overflow and skip
+  nlohmann::json granularity_;                  // stage3_module_granularity_threshold's check (null: 0)
   int64_t optimizer_steps_ = 0;                 // optimizer_step calls, for the test-only planted overflow
   std::vector<std::pair<int64_t, int>> planted_inf_;  // (step, rank): ZEROBENCH_TEST_FP16_PLANT_INF
   uint64_t forward_range_ = 0, root_forward_range_ = 0, backward_range_ = 0;  // NVTX start/end ranges

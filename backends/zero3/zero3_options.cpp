@@ -112,6 +112,9 @@ json to_json(const Zero3Options& o) {
   // The fp16 section's loss scaling: only when it differs from DeepSpeed's defaults (it is read
   // only under precision fp16; a bf16/fp32 run's options stay as they were).
   if (to_json(o.fp16) != to_json(common::DeepSpeedLossScaleOptions{})) j["fp16"] = to_json(o.fp16);
+  // Only when set (0, the default, is DeepSpeed's off; earlier reports' options stay as they were).
+  if (o.stage3_module_granularity_threshold > 0)
+    j["stage3_module_granularity_threshold"] = o.stage3_module_granularity_threshold;
   return j;
 }
 
@@ -133,6 +136,7 @@ Zero3Options zero3_options_from_json(const json& j) {
   if (j.contains("offload_optimizer")) o.offload_optimizer = offload_optimizer_from_json(j["offload_optimizer"]);
   if (j.contains("offload_param")) o.offload_param = offload_param_from_json(j["offload_param"]);
   o.host_optimizer = j.value("host_optimizer", o.host_optimizer);
+  count("stage3_module_granularity_threshold", o.stage3_module_granularity_threshold);
   count("zero_hpz_partition_size", o.zero_hpz_partition_size);
   o.zero_quantized_weights = j.value("zero_quantized_weights", o.zero_quantized_weights);
   o.zero_quantized_nontrainable_weights = j.value("zero_quantized_nontrainable_weights", o.zero_quantized_nontrainable_weights);

@@ -61,6 +61,7 @@ struct Zero3Options {
   OffloadOptimizerOptions offload_optimizer;
   OffloadParamOptions offload_param;
   std::string host_optimizer = kCpuAdam;            // under offload_optimizer: kCpuAdam | kTorchAdamW
+  int64_t stage3_module_granularity_threshold = 0;  // 0: off; see zero3_granularity.hpp
   // ZeRO++ (runtime/zero/config.py; backends/zero3/zero3_zeropp.hpp has what each does here).
   int64_t zero_hpz_partition_size = 1;              // hpZ: secondary partition within groups of this size (0, 1: off)
   bool zero_quantized_weights = false;              // qwZ: int8 blockwise all-gather of parameters
