@@ -7,6 +7,8 @@
 //                       copy_grads_in_partition, reduce_gradients (stage 1) and the epilogue
 //   zero12_step.cpp     step(): overflow check (bf16), get_grad_norm_direct, unscale_and_clip_grads,
 //                       AdamW, copy back, all_gather_dp_groups
+//   zero12_offload.cpp  offload_optimizer cpu: the host master/states/gradients, the cpu_offload
+//                       branches of copy_grads_in_partition and step
 // Owns: the class declaration and its state. Must not: be included outside backends/zero12/.
 #pragma once
 #include <memory>
@@ -18,6 +20,7 @@
 #include "backends/common/optim.hpp"
 #include "backends/engine.hpp"
 #include "backends/zero12/zero12_layout.hpp"
+#include "backends/zero3/zero3_cpu_adam.hpp"
 #include "models/llama.hpp"
 
 namespace zb::backends::zero12 {
@@ -34,7 +37,10 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   common::Comm& comm() override { return comm_; }
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override;
   void state_loaded() override;
-  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
+  common::LostUpdates lost_updates() const override {
+    return optimizer_ ? optimizer_->last_lost_updates() : common::LostUpdates{};
+  }
+  common::OffloadTraffic offload_traffic() const override { return host_copies_.traffic(); }
 
   // ---- the model's weights: views of the flat buffer behind one autograd edge each ----
   std::vector<at::Tensor> unit_weights(int unit) override;
@@ -70,6 +76,11 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   at::Tensor grad_norm(const std::vector<at::Tensor>& grads);
 
   int64_t ipg_bytes_now() const;
+  // zero12_offload.cpp (offload_optimizer cpu; DeepSpeedZeroOptimizer's cpu_offload branches)
+  void setup_offload();                          // __init__ / initialize_optimizer_states
+  void offload_copy_grads_in_partition(int id);  // copy_grads_in_partition with cpu_offload
+  double offload_optimizer_step(double lr);      // step() with cpu_offload
+  ModelStateBytes offload_state_bytes() const;
 
   EngineSpec spec_;
   Zero12Options opts_;
@@ -97,6 +108,17 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   bool boundary_ = true;
   bool skipped_ = false;                // the last step was skipped (overflow)
   StreamId reduction_stream_ = 0;
+  int micro_step_id_ = -1;              // INITIAL_MICRO_STEP_ID; setup_buckets counts backward windows
+  // offload_optimizer cpu (zero12_offload.cpp): master_ is then a host tensor.
+  common::HostCopies host_copies_;
+  std::unique_ptr<zero3::CpuAdam> cpu_adam_;  // DeepSpeedCPUAdam (else optimizer_ steps on the host)
+  at::Tensor grad32_;                   // single_partition_of_fp32_groups[0].grad: host fp32 [P]
+  at::Tensor bit16_host_;               // param_buffer_of_bit16_for_cpu_offload_groups[0]: host [P]
+  at::Tensor temp_grad_host_;           // temp_grad_buffer_for_cpu_offload: host [largest param]
+  at::Tensor temp_grad_device_;         // temp_grad_buffer_for_gpu_offload: device [largest param]
+  std::vector<at::Tensor> accumulated_host_;  // accumulated_grads_in_cpu, by flat index
+  std::vector<at::Tensor> param_norms_;       // norm_for_param_grads (fp64 scalars), by flat index
+  bool local_overflow_ = false;
   models::RopeCache rope_;
 };
 
