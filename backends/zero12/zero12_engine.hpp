@@ -22,6 +22,7 @@ namespace zb::backends::zero12 {
 BackendInfo backend_info(int stage);
 // Test-only fault injection (tests/test_zero12.cpp): "skip_copy_back" makes average_tensor keep
 // each rank's own, unreduced gradient slices (the all-reduced values are not copied back) while it
-// is planted; "" plants nothing. The parity gate must fail.
+// is planted; "skip_offload_copy_back" skips offload's host->device copy of the updated partition
+// (zero12_offload.cpp); "" plants nothing. The parity gate must fail.
 void plant_fault(const std::string& fault);
 }  // namespace zb::backends::zero12

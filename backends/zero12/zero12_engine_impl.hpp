@@ -28,6 +28,8 @@ namespace zb::backends::zero12 {
 using common::StreamId;
 using common::Streams;
 
+bool fault_planted(const std::string& fault);  // plant_fault's current fault (zero12_reduce.cpp)
+
 class Zero12Engine final : public Engine, public models::UnitParamSource, public common::GatherOwner {
  public:
   Zero12Engine(const EngineSpec& spec, const runtime::World& world, int stage);

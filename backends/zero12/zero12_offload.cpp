@@ -151,7 +151,7 @@ double Zero12Engine::offload_optimizer_step(double lr) {
   // bit16_partitions[partition_id].data.copy_(bit16_partition_buffer.data, non_blocking=True).
   bit16_host_.copy_(master_);
   s.op("offload: updated partition to device", {bit16_host_, partition_});
-  host_copies_.to_device(partition_, bit16_host_);
+  if (!fault_planted("skip_offload_copy_back")) host_copies_.to_device(partition_, bit16_host_);
   std::fill(param_norms_.begin(), param_norms_.end(), at::Tensor());  // reset_cpu_buffers
   local_overflow_ = false;
   if (comm_.size() > 1) {  // all_gather_dp_groups (zero12_step.cpp)

@@ -18,6 +18,7 @@ std::string& planted() {
 }  // namespace
 
 void plant_fault(const std::string& fault) { planted() = fault; }
+bool fault_planted(const std::string& fault) { return planted() == fault; }
 
 // grad_handling_hook -> process_gradients(param). The gradient first accumulates into param.grad
 // as torch's AccumulateGrad does (the hook is a post-accumulate hook): stage 1 keeps it whole over
