@@ -242,6 +242,36 @@ TEST(Zero12Offload, PlantedFaultsAreCaught) {
             expected.d2h_copies);
 }
 
+// The pre-flight estimate with offload (expected_bytes().host resident, zero12_estimate.cpp's
+// offload terms) against the measured peak of every rank, within 5% as for the other backends (a
+// CPU run: the host's memory is the device's, so the peak counts both); without its host terms
+// the same gate fails.
+TEST(Zero12Offload, EveryRanksPeakIsWithinFivePercentOfItsEstimate) {
+  const auto out = test_support::temp_path("zero12_offload_estimate.json");
+  for (const std::string args : {"--backend zero2 --precision bf16 --grad-accum 2",
+                                 "--backend zero1 --precision fp32 --zero-reduce-bucket-size 100000 --grad-accum 2",
+                                 "--backend zero2 --precision fp32 --zero-reduce-bucket-size 30000 --zero-overlap-comm true"}) {
+    const auto r = test_support::run_zerobench("run " + args + " --zero-offload-optimizer cpu --nproc 2 --model tiny "
+                                               "--steps 3 --warmup 1 --quiet --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out);
+    const auto report = nlohmann::json::parse(in);
+    for (const auto& rk : report["ranks"]) {
+      const auto& m = rk["memory"];
+      const double peak = m["peak_tracked_bytes"].get<double>(), est = m["estimated_peak_bytes"].get<double>();
+      EXPECT_GE(peak / est, 0.95) << args;
+      EXPECT_LE(peak / est, 1.05) << args;
+      EXPECT_TRUE(m["estimate"]["peak_includes_host"].get<bool>());
+      if (args.find("zero1") != std::string::npos) {  // the planted fault: the host's resident bytes left out
+        const double host = m["estimate"]["host_resident_bytes"].get<double>();
+        EXPECT_GT(host, 0);
+        EXPECT_GT(peak / (est - host), 1.05) << "without its host terms the estimate must fail the gate";
+      }
+    }
+  }
+  std::remove(out.c_str());
+}
+
 TEST(Zero12Offload, OffloadChoiceIsListed) {
   for (const char* b : {"zero1", "zero2"}) {
     const auto& info = backends::backend(b);
