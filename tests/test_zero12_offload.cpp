@@ -272,6 +272,59 @@ TEST(Zero12Offload, EveryRanksPeakIsWithinFivePercentOfItsEstimate) {
   std::remove(out.c_str());
 }
 
+// On the streams DeepSpeed uses: the gradient copies run inside reduce_ipg_grads' stream context
+// (the reduction stream with overlap_comm, else the current — compute — stream), each after the
+// bucket's all-reduce issued from that stream; the updated partition goes to the device on the
+// compute stream before the all-gather that reads it.
+TEST(Zero12Offload, StreamLogOrdersTheCopies) {
+  using Kind = backends::common::StreamLogEntry::Kind;
+  for (bool overlap : {false, true}) {
+    Zero12Options o = offload();
+    o.overlap_comm = overlap;
+    auto spec = spec_for(2, "bf16", 2, o);
+    spec.train.steps = 1;
+    spec.train.warmup = 0;
+    std::unique_ptr<backends::Engine> kept;
+    std::mutex m;
+    test_support::run_ranks(2, [&](runtime::World& world) {
+      auto engine = backends::create_engine("zero2", spec, world);
+      if (world.rank == 0) engine->comm().streams().set_logging(true);
+      auto data = models::make_data_source("random", spec.model.vocab, 1);
+      backends::common::Comm side(world.side_channel());
+      bench::run_training(*engine, spec, *data, side);
+      if (world.rank == 0) {
+        std::lock_guard<std::mutex> lock(m);
+        kept = std::move(engine);
+      }
+    });
+    const auto& s = kept->comm().streams();
+    const std::string grad_stream = overlap ? "reduction" : "compute";
+    int to_host = 0, to_device = 0;
+    for (const auto& e : s.log()) {
+      if (e.kind != Kind::kOp) continue;
+      if (e.label.rfind("offload: grad to host", 0) == 0 || e.label.rfind("offload: fp32 grad to host", 0) == 0 ||
+          e.label.rfind("offload: accumulated grad to device", 0) == 0) {
+        ++to_host;
+        EXPECT_EQ(e.stream, grad_stream) << e.label << s.dump();
+        int64_t ar = -1;  // the last bucket all-reduce issued from that stream before it
+        for (const auto& c : s.log())
+          if (c.seq < e.seq && c.kind == Kind::kOp && c.label.rfind("all_reduce ipg", 0) == 0) ar = c.seq;
+        ASSERT_GE(ar, 0) << s.dump();
+        EXPECT_TRUE(s.happens_before(ar, e.seq));
+      }
+      if (e.label == "offload: updated partition to device") {
+        ++to_device;
+        EXPECT_EQ(e.stream, "compute");
+        const auto ag = s.find(Kind::kOp, "compute", "all_gather partitions");
+        ASSERT_GE(ag, 0) << s.dump();
+        EXPECT_TRUE(s.happens_before(e.seq, ag));
+      }
+    }
+    EXPECT_GT(to_host, 0) << s.dump();
+    EXPECT_EQ(to_device, 1);
+  }
+}
+
 TEST(Zero12Offload, OffloadChoiceIsListed) {
   for (const char* b : {"zero1", "zero2"}) {
     const auto& info = backends::backend(b);
