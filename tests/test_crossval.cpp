@@ -153,6 +153,32 @@ TEST(Crossval, Zero1AndZero2AgreeWithDeepSpeedInEveryMode) {
   }
 }
 
+// offload_optimizer cpu with stages 1 and 2 (zero12_offload.cpp) against DeepSpeedZeroOptimizer
+// with cpu_offload and DeepSpeedCPUAdam built from the JSON's optimizer section, fp32 and bf16
+// with accumulation: every step bitwise (the same host path, the same CPU Adam arithmetic), the
+// bytes by category on the device and by location on the host equal (the fp32 partition, its
+// .grad, the host bit16 buffer, the temp buffers, stage 2's accumulated_grads_in_cpu), only the
+// step counter explained (DeepSpeedCPUAdam keeps a Python int).
+TEST(Crossval, Zero1AndZero2WithOffloadOptimizerAgreeWithDeepSpeed) {
+  for (const std::string stage : {"1", "2"}) {
+    const auto doc = run_case("--backend zero" + stage + " --precision fp32,bf16 --steps 2 --grad-accum 2 --micro-batch 2 "
+                              "--zero-offload-optimizer cpu");
+    expect_agreement(doc, "DeepSpeed ZeRO-" + stage, 2, 2);
+    for (const auto& mode : doc["modes"]) {
+      std::set<std::string> host;
+      for (const auto& e : mode["model_states"]) {
+        const std::string cat = e["category"];
+        if (cat.rfind("host.", 0) == 0 && e["upstream"].is_number() && e["upstream"].get<int64_t>() > 0) host.insert(cat);
+        if (cat != "optimizer_step_counters") EXPECT_TRUE(e["equal"].get<bool>()) << e.dump();
+        if (cat == "master_params" || cat == "optimizer") EXPECT_EQ(e["upstream"], 0) << e.dump();
+      }
+      EXPECT_EQ(host, (std::set<std::string>{"host.params", "host.master_params", "host.grads", "host.optimizer",
+                                             "host.pinned"}))
+          << mode["model_states"].dump(1);
+    }
+  }
+}
+
 // End to end, a planted fault is a disagreement (exit 1) whose reason is printed: zerobench's lr
 // x 1.01 shows in the loss from step 1 on (the lr acts from the first update).
 TEST(Crossval, PlantedLrDifferenceIsReportedAsADisagreement) {

@@ -1,6 +1,8 @@
 // zero12_config.cpp — zero1/zero2's config/CLI hooks (see zero12_config.hpp; docs/configs.md).
 #include "backends/zero12/zero12_config.hpp"
 
+#include <algorithm>
+
 #include "config/accelerate_deepspeed.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"
@@ -21,13 +23,17 @@ Zero12Options options_from_deepspeed(const config::DeepSpeedConfig& c, int stage
   o.communication_data_type = c.communication_data_type;
   o.grad_accum_dtype = c.grad_accum_dtype;
   o.offload_optimizer = c.zero.offload_optimizer.device;
+  o.offload_pin_memory = c.zero.offload_optimizer.pin_memory;
+  // Who steps the host partition under offload_optimizer, as zero3_config.cpp decides it (engine.py
+  // get_optimizer_configuration: an "optimizer" section gives DeepSpeedCPUAdam unless torch_adam;
+  // accelerate replaces the trainer's AdamW by DeepSpeedCPUAdam while zero_force_ds_cpu_optimizer).
+  o.host_optimizer = (c.optimizer_section ? !c.torch_adam : c.zero_force_ds_cpu_optimizer) ? kCpuAdam : kTorchAdamW;
   // The fp16 section's loss scaling (CreateLossScaler in stage_1_and_2.py __init__), as zero3_config.cpp.
   o.fp16 = {c.fp16.loss_scale, int(c.fp16.initial_scale_power), c.fp16.loss_scale_window, int(c.fp16.hysteresis),
             c.fp16.consecutive_hysteresis, double(c.fp16.min_loss_scale)};
-  if (c.zero.offload_param.device != "none")
-    throw UsageError("zero_optimization.offload_param.device " + c.zero.offload_param.device + " with ZeRO stage " +
-                     std::to_string(stage) + ": DeepSpeed offloads parameters only in stage 3");
-  return zero12_options_from_json(to_json(o), stage);  // validates (and refuses offload_optimizer for now)
+  // offload_param: engine.py _configure_zero_optimizer passes offload_param_config only to stage
+  // 3; DeepSpeedZeroOptimizer never reads it (read_deepspeed notes it as ignored).
+  return zero12_options_from_json(to_json(o), stage);  // validates
 }
 
 void accept_stage(const config::DeepSpeedStage& s, int stage) {
@@ -52,6 +58,19 @@ void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const Confi
   auto cfg = config::read_deepspeed_json(ds, trainer_args(req), mode, gate);
   out.provenance.notes.append(cfg.notes);
   const Zero12Options z = options_from_deepspeed(cfg, stage);
+  auto& notes = out.provenance.notes;
+  if (cfg.zero.offload_param.device != "none") {  // the reader's "applied" line for it is stage 3's
+    auto& a = notes.applied;
+    a.erase(std::remove_if(a.begin(), a.end(),
+                           [](const config::ConfigKey& k) { return k.key.rfind("zero_optimization.offload_param", 0) == 0; }),
+            a.end());
+    notes.ignore("zero_optimization.offload_param.device", cfg.zero.offload_param.device,
+                 "DeepSpeed offloads parameters only in ZeRO stage 3 (engine.py _configure_zero_optimizer does not pass "
+                 "offload_param to DeepSpeedZeroOptimizer)");
+  }
+  if (z.offload() && !cfg.zero.contiguous_gradients)
+    notes.apply("zero_optimization.contiguous_gradients", "false",
+                "true: DeepSpeedZeroOptimizer forces contiguous gradients with CPU offload (stage_1_and_2.py __init__)");
   out.precision = cfg.precision;
   apply_training_arguments(cfg.train, out.train);
   out.options = to_json(z);
@@ -96,7 +115,12 @@ std::vector<BackendFlag> cli_flags(int stage) {
           flag("--zero-overlap-comm", "zero1/zero2: overlap_comm (default false)", K::kText, tf),
           flag("--zero-contiguous-gradients", "zero1/zero2: contiguous_gradients (default true)", K::kText, tf),
           flag("--zero-reduce-scatter", "zero1/zero2: reduce_scatter (default true)", K::kText, tf),
-          flag("--zero-round-robin-gradients", "zero1/zero2: round_robin_gradients (default false)", K::kText, tf)};
+          flag("--zero-round-robin-gradients", "zero1/zero2: round_robin_gradients (default false)", K::kText, tf),
+          flag("--zero-offload-optimizer", "zero1/zero2: offload_optimizer.device none|cpu (nvme refused)", K::kText,
+               {"none", "cpu", "nvme"}),
+          flag("--zero-offload-pin-memory", "zero1/zero2: offload_optimizer.pin_memory (default true)", K::kText, tf),
+          flag("--zero-host-optimizer", "zero1/zero2: optimizer on the host under offload_optimizer: DeepSpeedCPUAdam "
+               "(default) or torch.optim.AdamW", K::kText, {kCpuAdam, kTorchAdamW})};
 }
 
 void check_zero_stage_flag(const FlagValues& given, int stage, const std::string& backend) {
@@ -130,6 +154,17 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
       if (it == given.end()) continue;
       *field = it->second.text == "true";
       overridden(name, it->second.text);
+    }
+    for (const auto& [name, field] : {std::pair<const char*, std::string*>{"--zero-offload-optimizer", &z.offload_optimizer},
+                                      {"--zero-host-optimizer", &z.host_optimizer}}) {
+      const auto it = given.find(name);
+      if (it == given.end()) continue;
+      *field = it->second.text;
+      overridden(name, it->second.text);
+    }
+    if (const auto it = given.find("--zero-offload-pin-memory"); it != given.end()) {
+      z.offload_pin_memory = it->second.text == "true";
+      overridden("--zero-offload-pin-memory", it->second.text);
     }
     spec.options = to_json(zero12_options_from_json(to_json(z), stage));  // validates: exit 2 on a refused value
   };

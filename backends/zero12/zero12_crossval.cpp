@@ -2,6 +2,7 @@
 #include "backends/zero12/zero12_crossval.hpp"
 
 #include "backends/common/deepspeed_crossval_json.hpp"
+#include "backends/zero12/zero12_options.hpp"
 
 namespace zb::backends::zero12 {
 
@@ -11,15 +12,48 @@ using json = nlohmann::json;
 // The DeepSpeed JSON both sides read: the user's file (if any) with every value zerobench resolved
 // written in (as zero3_crossval.cpp builds it for stage 3), the stage-1/2 keys included.
 json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
-  return common::deepspeed_crossval_json(spec, world, user_file, notes,
-                                         {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                                          "contiguous_gradients", "reduce_scatter", "round_robin_gradients",
-                                          "allgather_partitions", "use_multi_rank_bucket_allreduce"});
+  json ds = common::deepspeed_crossval_json(spec, world, user_file, notes,
+                                            {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+                                             "contiguous_gradients", "reduce_scatter", "round_robin_gradients",
+                                             "allgather_partitions", "use_multi_rank_bucket_allreduce"});
+  // offload_optimizer cpu (zero12_offload.cpp), as zero3_crossval.cpp writes it: the section as
+  // resolved, and DeepSpeed's own "optimizer" section so that it builds the host optimizer a
+  // user's offload file gets (engine.py get_optimizer_configuration: DeepSpeedCPUAdam, or
+  // torch.optim.AdamW with torch_adam); lr is crossval's schedule, written per step by the runner.
+  const auto o = zero12_options_from_json(spec.options, spec.options.value("stage", 2));
+  json& z = ds["zero_optimization"];
+  if (!o.offload()) {
+    z.erase("offload_optimizer");
+    return ds;
+  }
+  z["offload_optimizer"] = {{"device", o.offload_optimizer}, {"pin_memory", o.offload_pin_memory}};
+  const auto& t = spec.train;
+  const bool torch_adam = o.host_optimizer == kTorchAdamW;
+  ds["optimizer"] = {{"type", "AdamW"},
+                     {"params",
+                      {{"lr", t.lr},
+                       {"betas", {t.beta1, t.beta2}},
+                       {"eps", t.eps},
+                       {"weight_decay", t.weight_decay},
+                       {"torch_adam", torch_adam}}}};
+  notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
+                  (torch_adam ? "torch_adam: torch.optim.AdamW" : "DeepSpeedCPUAdam") + "), as zerobench runs it");
+  return ds;
 }
 
-std::optional<StateExplanation> explain_state(const CrossvalCase& /*c*/, int /*rank*/, const std::string& category,
+std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
+  const json& opts = c.report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
+  if (opts.value("offload", json::object()).value("optimizer", std::string("none")) == "cpu" &&
+      opts.value("host_optimizer", std::string()) == kCpuAdam) {
+    StateExplanation x;
+    x.expected = 0;
+    x.zerobench_reports = false;
+    x.reason = "DeepSpeedCPUAdam keeps its step count as a Python int (state['step']), no tensor";
+    x.upstream = "deepspeed/ops/adam/cpu_adam.py: DeepSpeedCPUAdam.step";
+    return x;
+  }
   // DeepSpeed steps the client AdamW on one fp32 flat partition per parameter group (one group).
   return adamw_step_counters(1, "the fp32 partition (single_partition_of_fp32_groups)");
 }

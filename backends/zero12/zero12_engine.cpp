@@ -11,6 +11,7 @@
 
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
+#include "backends/zero12/zero12_offload.hpp"
 #include "backends/zero12/zero12_program.hpp"
 #include "runtime/errors.hpp"
 
@@ -56,9 +57,13 @@ Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, 
   // (HF's torch.optim.AdamW(fused=True)) steps.
   const int rank = world.rank;
   partition_ = flat_params_.narrow(0, int64_t(rank) * layout_.partition, layout_.partition);
-  master_ = partition_.detach().clone().to(at::kFloat);
-  optimizer_ = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
-  optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
+  if (opts_.offload()) {
+    setup_offload();  // the master, its states and the fp32 gradient on the host (zero12_offload.cpp)
+  } else {
+    master_ = partition_.detach().clone().to(at::kFloat);
+    optimizer_ = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
+    optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
+  }
   params_in_partition_ = layout_.params_in_partition(rank);
   in_partition_.assign(layout_.params.size(), false);
   for (int k : params_in_partition_) in_partition_[size_t(k)] = true;
@@ -109,13 +114,16 @@ at::Tensor Zero12Engine::forward_backward(const models::Batch& batch, double los
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Zero12Engine::state_tensors() {
-  auto s = optimizer_->state("optim.");
+  auto s = optimizer_ ? optimizer_->state("optim.") : cpu_adam_->state("optim.");
   s.insert(s.begin(), {"fp32_master", master_});
   s.insert(s.begin(), {"flat_params", flat_params_});
   return s;
 }
 
-void Zero12Engine::state_loaded() { optimizer_->state_loaded(); }
+void Zero12Engine::state_loaded() {
+  if (optimizer_) optimizer_->state_loaded();
+  else cpu_adam_->state_loaded();
+}
 
 int64_t Zero12Engine::ipg_bytes_now() const {
   int64_t b = 0;
@@ -124,6 +132,7 @@ int64_t Zero12Engine::ipg_bytes_now() const {
 }
 
 ModelStateBytes Zero12Engine::model_state_bytes() const {
+  if (opts_.offload()) return offload_state_bytes();
   ModelStateBytes b;
   b.params = int64_t(flat_params_.nbytes());
   b.master_params = int64_t(master_.nbytes());
@@ -164,13 +173,16 @@ nlohmann::json Zero12Engine::resolved_options() const {
   // all_gather_into_tensor of the whole flat buffer; allgather_bucket_size is read only without it.
   j["allgather"] = "all_gather_into_tensor of the flat buffer (allgather_bucket_size unused, as upstream)";
   j["allgather_partitions_effect"] = "none (DeepSpeed 0.19.8 does not pass it to DeepSpeedZeroOptimizer)";
-  j["optimizer"] = "torch.optim.AdamW(fused=True) on the fp32 partition";
+  j["optimizer"] = !opts_.offload() ? "torch.optim.AdamW(fused=True) on the fp32 partition"
+                  : opts_.host_optimizer == kCpuAdam ? "DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition"
+                                                     : "torch.optim.AdamW(fused=True) on the host fp32 partition";
   j["check_grad_overflow"] = dtypes_.model == at::kBFloat16 || fp16();
   if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
     j["fp16"] = common::to_json(opts_.fp16);
     j["fp16"]["scaler"] = scaler_->kind_name();  // DynamicLossScaler | static (LossScaler)
   }
-  j["offload"] = {{"optimizer", "none"}};
+  j["offload"] = {{"optimizer", opts_.offload_optimizer}};
+  if (opts_.offload()) j["offload"]["pinned"] = opts_.offload_pin_memory;
   return j;
 }
 
@@ -200,6 +212,7 @@ namespace {
 // _release_ipg_buffers drops it in the epilogue): buffers 0.
 ModelStateBytes expected_bytes_for(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
   const auto o = zero12_options_from_json(spec.options, stage);
+  if (o.offload()) return expected_offload_bytes(spec, topo, rank, stage);  // zero12_offload_form.cpp
   const auto d = dtypes_for(spec.precision, o);
   const auto l = flat_layout(spec.model, topo.world, o.round_robin_gradients);
   const int64_t e = int64_t(c10::elementSize(d.model));
@@ -255,7 +268,9 @@ BackendInfo backend_info(int stage) {
   info.shard_layout = shard_layout;
   // -- projection (zero12_program.cpp)
   info.projection = projection_hooks();
-  // offload_choices: none yet (offload_optimizer with stages 1/2 is refused).
+  // -- offload (zero12_offload.cpp): offload_optimizer device cpu (DeepSpeed has no parameter
+  // offload below stage 3: offload_param is ignored there, as upstream).
+  info.offload_choices = {{"offload_optimizer=cpu", {{"offload_optimizer", {{"device", "cpu"}}}}}};
   return info;
 }
 

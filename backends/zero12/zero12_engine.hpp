@@ -11,7 +11,7 @@
 // fp32 gradient partition, global norm (get_grad_norm_direct), clip (unscale_and_clip_grads),
 // AdamW on the master, copy into the flat partition, all-gather the partitions
 // (all_gather_dp_groups).
-// Precisions: fp32 | bf16 (the model dtype). Offload is refused (zero12_options.cpp).
+// Precisions: fp32 | bf16 (the model dtype). offload_optimizer device cpu: zero12_offload.hpp.
 // Upstream: deepspeed/runtime/zero/stage_1_and_2.py, runtime/engine.py (allreduce_gradients,
 // _configure_zero_optimizer), runtime/utils.py (all_gather_dp_groups), runtime/zero/config.py.
 #pragma once
@@ -22,6 +22,7 @@ namespace zb::backends::zero12 {
 BackendInfo backend_info(int stage);
 // Test-only fault injection (tests/test_zero12.cpp): "skip_copy_back" makes average_tensor keep
 // each rank's own, unreduced gradient slices (the all-reduced values are not copied back) while it
-// is planted; "" plants nothing. The parity gate must fail.
+// is planted; "skip_offload_copy_back" skips offload's host->device copy of the updated partition
+// (zero12_offload.cpp); "" plants nothing. The parity gate must fail.
 void plant_fault(const std::string& fault);
 }  // namespace zb::backends::zero12

@@ -9,6 +9,8 @@
 //                       AdamW, copy back, all_gather_dp_groups
 //   zero12_fp16.cpp     precision fp16: the loss scaler (CreateLossScaler), _update_scale, the
 //                       skipped step, the combined unscale-and-clip factor
+//   zero12_offload.cpp  offload_optimizer cpu: the host master/states/gradients, the cpu_offload
+//                       branches of copy_grads_in_partition and step
 // Owns: the class declaration and its state. Must not: be included outside backends/zero12/.
 #pragma once
 #include <memory>
@@ -21,12 +23,15 @@
 #include "backends/common/optim.hpp"
 #include "backends/engine.hpp"
 #include "backends/zero12/zero12_layout.hpp"
+#include "backends/zero3/zero3_cpu_adam.hpp"
 #include "models/llama.hpp"
 
 namespace zb::backends::zero12 {
 
 using common::StreamId;
 using common::Streams;
+
+bool fault_planted(const std::string& fault);  // plant_fault's current fault (zero12_reduce.cpp)
 
 class Zero12Engine final : public Engine, public models::UnitParamSource, public common::GatherOwner {
  public:
@@ -37,7 +42,10 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   common::Comm& comm() override { return comm_; }
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override;
   void state_loaded() override;
-  common::LostUpdates lost_updates() const override { return optimizer_->last_lost_updates(); }
+  common::LostUpdates lost_updates() const override {
+    return optimizer_ ? optimizer_->last_lost_updates() : common::LostUpdates{};
+  }
+  common::OffloadTraffic offload_traffic() const override { return host_copies_.traffic(); }
   LossScaleStep loss_scale_step() const override { return scale_step_; }  // zero12_fp16.cpp
 
   // ---- the model's weights: views of the flat buffer behind one autograd edge each ----
@@ -74,6 +82,11 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   at::Tensor grad_norm(const std::vector<at::Tensor>& grads);
 
   int64_t ipg_bytes_now() const;
+  // zero12_offload.cpp (offload_optimizer cpu; DeepSpeedZeroOptimizer's cpu_offload branches)
+  void setup_offload();                          // __init__ / initialize_optimizer_states
+  void offload_copy_grads_in_partition(int id);  // copy_grads_in_partition with cpu_offload
+  double offload_optimizer_step(double lr);      // step() with cpu_offload
+  ModelStateBytes offload_state_bytes() const;
 
   // zero12_fp16.cpp (the scaler: precision fp16 only; bf16/fp32 make none, as DeepSpeed)
   bool fp16() const { return dtypes_.model == at::kHalf; }
@@ -113,6 +126,17 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   int64_t optimizer_steps_ = 0;                 // step() calls, skipped ones included (the planted steps)
   std::vector<std::pair<int64_t, int>> planted_inf_;  // (step, rank): ZEROBENCH_TEST_FP16_PLANT_INF
   StreamId reduction_stream_ = 0;
+  int micro_step_id_ = -1;              // INITIAL_MICRO_STEP_ID; setup_buckets counts backward windows
+  // offload_optimizer cpu (zero12_offload.cpp): master_ is then a host tensor.
+  common::HostCopies host_copies_;
+  std::unique_ptr<zero3::CpuAdam> cpu_adam_;  // DeepSpeedCPUAdam (else optimizer_ steps on the host)
+  at::Tensor grad32_;                   // single_partition_of_fp32_groups[0].grad: host fp32 [P]
+  at::Tensor bit16_host_;               // param_buffer_of_bit16_for_cpu_offload_groups[0]: host [P]
+  at::Tensor temp_grad_host_;           // temp_grad_buffer_for_cpu_offload: host [largest param]
+  at::Tensor temp_grad_device_;         // temp_grad_buffer_for_gpu_offload: device [largest param]
+  std::vector<at::Tensor> accumulated_host_;  // accumulated_grads_in_cpu, by flat index
+  std::vector<at::Tensor> param_norms_;       // norm_for_param_grads (fp64 scalars), by flat index
+  bool local_overflow_ = false;
   models::RopeCache rope_;
 };
 

@@ -7,6 +7,30 @@
 
 namespace zb::backends::zero12 {
 
+namespace {
+// offload_optimizer cpu (zero12_offload.cpp): the gradients of this rank's partition go to the
+// host as each bucket is reduced (no grads_in_partition, no accumulated device gradients, no
+// fp32 gradient partition at the step); at the boundary each one's fp64 norm copy and (bf16) fp32
+// cast exist while it is copied out; temp_grad_buffer_for_gpu_offload is in expected_bytes().grads
+// (held from the start of backward: counted at the loss head too). The host side is resident
+// (expected_bytes().host): the step casts and copies in place.
+std::vector<EstimateTerm> with_offload(std::vector<EstimateTerm> t, int stage, int64_t e, int64_t largest) {
+  t.erase(std::remove_if(t.begin(), t.end(),
+                         [](const EstimateTerm& x) {
+                           return x.name == "accumulated gradients" || x.name == "second grads_in_partition";
+                         }),
+          t.end());
+  const int64_t per = largest * (8 + (e != 4 ? 4 : 0));
+  const std::string f = "largest parameter*(8 fp64 norm copy" + std::string(e != 4 ? " + 4 fp32 cast" : "") +
+                        ") (copy_grads_in_partition with cpu_offload)";
+  if (stage == 2) t.push_back({"offload: boundary gradient copies", "backward", per, f});
+  t.push_back({"offload: boundary gradient copies", "end_of_backward", per, f});
+  t.push_back({"offload: temp_grad_buffer_for_gpu_offload", "loss_head", largest * e,
+               "largest parameter*model bytes (resident; expected_bytes().grads from backward on)"});
+  return t;
+}
+}  // namespace
+
 std::vector<EstimateTerm> estimate_terms(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
   const auto o = zero12_options_from_json(spec.options, stage);
   const auto d = dtypes_for(spec.precision, o);
@@ -55,6 +79,7 @@ std::vector<EstimateTerm> estimate_terms(const EngineSpec& spec, const Topology&
     for (const char* phase : {"backward", "end_of_backward"})
       t.push_back({"second grads_in_partition", phase, l.grads_in_partition_numel(rank) * e,
                    "params touching the partition*model bytes (filled during a later micro-batch's backward)"});
+  if (o.offload()) return with_offload(std::move(t), stage, e, largest);
   // step: flatten(averaged_gradients) [P] then .to(fp32) (the same tensor for fp32), the fp64
   // copy of one slice in the norm.
   t.push_back({"fp32 gradient partition", "optimizer_step", l.partition * e + (e != 4 ? l.partition * 4 : 0) + largest * 8,

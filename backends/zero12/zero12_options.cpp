@@ -18,6 +18,42 @@ void check_dtype(const std::string& key, const std::string& v) {
   if (!v.empty() && v != "bf16" && v != "fp16" && v != "fp32")
     throw UsageError(key + " '" + v + "' is not supported (bf16, fp16 or fp32)");
 }
+
+// offload_optimizer as DeepSpeedZeroOffloadOptimizerConfig names it (a bare string: the device).
+// DeepSpeedZeroOptimizer sets cpu_offload for any device but none (stage_1_and_2.py __init__), so
+// DeepSpeed would run nvme as cpu offload; zerobench refuses nvme rather than guess the intent.
+// ratio < 1: config.py offload_ratio_check asserts "Partial offloading only supported for ZeRO
+// Stage 3". buffer_count, fast_init, pipeline_read/write, nvme_path: read by the NVMe swapper only.
+void read_offload_optimizer(const json& oo, int stage, Zero12Options& o) {
+  const std::string key = "zero_optimization.offload_optimizer";
+  if (oo.is_null()) return;
+  if (oo.is_string()) {
+    o.offload_optimizer = oo.get<std::string>();
+  } else if (oo.is_object()) {
+    for (const auto& [k, v] : oo.items()) {
+      const bool typed = k == "device" ? v.is_string() : k == "pin_memory" ? v.is_boolean() : k == "ratio" ? v.is_number() : true;
+      if (!typed) throw UsageError(key + "." + k + " " + v.dump() + " has the wrong type");
+      if (k == "device") o.offload_optimizer = v.get<std::string>();
+      else if (k == "pin_memory") o.offload_pin_memory = v.get<bool>();
+      else if (k == "ratio") {
+        if (v.get<double>() != 1.0)
+          throw UsageError(key + ".ratio " + v.dump() + " with ZeRO stage " + std::to_string(stage) +
+                           ": DeepSpeed offloads part of the optimizer only in stage 3 (config.py offload_ratio_check)");
+      } else if (k != "buffer_count" && k != "fast_init" && k != "pipeline_read" && k != "pipeline_write" &&
+                 k != "nvme_path") {
+        throw UsageError(key + "." + k + ": not a DeepSpeed offload_optimizer setting");
+      }
+    }
+  } else {
+    throw UsageError(key + " " + oo.dump() + " is not a section");
+  }
+  if (o.offload_optimizer == "nvme")
+    throw UsageError(key + ".device nvme with ZeRO stage " + std::to_string(stage) +
+                     ": NVMe offload is not implemented in zerobench (DeepSpeed's stage 1/2 would run it as cpu "
+                     "offload); use cpu");
+  if (o.offload_optimizer != "none" && o.offload_optimizer != "cpu")
+    throw UsageError(key + ".device '" + o.offload_optimizer + "' is not none, cpu or nvme");
+}
 }  // namespace
 
 json to_json(const Zero12Options& o) {
@@ -32,7 +68,8 @@ json to_json(const Zero12Options& o) {
           {"use_multi_rank_bucket_allreduce", o.use_multi_rank_bucket_allreduce},
           {"communication_data_type", o.communication_data_type},
           {"grad_accum_dtype", o.grad_accum_dtype},
-          {"offload_optimizer", {{"device", o.offload_optimizer}}}};
+          {"offload_optimizer", {{"device", o.offload_optimizer}, {"pin_memory", o.offload_pin_memory}}},
+          {"host_optimizer", o.host_optimizer}};
   // The fp16 section's loss scaling: only when it differs from DeepSpeed's defaults (read only
   // under precision fp16; bf16/fp32 options stay as they were), as zero3_options.cpp writes it.
   if (to_json(o.fp16) != to_json(common::DeepSpeedLossScaleOptions{})) j["fp16"] = to_json(o.fp16);
@@ -61,11 +98,8 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
   o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
   o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
   if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
-  if (j.contains("offload_optimizer")) {
-    const auto& oo = j["offload_optimizer"];
-    if (oo.is_object()) o.offload_optimizer = oo.value("device", o.offload_optimizer);
-    else if (oo.is_string()) o.offload_optimizer = oo.get<std::string>();
-  }
+  if (j.contains("offload_optimizer")) read_offload_optimizer(j["offload_optimizer"], stage, o);
+  o.host_optimizer = j.value("host_optimizer", o.host_optimizer);
   check_dtype("communication_data_type", o.communication_data_type);
   check_dtype("grad_accum_dtype", o.grad_accum_dtype);
   if (o.reduce_bucket_size <= 0) throw UsageError("reduce_bucket_size must be positive");  // Field(gt=0)
@@ -73,10 +107,11 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
   if (o.allgather_bucket_size % 2 != 0)
     throw UsageError("allgather_bucket_size " + std::to_string(o.allgather_bucket_size) +
                      " must be a multiple of nccl_start_alignment_factor (2), as DeepSpeed asserts");
+  if (o.host_optimizer != kCpuAdam && o.host_optimizer != kTorchAdamW)
+    throw UsageError("host_optimizer '" + o.host_optimizer + "' is not " + kCpuAdam + " or " + kTorchAdamW);
+  // stage_1_and_2.py __init__: `self.contiguous_gradients = contiguous_gradients or self.cpu_offload`.
+  if (o.offload()) o.contiguous_gradients = true;
   // What DeepSpeed does and zerobench does not (yet): one line naming the key.
-  if (o.offload_optimizer != "none")
-    throw UsageError("zero_optimization.offload_optimizer.device " + o.offload_optimizer + " with ZeRO stage " +
-                     std::to_string(stage) + ": offload for stages 1/2 is not implemented in zerobench yet (zero3 has it)");
   if (!o.use_multi_rank_bucket_allreduce && o.reduce_scatter)
     throw UsageError("use_multi_rank_bucket_allreduce false: the per-rank dist.reduce path of average_tensor is not "
                      "implemented in zerobench (default true: one all-reduce per bucket)");

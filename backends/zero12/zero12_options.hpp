@@ -26,8 +26,18 @@ struct Zero12Options {
   std::string communication_data_type;           // "" = model dtype; bf16 | fp16 | fp32
   std::string grad_accum_dtype;                  // "" = model dtype; bf16 | fp16 | fp32
   common::DeepSpeedLossScaleOptions fp16;        // the `fp16` section's loss scaling (precision fp16 only)
-  std::string offload_optimizer = "none";        // offload_optimizer.device: only none (cpu refused for now)
+  // zero_optimization.offload_optimizer (runtime/zero/offload_config.py): device none | cpu
+  // (zero12_offload.cpp; nvme and ratio < 1 refused), pin_memory, and the optimizer that steps
+  // the host's fp32 partition (kCpuAdam | kTorchAdamW, chosen as zero3_config.cpp chooses it).
+  std::string offload_optimizer = "none";
+  bool offload_pin_memory = true;
+  std::string host_optimizer = "DeepSpeedCPUAdam";
+  bool offload() const { return offload_optimizer == "cpu"; }
 };
+
+// The host optimizer under offload_optimizer (the same names as zero3_options.hpp).
+inline constexpr const char* kCpuAdam = "DeepSpeedCPUAdam";
+inline constexpr const char* kTorchAdamW = "torch.optim.AdamW";
 
 nlohmann::json to_json(const Zero12Options& o);
 // Keys as in to_json; throws UsageError naming the key for a bad or refused value.

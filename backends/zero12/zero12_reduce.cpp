@@ -18,6 +18,7 @@ std::string& planted() {
 }  // namespace
 
 void plant_fault(const std::string& fault) { planted() = fault; }
+bool fault_planted(const std::string& fault) { return planted() == fault; }
 
 // grad_handling_hook -> process_gradients(param). The gradient first accumulates into param.grad
 // as torch's AccumulateGrad does (the hook is a post-accumulate hook): stage 1 keeps it whole over
@@ -38,6 +39,7 @@ void Zero12Engine::post_backward(int id, const at::Tensor& grad) {
 // gradient dtype, allocated at the first hook after the epilogue released it.
 void Zero12Engine::setup_buckets() {
   if (ready_for_gradients_) return;
+  ++micro_step_id_;  // self.micro_step_id += 1 (read by the cpu_offload path)
   const auto opts = at::TensorOptions().dtype(dtypes_.model).device(comm_.world().device);
   ipg_buffers_.clear();
   ipg_buffers_.push_back(at::empty({opts_.reduce_bucket_size}, opts));
@@ -174,6 +176,7 @@ void Zero12Engine::average_tensor(at::Tensor tensor) {
 // dtype) allocated at the first copy after the epilogue released it; the parameter's whole
 // gradient copied in at the running offset and param.grad pointed at the copy.
 void Zero12Engine::copy_grads_in_partition(int id) {
+  if (opts_.offload()) return offload_copy_grads_in_partition(id);  // the cpu_offload branch (zero12_offload.cpp)
   if (!grads_in_partition_.defined()) {
     grads_in_partition_offset_ = 0;
     grads_in_partition_ = at::empty({layout_.grads_in_partition_numel(comm_.rank())},
@@ -209,6 +212,12 @@ void Zero12Engine::epilogue() {
   std::fill(reduced_.begin(), reduced_.end(), false);
   auto& s = comm_.streams();
   if (opts_.overlap_comm) s.synchronize_stream(reduction_stream_);
+  if (opts_.offload()) {  // `if self.cpu_offload is False:` — the host already holds the gradients
+    ipg_buffers_.clear();
+    ready_for_gradients_ = false;
+    for (auto& g : grads_) g = at::Tensor();
+    return;
+  }
   const bool first = all_grad_tensors_.empty();
   for (size_t k = 0; k < params_in_partition_.size(); ++k) {
     const int id = params_in_partition_[k];

@@ -55,6 +55,8 @@ at::Tensor Zero12Engine::grad_norm(const std::vector<at::Tensor>& grads) {
 }
 
 double Zero12Engine::optimizer_step(double lr) {
+  if (opts_.offload()) return offload_optimizer_step(lr);  // step() with cpu_offload (zero12_offload.cpp)
+  micro_step_id_ = -1;  // self.micro_step_id = INITIAL_MICRO_STEP_ID
   at::NoGradGuard no_grad;
   auto& s = comm_.streams();
   const auto dev = comm_.world().device;

@@ -350,7 +350,7 @@ std::string static_refusal(Target to, const std::string& key, const ojson& v, co
     if (key == "zero_optimization.stage" && v == 0) return "ZeRO stage 0 is DDP in zerobench (--backend ddp)";
     if (key.find("offload_") != std::string::npos && key.size() > 7 && key.substr(key.size() - 7) == ".device") {
       if (v == "nvme") return "NVMe offload is not implemented in zerobench (cpu offload is)";
-      if (v == "cpu" && stage < 3) return "offload with ZeRO stage 1/2 is not implemented in zerobench yet (stage 3 offloads)";
+      // cpu with stage 1/2: offload_optimizer runs (zero12_offload.cpp); offload_param is ignored, as DeepSpeed does.
     }
     if (key == "zero_optimization.zero_quantized_gradients" && v == true)
       return "ZeRO++ qgZ is not implemented in zerobench (hpZ and qwZ are)";

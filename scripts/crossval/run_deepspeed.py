@@ -285,19 +285,23 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     built and loaded on every rank in fp32 (transformers' from_pretrained without zero3), then
     deepspeed.initialize casts it to bf16 when "bf16" is enabled (engine.py
     _configure_distributed_model) and broadcasts rank 0's weights (_broadcast_model); the client
-    optimizer is HF's default torch.optim.AdamW(fused=True), as for stage 3. Offload with stages
-    1/2 is refused by zerobench for now, so it is refused here too."""
+    optimizer is HF's default torch.optim.AdamW(fused=True), as for stage 3. With
+    offload_optimizer cpu the JSON carries DeepSpeed's own "optimizer" section (as for stage 3
+    offload): DeepSpeedCPUAdam, or torch.optim.AdamW with torch_adam, steps the host fp32
+    partition (stage_1_and_2.py cpu_offload)."""
     import deepspeed
     offload_optimizer, _ = offload_devices(ds_config)
-    if offload_optimizer != "none":
-        raise SystemExit("run_deepspeed.py: offload_optimizer with ZeRO stage 1/2 is not set up (zerobench refuses it)")
+    own_optimizer = offload_optimizer != "none" and "optimizer" in ds_config
     net = zbmodel.LlamaForCausalLM(cfg)
     zbmodel.load_weights(net, common.load_weights_file(work))
     t = spec["train"]
     b1, b2 = t["betas"]
-    optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
-                                  weight_decay=t["weight_decay"], fused=True)
-    engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+    if own_optimizer:
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config)
+    else:
+        optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
+                                      weight_decay=t["weight_decay"], fused=True)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
     stage = engine.zero_optimization_stage()
     asked = int(spec["options"].get("stage", -1))
     in_json = int(ds_config["zero_optimization"]["stage"])
@@ -309,7 +313,14 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     if bool(engine.bfloat16_enabled()) != (spec["precision"] == "bf16"):
         raise SystemExit(f"run_deepspeed.py: precision {spec['precision']} but DeepSpeed bf16 enabled = "
                          f"{engine.bfloat16_enabled()}")
-    return DeepSpeedZero12Runner(engine, ds_optimizer, t, deepspeed.__version__, stage)
+    if bool(engine.optimizer.cpu_offload) != (offload_optimizer == "cpu"):
+        raise SystemExit(f"run_deepspeed.py: DeepSpeed cpu_offload = {engine.optimizer.cpu_offload}, the JSON asks "
+                         f"offload_optimizer {offload_optimizer}")
+    runner = DeepSpeedZero12Runner(engine, ds_optimizer, t, deepspeed.__version__, stage)
+    if own_optimizer:
+        runner.notes = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+                        "(optimizer offload)"]
+    return runner
 
 
 class DeepSpeedZero12Runner(DeepSpeedRunner):
@@ -324,14 +335,34 @@ class DeepSpeedZero12Runner(DeepSpeedRunner):
         averaged_gradients / all_grad_tensors (views of grads_in_partition), param.grad (stage 1
         between micro-batches), the current grads_in_partition; optimizer = the inner AdamW's
         exp_avg + exp_avg_sq; buffers = the IPG bucket buffers still allocated (the epilogue
-        releases them: _release_ipg_buffers)."""
+        releases them: _release_ipg_buffers). With cpu_offload, on the host ("host"): the fp32
+        partition (master_params), its .grad, temp_grad_buffer_for_cpu_offload and
+        accumulated_grads_in_cpu (grads), param_buffer_of_bit16_for_cpu_offload_groups (params),
+        the optimizer states; on the device temp_grad_buffer_for_gpu_offload (grads)."""
         opt = self.optimizer
         held = common.storage_counter()
         out = {"params": 0, "master_params": 0, "grads": 0, "optimizer": 0, "buffers": 0}
+        oo = bool(opt.cpu_offload)
+        hst = dict(out)
+        on_cpu_accelerator = self.engine.device.type == "cpu" if hasattr(self.engine, "device") else True
+
+        def add(cat, t, offloaded):  # where DeepSpeed put it (the CPU accelerator: by the offload rule)
+            on_host = offloaded if on_cpu_accelerator else (torch.is_tensor(t) and t.device.type == "cpu")
+            (hst if on_host else out)[cat] += held(t)
+
         for t in opt.bit16_groups_flat:
             out["params"] += held(t)
         for t in opt.single_partition_of_fp32_groups:
-            out["master_params"] += held(t)
+            add("master_params", t, oo)
+        if oo:
+            for t in opt.single_partition_of_fp32_groups:
+                add("grads", t.grad, True)
+            for t in opt.param_buffer_of_bit16_for_cpu_offload_groups:
+                add("params", t, True)
+            add("grads", opt.temp_grad_buffer_for_cpu_offload, True)
+            for t in opt.accumulated_grads_in_cpu.values():
+                add("grads", t, True)
+            add("grads", opt.temp_grad_buffer_for_gpu_offload, False)
         for b in opt.ipg_buckets.values():
             for t in b.buffer:
                 out["buffers"] += held(t)
@@ -346,10 +377,15 @@ class DeepSpeedZero12Runner(DeepSpeedRunner):
             out["grads"] += held(g)
         step_counters = 0
         for state in opt.optimizer.state.values():
-            out["optimizer"] += held(state["exp_avg"]) + held(state["exp_avg_sq"])
-            if torch.is_tensor(state.get("step")):
+            add("optimizer", state["exp_avg"], oo)
+            add("optimizer", state["exp_avg_sq"], oo)
+            if torch.is_tensor(state.get("step")):  # DeepSpeedCPUAdam's step is a Python int
                 step_counters += held(state["step"])
         out["optimizer_step_counters"] = step_counters
+        if oo:  # on the CPU accelerator nothing can be pinned: report what the config asks, as zerobench does
+            pinned = any(t.is_pinned() for t in opt.single_partition_of_fp32_groups) if not on_cpu_accelerator else \
+                bool(self.engine._config.zero_config.offload_optimizer.pin_memory)
+            out["host"] = dict(hst, pinned=bool(pinned))
         return {"bytes": out,
                 "detail": {"stage": self.engine.zero_optimization_stage(),
                            "partition_size": [int(n) for n in opt.partition_size],
@@ -357,6 +393,8 @@ class DeepSpeedZero12Runner(DeepSpeedRunner):
                            "reduce_bucket_size": opt.reduce_bucket_size,
                            "allgather_bucket_size": opt.allgather_bucket_size,
                            "overlap_comm": opt.overlap_comm,
+                           "cpu_offload": oo,
+                           "basic_optimizer": type(self.engine.basic_optimizer).__name__,
                            "ipg_dtypes": [str(d) for d in opt.ipg_buckets]}}
 
 
