@@ -39,9 +39,8 @@ void check_offload(const Zero3Options& o) {
 
 // ZeRO++: what zerobench does not run, one line each (zero3_zeropp.hpp).
 void check_zeropp(const Zero3Options& o) {
-  if (o.zero_quantized_gradients)
-    throw UsageError("zero_optimization.zero_quantized_gradients true: ZeRO++ qgZ (coalesced_collectives.py "
-                     "all_to_all_quant_reduce, a two-level all-to-all) is not implemented in zerobench");
+  if (o.qgz_ranks_per_node < 0)
+    throw UsageError("--zero3-ranks-per-node " + std::to_string(o.qgz_ranks_per_node) + " must be positive");
   if (o.hpz() && o.offload_param.enabled())
     throw UsageError("zero_optimization.zero_hpz_partition_size " + std::to_string(o.zero_hpz_partition_size) +
                      " with offload_param cpu: a host-resident hpZ secondary partition is not implemented");
@@ -126,6 +125,8 @@ json to_json(const Zero3Options& o) {
   // The fp16 section's loss scaling: only when it differs from DeepSpeed's defaults (it is read
   // only under precision fp16; a bf16/fp32 run's options stay as they were).
   if (to_json(o.fp16) != to_json(common::DeepSpeedLossScaleOptions{})) j["fp16"] = to_json(o.fp16);
+  // qgZ's ranks per node: only with qgZ on (the options of other runs stay as they were).
+  if (o.zero_quantized_gradients || o.qgz_ranks_per_node > 0) j["qgz_ranks_per_node"] = o.qgz_ranks_per_node;
   return j;
 }
 
@@ -151,6 +152,7 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.zero_quantized_weights = j.value("zero_quantized_weights", o.zero_quantized_weights);
   o.zero_quantized_nontrainable_weights = j.value("zero_quantized_nontrainable_weights", o.zero_quantized_nontrainable_weights);
   o.zero_quantized_gradients = j.value("zero_quantized_gradients", o.zero_quantized_gradients);
+  if (j.contains("qgz_ranks_per_node")) o.qgz_ranks_per_node = as_count("qgz_ranks_per_node", j["qgz_ranks_per_node"]);
   if (j.contains("fp16")) o.fp16 = loss_scale_from_json(j["fp16"]);
   check_offload(o);
   check_zeropp(o);
