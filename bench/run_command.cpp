@@ -342,8 +342,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   for (const auto& s : result.steps) {
     json c = json::object();
     for (size_t k = 0; k < s.comm.size(); ++k)
-      c[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
-                                                                                    {"bytes", s.comm[k].bytes}};
+      if (s.comm[k].count > 0 || backends::common::reported_when_unused(backends::common::CollectiveKind(k)))
+        c[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
+                                                                                      {"bytes", s.comm[k].bytes}};
     comm_steps.push_back(c);
   }
   json rank_json = {
@@ -441,8 +442,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
     }
     json comm = json::object();  // rank 0's collectives in this step (count, bytes)
     for (size_t k = 0; k < s.comm.size(); ++k)
-      comm[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
-                                                                                       {"bytes", s.comm[k].bytes}};
+      if (s.comm[k].count > 0 || backends::common::reported_when_unused(backends::common::CollectiveKind(k)))
+        comm[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
+                                                                                         {"bytes", s.comm[k].bytes}};
     steps.back()["comm"] = comm;
   }
 

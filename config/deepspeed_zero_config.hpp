@@ -44,7 +44,7 @@ struct DeepSpeedZeroConfig {
   bool contiguous_gradients = true;
   DeepSpeedOffloadOptimizer offload_optimizer;  // also from the deprecated cpu_offload
   DeepSpeedOffloadParam offload_param;          // also from the deprecated cpu_offload_param
-  // ZeRO++ (the backend decides what it runs; zero3 refuses qgZ).
+  // ZeRO++ (the backend decides what it runs: zero3 runs hpZ, qwZ and qgZ).
   int64_t zero_hpz_partition_size = 1;  // Field(1, ge=0); > 1: hpZ
   bool zero_quantized_weights = false, zero_quantized_nontrainable_weights = false, zero_quantized_gradients = false;
   // stage3_module_granularity_threshold (0: off); the zero3 engine, which knows the model, refuses

@@ -47,3 +47,55 @@ TEST(CommAsync, AllGatherAndReduceScatterInFlightMatchTheBlockingResults) {
     EXPECT_TRUE(comm.take_intervals().empty());
   });
 }
+
+// all_to_all_single (ZeRO++ qgZ's collective): rank j's chunk r lands in rank r's chunk j; counted
+// once with the send buffer's bytes (nccl-tests alltoall); in stats_json only once issued, so
+// the report of a run without all-to-all keeps exactly its four kinds.
+TEST(CommAllToAll, DeliversChunkRToRankRAndCountsTheSendBuffer) {
+  for (const int w : {2, 3}) {
+    test_support::run_ranks(w, [w](runtime::World& world) {
+      backends::common::Comm comm(world);
+      const int r = world.rank;
+      EXPECT_FALSE(comm.stats_json().contains("all_to_all"));
+      EXPECT_TRUE(comm.stats_json().contains("broadcast"));
+      auto in = at::arange(2 * w, at::kFloat) + 100.0 * r;  // [w chunks of 2]: rank r's chunk j = 100r + 2j + {0,1}
+      auto out = at::empty({2 * w}, at::kFloat);
+      comm.all_to_all_single(out, in, "grads");
+      for (int j = 0; j < w; ++j)  // out chunk j = rank j's chunk r
+        EXPECT_TRUE(out.slice(0, 2 * j, 2 * j + 2).equal(at::arange(2 * r, 2 * r + 2, at::kFloat) + 100.0 * j))
+            << "W=" << w << " rank " << r << " chunk " << j;
+      auto pending = comm.all_to_all_single_async(out, in, "grads");
+      pending.wait();
+      const auto& s = comm.stats()[size_t(CollectiveKind::kAllToAll)];
+      EXPECT_EQ(s.count, 2);
+      EXPECT_EQ(s.bytes, 2 * (2 * w) * 4);
+      const auto j = comm.stats_json();
+      ASSERT_TRUE(j.contains("all_to_all"));
+      EXPECT_EQ(j["all_to_all"]["bytes"].get<int64_t>(), 2 * (2 * w) * 4);
+      EXPECT_DOUBLE_EQ(backends::common::busbw_factor(CollectiveKind::kAllToAll, w), double(w - 1) / w);
+      auto bad = at::empty({2 * w + 1}, at::kFloat);  // numel not a multiple of the group: refused
+      EXPECT_THROW(comm.all_to_all_single(bad, bad, "bad"), c10::Error);
+    });
+  }
+}
+
+// --emulate-world-size: one process plays rank 1 of 4; the all-to-all keeps shapes and bytes and
+// fills every chunk with this rank's own chunk (as if every rank held this rank's data).
+TEST(CommAllToAll, EmulatedWorldKeepsBytesAndCopiesThisRanksChunk) {
+  auto world = runtime::init_emulated_world(1, 4, at::kCPU);
+  backends::common::Comm comm(world);
+  comm.streams().set_logging(true);
+  auto in = at::arange(8, at::kFloat);
+  auto out = at::zeros({8}, at::kFloat);
+  comm.all_to_all_single(out, in, "q");
+  EXPECT_TRUE(out.equal(at::tensor({2.f, 3.f, 2.f, 3.f, 2.f, 3.f, 2.f, 3.f})));
+  const auto& s = comm.stats()[size_t(CollectiveKind::kAllToAll)];
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.bytes, 8 * 4);
+  EXPECT_EQ(s.not_measured, 1);
+  EXPECT_TRUE(comm.stats_json()["all_to_all"]["busbw_gbps"].is_null());
+  // The dependency log has it as a collective named by kind and label, and its wait.
+  using E = backends::common::StreamLogEntry;
+  EXPECT_GE(comm.streams().find(E::Kind::kCollective, "", "all_to_all:q"), 0) << comm.streams().dump();
+  EXPECT_GE(comm.streams().find(E::Kind::kWaitCollective, "", "q"), 0) << comm.streams().dump();
+}

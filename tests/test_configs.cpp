@@ -223,8 +223,8 @@ TEST(DeepSpeedConfig, AliasesAutoAndSubGroupZeroResolveAsDeepSpeedAndTransformer
 TEST(DeepSpeedConfig, RefusesWhatZeroBenchDoesNotImplementNamingTheKey) {
   const auto p = temp_path("refuse.json");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
-       "zero_optimization.zero_quantized_gradients true"},
+      {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 100000000}})",
+       "zero_optimization.stage3_module_granularity_threshold 100000000"},
       {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "stage3_prefetch_bucket": 5}})",
        "zero_optimization.stage3_prefetch_bucket: not a DeepSpeed ZeRO setting"},
       {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",

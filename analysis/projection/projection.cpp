@@ -282,9 +282,14 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     c["bytes"] = c["bytes"].get<int64_t>() + s.bytes;
     c["time_s"] = c["time_s"].get<double>() + (s.end_s - s.start_s);
   }
-  for (int k = 0; k < int(CollectiveKind::kCount); ++k)
-    basis[backends::common::collective_name(CollectiveKind(k))] =
-        cal.collective_basis(CollectiveKind(k), precision == "fp32" ? "fp32" : "bf16", o.world, o.nodes);
+  for (int k = 0; k < int(CollectiveKind::kCount); ++k) {
+    const char* name = backends::common::collective_name(CollectiveKind(k));
+    if (!backends::common::reported_when_unused(CollectiveKind(k)) && colls[name]["count"].get<int64_t>() == 0) {
+      colls.erase(name);  // all_to_all only where the program issues one (projections without it unchanged)
+      continue;
+    }
+    basis[name] = cal.collective_basis(CollectiveKind(k), precision == "fp32" ? "fp32" : "bf16", o.world, o.nodes);
+  }
 
   json projection = {
       {"step_time_s", tl.step_s},

@@ -74,8 +74,11 @@ BlockwiseQuantized quantize_blockwise(const at::Tensor& x, int64_t groups, int b
     scaled = (v - offset) * scale;
     out.params = at::cat({scale.reciprocal(), offset}, 1);  // [G, 2]
   }
-  // __float2int_rn: round half to even (at::round), then clamp to the signed range.
-  const auto q = scaled.round().clamp(double(q_min), double(q_max)).to(at::kChar).flatten();
+  // __float2int_rn: round half to even (at::round), NaN to 0 and +-inf to the int32 range (PTX
+  // cvt.rni.s32.f32), then clamp to the signed range. (A group holding an inf has scale 0: its
+  // finite values give 0 * x = 0, the inf NaN -> 0; its stored 1/scale is inf, so they all
+  // dequantize to NaN, and an fp16 overflow stays visible after qgZ's reduction.)
+  const auto q = scaled.nan_to_num(0.0).round().clamp(double(q_min), double(q_max)).to(at::kChar).flatten();
   out.data = bits == 8 ? q : pack_int4(q);
   out.params = out.params.contiguous();
   return out;

@@ -35,6 +35,7 @@ const char* collective_name(CollectiveKind kind) {
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllReduce: return "all_reduce";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllToAll: return "all_to_all";
     default: return "unknown";
   }
 }
@@ -42,7 +43,8 @@ const char* collective_name(CollectiveKind kind) {
 double busbw_factor(CollectiveKind kind, int w) {
   switch (kind) {
     case CollectiveKind::kAllGather:
-    case CollectiveKind::kReduceScatter: return double(w - 1) / double(w);
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll: return double(w - 1) / double(w);
     case CollectiveKind::kAllReduce: return 2.0 * double(w - 1) / double(w);
     default: return 1.0;
   }
@@ -281,6 +283,29 @@ void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const ru
   wait_from_issue(issue(CollectiveKind::kBroadcast, g, work, int64_t(t.nbytes()), label, t0, {t}));
 }
 
+PendingCollective Comm::all_to_all_single_async(at::Tensor& out, at::Tensor& in, const std::string& label,
+                                                const runtime::World* group) {
+  const auto& g = group ? *group : world_;
+  TORCH_CHECK(out.numel() == in.numel() && in.numel() % g.size == 0 && out.scalar_type() == in.scalar_type(),
+              "all_to_all_single: input numel ", in.numel(), " and output numel ", out.numel(),
+              " must be equal, of one dtype, and a multiple of the group size ", g.size);
+  runtime::nvtx::Range range(std::string("all_to_all ") + label);
+  const double t0 = now_s();
+  c10::intrusive_ptr<c10d::Work> work;
+  if (g.size == 1) {
+    out.copy_(in);
+  } else {
+    std::vector<int64_t> equal_splits;  // empty: equal splits (all_to_all_single without split sizes)
+    work = g.pg->alltoall_base(out, in, equal_splits, equal_splits);
+  }
+  return issue(CollectiveKind::kAllToAll, g, work, int64_t(in.nbytes()), label, t0, {out, in});
+}
+
+void Comm::all_to_all_single(at::Tensor& out, at::Tensor& in, const std::string& label,
+                             const runtime::World* group) {
+  wait_from_issue(all_to_all_single_async(out, in, label, group));
+}
+
 nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }
 
 std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
@@ -303,6 +328,7 @@ nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(Collective
   for (size_t i = 0; i < s.size(); ++i) {
     const auto kind = CollectiveKind(i);
     const auto& c = s[i];
+    if (c.count == 0 && !reported_when_unused(kind)) continue;
     // algbw = bytes / time; busbw = algbw * factor (nccl-tests' PERFORMANCE.md).
     const double busbw = c.time_s > 0 ? double(c.bytes) / c.time_s * busbw_factor(kind, world_size) / 1e9 : 0.0;
     j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"wait_s", c.wait_s},

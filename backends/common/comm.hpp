@@ -1,6 +1,6 @@
 // comm.hpp — the collectives every engine calls, each counted (calls, bytes) and timed per kind.
 // Owns: the byte convention (nccl-tests' "size": all-gather = output bytes, reduce-scatter =
-// input bytes, all-reduce/broadcast = tensor bytes), busbw factors, and the lifetime of tensors
+// input bytes, all-reduce/broadcast = tensor bytes, all-to-all = send-buffer bytes), busbw factors, and the lifetime of tensors
 // a collective in flight reads or writes (PendingCollective). Must not: choose what to
 // communicate (engines do).
 //
@@ -36,10 +36,16 @@
 
 namespace zb::backends::common {
 
-enum class CollectiveKind { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kCount };
+// kAllToAll is last so that the first four keep their indices (and report order).
+enum class CollectiveKind { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kAllToAll, kCount };
 const char* collective_name(CollectiveKind kind);
-// nccl-tests bus-bandwidth factor: all-gather/reduce-scatter (W-1)/W, all-reduce 2(W-1)/W, broadcast 1.
+// nccl-tests bus-bandwidth factor: all-gather/reduce-scatter/all-to-all (W-1)/W, all-reduce
+// 2(W-1)/W, broadcast 1.
 double busbw_factor(CollectiveKind kind, int world_size);
+// Whether a report lists `kind` even with no call: the first four always (reports written before
+// all-to-all existed list exactly those), all_to_all only when a run issued one (ZeRO++ qgZ), so a
+// report of a run without all-to-all is unchanged.
+inline bool reported_when_unused(CollectiveKind kind) { return kind != CollectiveKind::kAllToAll; }
 
 struct CollectiveStats {
   int64_t count = 0;
@@ -109,6 +115,12 @@ class Comm {
                           const runtime::World* group = nullptr);
   void all_reduce_sum(at::Tensor& t, const std::string& label = "", const runtime::World* group = nullptr);
   void broadcast(at::Tensor& t, int root, const std::string& label = "", const runtime::World* group = nullptr);
+  // out [size * n] <- chunk j from rank j: out[j*n : (j+1)*n] = rank j's in[rank*n : (rank+1)*n];
+  // in [size * n], equal splits (torch.distributed.all_to_all_single without split sizes, as
+  // DeepSpeed's all_to_all_quant_reduce calls it). c10d's alltoall_base. Counted bytes: the
+  // send buffer (nccl-tests alltoall's size), busbw factor (W-1)/W.
+  void all_to_all_single(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                         const runtime::World* group = nullptr);
 
   // Asynchronous forms: the collective runs while the caller goes on (on Gloo's worker threads
   // or NCCL's stream); `out` must not be read, nor `in` written, before the handle's wait().
@@ -122,6 +134,8 @@ class Comm {
                                          const std::string& label = "", const runtime::World* group = nullptr);
   PendingCollective all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const std::string& label = "",
                                      const runtime::World* group = nullptr);
+  PendingCollective all_to_all_single_async(at::Tensor& out, at::Tensor& in, const std::string& label = "",
+                                            const runtime::World* group = nullptr);
 
   // NCCL: adds the device durations of collectives waited since the last call to time_s. Call
   // after a device synchronize (the trainer does, at the end of each step). No-op on Gloo.

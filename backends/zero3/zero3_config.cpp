@@ -125,8 +125,14 @@ std::vector<BackendFlag> cli_flags() {
                K::kCount),
           choices(flag("--zero3-quantized-weights", "zero3: ZeRO++ zero_quantized_weights (qwZ)", K::kText),
                   {"true", "false"}),
-          choices(flag("--zero3-quantized-gradients", "zero3: ZeRO++ zero_quantized_gradients (qgZ: refused)", K::kText),
-                  {"true", "false"})};
+          choices(flag("--zero3-quantized-gradients",
+                       "zero3: ZeRO++ zero_quantized_gradients (qgZ: int4 all-to-all gradient reduction across nodes)",
+                       K::kText),
+                  {"true", "false"}),
+          flag("--zero3-ranks-per-node",
+               "zero3: ranks per node qgZ's local/global all-to-all groups use (DeepSpeed's device_count(); "
+               "default LOCAL_WORLD_SIZE): emulates nodes on one host",
+               K::kCount, 1)};
 }
 
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes) {
@@ -151,6 +157,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
   set("--max-reuse-distance", z.stage3_max_reuse_distance);
   set("--sub-group-size", z.sub_group_size);
   set("--zero3-hpz-partition-size", z.zero_hpz_partition_size);
+  set("--zero3-ranks-per-node", z.qgz_ranks_per_node);
   for (const auto& [flag_name, field] : {std::pair<const char*, bool*>{"--zero3-quantized-weights", &z.zero_quantized_weights},
                                          {"--zero3-quantized-gradients", &z.zero_quantized_gradients}}) {
     const auto it = given.find(flag_name);

@@ -93,6 +93,7 @@ Zero3Engine::Zero3Engine(const EngineSpec& spec, const runtime::World& world)
     ipg_buffer_ = at::empty({opts_.reduce_bucket_size}, at::TensorOptions().dtype(dtypes_.comm).device(dev));
   rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.model, dev);
   init_zeropp();  // zero3_zeropp.cpp: the hpZ groups (collective), qwZ's group checks
+  init_qgz();     // zero3_qgz.cpp: qgZ's local/global all-to-all groups (collective), its shape checks
   init_fp16();  // zero3_fp16.cpp: the loss scaler (fp16 only)
   granularity_ = check_module_granularity(opts_.stage3_module_granularity_threshold, spec_.model);  // or exit 2
   comm_.reset_stats();

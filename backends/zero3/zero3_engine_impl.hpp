@@ -11,6 +11,8 @@
 //                          and partition_grads, the end of backward, the optimizer step
 //   zero3_zeropp.cpp       ZeRO++: hpZ's secondary partitions and their group all-gather, qwZ's
 //                          int8 all-gather (partition_parameters.py, zero3_zeropp.hpp)
+//   zero3_qgz.cpp          ZeRO++ qgZ: the local/global all-to-all groups and the quantized
+//                          bucket reduction (coalesced_collectives.py, zero3_qgz.hpp)
 //   zero3_fp16.cpp         precision fp16: the loss scaler, has_overflow, the skipped step,
 //                          unscale_and_clip_grads' combined factor
 //   zero3_offload.cpp      offload_optimizer / offload_param (cpu): the host<->device copies of
@@ -30,6 +32,7 @@
 #include "backends/engine.hpp"
 #include "backends/zero3/zero3_cpu_adam.hpp"
 #include "backends/zero3/zero3_layout.hpp"
+#include "backends/zero3/zero3_qgz.hpp"
 #include "models/llama.hpp"
 
 namespace zb::backends::zero3 {
@@ -138,6 +141,9 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   void make_secondary(int id);
   void invalidate_secondaries();
   int64_t secondary_bytes() const;
+  // zero3_qgz.cpp
+  void init_qgz();
+  void qgz_reduce_and_partition();  // the bucket through all_to_all_quant_reduce (qgz_.active())
   // zero3_offload.cpp
   bool offload_optimizer() const { return opts_.offload_optimizer.enabled(); }
   bool offload_param() const { return opts_.offload_param.enabled(); }
@@ -188,6 +194,8 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   int hpz_ = 1;                   // effective hpZ group size (1: off)
   runtime::World hpz_group_;      // hpZ: this rank's group of hpz_ consecutive ranks
   int64_t quantized_gathers_ = 0; // qwZ: all-gathers of int8 data issued (each with one of scales)
+  QgzTopology qgz_;               // qgZ: nodes x ranks per node (inactive: one node, or qgZ off)
+  runtime::World qgz_local_, qgz_global_;  // qgZ: this rank's local_i and global_j groups
   std::unique_ptr<common::LossScaler> scaler_;  // fp16 only: CreateLossScaler(dtype=torch.half, ...)
   LossScaleStep scale_step_;                    // the last optimizer step's scale, overflow and skip
   nlohmann::json granularity_;                  // stage3_module_granularity_threshold's check (null: 0)

@@ -1,6 +1,7 @@
 // zero3_layout.cpp — see zero3_layout.hpp (moved out of zero3_engine.cpp unchanged, so the
 // engine, its closed form and the memory estimate read the same partitions).
 #include "backends/zero3/zero3_layout.hpp"
+#include "backends/zero3/zero3_qgz.hpp"
 #include "backends/zero3/zero3_zeropp.hpp"
 #include "backends/zero3/zero3_padding.hpp"
 
@@ -74,6 +75,7 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   int groups = 1;
   const auto layouts = param_layouts(spec.model, l.shard_size, o, &groups);
   if (o.zero_quantized_weights && topo.world > 1) check_quantizable(layouts, hpz);  // qwZ: CUDAQuantizer's groups
+  check_qgz_shapes(layouts, qgz_topology(o, topo.world, topo.ranks_per_node));  // qgZ: the swizzle kernel's shapes
   for (const auto& p : layouts) {
     if (size_t(p.unit) >= l.unit_numel.size()) {
       l.unit_numel.push_back(0);

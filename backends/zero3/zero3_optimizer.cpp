@@ -96,6 +96,7 @@ void Zero3Engine::reduce_and_partition_bucket() {
     // made on (partition_grads: param.grad.record_stream(current_stream())).
     if (!(ipg_buffer_.defined() && e.grad.is_alias_of(ipg_buffer_))) s.record_stream(e.grad, rp_stream_, "grad");
   }
+  if (qgz_.active()) return qgz_reduce_and_partition();  // ZeRO++ qgZ over more than one node (zero3_qgz.cpp)
   at::Tensor in;
   bool in_place_on_ipg = false;
   if (bucket_.size() == 1 && layout_[size_t(bucket_[0].id)].numel % W == 0) {

@@ -40,9 +40,8 @@ void check_offload(const Zero3Options& o) {
 
 // ZeRO++: what zerobench does not run, one line each (zero3_zeropp.hpp).
 void check_zeropp(const Zero3Options& o) {
-  if (o.zero_quantized_gradients)
-    throw UsageError("zero_optimization.zero_quantized_gradients true: ZeRO++ qgZ (coalesced_collectives.py "
-                     "all_to_all_quant_reduce, a two-level all-to-all) is not implemented in zerobench");
+  if (o.qgz_ranks_per_node < 0)
+    throw UsageError("--zero3-ranks-per-node " + std::to_string(o.qgz_ranks_per_node) + " must be positive");
   if (o.hpz() && o.offload_param.enabled())
     throw UsageError("zero_optimization.zero_hpz_partition_size " + std::to_string(o.zero_hpz_partition_size) +
                      " with offload_param cpu: a host-resident hpZ secondary partition is not implemented");
@@ -115,6 +114,8 @@ json to_json(const Zero3Options& o) {
   // Only when set (0, the default, is DeepSpeed's off; earlier reports' options stay as they were).
   if (o.stage3_module_granularity_threshold > 0)
     j["stage3_module_granularity_threshold"] = o.stage3_module_granularity_threshold;
+  // qgZ's ranks per node: only with qgZ on (the options of other runs stay as they were).
+  if (o.zero_quantized_gradients || o.qgz_ranks_per_node > 0) j["qgz_ranks_per_node"] = o.qgz_ranks_per_node;
   return j;
 }
 
@@ -142,6 +143,7 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.zero_quantized_nontrainable_weights = j.value("zero_quantized_nontrainable_weights", o.zero_quantized_nontrainable_weights);
   o.zero_quantized_gradients = j.value("zero_quantized_gradients", o.zero_quantized_gradients);
   if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
+  if (j.contains("qgz_ranks_per_node")) o.qgz_ranks_per_node = as_count("qgz_ranks_per_node", j["qgz_ranks_per_node"]);
   check_offload(o);
   check_zeropp(o);
   check_dtype("communication_data_type", o.communication_data_type);

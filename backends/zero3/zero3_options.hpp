@@ -66,7 +66,8 @@ struct Zero3Options {
   int64_t zero_hpz_partition_size = 1;              // hpZ: secondary partition within groups of this size (0, 1: off)
   bool zero_quantized_weights = false;              // qwZ: int8 blockwise all-gather of parameters
   bool zero_quantized_nontrainable_weights = false; // every parameter here trains: nothing to store quantized
-  bool zero_quantized_gradients = false;            // qgZ: refused (needs an all-to-all; see zero3_zeropp.hpp)
+  bool zero_quantized_gradients = false;            // qgZ: quantized all-to-all gradient reduction (zero3_qgz.hpp)
+  int64_t qgz_ranks_per_node = 0;                   // qgZ's get_accelerator().device_count(); 0: LOCAL_WORLD_SIZE
   bool hpz() const { return zero_hpz_partition_size > 1; }
   common::DeepSpeedLossScaleOptions fp16;           // the `fp16` section's loss scaling (precision fp16 only)
 };

@@ -23,8 +23,7 @@
 //    (misaligned when W does not divide numel); here the padded buffer is dequantized.
 //  - zero_quantized_nontrainable_weights: stores non-trainable parameters quantized; every
 //    parameter here trains: accepted, no effect (listed in config.ignored).
-//  - qgZ (zero_quantized_gradients): refused (zero3_options.cpp): its all_to_all_quant_reduce
-//    needs an all-to-all collective common::Comm does not have, and int4 swizzled kernels.
+//  - qgZ (zero_quantized_gradients): the quantized all-to-all gradient reduction, zero3_qgz.hpp.
 // Owns: the pure functions below (shared by the engine, its closed form and the estimate).
 // Must not: allocate tensors.
 #pragma once

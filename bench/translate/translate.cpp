@@ -343,17 +343,12 @@ std::string run_refusal(const std::string& path) {
 // whole target (a key's refusal may depend on the ZeRO stage beside it).
 std::string static_refusal(Target to, const std::string& key, const ojson& v, const ojson& config) {
   if (to == Target::kDeepSpeed) {
-    int64_t stage = 3;
-    if (config.contains("zero_optimization") && config["zero_optimization"].contains("stage") &&
-        config["zero_optimization"]["stage"].is_number())
-      stage = config["zero_optimization"]["stage"].get<int64_t>();
+    (void)config;  // no refusal depends on the stage any more (stages 1/2 run offload and fp16)
     if (key == "zero_optimization.stage" && v == 0) return "ZeRO stage 0 is DDP in zerobench (--backend ddp)";
     if (key.find("offload_") != std::string::npos && key.size() > 7 && key.substr(key.size() - 7) == ".device") {
       if (v == "nvme") return "NVMe offload is not implemented in zerobench (cpu offload is)";
       // cpu with stage 1/2: offload_optimizer runs (zero12_offload.cpp); offload_param is ignored, as DeepSpeed does.
     }
-    if (key == "zero_optimization.zero_quantized_gradients" && v == true)
-      return "ZeRO++ qgZ is not implemented in zerobench (hpZ and qwZ are)";
   } else {
     if (key == "mixed_precision" && v == "fp8") return "fp8 is not implemented in zerobench";
     if (key == "fsdp_config.fsdp_sharding_strategy" && v == "HYBRID_SHARD_ZERO2")
