@@ -1,5 +1,6 @@
 // zero3_config.cpp — zero3's config/CLI hooks (see zero3_config.hpp; docs/configs.md).
 #include "backends/zero3/zero3_config.hpp"
+#include "backends/zero3/zero3_granularity.hpp"
 
 #include "config/accelerate_deepspeed.hpp"
 #include "runtime/errors.hpp"
@@ -185,6 +186,9 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     overridden("--zero3-offload-pin-memory", it->second.text);
   }
   spec.options = to_json(zero3_options_from_json(to_json(z)));  // validates (nvme: exit 2)
+  // Needs the model: checked here, before any rank starts, so the refusal is one line (the engine
+  // checks again for callers that build an EngineSpec themselves).
+  check_module_granularity(z.stage3_module_granularity_threshold, spec.model);
 }
 
 }  // namespace zb::backends::zero3
