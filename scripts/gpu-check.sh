@@ -268,6 +268,7 @@ if [ "${part}" = 2 ] || [ "${part}" = all ]; then
   # Issue 24: ZeRO stages 1/2, fp16 (DeepSpeed runs fp16 on CUDA only), ZeRO++ qwZ (DeepSpeed's CUDA quantizer)
   cell crossval-zero1 crossval_cuda zero1 fp32,bf16
   cell crossval-zero2 crossval_cuda zero2 fp32,bf16
+  cell crossval-zero2-offload crossval_cuda zero2 fp32,bf16 zero2-offload --zero-offload-optimizer cpu
   cell crossval-zero3-fp16 crossval_cuda zero3 fp16 zero3-fp16
   cell crossval-zero2-fp16 crossval_cuda zero2 fp16 zero2-fp16
   cell crossval-fsdp-fp16 crossval_cuda fsdp fp16 fsdp-fp16
