@@ -234,7 +234,7 @@ TEST(PrecisionPlan, ClosedFormBytesFollowThePlanAtW1) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 18);
+  EXPECT_EQ(checked, 20);
 }
 
 // The plans as docs/precision.md and docs/backends/*.md describe each mode (load, params, compute,
@@ -251,7 +251,8 @@ TEST(PrecisionPlan, EveryModeAsDocumented) {
       {"zero2:bf16", "bf16 bf16 bf16 bf16 bf16 fp32 fp32"},
       // fp16 (issue 24): accelerate's MixedPrecision(Policy) in fp16 over an fp32 load; DeepSpeed's fp16 model dtype.
       {"fsdp:fp16", "fp32 fp32 fp16 fp16 fp32 - fp32"},   {"fsdp2:fp16", "fp32 fp32 fp16 fp16 fp32 - fp32"},
-      {"zero3:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}};
+      {"zero3:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"},
+      {"zero1:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}, {"zero2:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}};
   std::map<std::string, std::string> got;
   for (const auto& b : backends::registered_backends())
     for (const auto& p : b.precisions) {
