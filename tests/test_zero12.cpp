@@ -14,6 +14,7 @@
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/thread_world.hpp"
+#include "tests/zero12_support.hpp"
 
 using namespace zb;
 using backends::zero12::Zero12Options;
@@ -21,32 +22,12 @@ using K = backends::common::CollectiveKind;
 
 namespace {
 
-backends::EngineSpec zero12_spec(int stage, const std::string& precision, int64_t accum, Zero12Options o = {}) {
-  auto s = test_support::small_spec(accum);
-  s.precision = precision;
-  o.stage = stage;
-  s.options = backends::zero12::to_json(o);
-  return s;
-}
-
 std::string backend_of(int stage) { return "zero" + std::to_string(stage); }
-
-// The parameters' numels in module.parameters() order of the crossval model (embedding, each
-// block in spec order, final norm, LM head), from the shapes alone.
-std::vector<int64_t> flat_numels(const models::ModelConfig& cfg) {
-  const auto units = models::unit_param_specs(cfg);
-  std::vector<int64_t> out = {units[0][0].numel()};
-  for (size_t u = 1; u < units.size(); ++u)
-    for (const auto& p : units[u]) out.push_back(p.numel());
-  out.push_back(units[0][1].numel());
-  out.push_back(units[0][2].numel());
-  return out;
-}
 
 // Closed form: flat buffer padded to a multiple of 2W; P = padded / W; the gradients of every
 // parameter touching [rP, (r+1)P), whole, and a zero tail for the part of it in the padding.
 backends::ModelStateBytes closed_form(const backends::EngineSpec& spec, int w, int rank) {
-  const auto numels = flat_numels(spec.model);
+  const auto numels = test_support::zero12_flat_numels(spec.model);
   int64_t n = 0;
   for (auto x : numels) n += x;
   const int64_t padded = (n + 2 * w - 1) / (2 * w) * (2 * w), P = padded / w;
@@ -89,7 +70,7 @@ TEST(Zero12Memory, EngineOwnedBytesEqualTheClosedFormOnEveryRank) {
   for (int stage : {1, 2})
     for (int w : {2, 3})
       for (const std::string precision : {"fp32", "bf16"}) {
-        auto spec = zero12_spec(stage, precision, 2);
+        auto spec = test_support::zero12_spec(stage, precision, 2);
         spec.model.vocab = 252;  // the flat buffer is not a multiple of 6: W=3 pads (W=2 does not)
         spec.train.steps = 2;
         spec.train.warmup = 0;
@@ -102,10 +83,10 @@ TEST(Zero12Memory, EngineOwnedBytesEqualTheClosedFormOnEveryRank) {
         });
       }
   // The padding is real: at W=3 the flat buffer is not a multiple of 6 before alignment.
-  auto spec = zero12_spec(2, "fp32", 1);
+  auto spec = test_support::zero12_spec(2, "fp32", 1);
   spec.model.vocab = 252;
   int64_t n = 0;
-  for (auto x : flat_numels(spec.model)) n += x;
+  for (auto x : test_support::zero12_flat_numels(spec.model)) n += x;
   EXPECT_NE(n % 6, 0);
 }
 
@@ -113,7 +94,7 @@ class Zero12Fp32Parity : public ::testing::TestWithParam<std::tuple<int, int, in
 
 TEST_P(Zero12Fp32Parity, MatchesTheSingleProcessReference) {
   const auto [stage, w, accum] = GetParam();
-  test_support::expect_matches_reference(backend_of(stage), zero12_spec(stage, "fp32", accum), w);
+  test_support::expect_matches_reference(backend_of(stage), test_support::zero12_spec(stage, "fp32", accum), w);
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesWorldsAccumulation, Zero12Fp32Parity,
@@ -128,21 +109,21 @@ TEST(Zero12Fp32Parity, OptionsThatChangeTheCollectivesKeepExactness) {
   o.reduce_bucket_size = 3000;  // many flushes
   for (int stage : {1, 2}) {
     SCOPED_TRACE("small buckets, zero" + std::to_string(stage));
-    test_support::expect_matches_reference(backend_of(stage), zero12_spec(stage, "fp32", 2, o), 2);
+    test_support::expect_matches_reference(backend_of(stage), test_support::zero12_spec(stage, "fp32", 2, o), 2);
   }
   o.reduce_bucket_size = 16;  // every parameter larger than the bucket: reduced in its own storage
-  test_support::expect_matches_reference("zero2", zero12_spec(2, "fp32", 1, o), 3);
+  test_support::expect_matches_reference("zero2", test_support::zero12_spec(2, "fp32", 1, o), 3);
   Zero12Options ar;
   ar.reduce_scatter = false;  // gradient_reduction_w_predivide: all-reduce, then / W
-  test_support::expect_matches_reference("zero2", zero12_spec(2, "fp32", 2, ar), 2);
+  test_support::expect_matches_reference("zero2", test_support::zero12_spec(2, "fp32", 2, ar), 2);
   Zero12Options rr;
   rr.round_robin_gradients = true;  // _round_robin_reorder: another flat order, other owners
   rr.reduce_bucket_size = 30000;
-  for (int stage : {1, 2}) test_support::expect_matches_reference(backend_of(stage), zero12_spec(stage, "fp32", 2, rr), 3);
+  for (int stage : {1, 2}) test_support::expect_matches_reference(backend_of(stage), test_support::zero12_spec(stage, "fp32", 2, rr), 3);
   Zero12Options ov;
   ov.overlap_comm = true;  // the reduction stream and the double IPG buffer
-  test_support::expect_matches_reference("zero1", zero12_spec(1, "fp32", 2, ov), 2);
-  test_support::expect_matches_reference("zero2", zero12_spec(2, "fp32", 2, ov), 2);
+  test_support::expect_matches_reference("zero1", test_support::zero12_spec(1, "fp32", 2, ov), 2);
+  test_support::expect_matches_reference("zero2", test_support::zero12_spec(2, "fp32", 2, ov), 2);
 }
 
 // The parity gate's measure: the largest relative loss difference and the parameters' relative
@@ -159,7 +140,7 @@ double parity_error(const std::string& backend, const backends::EngineSpec& spec
 TEST(Zero12Fp32Parity, ThePlantedFaultFailsTheGate) {
   // average_tensor without copying the all-reduced slices back: each rank steps on its own
   // micro-batch's gradient only.
-  auto spec = zero12_spec(2, "fp32", 1);
+  auto spec = test_support::zero12_spec(2, "fp32", 1);
   backends::zero12::plant_fault("skip_copy_back");
   const double planted = parity_error("zero2", spec, 2);
   backends::zero12::plant_fault("");
@@ -188,10 +169,10 @@ int64_t groups_of_lone_param(int64_t offset, int64_t numel, int64_t P, int64_t b
 
 TEST(Zero12Comm, BucketSizesSetTheNumberOfAllReducesAsTheBucketRuleSays) {
   const int w = 2;
-  auto base = zero12_spec(2, "fp32", 2);
+  auto base = test_support::zero12_spec(2, "fp32", 2);
   base.train.steps = 2;
   base.train.warmup = 0;
-  const auto numels = flat_numels(base.model);
+  const auto numels = test_support::zero12_flat_numels(base.model);
   int64_t n = 0, smallest = INT64_MAX;
   for (auto x : numels) {
     n += x;
@@ -202,7 +183,7 @@ TEST(Zero12Comm, BucketSizesSetTheNumberOfAllReducesAsTheBucketRuleSays) {
     Zero12Options o;
     o.reduce_bucket_size = bucket;
     o.allgather_bucket_size = ag_bucket;
-    return one_run(backend_of(stage), zero12_spec(stage, "fp32", 2, o), w);
+    return one_run(backend_of(stage), test_support::zero12_spec(stage, "fp32", 2, o), w);
   };
   // One bucket holds the whole model: stage 2 reduces once per micro-batch, stage 1 once per
   // step (at the boundary); + the norm's all-reduce (4 bytes). Every gradient element goes
@@ -250,7 +231,7 @@ TEST(Zero12Comm, BucketSizesSetTheNumberOfAllReducesAsTheBucketRuleSays) {
 }
 
 TEST(Zero12Comm, Bf16ChecksOverflowWithOneByteAllReduce) {
-  auto spec = zero12_spec(2, "bf16", 1);
+  auto spec = test_support::zero12_spec(2, "bf16", 1);
   spec.train.steps = 2;
   spec.train.warmup = 0;
   Zero12Options o;
@@ -259,7 +240,7 @@ TEST(Zero12Comm, Bf16ChecksOverflowWithOneByteAllReduce) {
   spec.options = backends::zero12::to_json(o);
   const auto r = one_run("zero2", spec, 2);
   int64_t n = 0;
-  for (auto x : flat_numels(spec.model)) n += x;
+  for (auto x : test_support::zero12_flat_numels(spec.model)) n += x;
   // bucket (bf16) + the overflow flag (1 byte, MAX) + the norm (fp32).
   EXPECT_EQ(r.ar.count, 3);
   EXPECT_EQ(r.ar.bytes, n * 2 + 1 + 4);
@@ -279,7 +260,7 @@ TEST(Zero12Options, RefusalsNameTheKey) {
   refused({{"use_multi_rank_bucket_allreduce", false}}, 1, "use_multi_rank_bucket_allreduce");
   refused({{"stage", 2}}, 1, "runs as --backend zero2");
   refused({{"allgather_bucket_size", 3}}, 1, "allgather_bucket_size");
-  auto spec = zero12_spec(1, "bf16", 1);
+  auto spec = test_support::zero12_spec(1, "bf16", 1);
   spec.options["grad_accum_dtype"] = "fp32";
   EXPECT_THROW(backends::backend("zero1").expected_bytes(spec, 2, 0), UsageError);
 }

@@ -20,6 +20,7 @@
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/thread_world.hpp"
+#include "tests/zero12_support.hpp"
 
 using namespace zb;
 using backends::zero12::Zero12Options;
@@ -31,14 +32,6 @@ Zero12Options offload(const std::string& host_optimizer = backends::zero12::kCpu
   o.offload_optimizer = "cpu";
   o.host_optimizer = host_optimizer;
   return o;
-}
-
-backends::EngineSpec spec_for(int stage, const std::string& precision, int64_t accum, Zero12Options o) {
-  auto s = test_support::small_spec(accum);
-  s.precision = precision;
-  o.stage = stage;
-  s.options = backends::zero12::to_json(o);
-  return s;
 }
 
 struct RankRun {
@@ -67,24 +60,12 @@ std::vector<RankRun> run(int stage, const backends::EngineSpec& spec, int w) {
   return out;
 }
 
-// The parameters' numels in the flat buffer's order (module.parameters(): embedding, each block
-// in spec order, final norm, LM head), from the shapes alone.
-std::vector<int64_t> flat_numels(const models::ModelConfig& cfg) {
-  const auto units = models::unit_param_specs(cfg);
-  std::vector<int64_t> out = {units[0][0].numel()};
-  for (size_t u = 1; u < units.size(); ++u)
-    for (const auto& p : units[u]) out.push_back(p.numel());
-  out.push_back(units[0][1].numel());
-  out.push_back(units[0][2].numel());
-  return out;
-}
-
 // Written out from stage_1_and_2.py's cpu_offload allocations (see zero12_offload.hpp): the flat
 // buffer padded to 2W on the device with the largest parameter's temp gradient buffer; on the host
 // the fp32 partition, its fp32 .grad, two fp32 Adam states, a model-dtype copy of the partition,
 // the host temp buffer, and (stage 2 with accumulation) every touching parameter's whole gradient.
 backends::ModelStateBytes closed_form(int stage, const backends::EngineSpec& spec, int w, int rank) {
-  const auto numels = flat_numels(spec.model);
+  const auto numels = test_support::zero12_flat_numels(spec.model);
   int64_t n = 0, largest = 0;
   for (auto x : numels) {
     n += x;
@@ -115,7 +96,7 @@ TEST(Zero12Offload, BytesByLocationEqualTheClosedFormOnEveryRank) {
     for (int w : {2, 3})
       for (const std::string precision : {"fp32", "bf16"})
         for (int64_t accum : {int64_t(1), int64_t(2)}) {
-          const auto spec = spec_for(stage, precision, accum, offload());
+          const auto spec = test_support::zero12_spec(stage, precision, accum, offload());
           const auto ranks = run(stage, spec, w);
           for (int r = 0; r < w; ++r) {
             SCOPED_TRACE("zero" + std::to_string(stage) + " " + precision + " W=" + std::to_string(w) + " accum " +
@@ -134,7 +115,7 @@ TEST(Zero12Offload, TrafficPerStepEqualsTheClosedForm) {
   for (int stage : {1, 2})
     for (int w : {2, 3})
       for (int64_t accum : {int64_t(1), int64_t(3)}) {
-        const auto spec = spec_for(stage, "bf16", accum, offload());
+        const auto spec = test_support::zero12_spec(stage, "bf16", accum, offload());
         const auto ranks = run(stage, spec, w);
         for (int r = 0; r < w; ++r) {
           SCOPED_TRACE("zero" + std::to_string(stage) + " W=" + std::to_string(w) + " accum " + std::to_string(accum) +
@@ -148,7 +129,7 @@ TEST(Zero12Offload, TrafficPerStepEqualsTheClosedForm) {
           }
           if (stage == 1) {
             int64_t n = 0;
-            for (auto x : flat_numels(spec.model)) n += x;
+            for (auto x : test_support::zero12_flat_numels(spec.model)) n += x;
             const int64_t padded = (n + 2 * w - 1) / (2 * w) * (2 * w), P = padded / w;
             const int64_t pad_here = std::max<int64_t>(0, (r + 1) * P - std::max<int64_t>(n, r * P));
             EXPECT_EQ(expected.d2h_bytes, (P - pad_here) * 4);
@@ -166,9 +147,9 @@ TEST(Zero12Offload, TrafficPerStepEqualsTheClosedForm) {
 // the first loss is the same bitwise, the rest within 1e-5 relative; with clipping on, both.
 TEST(Zero12Offload, LossesEqualTheRunWithoutOffload) {
   for (int stage : {1, 2}) {
-    auto base_spec = spec_for(stage, "fp32", 2, Zero12Options{});
+    auto base_spec = test_support::zero12_spec(stage, "fp32", 2, Zero12Options{});
     base_spec.train.grad_clip = 0;
-    auto torch_spec = spec_for(stage, "fp32", 2, offload(backends::zero12::kTorchAdamW));
+    auto torch_spec = test_support::zero12_spec(stage, "fp32", 2, offload(backends::zero12::kTorchAdamW));
     torch_spec.train.grad_clip = 0;
     const auto base = run(stage, base_spec, 2);
     const auto torch_adam = run(stage, torch_spec, 2);
@@ -177,7 +158,7 @@ TEST(Zero12Offload, LossesEqualTheRunWithoutOffload) {
     for (size_t i = 0; i < base[0].norms.size(); ++i)
       EXPECT_NEAR(torch_adam[0].norms[i], base[0].norms[i], 1e-6 * base[0].norms[i]) << i;
     for (bool clip : {false, true}) {
-      auto b = base_spec, c = spec_for(stage, "fp32", 2, offload());
+      auto b = base_spec, c = test_support::zero12_spec(stage, "fp32", 2, offload());
       if (clip) b.train.grad_clip = c.train.grad_clip = 0.05;
       else c.train.grad_clip = 0;
       const auto base2 = run(stage, b, 2);
@@ -199,8 +180,8 @@ TEST(Zero12Offload, LossesEqualTheRunWithoutOffload) {
 // flag from local_overflow: the losses stay within bf16 rounding of the run without offload.
 TEST(Zero12Offload, Bf16TrainsCloseToTheRunWithoutOffload) {
   for (int stage : {1, 2}) {
-    const auto base = run(stage, spec_for(stage, "bf16", 2, Zero12Options{}), 2);
-    const auto off = run(stage, spec_for(stage, "bf16", 2, offload(backends::zero12::kTorchAdamW)), 2);
+    const auto base = run(stage, test_support::zero12_spec(stage, "bf16", 2, Zero12Options{}), 2);
+    const auto off = run(stage, test_support::zero12_spec(stage, "bf16", 2, offload(backends::zero12::kTorchAdamW)), 2);
     EXPECT_EQ(off[0].losses[0], base[0].losses[0]);
     for (size_t i = 0; i < base[0].losses.size(); ++i)
       EXPECT_NEAR(off[0].losses[i], base[0].losses[i], 1e-2 * std::abs(base[0].losses[i])) << i;
@@ -212,9 +193,9 @@ TEST(Zero12Offload, Bf16TrainsCloseToTheRunWithoutOffload) {
 // the weights as they were (the loss parity and the traffic gates fail), and a closed form for
 // the wrong configuration does not match.
 TEST(Zero12Offload, PlantedFaultsAreCaught) {
-  auto spec = spec_for(2, "fp32", 2, offload(backends::zero12::kTorchAdamW));
+  auto spec = test_support::zero12_spec(2, "fp32", 2, offload(backends::zero12::kTorchAdamW));
   spec.train.grad_clip = 0;
-  auto base_spec = spec_for(2, "fp32", 2, Zero12Options{});
+  auto base_spec = test_support::zero12_spec(2, "fp32", 2, Zero12Options{});
   base_spec.train.grad_clip = 0;
   const auto base = run(2, base_spec, 2);
   backends::zero12::plant_fault("skip_offload_copy_back");
@@ -238,7 +219,7 @@ TEST(Zero12Offload, PlantedFaultsAreCaught) {
   EXPECT_FALSE(ok[0].bytes == backends::backend("zero2").expected_bytes(one_micro, 2, 0));
   EXPECT_NE(ok[0].traffic.back().d2h_bytes, backends::zero12::expected_step_traffic(one_micro, 2, 0, 2).d2h_bytes);
   // And one that takes stage 2's path for stage 1.
-  EXPECT_NE(backends::zero12::expected_step_traffic(spec_for(1, "fp32", 2, offload()), 2, 0, 1).d2h_copies,
+  EXPECT_NE(backends::zero12::expected_step_traffic(test_support::zero12_spec(1, "fp32", 2, offload()), 2, 0, 1).d2h_copies,
             expected.d2h_copies);
 }
 
@@ -281,7 +262,7 @@ TEST(Zero12Offload, StreamLogOrdersTheCopies) {
   for (bool overlap : {false, true}) {
     Zero12Options o = offload();
     o.overlap_comm = overlap;
-    auto spec = spec_for(2, "bf16", 2, o);
+    auto spec = test_support::zero12_spec(2, "bf16", 2, o);
     spec.train.steps = 1;
     spec.train.warmup = 0;
     std::unique_ptr<backends::Engine> kept;

@@ -34,4 +34,20 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
   return ds;
 }
 
+std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {
+  const auto& opts = c.report.value("config", nlohmann::json::object())
+                         .value("backend", nlohmann::json::object())
+                         .value("options", nlohmann::json::object());
+  // "DeepSpeedCPUAdam": kCpuAdam of zero3_options.hpp and zero12_options.hpp.
+  if (opts.value("offload", nlohmann::json::object()).value("optimizer", std::string("none")) != "cpu" ||
+      opts.value("host_optimizer", std::string()) != "DeepSpeedCPUAdam")
+    return std::nullopt;
+  StateExplanation x;
+  x.expected = 0;
+  x.zerobench_reports = false;
+  x.reason = "DeepSpeedCPUAdam keeps its step count as a Python int (state['step']), no tensor";
+  x.upstream = "deepspeed/ops/adam/cpu_adam.py: DeepSpeedCPUAdam.step";
+  return x;
+}
+
 }  // namespace zb::backends::common

@@ -2,19 +2,26 @@
 // references (zero12_crossval.cpp, zero3_crossval.cpp) build alike: the user's DeepSpeed file
 // (if any) with the batch, clipping, bf16, dtype and reporting keys zerobench resolved written in,
 // `zero_keys` copied from the resolved options into zero_optimization, and the client optimizer
-// and scheduler sections removed (noted). Must not: write stage-specific keys (the callers do).
+// and scheduler sections removed (noted); and the optimizer-state difference both share under
+// offload_optimizer (DeepSpeedCPUAdam's step count). Must not: write stage-specific keys (the callers do).
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/crossval_reference.hpp"
 #include "backends/engine.hpp"
 
 namespace zb::backends::common {
 
 nlohmann::json deepspeed_crossval_json(const EngineSpec& spec, int world, const nlohmann::json& user_file,
                                        std::vector<std::string>& notes, std::initializer_list<const char*> zero_keys);
+
+// The report's resolved options ran offload_optimizer cpu stepped by DeepSpeedCPUAdam: its step
+// counter is a Python int, not a tensor (the explanation of `optimizer_step_counters`); else nullopt.
+std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c);
 
 }  // namespace zb::backends::common

@@ -44,16 +44,7 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  const json& opts = c.report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
-  if (opts.value("offload", json::object()).value("optimizer", std::string("none")) == "cpu" &&
-      opts.value("host_optimizer", std::string()) == kCpuAdam) {
-    StateExplanation x;
-    x.expected = 0;
-    x.zerobench_reports = false;
-    x.reason = "DeepSpeedCPUAdam keeps its step count as a Python int (state['step']), no tensor";
-    x.upstream = "deepspeed/ops/adam/cpu_adam.py: DeepSpeedCPUAdam.step";
-    return x;
-  }
+  if (auto x = common::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
   // DeepSpeed steps the client AdamW on one fp32 flat partition per parameter group (one group).
   return adamw_step_counters(1, "the fp32 partition (single_partition_of_fp32_groups)");
 }

@@ -64,16 +64,7 @@ int64_t sub_groups(const json& report) {
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  const json& opts = c.report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
-  if (opts.value("offload", json::object()).value("optimizer", std::string("none")) == "cpu" &&
-      opts.value("host_optimizer", std::string()) == kCpuAdam) {
-    StateExplanation x;
-    x.expected = 0;
-    x.zerobench_reports = false;
-    x.reason = "DeepSpeedCPUAdam keeps its step count as a Python int (state['step']), no tensor";
-    x.upstream = "deepspeed/ops/adam/cpu_adam.py: DeepSpeedCPUAdam.step";
-    return x;
-  }
+  if (auto x = common::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
   const int64_t tensors = sub_groups(c.report);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
   if (tensors < 0) return std::nullopt;
   return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");
