@@ -1,5 +1,5 @@
 # DepsPrefix.cmake — building against Debian packages unpacked into a folder instead of installed
-# (scripts/device-bundle.sh gathers the .debs, scripts/gpu-check.sh unpacks them with `dpkg -x`
+# (scripts/device-bundle.sh gathers the .debs, scripts/gpu-first.sh unpacks them with `dpkg -x`
 # into a prefix on a GPU machine that has no -dev packages and no network).
 # Owns: ZEROBENCH_DEPS_PREFIX (the dpkg -x root: <prefix>/usr/{include,lib/<multiarch>,share}) put
 # first in CMAKE_PREFIX_PATH, with its multiarch include folder (Debian keeps OpenSSL's

@@ -5,7 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "${root}/scripts/setup.sh"
-"${root}/scripts/build.sh"
+"${root}/scripts/build.sh" zerobench  # only what the benchmark runs (the tests: test.sh)
 cd "${root}"
 bin="${BUILD_DIR:-${root}/build}/bin/zerobench"
 out="${ZEROBENCH_BENCH_OUT:-out/bench}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# build.sh — configures and builds zerobench into build/ (binary: build/bin/zerobench).
-# Used by bench.sh, test.sh and gpu-check.sh. Env: BUILD_DIR (default build), ZEROBENCH_CUDA
+# build.sh [TARGET...] — configures and builds zerobench into build/ (binary: build/bin/zerobench);
+# with targets, only those (scripts/gpu-first.sh builds zerobench and test_cuda).
+# Used by bench.sh, test.sh and gpu-first.sh. Env: BUILD_DIR (default build), ZEROBENCH_CUDA
 # (auto|ON|OFF), BUILD_TYPE (default RelWithDebInfo), JOBS (default nproc), ZEROBENCH_VENV /
 # ZEROBENCH_PYTHON (the torch to build against), ZEROBENCH_DEPS_PREFIX (Debian packages unpacked
 # with dpkg -x instead of installed: cmake/DepsPrefix.cmake).
@@ -50,4 +51,5 @@ if [ ! -f "${build_dir}/build.ninja" ] || [ "${have}" != "${want}" ]; then
     -DCMAKE_BUILD_TYPE="${build_type}" -DZEROBENCH_CUDA="${cuda}" -DZEROBENCH_DEPS_PREFIX="${deps}"
   printf '%s\n' "${want}" > "${stamp_file}"
 fi
-cmake --build "${build_dir}" -j "${JOBS:-$(nproc)}"
+# Arguments name the targets to build (default: all), e.g. `scripts/build.sh zerobench test_cuda`.
+cmake --build "${build_dir}" -j "${JOBS:-$(nproc)}" ${1:+--target "$@"}

@@ -32,7 +32,7 @@ if [ "${mode}" = "--run" ]; then
   run fsdp2 --backend fsdp2 --precision fp32,mixed,low
   run zero3 --backend zero3 --precision fp32,bf16
   # Offload (issue 23; a document named BACKEND-MODE labels its rows [MODE]). Real FSDP1's CPUOffload
-  # needs a CUDA driver: its crossval is on the GPU (scripts/gpu-check.sh part 2). Real FSDP2 on CPU
+  # needs a CUDA driver: its crossval is on the GPU (owed to a GPU run). Real FSDP2 on CPU
   # refuses pin_memory=True (nothing to pin without CUDA).
   run fsdp2-offload --backend fsdp2 --precision fp32,mixed --fsdp2-offload-policy cpu --fsdp2-offload-pin-memory false
   run zero3-offload-optimizer --backend zero3 --precision fp32,bf16 --zero3-offload-optimizer cpu

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# device-bundle.sh — run on a development machine (Debian 12, amd64, network): gathers what
+# device-bundle.sh — run on a development machine (Debian 12, amd64, network), in the same session
+# right before the device call (it needs the package registries; .bundle/ is ignored, so it is not
+# in a fresh clone): `scripts/device-bundle.sh`, then the device tool's run with carry [".bundle"]
+# and `bash scripts/gpu-first.sh` (docs/profiling.md). It gathers what
 # zerobench's build and GPU cross-validation need that the GPU image lacks, into an ignored
 # folder inside the tree, so it travels with the working tree to a GPU machine with no network.
 #   scripts/device-bundle.sh            fetch what is missing, then verify (idempotent)
@@ -9,7 +12,7 @@
 # packages link, fetched with `apt-get download` (never installed here); DeepSpeed as a wheel
 # (built without ops, as setup.sh installs it) and its Python dependencies, pinned to the versions
 # in the development venv, as wheels for each Python in BUNDLE_PYTHONS.
-# Must not: install anything, or unpack anything (scripts/gpu-check.sh unpacks with dpkg -x into a
+# Must not: install anything, or unpack anything (scripts/gpu-first.sh unpacks with dpkg -x into a
 # prefix, never into /; tests/test_gpu_readiness.cpp configures against that prefix alone).
 # Layout: .bundle/debs/*.deb, .bundle/wheels/*.whl, .bundle/MANIFEST (name, bytes, sha256).
 # Env: BUNDLE_DIR (default <root>/.bundle), ZEROBENCH_VENV (the dev venv: DeepSpeed and the pins),
@@ -98,12 +101,15 @@ if ((${#missing[@]})); then
   exit 1
 fi
 
-# Size: the device tool carries ignored paths up to 64 MiB in all.
+# Size: the device tool carries the working tree (tracked and untracked-not-ignored files) and the
+# carried paths, 64 MiB in all.
 bytes="$(du -sb "${bundle}" | cut -f1)"
-if [ "${bytes}" -gt $((max_mib * 1048576)) ]; then
-  echo "device-bundle.sh: ${bundle} holds ${bytes} bytes, over ${max_mib} MiB" >&2
+tree_bytes="$(cd "${root}" && { git ls-files -z; git ls-files -z --others --exclude-standard; } 2>/dev/null |
+  xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')"
+if [ $((bytes + tree_bytes)) -gt $((max_mib * 1048576)) ]; then
+  echo "device-bundle.sh: ${bundle} (${bytes} B) with the working tree (${tree_bytes} B) is over the ${max_mib} MiB the device tool carries" >&2
   exit 1
 fi
 (cd "${bundle}" && find debs wheels -type f -name '*.*' ! -name '.python-*' | sort |
   while read -r f; do echo "${f} $(stat -c %s "${f}") $(sha256sum "${f}" | cut -d' ' -f1)"; done) > "${bundle}/MANIFEST"
-echo "[bundle] ok: ${bundle} ($((bytes / 1048576)) MiB: $(ls "${bundle}/debs" | wc -l) .debs, $(ls "${bundle}/wheels" | wc -l) wheels)"
+echo "[bundle] ok: ${bundle} ($((bytes / 1048576)) MiB: $(ls "${bundle}/debs" | wc -l) .debs, $(ls "${bundle}/wheels" | wc -l) wheels; with the tree $(((bytes + tree_bytes) / 1048576)) of ${max_mib} MiB)"

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # setup.sh — installs everything zerobench needs to build and test, idempotently.
-# Owns: Debian build dependencies, the torch venv (outside the clone) with the Python side of
+# Owns: Debian build dependencies, CMake 4 from pip (~/.cache/zerobench/cmake4: the GPU image's major
+# version, for the bundle-configure test), the torch venv (outside the clone) with the Python side of
 # `zerobench crossval` (DeepSpeed, safetensors), the ccache dir.
 # A second run checks and installs nothing. Overrides:
 #   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
 #   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
 #   CCACHE_DIR       ccache store (default $HOME/.cache/zerobench/ccache)
 set -euo pipefail
+# Without --crossval: what building and running the benchmark needs (bench.sh). With it, also
+# crossval's Python references and what the tests need (test.sh, .ci/run): DeepSpeed, safetensors,
+# DeepSpeedCPUAdam's op, CMake 4.
+crossval=0
+case "${1:-}" in
+  "") ;;
+  --crossval) crossval=1 ;;
+  *) echo "setup.sh: unknown argument '$1' (usage: setup.sh [--crossval])" >&2; exit 2 ;;
+esac
 
 cache_root="${HOME}/.cache/zerobench"
 venv="${ZEROBENCH_VENV:-${cache_root}/venv}"
@@ -37,6 +47,12 @@ if ! have_torch; then
   [ -x "${venv}/bin/python" ] || python3 -m venv "${venv}"
   "${venv}/bin/python" -m pip install -q --upgrade pip
   "${venv}/bin/python" -m pip install -q "torch==${torch_version}" numpy
+fi
+
+if [ "${crossval}" = 0 ]; then
+  mkdir -p "${CCACHE_DIR}"
+  echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)') in ${venv} (crossval's references: scripts/setup.sh --crossval)"
+  exit 0
 fi
 
 # crossval's references (scripts/crossval/): DeepSpeed as a pure-Python install (no compiled ops,
@@ -70,5 +86,13 @@ fi
 echo "[setup] DeepSpeedCPUAdam op (cpu_adam): building once or loading from the torch extension cache"
 DS_ACCELERATOR=cpu "${venv}/bin/python" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
   >/dev/null 2>&1 || { echo "[setup] building DeepSpeed's cpu_adam op failed (g++, the venv's torch headers)" >&2; exit 1; }
+# CMake 4 as the GPU image has it (pip's `cmake`; the image's CMake is 4.x, Debian 12's 3.25): the
+# bundle-only configure test (tests/test_gpu_readiness.cpp DeviceBundle) runs it too. Kept outside
+# the venv (its bin/ would shadow the system cmake in an activated venv).
+cmake4="${cache_root}/cmake4"
+if ! "${cmake4}/cmake/data/bin/cmake" --version 2>/dev/null | grep -q "cmake version 4\."; then
+  echo "[setup] CMake 4 (pip) into ${cmake4} for the device-configure test"
+  "${venv}/bin/python" -m pip install -q --upgrade --target "${cmake4}" "cmake>=4,<5"
+fi
 mkdir -p "${CCACHE_DIR}"
 echo "[setup] ok: torch $("${venv}/bin/python" -c 'import torch; print(torch.__version__)'), deepspeed ${deepspeed_version} in ${venv}"

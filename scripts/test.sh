@@ -3,7 +3,7 @@
 # This is the README's test command and exactly what .ci/run runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"${root}/scripts/setup.sh"
+"${root}/scripts/setup.sh" --crossval
 "${root}/scripts/build.sh"
 cd "${BUILD_DIR:-${root}/build}"
 ctest --output-on-failure -j "${TEST_JOBS:-2}" "$@"

@@ -1,5 +1,5 @@
 // gpu_required.hpp — the one skip rule of the CUDA tests: without a CUDA build or a visible GPU a
-// CUDA test skips, saying why; under ZEROBENCH_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it, so a
+// CUDA test skips, saying why; under ZEROBENCH_REQUIRE_GPU=1 (scripts/gpu-first.sh sets it, so a
 // skip cannot hide a gate on a GPU machine) that skip is a failure. Must not: decide anything else.
 #pragma once
 #include <gtest/gtest.h>

@@ -382,7 +382,7 @@ TEST(CrossvalDevice, DeepSpeedReferenceRefusesEveryOpBuild) {
 // tolerances on CUDA are the CPU's, not yet measured there (docs/crossval.md): agreement within
 // them is asserted, bitwise is not; the documents carry the measured differences.
 // DeepSpeed and safetensors come from the device bundle's pip --target folder on the GPU machine
-// (scripts/gpu-check.sh: BUILD_DIR/pydeps, next to this build's bin/): on PYTHONPATH when present.
+// (BUILD_DIR/pydeps, next to this build's bin/; scripts/gpu-first.sh sets PYTHONPATH itself): on PYTHONPATH when present.
 TEST(CrossvalCuda, AgreesWithFsdp1Fsdp2AndDeepSpeedAtW1) {
   ZB_REQUIRE_GPU();
   const std::string bin = ZEROBENCH_BIN;

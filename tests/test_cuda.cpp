@@ -1,8 +1,8 @@
 // CUDA path: the stream layer on real CUDA streams, the engines on one GPU over NCCL (W = 1)
 // against the same run on CPU, NCCL collective timing, and the CUPTI tracer. Every test skips
 // with a visible reason when this build has no CUDA path or no GPU is visible — and fails instead
-// under ZEROBENCH_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it: there a skip would hide a gate).
-// The gates of gpu-check's part 1 (CudaEnvironment, CudaComm, CudaTimer, CudaMemory) are here.
+// under ZEROBENCH_REQUIRE_GPU=1 (scripts/gpu-first.sh sets it: there a skip would hide a gate).
+// The gates of gpu-first's cuda-tests cell (CudaEnvironment, CudaComm, CudaTimer, CudaMemory) are here.
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <gtest/gtest.h>
 

@@ -38,6 +38,7 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
     w.emplace_back("model-dir", o.model_dir);
   else
     w.emplace_back("model", o.model);
+  if (given("--layers")) w.emplace_back("layers", std::to_string(o.layers));
   w.emplace_back("seq-len", std::to_string(o.seq_len));
   if (given("--micro-batch")) w.emplace_back("micro-batch", std::to_string(o.micro_batch));
   if (given("--grad-accum")) w.emplace_back("grad-accum", std::to_string(o.grad_accum));
@@ -47,6 +48,7 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
   w.emplace_back("device", o.device);
   if (given("--data")) w.emplace_back("data", o.data);
   if (given("--seed")) w.emplace_back("seed", std::to_string(o.seed));
+  if (o.activation_checkpointing) w.emplace_back("activation-checkpointing", "true");
   if (!o.no_profile) {
     w.emplace_back("profile", "true");
     w.emplace_back("profile-steps", "2");
@@ -203,6 +205,7 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
                  "backend:precision[:key=value,...] (keys: `zerobench run` flags without --)");
   app.add_option("--model", o.model, "model preset")->capture_default_str();
   app.add_option("--model-dir", o.model_dir, "a Hugging Face Llama/Granite folder (instead of --model)");
+  app.add_option("--layers", o.layers, "decoder blocks of the model (default: the model's own)")->check(AtLeastOne());
   app.add_option("--nproc", o.nproc, "ranks per run")->check(FiniteRange(1, 1024))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sample")->check(AtLeastOne())->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "samples per rank (default: each side's own)")->check(AtLeastOne());
@@ -216,6 +219,8 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads per rank")->check(NonNegative());
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "every side recomputes each block in backward (a trainer setting, not in either config file)");
   app.add_option("--data", o.data, "random|markov")->check(CLI::IsMember({"random", "markov"}));
   app.add_option("--seed", o.seed, "seed for weights and data");
   app.add_option("--timeout", o.timeout_s, "per-run wall limit in seconds")->check(Positive())->capture_default_str();

@@ -21,6 +21,8 @@ struct CompareOptions {
   int nproc = 2;
   int64_t seq_len = 64, steps = 4, warmup = 1;
   int64_t micro_batch = 0, grad_accum = 0;  // 0: each side's own (a config file's, else the run default)
+  int64_t layers = 0;                         // 0: the model's own
+  bool activation_checkpointing = false;      // every side recomputes each block (HF's gradient_checkpointing)
   int threads = 0;
   std::string device = "cpu", data;
   uint64_t seed = 0;

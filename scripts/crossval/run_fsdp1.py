@@ -31,7 +31,7 @@ CPU offload: options.offload_params (accelerate's fsdp_offload_params) passes
 cpu_offload=CPUOffload(offload_params=True) (accelerate utils/dataclasses.py
 FullyShardedDataParallelPlugin.cpu_offload). FSDP1 pins the host shards and gradients
 (_flat_param.py init_flat_param_attributes: `.pin_memory()`), which needs a CUDA driver: the
-offload reference runs with --device cuda only (scripts/gpu-check.sh); on CPU this script says so
+offload reference runs with --device cuda only (on a GPU); on CPU this script says so
 and exits 2. Its model-state bytes are then split by where the storage lives: the categories on
 the device, and "host": {the same categories, pinned}.
 Gradient accumulation as accelerate does it: non-final micro-batches under model.no_sync()
