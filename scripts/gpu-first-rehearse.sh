@@ -87,5 +87,20 @@ check_out "${out}/more" more
 bash "${root}/scripts/gpu-first.sh" --dry-run > /dev/null || problem "the first call's dry run"
 bash "${root}/scripts/gpu-first.sh" --dry-run --more > /dev/null || problem "--more's dry run"
 echo "rehearsal: run 1 took ${wall1} s; logs ${out}.{first,killed,more}.log"
+# REHEARSAL.md: what a reader of the rehearsal needs (committed as reports/results/cpu/gpu-first-rehearsal.md).
+{
+  echo "# gpu-first.sh rehearsal on a CPU machine"
+  echo
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), git $(git -C "${root}" rev-parse --short HEAD 2>/dev/null), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+  echo "Run 1 (the first call, planted failure in crossval-fsdp) took ${wall1} s; run 2 was killed at ${kill_at} s"
+  echo "(60%); run 3 is --more on run 1's work folder. Seconds are this CPU's (--device cpu, the tiny"
+  echo "model), not the device's; a TIMEOUT here is listed, not failed. Checks: $([ "${fail}" = 0 ] && echo "all passed" || echo "SOME FAILED")."
+  for c in first more; do
+    echo; echo "## ${c}"; echo; echo '```'; table "${work}/cells.tsv" "${c}"; echo '```'
+  done
+  echo; echo "## killed at ${kill_at} s: what its SUMMARY.md lists"; echo; echo '```'
+  grep -E '^\| first \||in flight' "${out}/killed/SUMMARY.md"; echo '```'
+  echo; echo "Files under OUT after each call: $(for d in first killed more; do printf '%s %s; ' "${d}" "$(find "${out}/${d}" -type f | wc -l)"; done)"
+} > "${out}/REHEARSAL.md"
 [ "${fail}" = 0 ] && echo "rehearsal: every check passed" || echo "rehearsal: some checks FAILED"
 exit "${fail}"

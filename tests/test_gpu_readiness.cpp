@@ -275,7 +275,7 @@ TEST(GpuFirst, ACallKilledMidwayStillLeavesASummaryNamingTheCellInFlight) {
   // 1 s a fake cell; SIGKILL to the whole process group after 4 s, as the device tool's limit does.
   const auto r = run_command("cd '" + kSource + "' && GPU_FIRST_FAKE=1 GPU_FIRST_FAKE_S=1 GPU_FIRST_WORK='" + dir +
                              "/work' setsid bash scripts/gpu-first.sh --out '" + dir + "/out' > '" + dir +
-                             "/log' 2>&1 & pid=$!; sleep 4; kill -KILL -- -$pid; wait $pid; echo killed");
+                             "/log' 2>&1 & pid=$!; sleep 4; kill -9 -$pid; wait $pid; echo killed");
   ASSERT_NE(r.output.find("killed"), std::string::npos) << r.output;
   const auto summary = read_file(dir + "/out/SUMMARY.md");
   ASSERT_FALSE(summary.empty()) << read_file(dir + "/log");
