@@ -116,7 +116,7 @@ TEST(FsdpMemory, EngineOwnedBytesEqualTheClosedFormAtW3WithUnevenUnits) {
       const int64_t root = sharded ? (64384 + 2) / 3 : 64384, block = sharded ? (184576 + 2) / 3 : 184576;
       const int64_t elems = root + 2 * block;  // ceil(numel / 3) per unit: padding included
       const int64_t e = precision == "low" ? 2 : 4;
-      const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e, 0};
+      const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e, 0, {}};
       EXPECT_EQ(backends::backend("fsdp").expected_bytes(spec, 3, 0), expected);
       test_support::run_ranks(3, [&](runtime::World& world) {
         auto [engine, r] = test_support::train_on(world, "fsdp", spec);

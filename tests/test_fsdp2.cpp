@@ -153,12 +153,12 @@ TEST(Fsdp2Memory, PerRankBytesEqualTheClosedFormAndRealFsdp2AtW3) {
       const std::vector<int64_t> optim = precision == "low" ? std::vector<int64_t>{582748, 582748, 568648}
                                                             : std::vector<int64_t>{1165496, 1165496, 1137296};
       for (int r = 0; r < 3; ++r) {
-        const backends::ModelStateBytes expected{shard, 0, shard, optim[size_t(r)]};
+        const backends::ModelStateBytes expected{shard, 0, shard, optim[size_t(r)], 0, {}};
         EXPECT_EQ(backends::backend("fsdp2").expected_bytes(spec, 3, r), expected) << precision << " rank " << r;
       }
       test_support::run_ranks(3, [&](runtime::World& world) {
         auto [engine, res] = test_support::train_on(world, "fsdp2", spec);
-        const backends::ModelStateBytes expected{shard, 0, shard, optim[size_t(world.rank)]};
+        const backends::ModelStateBytes expected{shard, 0, shard, optim[size_t(world.rank)], 0, {}};
         EXPECT_EQ(res.model_state_bytes, expected) << precision << " " << grouping << " rank " << world.rank;
       });
     }

@@ -101,7 +101,7 @@ TEST(TranslateRoundTrip, FsdpToDeepSpeedToFsdpKeepsTheExactOptions) {
                                            "cpu_ram_efficient_loading", "auto_wrap_policy", "use_orig_params",
                                            "activation_checkpointing"};
   std::set<std::string> differed;
-  for (const std::string f : {kSource + "/bench/configs/accelerate_fsdp_blog.yaml", kCorpus + "trl_fsdp1.yaml",
+  for (const std::string& f : {kSource + "/bench/configs/accelerate_fsdp_blog.yaml", kCorpus + "trl_fsdp1.yaml",
                               kCorpus + "alignment-handbook_fsdp.yaml", kCorpus + "llamafactory_fsdp_config.yaml",
                               kCorpus + "peft_sft_fsdp_config.yaml", kCorpus + "accelerate_template_fsdp.yaml",
                               kCorpus + "accelerate_tests_latest_fsdp.yaml"}) {
@@ -121,10 +121,10 @@ TEST(TranslateRoundTrip, FsdpToDeepSpeedToFsdpKeepsTheExactOptions) {
     const auto c = resolve(write_translation(back, "rt_fsdp"));
     expect_round_trip(f, a, c, not_exact, &differed);
     // The exact keys are "mapped" in the mapping; the guide's approximate ones are not.
-    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_sharding_strategy")) EXPECT_EQ(e->kind, Kind::kMapped);
-    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_state_dict_type")) EXPECT_EQ(e->kind, Kind::kMapped);
-    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_backward_prefetch")) EXPECT_EQ(e->kind, Kind::kApproximate);
-    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_use_orig_params")) EXPECT_EQ(e->kind, Kind::kNoCounterpart);
+    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_sharding_strategy")) { EXPECT_EQ(e->kind, Kind::kMapped); }
+    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_state_dict_type")) { EXPECT_EQ(e->kind, Kind::kMapped); }
+    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_backward_prefetch")) { EXPECT_EQ(e->kind, Kind::kApproximate); }
+    if (const auto* e = entry(to_ds, "fsdp_config.fsdp_use_orig_params")) { EXPECT_EQ(e->kind, Kind::kNoCounterpart); }
     ASSERT_NE(entry(to_ds, "mixed_precision"), nullptr);
     EXPECT_EQ(entry(to_ds, "mixed_precision")->kind, Kind::kMapped);
   }
@@ -140,7 +140,7 @@ TEST(TranslateRoundTrip, Fsdp2ToDeepSpeedToFsdp2KeepsReshardAndPrecision) {
                                            "state_dict_type", "transformer_layer_cls_to_wrap",
                                            "activation_checkpointing"};
   std::set<std::string> differed;
-  for (const std::string f : {kSource + "/bench/configs/accelerate_fsdp2.yaml", kCorpus + "trl_fsdp2.yaml"}) {
+  for (const std::string& f : {kSource + "/bench/configs/accelerate_fsdp2.yaml", kCorpus + "trl_fsdp2.yaml"}) {
     SCOPED_TRACE(f);
     const auto a = resolve(f);
     const auto ds_path = write_translation(translate_file(f, Target::kDeepSpeed), "rt2_ds");
@@ -161,7 +161,7 @@ TEST(TranslateRoundTrip, DeepSpeedToFsdpToDeepSpeedKeepsTheExactOptions) {
                                            "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
                                            "contiguous_gradients", "communication_data_type", "grad_accum_dtype"};
   std::set<std::string> differed;
-  for (const std::string f :
+  for (const std::string& f :
        {kSource + "/bench/configs/deepspeed_zero3_blog.json", kCorpus + "llamafactory_ds_z3_config.json",
         kCorpus + "axolotl_zero3.json", kCorpus + "axolotl_zero3_bf16.json",
         kCorpus + "deepspeedexamples_bf16_master_weight_baseline.json",
@@ -207,14 +207,14 @@ TEST(TranslateCorpus, EveryRealFileTranslatesWithEveryKeyInTheMapping) {
       EXPECT_EQ(unmapped_keys(t.mapping, expected), std::vector<std::string>{}) << to_string(to);
       for (const auto& e : t.mapping) {
         EXPECT_FALSE(e.reason.empty()) << e.source_key << " -> " << e.target_key;
-        if (e.kind == Kind::kMapped || e.kind == Kind::kAdded) EXPECT_FALSE(e.target_key.empty()) << e.source_key;
+        if (e.kind == Kind::kMapped || e.kind == Kind::kAdded) { EXPECT_FALSE(e.target_key.empty()) << e.source_key; }
       }
       // Runnable source: the translation resolves too, or a mapping entry names what zerobench
       // refuses in it (ddp -> ZeRO stage 0); and a refusal the mapping names is a real one.
       bool named = false;
       for (const auto& e : t.mapping) named = named || !e.refused.empty();
-      if (t.source_refusal.empty() && !t.target_refusal.empty()) EXPECT_TRUE(named) << t.target_refusal;
-      if (named) EXPECT_NE(t.target_refusal, "") << to_string(to);
+      if (t.source_refusal.empty() && !t.target_refusal.empty()) { EXPECT_TRUE(named) << t.target_refusal; }
+      if (named) { EXPECT_NE(t.target_refusal, "") << to_string(to); }
       EXPECT_FALSE(render_config(t).empty());
     }
     EXPECT_GE(ok, 1);
@@ -297,8 +297,8 @@ TEST(TranslateBytes, FullShardFp32AndItsZero3TranslationHoldTheSameStatesUpToPad
   const auto* strategy = entry(t, "fsdp_config.fsdp_sharding_strategy");
   ASSERT_NE(strategy, nullptr);
   EXPECT_NE(strategy->reason.find("padding"), std::string::npos);
-  if (zero3.master_params != fsdp.master_params) EXPECT_NE(strategy->reason.find("fp32 master copy"), std::string::npos);
-  if (zero3.buffers != fsdp.buffers) EXPECT_NE(strategy->reason.find("reduce bucket"), std::string::npos);
+  if (zero3.master_params != fsdp.master_params) { EXPECT_NE(strategy->reason.find("fp32 master copy"), std::string::npos); }
+  if (zero3.buffers != fsdp.buffers) { EXPECT_NE(strategy->reason.find("reduce bucket"), std::string::npos); }
 }
 
 // bf16: the same setting (mixed_precision bf16 <-> bf16.enabled), different storage, and the

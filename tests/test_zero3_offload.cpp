@@ -123,8 +123,8 @@ TEST(Zero3Offload, BytesByLocationEqualTheClosedFormOnEveryRank) {
           const auto expected = backends::backend("zero3").expected_bytes(spec, w, r);
           EXPECT_EQ(ranks[size_t(r)].bytes, expected) << "offload " << int(off) << " W=" << w << " rank " << r
                                                       << " threshold " << threshold;
-          if (off == Off::kNone) EXPECT_EQ(expected.host.total(), 0);
-          if (off != Off::kNone) EXPECT_GT(expected.host.total(), 0);
+          if (off == Off::kNone) { EXPECT_EQ(expected.host.total(), 0); }
+          if (off != Off::kNone) { EXPECT_GT(expected.host.total(), 0); }
         }
       }
     }
@@ -151,9 +151,9 @@ TEST(Zero3Offload, TrafficPerStepEqualsTheClosedForm) {
           for (const auto& t : rr.traffic) {
             EXPECT_EQ(t.d2h_bytes, expected.d2h_bytes);
             EXPECT_EQ(t.d2h_copies, expected.d2h_copies);
-            if (!fetches) EXPECT_EQ(t.h2d_bytes, expected.h2d_bytes);
+            if (!fetches) { EXPECT_EQ(t.h2d_bytes, expected.h2d_bytes); }
           }
-          if (fetches) EXPECT_EQ(rr.traffic.back().h2d_bytes - expected.h2d_bytes, rr.last_ag.bytes / w);
+          if (fetches) { EXPECT_EQ(rr.traffic.back().h2d_bytes - expected.h2d_bytes, rr.last_ag.bytes / w); }
         }
       }
     }

@@ -310,7 +310,7 @@ TEST(ZeroPPQwz, GathersInt8AndScalesAsTheClosedFormAndBoundsTheLoss) {
         for (const auto& p : u) t += (p.numel() + 3) / 4 * 4;
       return t;
     }()) << "bf16 plain: 2 bytes per element, two gathers per weight";
-    if (hpz_size > 1) EXPECT_EQ(qw.gathers.at("hpz_int8"), 3 * n);
+    if (hpz_size > 1) { EXPECT_EQ(qw.gathers.at("hpz_int8"), 3 * n); }
     // Numerics: int8 with ~8000-element groups rounds each weight by at most absmax/256 of its
     // group (plus the fp16 read); the loss moves, measured <= 2.3e-4 relative over 3 steps of
     // the tiny model: bounded at 1e-3.

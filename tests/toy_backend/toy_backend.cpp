@@ -123,7 +123,7 @@ backends::common::Program toy_program(const backends::common::ProgramInput& in,
 // Parameters, gradients and AdamW's two states, all fp32 and whole on every rank.
 ModelStateBytes expected_bytes(const EngineSpec& spec, const backends::Topology& /*topo*/, int /*rank*/) {
   const int64_t n = models::count_params(spec.model).total;
-  return {4 * n, 0, 4 * n, 8 * n, 0};
+  return {4 * n, 0, 4 * n, 8 * n, 0, {}};
 }
 
 }  // namespace
