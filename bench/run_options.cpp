@@ -89,6 +89,23 @@ void refuse_foreign_flags(const backends::FlagValues& given, const std::string& 
     }
   }
 }
+
+// The --backend and --precision help, from what the backends registered (never typed by hand: a
+// backend's precisions are its descriptor's).
+std::string backends_help() {
+  std::string names;
+  for (const auto& b : backends::registered_backends()) names += (names.empty() ? "" : "|") + b.name;
+  return "training engine: " + names;
+}
+std::string precisions_help() {
+  std::string help;
+  for (const auto& b : backends::registered_backends()) {
+    std::string p;
+    for (const auto& x : b.precisions) p += (p.empty() ? "" : "|") + x;
+    help += (help.empty() ? "" : "; ") + b.name + ": " + p;
+  }
+  return help;
+}
 }  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o) {
@@ -97,8 +114,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(FiniteRange(1, 1024))
       ->capture_default_str();
   add_model_options(app, o);
-  app.add_option("--backend", o.backend, "training engine: ddp|fsdp|fsdp2|zero1|zero2|zero3")->capture_default_str();
-  app.add_option("--precision", o.precision, "ddp: fp32|low|mixed; fsdp, fsdp2: fp32|low|mixed|fp16; zero1, zero2: fp32|bf16; zero3: fp32|bf16|fp16")->capture_default_str();
+  app.add_option("--backend", o.backend, backends_help())->capture_default_str();
+  app.add_option("--precision", o.precision, precisions_help())->capture_default_str();
   app.add_option("--micro-batch", t.micro_batch, "samples per rank per micro-batch")
       ->check(AtLeastOne())
       ->capture_default_str();
@@ -149,7 +166,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--accelerate-config", o.accelerate_config, "an accelerate config (YAML or JSON); see --config")
       ->check(CLI::ExistingFile);
-  app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (zero3); see --config")
+  app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (its zero_optimization.stage picks zero1|zero2|zero3); see --config")
       ->check(CLI::ExistingFile);
   add_backend_flags(app, o);
   app.add_option("--emulate-world-size", o.emulate_world_size,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "backends/backend_info.hpp"
 #include "reports/report.hpp"
 #include "tests/run_binary.hpp"
 
@@ -114,4 +115,25 @@ TEST(Launcher, AHangingRankIsStoppedByTheTimeout) {
   EXPECT_EQ(processes_mentioning(out), 0);
   EXPECT_EQ(zb::reports::read_report(out)["status"]["state"], "timeout");
   std::remove(out.c_str());
+}
+
+// The help is the registry's (issue 36: a hand-typed list had drifted: zero1/zero2 without fp16).
+TEST(Cli, RunHelpListsEveryBackendWithItsOwnRegisteredPrecisions) {
+  auto r = run("run --help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string flat;  // CLI11 may wrap a long description
+  for (char c : r.output) {
+    const bool space = c == ' ' || c == '\n' || c == '\t';
+    if (space && (flat.empty() || flat.back() == ' ')) continue;
+    flat += space ? ' ' : c;
+  }
+  std::string names;
+  for (const auto& b : zb::backends::registered_backends()) {
+    std::string p;
+    for (const auto& x : b.precisions) p += (p.empty() ? "" : "|") + x;
+    EXPECT_NE(flat.find(b.name + ": " + p), std::string::npos) << b.name << ": " << p << "\n" << r.output;
+    names += (names.empty() ? "" : "|") + b.name;
+  }
+  EXPECT_NE(flat.find("training engine: " + names), std::string::npos) << r.output;
+  EXPECT_EQ(flat.find("(zero3); see --config"), std::string::npos) << "--deepspeed-config picks zero1|zero2|zero3";
 }
