@@ -22,6 +22,12 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+int ranks_sharing_gpu(int local_ranks, int gpus, int gpu_index) {
+  int sharing = 0;
+  for (int r = 0; r < local_ranks; ++r) sharing += gpus > 0 && r % gpus == gpu_index ? 1 : 0;
+  return sharing;
+}
+
 void check_estimate_fits(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host,
                          int64_t available) {
   const int64_t peak = host ? estimate.host_peak_bytes() : estimate.peak_bytes();

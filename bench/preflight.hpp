@@ -28,6 +28,10 @@ void check_memory(const std::string& backend, const backends::EngineSpec& spec, 
 void check_estimate_fits(const backends::PeakEstimate& estimate, int sharing, at::Device device, bool host,
                          int64_t available);
 
+// The ranks of this machine that share GPU `gpu_index` of `gpus`: pick_device gives local rank r
+// GPU r % gpus. (check_one_rank_per_gpu refuses more ranks than GPUs before this is asked.)
+int ranks_sharing_gpu(int local_ranks, int gpus, int gpu_index);
+
 // "1.5 GiB", "312.0 MiB", "1.23 TiB".
 std::string human_bytes(double bytes);
 

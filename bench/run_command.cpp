@@ -280,9 +280,8 @@ int run_rank(const RunOptions& o) {
   const auto device = runtime::pick_device(o.device, env.local_rank, emulated ? 1 : std::max(1, env.local_world_size));
   if (device.is_cuda() && !o.no_memory_check) {
     // The ranks of this machine that share this GPU (pick_device: local_rank % device count).
-    const int gpus = runtime::device_count(device), local = emulated ? 1 : std::max(1, env.local_world_size);
-    int sharing = 0;
-    for (int r = 0; r < local; ++r) sharing += (r % gpus) == device.index() ? 1 : 0;
+    const int local = emulated ? 1 : std::max(1, env.local_world_size);
+    const int sharing = ranks_sharing_gpu(local, runtime::device_count(device), device.index());
     check_memory(o.backend, spec,
                  emulated ? backends::Topology(o.emulate_world_size) : backends::Topology(env.world_size, local), sharing,
                  device, local);
@@ -389,6 +388,10 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
     prof["rank"] = world.rank;
     prof["traced_step_times_s"] = p.step_times_s;
     prof["dropped_records"] = p.dropped_records;
+    if (p.skipped_records.total() > 0)
+      prof["skipped_records"] = {{"other_kind", p.skipped_records.other_kind},
+                                 {"no_timestamp", p.skipped_records.no_timestamp},
+                                 {"unreadable_buffers", p.skipped_records.unreadable_buffers}};
     prof["buffer_processing_s"] = p.processing_s;
     rank_json["profile"] = prof;
     if (!o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced event

@@ -144,6 +144,7 @@ ProfileResult run_profiled_steps(StepRunner& runner, backends::common::Comm& com
     tracer->stop();
     p.activities = tracer->take();
     p.dropped_records = tracer->dropped_records();
+    p.skipped_records = tracer->skipped_records();
     p.processing_s = tracer->processing_s();
   }
   comm.set_interval_recording(false);

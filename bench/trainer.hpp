@@ -13,6 +13,7 @@
 #include "models/data.hpp"
 #include "profiler/activity.hpp"
 #include "profiler/analysis.hpp"
+#include "profiler/tracer.hpp"
 #include "runtime/memory.hpp"
 
 namespace zb::bench {
@@ -47,6 +48,7 @@ struct ProfileResult {
   std::vector<profiler::StepWindow> windows;   // each traced step's timed region
   std::vector<double> step_times_s;            // the traced steps' times (tracer on)
   int64_t dropped_records = 0;
+  profiler::SkippedRecords skipped_records;    // read but not turned into activity
   double processing_s = 0;                     // tracer buffer processing, outside the steps
 };
 

@@ -1,5 +1,6 @@
 // cuda_device.cpp — CUDA events, caching-allocator statistics and versions (see cuda_device.hpp).
 #include "runtime/cuda_device.hpp"
+#include "runtime/cuda_seams.hpp"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -17,16 +18,15 @@ namespace {
 c10::DeviceIndex resolve(int index) { return index < 0 ? c10::cuda::current_device() : c10::DeviceIndex(index); }
 
 // Events record on `device`'s current stream (at::cuda::getCurrentCUDAStream(device)); CUDAEvent
-// creates its cudaEvent_t on the recording stream's device and guards its own calls.
-class EventTimer final : public RegionTimer {
+// creates its cudaEvent_t on the recording stream's device and guards its own calls. The timer
+// around them is device.cpp's make_event_pair_timer.
+class CudaEventPair final : public EventPair {
  public:
-  explicit EventTimer(c10::DeviceIndex device) : device_(device) {}
-  void start() override { begin_.record(at::cuda::getCurrentCUDAStream(device_)); }
-  double stop_s() override {
-    end_.record(at::cuda::getCurrentCUDAStream(device_));
-    end_.synchronize();
-    return double(begin_.elapsed_time(end_)) / 1e3;
-  }
+  explicit CudaEventPair(c10::DeviceIndex device) : device_(device) {}
+  void record_begin() override { begin_.record(at::cuda::getCurrentCUDAStream(device_)); }
+  void record_end() override { end_.record(at::cuda::getCurrentCUDAStream(device_)); }
+  void wait_end() override { end_.synchronize(); }
+  float elapsed_ms() const override { return begin_.elapsed_time(end_); }
 
  private:
   c10::DeviceIndex device_;
@@ -63,7 +63,9 @@ int64_t total_memory_bytes(int index) {
   if (cudaGetDeviceProperties(&prop, resolve(index)) != cudaSuccess) return -1;
   return int64_t(prop.totalGlobalMem);
 }
-std::unique_ptr<RegionTimer> make_event_timer(int index) { return std::make_unique<EventTimer>(resolve(index)); }
+std::unique_ptr<RegionTimer> make_event_timer(int index) {
+  return make_event_pair_timer(std::make_unique<CudaEventPair>(resolve(index)));
+}
 std::unique_ptr<DeviceEvent> make_stream_event(int index) { return std::make_unique<StreamEvent>(resolve(index)); }
 
 CudaMemoryStats memory_stats(int index) {

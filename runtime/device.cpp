@@ -1,8 +1,10 @@
 // device.cpp — device choice, sync, timing and names (see device.hpp).
 #include "runtime/device.hpp"
 
+#include <atomic>
 #include <fstream>
 
+#include "runtime/cuda_seams.hpp"
 #include "runtime/env_gate.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/gpu_skus.hpp"
@@ -128,6 +130,26 @@ std::optional<double> datasheet_peak_tflops(const std::string& name, const std::
   return sku ? sku_peak_tflops(*sku, math) : std::nullopt;
 }
 
+namespace {
+class EventPairTimer final : public RegionTimer {
+ public:
+  explicit EventPairTimer(std::unique_ptr<EventPair> events) : events_(std::move(events)) {}
+  void start() override { events_->record_begin(); }
+  double stop_s() override {
+    events_->record_end();
+    events_->wait_end();
+    return double(events_->elapsed_ms()) / 1e3;
+  }
+
+ private:
+  std::unique_ptr<EventPair> events_;
+};
+}  // namespace
+
+std::unique_ptr<RegionTimer> make_event_pair_timer(std::unique_ptr<EventPair> events) {
+  return std::make_unique<EventPairTimer>(std::move(events));
+}
+
 std::unique_ptr<RegionTimer> make_region_timer(at::Device device) {
 #ifdef ZEROBENCH_WITH_CUDA
   if (device.is_cuda()) return cuda::make_event_timer(device.index());
@@ -157,15 +179,26 @@ CudaMemoryStats cuda_memory_stats(at::Device device) {
   return {};
 }
 
-int64_t available_bytes(at::Device device, int64_t* total_bytes) {
+namespace {
 #ifdef ZEROBENCH_WITH_CUDA
-  if (device.is_cuda()) {
-    int64_t free = -1, total = -1;
-    if (!cuda::mem_get_info(device.index(), &free, &total)) return -1;
-    if (total_bytes) *total_bytes = total;
-    return free;
-  }
+constexpr DeviceMemInfo kBuildMemInfo = cuda::mem_get_info;
+#else
+constexpr DeviceMemInfo kBuildMemInfo = nullptr;
 #endif
+std::atomic<DeviceMemInfo> g_mem_info{kBuildMemInfo};
+}  // namespace
+
+DeviceMemInfo set_device_mem_info(DeviceMemInfo source) { return g_mem_info.exchange(source ? source : kBuildMemInfo); }
+
+int64_t available_bytes(at::Device device, int64_t* total_bytes) {
+  if (device.is_cuda()) {
+    if (const DeviceMemInfo mem_info = g_mem_info.load()) {
+      int64_t free = -1, total = -1;
+      if (!mem_info(device.index(), &free, &total)) return -1;
+      if (total_bytes) *total_bytes = total;
+      return free;
+    }
+  }
   std::ifstream meminfo("/proc/meminfo");
   std::string key, unit;
   int64_t value = 0, available = -1;

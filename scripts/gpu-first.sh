@@ -110,6 +110,7 @@ first_cells=(
 more_cells=(
   "compare-intervals 100 required 0 the numbers' compare with a second round (skipped when the first call did it)"
   "crossval-fsdp2 45 required 0 crossval at W=1 vs real FSDP2, mixed"
+  "gpu-sharing-refused 15 required 0 more ranks than GPUs under NCCL: exit 2 naming --emulate-world-size"
   "launch-blocking-more 30 if-time 20 zero3 bf16 and fsdp2 mixed: control, then CUDA_LAUNCH_BLOCKING=1 bitwise equal"
   "granite-w4x32 60 if-time 45 emulated W=4 x 32 Granite-7B blocks (skipped when the first call did it)"
   "matrix-more 90 if-time 60 fsdp low, zero2 bf16, fsdp SHARD_GRAD_OP at the numbers' shape, --profile"
@@ -220,6 +221,14 @@ body_emulated-w4() {
   "${bin}" "${small_run[@]}" --backend fsdp --precision fp32 --emulate-world-size 4 --device "${device}" --out "${d}/device.json" &&
     "${bin}" "${small_run[@]}" --backend fsdp --precision fp32 --emulate-world-size 4 --device cpu --out "${d}/cpu.json" &&
     losses_equal "${d}/device.json" "${d}/cpu.json" 1e-4
+}
+body_gpu-sharing-refused() {
+  local n rc
+  n="$("${python}" -c 'import torch; print(torch.cuda.device_count() + 1)')"
+  [ "${rehearse}" = 1 ] && n=2  # no GPU: a --device cuda run is refused as well, naming why
+  "${bin}" "${small_run[@]}" --backend fsdp --nproc "${n}" --device cuda --out "${WORK}/sharing.json"; rc=$?
+  echo "exit ${rc} (want 2)"
+  [ "${rc}" = 2 ]
 }
 body_launch-blocking() { blocking_pair fsdp mixed; }
 body_launch-blocking-more() { blocking_pair zero3 bf16 && blocking_pair fsdp2 mixed; }

@@ -1,7 +1,9 @@
 // Comm's timing, where it would mislead: emulated collectives (local copies) are reported as not
 // measured — no time, no busbw — and the NCCL timing handles a Comm keeps until
 // collect_device_times() stay bounded when it is never called (the side channel), without losing
-// the durations of those that completed.
+// the durations of those that completed. The NCCL device-timing path runs on CPU here through a
+// process group that says it is NCCL: durations to time and busbw, and a duration NCCL cannot
+// give (timing off) counted as untimed with its reason.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -19,36 +21,40 @@ using backends::common::Comm;
 namespace {
 // A process group that says it is NCCL: each all-reduce's work reports a fixed device duration,
 // complete or not as asked (what WorkNCCL::getDuration / isCompleted give after its end event).
+// `timed` false: getDuration throws as WorkNCCL's does when the group's timing is off.
 class TimedWork final : public c10d::Work {
  public:
-  explicit TimedWork(bool completed) : completed_(completed) {}
+  TimedWork(bool completed, bool timed) : completed_(completed), timed_(timed) {}
   bool isCompleted() override { return completed_; }
   bool isSuccess() const override { return true; }
   bool wait(std::chrono::milliseconds = kNoTimeout) override { return true; }
-  float getDuration() const override { return 0.25f; }  // ms
+  float getDuration() const override {
+    if (!timed_) throw std::runtime_error("getDuration only works if timing was enabled");
+    return 0.25f;  // ms
+  }
 
  private:
-  bool completed_;
+  bool completed_, timed_;
 };
 
 class TimedBackend final : public c10d::Backend {
  public:
-  TimedBackend(int size, bool completed) : c10d::Backend(0, size), completed_(completed) {}
+  TimedBackend(int size, bool completed, bool timed) : c10d::Backend(0, size), completed_(completed), timed_(timed) {}
   const std::string getBackendName() const override { return "timed"; }
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
-    return c10::make_intrusive<TimedWork>(completed_);
+    return c10::make_intrusive<TimedWork>(completed_, timed_);
   }
 
  private:
-  bool completed_;
+  bool completed_, timed_;
 };
 
-runtime::World timed_world(bool completed) {
+runtime::World timed_world(bool completed, bool timed = true) {
   runtime::World w;
   w.size = 2;
   w.pg_backend = "nccl";  // Comm keeps a timing handle per collective, as on NCCL
   w.store = c10::make_intrusive<c10d::HashStore>();
-  w.pg = c10::make_intrusive<TimedBackend>(2, completed);
+  w.pg = c10::make_intrusive<TimedBackend>(2, completed, timed);
   return w;
 }
 }  // namespace
@@ -82,6 +88,32 @@ TEST(CommTiming, HandlesThatNeverCompleteAreDroppedAsUntimedNotKeptForever) {
   EXPECT_NE(comm.timing_error().find("without device time"), std::string::npos) << comm.timing_error();
   comm.collect_device_times();  // the kept ones are read after the step's sync
   EXPECT_NEAR(s.time_s, double(Comm::kMaxTimingHandles) * 0.25e-3, 1e-12);
+}
+
+TEST(CommTiming, DeviceDurationsGiveBusbwAndOnesNcclCannotGiveAreCountedUntimedWithTheReason) {
+  const int n = 10;
+  auto t = at::ones({4});  // 16 bytes
+  Comm timed(timed_world(/*completed=*/true));
+  for (int i = 0; i < n; ++i) timed.all_reduce_sum(t, "x");
+  timed.collect_device_times();
+  // busbw = bytes / time x 2(W-1)/W (nccl-tests): 160 B / 2.5 ms x 1 = 64000 B/s.
+  const auto j = timed.stats_json()["all_reduce"];
+  EXPECT_EQ(j["bytes"], n * 16);
+  EXPECT_NEAR(j["time_s"].get<double>(), n * 0.25e-3, 1e-15);  // a sum of n float ms / 1e3
+  EXPECT_NEAR(j["busbw_gbps"].get<double>(), 64000 / 1e9, 1e-15);
+  EXPECT_FALSE(j.contains("untimed"));
+  EXPECT_TRUE(timed.timing_error().empty());
+
+  Comm untimed(timed_world(/*completed=*/true, /*timed=*/false));
+  for (int i = 0; i < n; ++i) untimed.all_reduce_sum(t, "x");
+  untimed.collect_device_times();
+  const auto u = untimed.stats_json()["all_reduce"];
+  EXPECT_EQ(u["count"], n);
+  EXPECT_EQ(u["untimed"], n);
+  EXPECT_EQ(u["time_s"].get<double>(), 0.0);
+  EXPECT_EQ(u["busbw_gbps"].get<double>(), 0.0);  // no time: no bandwidth, not a division by zero
+  EXPECT_EQ(untimed.timing_error(), "all_reduce: getDuration only works if timing was enabled");
+  EXPECT_EQ(untimed.pending_timing_handles(), 0u);
 }
 
 TEST(CommTiming, EmulatedCollectivesAreReportedAsNotMeasured) {

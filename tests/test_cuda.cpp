@@ -13,6 +13,7 @@
 #include "backends/common/comm.hpp"
 #include "backends/common/streams.hpp"
 #include "profiler/activity.hpp"
+#include "profiler/nvtx_capture.hpp"
 #include "profiler/tracer.hpp"
 #include "runtime/device.hpp"
 #include "runtime/env_gate.hpp"
@@ -78,15 +79,29 @@ TEST(CudaProfiler, CuptiRecordsKernelsOfAStep) {
   ZB_REQUIRE_GPU();
   if (!profiler::cupti_built()) ZB_SKIP_OR_FAIL("CUPTI tracer not built");
   auto tracer = profiler::make_cupti_tracer();
+  const int64_t before_ns = profiler::now_ns();
   tracer->start();
   auto a = at::randn({1024, 1024}, at::TensorOptions().device(at::kCUDA));
   auto b = at::mm(a, a);
   runtime::synchronize(a.device());
   tracer->stop();
+  const int64_t after_ns = profiler::now_ns();
   const auto acts = tracer->take();
   int kernels = 0;
-  for (const auto& x : acts) kernels += x.kind == profiler::ActivityKind::kKernel;
+  for (const auto& x : acts) {
+    kernels += x.kind == profiler::ActivityKind::kKernel;
+    // Our steady_clock (the timestamp callback), not the GPU's: inside the host's bounds, with
+    // 10 ms for CUPTI's conversion (another clock domain would be off by far more).
+    EXPECT_GE(x.start_ns, before_ns - 10'000'000) << x.name;
+    EXPECT_LE(x.end_ns, after_ns + 10'000'000) << x.name;
+  }
   EXPECT_GT(kernels, 0);
+  // Only the enabled kinds arrive, every one timed and readable (cupti_records.hpp's skips are
+  // for what should not happen).
+  const auto skipped = tracer->skipped_records();
+  EXPECT_EQ(skipped.other_kind, 0);
+  EXPECT_EQ(skipped.no_timestamp, 0);
+  EXPECT_EQ(skipped.unreadable_buffers, 0);
 }
 
 // The skip helper itself: under ZEROBENCH_REQUIRE_GPU=1 on a machine without a GPU, the CUDA

@@ -8,7 +8,9 @@
 //    (planted: a shorter deadline fails); a failed and a hung cell are recorded and the rest runs;
 //    a call killed midway still leaves its summary; the summary reads real reports;
 //  - the env gate over /proc/self/maps, the datasheet peak by exact SKU, and the one-rank-per-GPU
-//    check, on synthetic inputs.
+//    check, on synthetic inputs;
+//  - the CUDA event timer's logic over injected events, and the memory pre-flight of a GPU run
+//    over an injected cudaMemGetInfo (runtime/cuda_seams.hpp).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -18,10 +20,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/backend_info.hpp"
+#include "bench/preflight.hpp"
+#include "bench/run_options.hpp"
+#include "runtime/cuda_seams.hpp"
 #include "runtime/device.hpp"
 #include "runtime/env_gate.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/gpu_skus.hpp"
+#include "runtime/memory.hpp"
 #include "tests/run_binary.hpp"
 
 using namespace zb;
@@ -430,10 +437,167 @@ TEST(GpuSharing, MoreLocalRanksThanGpusIsRefusedNamingEmulateWorldSize) {
 }
 
 TEST(GpuSharing, TheCliExitsTwoWhereNoGpuIsVisible) {
-  if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is visible: scripts/gpu-check.sh's gpu-sharing-refused cell checks the CLI there";
+  if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is visible: scripts/gpu-first.sh --more's gpu-sharing-refused cell checks the CLI there";
   const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --warmup 0 --quiet --out /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
+}
+
+// ---- the CUDA event timer's logic, over injected events ----
+
+namespace {
+// What two CUDA events would answer: the elapsed times given, one per stop, and every call in
+// order. Reading the elapsed time of an end event not yet waited for is cudaErrorNotReady.
+class InjectedEvents final : public runtime::EventPair {
+ public:
+  InjectedEvents(std::vector<float> elapsed_ms, std::vector<std::string>* calls)
+      : elapsed_ms_(std::move(elapsed_ms)), calls_(calls) {}
+  void record_begin() override { calls_->push_back("record begin"); }
+  void record_end() override {
+    calls_->push_back("record end");
+    waited_ = false;
+  }
+  void wait_end() override {
+    calls_->push_back("wait end");
+    waited_ = true;
+  }
+  float elapsed_ms() const override {
+    calls_->push_back("elapsed");
+    if (!waited_) throw std::runtime_error("cudaErrorNotReady: the end event has not completed");
+    return elapsed_ms_.at(next_++);
+  }
+
+ private:
+  std::vector<float> elapsed_ms_;
+  std::vector<std::string>* calls_;
+  bool waited_ = false;
+  mutable size_t next_ = 0;
+};
+}  // namespace
+
+TEST(CudaEventTimer, EachStopWaitsForItsEndEventAndGivesItsMillisecondsAsSeconds) {
+  std::vector<std::string> calls;
+  auto timer = runtime::make_event_pair_timer(std::make_unique<InjectedEvents>(std::vector<float>{1.5f, 0.25f, 1234.5f}, &calls));
+  std::vector<double> step_s;
+  for (int step = 0; step < 3; ++step) {
+    timer->start();
+    step_s.push_back(timer->stop_s());
+  }
+  EXPECT_EQ(step_s, (std::vector<double>{1.5e-3, 0.25e-3, 1.2345}));  // each step its own, exactly
+  std::vector<std::string> once = {"record begin", "record end", "wait end", "elapsed"}, want;
+  for (int step = 0; step < 3; ++step) want.insert(want.end(), once.begin(), once.end());
+  EXPECT_EQ(calls, want);
+  // The fault the order catches: a timer reading the elapsed time before waiting for the end event.
+  InjectedEvents unwaited({1.0f}, &calls);
+  unwaited.record_begin();
+  unwaited.record_end();
+  EXPECT_THROW(unwaited.elapsed_ms(), std::runtime_error);
+}
+
+// ---- the memory pre-flight of a GPU run, over an injected cudaMemGetInfo ----
+
+namespace {
+struct InjectedMemInfo {
+  static inline int64_t free_bytes = 0, total_bytes = 0;
+  static inline bool ok = true;
+  static inline int asked_device = -1;
+  static bool answer(int device, int64_t* free, int64_t* total) {
+    asked_device = device;
+    if (!ok) return false;  // cudaMemGetInfo failed
+    *free = free_bytes;
+    *total = total_bytes;
+    return true;
+  }
+  // Installed for one test; the build's own source (cudaMemGetInfo) comes back after it.
+  InjectedMemInfo() : previous(runtime::set_device_mem_info(answer)) {
+    free_bytes = total_bytes = 0;
+    ok = true;
+    asked_device = -1;
+  }
+  ~InjectedMemInfo() { runtime::set_device_mem_info(previous); }
+  runtime::DeviceMemInfo previous;
+};
+
+struct GpuJob {
+  std::string backend;
+  backends::EngineSpec spec;
+  backends::Topology topo{1};
+  int64_t peak = 0;  // the largest per-rank estimate (first or last rank), what check_memory compares
+};
+GpuJob gpu_job(const std::vector<std::string>& flags, int world) {
+  CLI::App app;
+  bench::RunOptions o;
+  bench::add_run_options(app, o);
+  std::vector<std::string> args(flags.rbegin(), flags.rend());
+  app.parse(args);
+  bench::mark_given(app, o);
+  o.nproc = world;
+  const auto r = o.resolve();
+  GpuJob job{r.backend, r.spec, backends::Topology(world, world)};
+  const auto& info = backends::backend(job.backend);
+  for (int rank : {0, world - 1})
+    job.peak = std::max(job.peak, info.estimate_peak(job.spec, job.topo, rank, /*gloo=*/false).peak_bytes());
+  return job;
+}
+}  // namespace
+
+TEST(CudaMemoryPreflight, RefusesWhatTheInjectedFreeMemoryCannotHoldInOneLineAndPassesWhatFits) {
+  InjectedMemInfo inject;
+  const at::Device gpu(at::kCUDA, 1);
+  const auto job = gpu_job({"--backend", "fsdp", "--model", "tiny", "--seq-len", "32", "--micro-batch", "2"}, 2);
+  ASSERT_GT(job.peak, 0);
+  InjectedMemInfo::total_bytes = int64_t(80) << 30;  // the total would fit anything: only free counts
+  const auto refusal = [&](int64_t free, int sharing) -> std::string {
+    InjectedMemInfo::free_bytes = free;
+    try {
+      bench::check_memory(job.backend, job.spec, job.topo, sharing, gpu, sharing);
+    } catch (const UsageError& e) {  // exit 2
+      return e.what();
+    }
+    return "";
+  };
+  // One rank on the GPU: one byte short is refused, naming the need and what cudaMemGetInfo has free.
+  const std::string m = refusal(job.peak - 1, 1);
+  ASSERT_FALSE(m.empty()) << "a peak larger than the GPU's free memory was let through";
+  EXPECT_EQ(InjectedMemInfo::asked_device, 1);  // the rank's own GPU
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  EXPECT_EQ(m.rfind("memory pre-flight: each rank needs an estimated " + bench::human_bytes(double(job.peak)), 0), 0u) << m;
+  EXPECT_NE(m.find("but " + bench::human_bytes(double(job.peak - 1)) + " is available (cudaMemGetInfo free)"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("--no-memory-check"), std::string::npos) << m;
+  EXPECT_EQ(refusal(job.peak, 1), "");  // exactly enough fits
+  // Two ranks on one GPU need twice the peak.
+  const std::string two = refusal(2 * job.peak - 1, 2);
+  EXPECT_NE(two.find(" x 2 ranks on this GPU = " + bench::human_bytes(double(2 * job.peak))), std::string::npos) << two;
+  EXPECT_EQ(refusal(2 * job.peak, 2), "");
+  // available_bytes reads the injected free and total.
+  int64_t total = 0;
+  InjectedMemInfo::free_bytes = 12345;
+  EXPECT_EQ(runtime::available_bytes(gpu, &total), 12345);
+  EXPECT_EQ(total, InjectedMemInfo::total_bytes);
+}
+
+TEST(CudaMemoryPreflight, AFailedMemGetInfoIsUnknownAndTheCheckStandsAside) {
+  InjectedMemInfo inject;
+  const at::Device gpu(at::kCUDA, 0);
+  const auto job = gpu_job({"--backend", "zero3", "--precision", "bf16", "--model", "tiny"}, 1);
+  InjectedMemInfo::ok = false;
+  InjectedMemInfo::free_bytes = 0;
+  int64_t total = -7;
+  EXPECT_EQ(runtime::available_bytes(gpu, &total), -1);
+  EXPECT_EQ(total, -7);  // not written
+  EXPECT_NO_THROW(bench::check_memory(job.backend, job.spec, job.topo, 1, gpu, 1));  // as preflight.hpp says
+  InjectedMemInfo::ok = true;
+  EXPECT_THROW(bench::check_memory(job.backend, job.spec, job.topo, 1, gpu, 1), UsageError);  // 0 bytes free
+}
+
+TEST(CudaMemoryPreflight, RanksSharingAGpuFollowPickDevicesRoundRobin) {
+  EXPECT_EQ(bench::ranks_sharing_gpu(1, 1, 0), 1);
+  EXPECT_EQ(bench::ranks_sharing_gpu(8, 8, 3), 1);
+  EXPECT_EQ(bench::ranks_sharing_gpu(2, 8, 5), 0);
+  EXPECT_EQ(bench::ranks_sharing_gpu(4, 2, 1), 2);  // local ranks 1 and 3
+  EXPECT_EQ(bench::ranks_sharing_gpu(3, 2, 0), 2);  // 0 and 2
+  EXPECT_EQ(bench::ranks_sharing_gpu(3, 2, 1), 1);
 }
 
 // ---- build.sh reconfigures when what it configured with changes ----

@@ -1,10 +1,19 @@
 // The profiler's GPU-independent logic on recorded activity fixtures: kernel classification
 // (real H100/A100 kernel names), interval arithmetic, HTA's temporal breakdown and overlap,
 // exposed communication, top kernels, the host source, the Chrome/Perfetto export; and
-// `zerobench run --profile --trace` end to end on CPU.
+// `zerobench run --profile --trace` end to end on CPU. In a CUDA build also the CUPTI tracer's
+// record parsing (profiler/cupti_records.hpp) on a synthetic activity buffer built from the
+// CUPTI headers' own record structs and walked by the real libcupti, with no GPU.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#ifdef ZEROBENCH_WITH_CUDA
+#include <cupti.h>
+
+#include <cstring>
+
+#include "profiler/cupti_records.hpp"
+#endif
 
 #include "profiler/activity.hpp"
 #include "profiler/analysis.hpp"
@@ -286,3 +295,214 @@ TEST(ProfileCli, BadProfileStepsIsAUsageError) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--profile-steps"), std::string::npos) << r.output;
 }
+
+#ifdef ZEROBENCH_WITH_CUDA
+namespace {
+// A CUPTI activity buffer as the library fills one: records back to back, each the size of its
+// kind's newest struct in the headers (what cuptiActivityGetNextRecord steps by), 8-byte aligned.
+class RecordBuffer {
+ public:
+  template <typename Record>
+  void add(const Record& r) {
+    const size_t at = bytes_.size();
+    bytes_.resize(at + ((sizeof(Record) + 7) & ~size_t(7)));
+    std::memcpy(bytes_.data() + at, &r, sizeof(Record));
+  }
+  std::vector<Activity> parse(KernelNames& names, SkippedRecords& skipped) {
+    std::vector<Activity> out;
+    parse_cupti_buffer(bytes_.data(), bytes_.size(), names, out, skipped);
+    return out;
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;  // operator new's alignment (16) is CUPTI's 8 at least
+};
+
+// Timestamps near 2^62 ns: a conversion through double (53-bit mantissa) would round them.
+constexpr uint64_t kT = uint64_t(1) << 62;
+
+// Kernel names as CUPTI hands them: mangled (generated with g++ from NCCL's and ATen's
+// signatures), or plain for cuBLAS's nvjet kernels.
+const char* kNcclDevMangled = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+const char* kNcclOldMangled = "_Z39ncclKernel_AllGather_RING_LL_Sum_int8_tP11ncclDevCommmP8ncclWork";
+const char* kAddMangled =
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIN3c108BFloat16EEESt5arrayIPcLm3EEEEviT0_T1_";
+
+#if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;  // the newest kernel record, as cupti_records.cpp
+#else
+using KernelRecord = CUpti_ActivityKernel9;
+#endif
+KernelRecord kernel_record(const char* name, uint64_t start, uint64_t end, uint32_t stream, uint32_t correlation) {
+  KernelRecord k{};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.name = name;
+  k.start = start;
+  k.end = end;
+  k.deviceId = 1;
+  k.streamId = stream;
+  k.correlationId = correlation;
+  return k;
+}
+CUpti_ActivityMemcpy6 memcpy_record(uint8_t copy_kind, uint64_t bytes, uint64_t start, uint64_t end,
+                                    uint32_t correlation) {
+  CUpti_ActivityMemcpy6 m{};
+  m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  m.copyKind = copy_kind;
+  m.bytes = bytes;
+  m.start = start;
+  m.end = end;
+  m.deviceId = 1;
+  m.streamId = 7;
+  m.correlationId = correlation;
+  return m;
+}
+CUpti_ActivityAPI api_record(CUpti_ActivityKind kind, uint32_t cbid, uint64_t start, uint64_t end,
+                             uint32_t correlation) {
+  CUpti_ActivityAPI a{};
+  a.kind = kind;
+  a.cbid = cbid;
+  a.start = start;
+  a.end = end;
+  a.correlationId = correlation;
+  return a;
+}
+
+// One line per activity, every field the parser sets: compared exactly.
+std::string describe(const Activity& a) {
+  return std::string(activity_kind_name(a.kind)) + " '" + a.name + "' [" + std::to_string(a.start_ns) + "," +
+         std::to_string(a.end_ns) + ") stream " + std::to_string(a.stream) + " corr " +
+         std::to_string(a.correlation) + " bytes " + std::to_string(a.bytes) + " dev " + std::to_string(a.device);
+}
+std::string stamp(uint64_t offset) { return std::to_string(kT + offset); }
+
+// A step's worth of records: launches (runtime and driver API), compute and NCCL kernels,
+// every memcpy direction, a memset, two kinds the profile does not read, two untimed records.
+RecordBuffer step_buffer() {
+  RecordBuffer b;
+  b.add(api_record(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, kT + 10, kT + 12, 101));
+  b.add(kernel_record(kAddMangled, kT + 100, kT + 150, 7, 101));
+  b.add(api_record(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, kT + 20, kT + 22, 102));
+  b.add(kernel_record(kNcclDevMangled, kT + 120, kT + 400, 20, 102));
+  b.add(kernel_record(kNcclOldMangled, kT + 500, kT + 600, 20, 103));  // its launch not in this buffer
+  b.add(api_record(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, kT + 200, kT + 201, 104));
+  b.add(kernel_record("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", kT + 300, kT + 340, 7, 104));
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 4096, kT + 600, kT + 650, 105));
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 2048, kT + 650, kT + 700, 106));
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, 1024, kT + 700, kT + 710, 107));
+  CUpti_ActivityMemset4 ms{};
+  ms.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  ms.bytes = 512;
+  ms.start = kT + 710;
+  ms.end = kT + 720;
+  ms.deviceId = 1;
+  ms.streamId = 8;
+  ms.correlationId = 108;
+  b.add(ms);
+  CUpti_ActivitySynchronization2 sync{};  // kinds the tracer does not enable, nor the parser read
+  sync.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+  sync.start = kT + 720;
+  sync.end = kT + 730;
+  b.add(sync);
+  CUpti_ActivityMarker2 marker{};
+  marker.kind = CUPTI_ACTIVITY_KIND_MARKER;
+  b.add(marker);
+  b.add(kernel_record(kAddMangled, 0, 0, 7, 109));  // CUPTI could not time it
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 8, kT + 900, kT + 800, 110));  // ends before it starts
+  b.add(api_record(CUPTI_ACTIVITY_KIND_RUNTIME, 999999, kT + 30, kT + 31, 111));  // a cbid CUPTI has no name for
+  return b;
+}
+}  // namespace
+
+TEST(CuptiRecords, EveryRecordKindBecomesItsActivityWithExactTimestampsAndIds) {
+  KernelNames names;
+  SkippedRecords skipped;
+  std::vector<std::string> got;
+  for (const auto& a : step_buffer().parse(names, skipped)) got.push_back(describe(a));
+  const std::vector<std::string> want = {
+      "cuda_runtime 'cudaLaunchKernel_v7000' [" + stamp(10) + "," + stamp(12) + ") stream 0 corr 101 bytes 0 dev 0",
+      "kernel 'void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+      "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)' [" +
+          stamp(100) + "," + stamp(150) + ") stream 7 corr 101 bytes 0 dev 1",
+      "cuda_runtime 'cuLaunchKernelEx' [" + stamp(20) + "," + stamp(22) + ") stream 0 corr 102 bytes 0 dev 0",
+      "kernel 'ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)' [" + stamp(120) + "," +
+          stamp(400) + ") stream 20 corr 102 bytes 0 dev 1",
+      "kernel 'ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)' [" + stamp(500) + "," +
+          stamp(600) + ") stream 20 corr 103 bytes 0 dev 1",
+      "cuda_runtime 'cudaLaunchKernel_v7000' [" + stamp(200) + "," + stamp(201) + ") stream 0 corr 104 bytes 0 dev 0",
+      "kernel 'nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT' [" + stamp(300) + "," + stamp(340) + ") stream 7 corr 104 bytes 0 dev 1",
+      "memcpy 'memcpy HtoD' [" + stamp(600) + "," + stamp(650) + ") stream 7 corr 105 bytes 4096 dev 1",
+      "memcpy 'memcpy DtoH' [" + stamp(650) + "," + stamp(700) + ") stream 7 corr 106 bytes 2048 dev 1",
+      "memcpy 'memcpy DtoD' [" + stamp(700) + "," + stamp(710) + ") stream 7 corr 107 bytes 1024 dev 1",
+      "memset 'memset' [" + stamp(710) + "," + stamp(720) + ") stream 8 corr 108 bytes 512 dev 1",
+      "cuda_runtime 'cuda_runtime' [" + stamp(30) + "," + stamp(31) + ") stream 0 corr 111 bytes 0 dev 0",
+  };
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(skipped.other_kind, 2);    // the synchronization and the marker
+  EXPECT_EQ(skipped.no_timestamp, 2);  // the kernel at 0, the memcpy ending before it starts
+  EXPECT_EQ(skipped.unreadable_buffers, 0);
+  // The same name pointer is demangled once and reused; a second buffer adds to the counts.
+  step_buffer().parse(names, skipped);
+  EXPECT_EQ(skipped.total(), 8);
+}
+
+TEST(CuptiRecords, NcclKernelsAreCommunicationAndComputeKernelsCountForTheRangeTheyWereLaunchedIn) {
+  KernelNames names;
+  SkippedRecords skipped;
+  auto acts = step_buffer().parse(names, skipped);
+  // The zerobench NVTX ranges (the recorder hook's CPU slices, not CUPTI's) of the step.
+  Activity fwd, unit1;
+  fwd.kind = unit1.kind = ActivityKind::kRange;
+  fwd.name = "forward";
+  fwd.start_ns = int64_t(kT);
+  fwd.end_ns = int64_t(kT + 300);
+  unit1.name = "forward unit1";
+  unit1.start_ns = int64_t(kT);
+  unit1.end_ns = int64_t(kT + 15);
+  acts.push_back(fwd);
+  acts.push_back(unit1);
+  const StepWindow w{0, int64_t(kT), int64_t(kT + 1000)};
+  const auto p = analyze_step(acts, w);
+  EXPECT_EQ(p.by_class.at(KernelClass::kCommunication).count, 2);  // both NCCL kernel families
+  EXPECT_EQ(p.comm_ns, 380);                                        // [120,400) + [500,600)
+  EXPECT_EQ(p.by_class.at(KernelClass::kGemm).count, 1);
+  EXPECT_EQ(p.by_class.at(KernelClass::kElementwiseOther).count, 1);
+  EXPECT_EQ(p.by_class.at(KernelClass::kMemory).count, 4);
+  EXPECT_EQ(p.by_class.at(KernelClass::kMemory).total_ns, 120);  // 50 + 50 + 10 + 10
+  EXPECT_EQ(p.compute_ns, 90);              // [100,150) + [300,340)
+  EXPECT_EQ(p.comm_overlapped_ns, 70);      // [120,150) + [300,340)
+  EXPECT_EQ(p.exposed_comm_ns, 310);
+  // Launches link by correlation id: the add (launched at +10, inside unit1) is unit1's; the
+  // nvjet GEMM (launched at +200) is the root's; the NCCL kernel launched at +20 is not compute.
+  const auto t = unit_times(acts, w);
+  ASSERT_EQ(t.forward_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.forward_s[1], 50e-9);
+  EXPECT_DOUBLE_EQ(t.forward_s[0], 40e-9);
+  EXPECT_DOUBLE_EQ(t.forward_total_s, 90e-9);
+  // The fault this catches: a parser that kept CUPTI's mangled names would call both NCCL
+  // kernels compute (their names no longer start with "nccl"), and the NCCL kernel launched in
+  // "forward" would add [120,400) to its compute.
+  EXPECT_EQ(classify_kernel_name(kNcclDevMangled), KernelClass::kElementwiseOther);
+  EXPECT_EQ(classify_kernel_name(kNcclOldMangled), KernelClass::kElementwiseOther);
+}
+
+TEST(CuptiRecords, ARecordCuptiCannotReadEndsItsBufferAndIsCounted) {
+  KernelNames names;
+  SkippedRecords skipped;
+  RecordBuffer b;
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 64, kT + 1, kT + 2, 1));
+  auto bad = memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 64, kT + 3, kT + 4, 2);
+  bad.kind = CUpti_ActivityKind(9999);  // no kind CUPTI knows: it cannot size the record
+  b.add(bad);
+  b.add(memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 64, kT + 5, kT + 6, 3));
+  const auto acts = b.parse(names, skipped);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].correlation, 1);
+  EXPECT_EQ(skipped.unreadable_buffers, 1);
+  EXPECT_EQ(skipped.other_kind, 0);
+  // An empty buffer (no bytes, no storage) is no error.
+  SkippedRecords none;
+  EXPECT_TRUE(RecordBuffer().parse(names, none).empty());
+  EXPECT_EQ(none.total(), 0);
+}
+#endif
