@@ -13,11 +13,7 @@ config::TrainingArguments training_arguments(const TrainConfig& t) {
   a.lr = t.lr;
   a.lr_schedule = t.lr_schedule;
   a.lr_warmup_steps = t.lr_warmup_steps;
-  a.warmup_min_lr = t.warmup_min_lr;
-  a.warmup_min_ratio = t.warmup_min_ratio;
-  a.cos_min_ratio = t.cos_min_ratio;
-  a.warmup_type = t.warmup_type;
-  a.total_num_steps = t.total_num_steps;
+  a.deepspeed_scheduler = t.deepspeed_scheduler;
   a.weight_decay = t.weight_decay;
   a.beta1 = t.beta1;
   a.beta2 = t.beta2;
@@ -33,11 +29,7 @@ void apply_training_arguments(const config::TrainingArguments& a, TrainConfig& t
   t.lr = a.lr;
   t.lr_schedule = a.lr_schedule;
   t.lr_warmup_steps = a.lr_warmup_steps;
-  t.warmup_min_lr = a.warmup_min_lr;
-  t.warmup_min_ratio = a.warmup_min_ratio;
-  t.cos_min_ratio = a.cos_min_ratio;
-  t.warmup_type = a.warmup_type;
-  t.total_num_steps = a.total_num_steps;
+  t.deepspeed_scheduler = a.deepspeed_scheduler;
   t.weight_decay = a.weight_decay;
   t.beta1 = a.beta1;
   t.beta2 = a.beta2;

@@ -18,6 +18,7 @@
 #include "backends/common/lost_updates.hpp"
 #include "backends/precision_plan.hpp"
 #include "backends/topology.hpp"
+#include "config/deepspeed_scheduler.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
 #include "models/weight_source.hpp"
@@ -34,14 +35,13 @@ struct TrainConfig {
   int64_t steps = 10;        // optimizer steps in total (warm-up included)
   int64_t warmup = 2;        // steps excluded from timing statistics
   double lr = 3e-3;
-  std::string lr_schedule = "cosine";  // constant | cosine (linear warm-up, cosine to min_lr), or DeepSpeed's
+  // constant | cosine (linear warm-up, cosine to min_lr); a DeepSpeed config's scheduler type
+  // (deepspeed_scheduler then gives every step's lr), or "none" (its section has no type).
+  std::string lr_schedule = "cosine";
   int64_t lr_warmup_steps = 0;
+  double lr_warmup_ratio = 0;  // --lr-warmup-ratio (HF's warmup_steps < 1): lr_warmup_steps = ceil(steps x it)
   double min_lr_ratio = 0.1;
-  // A DeepSpeed config's scheduler section (deepspeed/runtime/lr_schedules.py): lr_schedule is then
-  // WarmupLR | WarmupDecayLR | WarmupCosineLR, lr its peak, lr_warmup_steps its warmup_num_steps.
-  double warmup_min_lr = 0, warmup_min_ratio = 0, cos_min_ratio = 1e-4;
-  std::string warmup_type = "log";  // log | linear
-  int64_t total_num_steps = 0;
+  config::DeepSpeedScheduler deepspeed_scheduler;  // lr in it is the optimizer's lr
   double weight_decay = 0.0;  // HF Trainer's default
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double grad_clip = 1.0;     // max global grad norm; 0 disables

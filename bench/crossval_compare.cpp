@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -40,11 +41,22 @@ double number(const json& obj, const char* key) {
   return NAN;
 }
 
-std::string text(double v) {
+std::string text(double v, int digits = 9) {
   if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
+}
+
+// The shortest text that reads back as exactly `v` (Python's repr): two values it prints
+// differently are different doubles.
+std::string exact(double v) {
+  if (!std::isfinite(v)) return text(v);
+  for (int digits = 15; digits < 17; ++digits) {
+    const auto t = text(v, digits);
+    if (std::strtod(t.c_str(), nullptr) == v) return t;
+  }
+  return text(v, 17);
 }
 
 double rel_diff(double a, double b) {
@@ -186,7 +198,7 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   // ---- steps: loss, grad norm, lr ----
   json steps = json::array();
   double worst_loss = 0, worst_norm = 0;
-  bool all_finite = true;
+  bool all_finite = true, lr_equal = true;
   for (size_t j = 0; j < nsteps; ++j) {
     const auto& z = report["steps"][j];
     json per_rank_loss = json::array(), per_rank_norm = json::array();
@@ -234,6 +246,19 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
               {"within_tolerance", finite && dl <= tol.loss_rel && dn <= tol.grad_norm_rel},
               {"time_s", z.value("time_s", 0.0)},
               {"upstream_time_s", u0.value("time_s", 0.0)}};
+    // The lr of the step's optimizer update, bitwise: both sides compute the schedule in double
+    // (DeepSpeed's classes in Python floats); a difference is a different schedule, not rounding.
+    const double lr = number(z, "lr");
+    bool step_lr_equal = true;
+    for (size_t k = 0; k < upstream.size(); ++k) {
+      const double ulr = number(upstream[k]["steps"][j], "lr");
+      if (lr == ulr) continue;
+      step_lr_equal = false;
+      reasons.push_back("step " + std::to_string(j) + ": lr " + exact(lr) + " vs upstream rank " + std::to_string(k) +
+                        " " + exact(ulr) + " (the lr of the step's optimizer update differs)");
+    }
+    s["lr_equal"] = step_lr_equal;
+    lr_equal = lr_equal && step_lr_equal;
     bool norms_differ = false;
     for (const auto& v : per_rank_norm) norms_differ = norms_differ || !(v.get<double>() == up_norm);
     if (norms_differ) s["upstream_grad_norm_per_rank"] = per_rank_norm;
@@ -249,6 +274,23 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   out["max_loss_rel_diff"] = all_finite ? worst_loss : NAN;
   out["max_grad_norm_rel_diff"] = all_finite ? worst_norm : NAN;
   out["all_finite"] = all_finite;
+  out["lr_equal"] = lr_equal && nsteps > 0;
+
+  // ---- step inputs: what every rank trained on in every step (SHA-256 of its batches) ----
+  bool batches_equal = nranks > 0 && nsteps > 0;
+  for (size_t k = 0; k < nranks; ++k) {
+    const json hashes = report["ranks"][k].value("batch_sha256", json::array());
+    for (size_t j = 0; j < nsteps; ++j) {
+      const json z = hashes.is_array() && j < hashes.size() ? hashes[j] : json(nullptr);
+      const json u = upstream[k]["steps"][j].value("batch_sha256", json(nullptr));
+      if (z.is_string() && u.is_string() && z == u) continue;
+      batches_equal = false;
+      auto show = [](const json& h) { return h.is_string() ? h.get<std::string>().substr(0, 16) : std::string("missing"); };
+      reasons.push_back("rank " + std::to_string(k) + " step " + std::to_string(j) + ": batch sha256 " + show(z) +
+                        " vs upstream " + show(u) + " (the two sides trained on different data)");
+    }
+  }
+  out["batches_equal"] = batches_equal;
 
   // ---- collectives: every rank, every step, every kind either side reports ----
   json comm_diffs = json::array();

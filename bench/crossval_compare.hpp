@@ -1,7 +1,7 @@
 // crossval_compare.hpp — the comparison half of `zerobench crossval`: from zerobench's report
 // and the reference's per-rank results (scripts/crossval/common.py) to one mode's verdict.
 // Owns: the tolerances and their derivation (docs/crossval.md), the per-step loss / grad-norm
-// check, model-state bytes per category per rank, collectives per step per kind, the
+// check, the per-step lr and batch (SHA-256) of every rank (equal to the bit), model-state bytes per category per rank, collectives per step per kind, the
 // performance ratios (reported, never asserted), and what counts as agreement: exactly W ranks
 // and T steps on each side, finite losses and grad norms, every category and every rank's
 // collectives of every kind compared. A difference is accepted only when a rule of

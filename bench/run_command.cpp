@@ -108,12 +108,9 @@ json train_json(const backends::TrainConfig& t) {
           {"lr", t.lr},
           {"lr_schedule", t.lr_schedule},
           {"lr_warmup_steps", t.lr_warmup_steps},
-          {"lr_schedule_params",  // DeepSpeed schedulers' extra parameters (lr_schedules.py); unused otherwise
-           {{"warmup_min_lr", t.warmup_min_lr},
-            {"warmup_min_ratio", t.warmup_min_ratio},
-            {"cos_min_ratio", t.cos_min_ratio},
-            {"warmup_type", t.warmup_type},
-            {"total_num_steps", t.total_num_steps}}},
+          {"lr_warmup_ratio", t.lr_warmup_ratio},
+          // A DeepSpeed scheduler's parameters by DeepSpeed's names (lr_schedules.py); {} otherwise.
+          {"lr_schedule_params", config::scheduler_params_json(t.deepspeed_scheduler)},
           {"min_lr_ratio", t.min_lr_ratio},
           {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},
@@ -346,6 +343,8 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                                                                                       {"bytes", s.comm[k].bytes}};
     comm_steps.push_back(c);
   }
+  json batch_sha256 = json::array();  // this rank's step inputs (zerobench crossval compares them per rank and step)
+  for (const auto& s : result.steps) batch_sha256.push_back(s.batch_sha256);
   json rank_json = {
       {"rank", world.rank},
       {"host", hostname()},
@@ -378,6 +377,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
       {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
       {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
       {"comm_steps", comm_steps},
+      {"batch_sha256", batch_sha256},
       {"step_times_s", step_times},
       {"lifecycle", {{"load", load_json}, {"checkpoint", lifecycle::to_json(checkpointer.stats())}}}};
   // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).

@@ -2,6 +2,8 @@
 #include "backends/backend_info.hpp"
 #include "bench/run_options.hpp"
 
+#include <cmath>
+
 #include "bench/flag_checks.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "runtime/dist_env.hpp"
@@ -134,9 +136,15 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--lr-schedule", t.lr_schedule, "constant|cosine")
       ->check(CLI::IsMember({"constant", "cosine"}))
       ->capture_default_str();
-  app.add_option("--lr-warmup-steps", t.lr_warmup_steps, "linear LR warm-up steps")
+  app.add_option("--lr-warmup-steps", t.lr_warmup_steps,
+                 "LR warm-up steps (HF's warmup_steps: zerobench's schedule, a DeepSpeed warmup_num_steps \"auto\")")
       ->check(NonNegative())
       ->capture_default_str();
+  app.add_option("--lr-warmup-ratio", t.lr_warmup_ratio,
+                 "LR warm-up as a fraction of --steps, in [0, 1): ceil(steps x ratio) warm-up steps (HF's "
+                 "warmup_steps < 1, get_warmup_steps)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes("--lr-warmup-steps");
   app.add_option("--min-lr-ratio", t.min_lr_ratio, "cosine floor as a fraction of --lr")
       ->check(FiniteRange(0, 1))
       ->capture_default_str();
@@ -260,6 +268,13 @@ RunOptions::Resolved RunOptions::resolve() const {
   auto& notes = r.provenance.notes;
   spec.model = model_config();
   spec.train = train;
+  // transformers' TrainingArguments.get_warmup_steps: a warmup_steps below 1 is a ratio of the
+  // training steps, ceil(num_training_steps * warmup_steps).
+  if (given.count("--lr-warmup-ratio")) {
+    if (!(train.lr_warmup_ratio < 1.0))
+      throw UsageError("--lr-warmup-ratio " + std::to_string(train.lr_warmup_ratio) + " must be below 1 (use --lr-warmup-steps)");
+    spec.train.lr_warmup_steps = int64_t(std::ceil(double(train.steps) * train.lr_warmup_ratio));
+  }
   spec.precision = precision;
   r.backend = backend;
   const auto [path, flag] = config_file();
@@ -272,7 +287,7 @@ RunOptions::Resolved RunOptions::resolve() const {
     req.backend_given = backend_given;
     req.precision = precision;
     req.precision_given = precision_given;
-    req.train = train;
+    req.train = spec.train;
     req.given = given;
     req.world_size = world_size();
     req.hidden = spec.model.hidden;
@@ -298,7 +313,9 @@ RunOptions::Resolved RunOptions::resolve() const {
   if (spec.train.warmup >= spec.train.steps)
     throw UsageError("--warmup " + std::to_string(spec.train.warmup) + " must be below --steps " +
                      std::to_string(spec.train.steps) + " (no step would be measured)");
-  spec.train.lr *= plant_lr_scale;  // lr_at is linear in lr: every step's lr scales (1.0 unless planted)
+  // lr_at is linear in these: every step's lr scales (1.0 unless planted).
+  spec.train.lr *= plant_lr_scale;
+  spec.train.deepspeed_scheduler.scale_lrs(plant_lr_scale);
   backends::validate_precision(r.backend, spec.precision);  // validates both names
   fault();                     // validates the hook
   // --model-dir's load strategy; by default the one the config's options imply: FSDP1's

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backends/common/optim.hpp"
+#include "config/config_file.hpp"
 #include "profiler/host_source.hpp"
 #include "profiler/nvtx_capture.hpp"
 #include "profiler/tracer.hpp"
@@ -50,14 +51,18 @@ class StepRunner {
     const CommSnapshot before = comm_.stats();
     // Data are made before the timer starts: the benchmark times training, not the generator.
     std::vector<models::Batch> batches;
+    std::string batch_bytes;
     {
       runtime::nvtx::Range data_range("data");
       for (int64_t a = 0; a < t.grad_accum; ++a) {
         auto b = data_.samples(models::first_sample_index(step, a, t.grad_accum, rank, world, t.micro_batch),
                                t.micro_batch, t.seq_len);
+        for (const auto& x : {b.tokens.contiguous(), b.targets.contiguous()})
+          batch_bytes.append(static_cast<const char*>(x.data_ptr()), x.nbytes());
         batches.push_back({b.tokens.to(device), b.targets.to(device)});
       }
     }
+    const std::string batch_sha256 = config::sha256_hex(batch_bytes);
     runtime::synchronize(device);  // the window starts with the device idle
     const int64_t window_start = profiler::now_ns();
     timer_->start();
@@ -106,6 +111,7 @@ class StepRunner {
     rec.peak_reserved_bytes = cuda.peak_reserved_bytes;
     rec.offload = engine_.offload_traffic() - offload_before;
     rec.loss_scale = engine_.loss_scale_step();
+    rec.batch_sha256 = batch_sha256;
     if (rec.loss_scale.enabled && rec.loss_scale.skipped) ++skipped_steps_;
     if (device.is_cuda()) rec.peak_host_tracked_bytes = runtime::tracked_cpu_peak_bytes();
     return rec;

@@ -39,6 +39,9 @@ struct StepRecord {
   backends::common::OffloadTraffic offload{};
   int64_t peak_host_tracked_bytes = 0;
   backends::LossScaleStep loss_scale{};  // fp16 (Engine::loss_scale_step); enabled = false otherwise
+  // SHA-256 of this rank's step input: every micro-batch's tokens then targets, int64 bytes in
+  // order (crossval compares it with the reference's, scripts/crossval/common.py batch_sha256).
+  std::string batch_sha256;
 };
 
 // What the profiled steps recorded (see RunOptions::profile).

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "config/deepspeed_fp16.hpp"
+#include "config/deepspeed_scheduler.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::config {
@@ -343,82 +344,29 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
                      ": Adam with L2 weight decay is not implemented (zerobench runs AdamW)");
 }
 
-// scheduler: runtime/lr_schedules.py, filled as trainer_config_process/finalize fill "auto".
+// scheduler: config/deepspeed_scheduler.cpp (runtime/lr_schedules.py; "auto" as
+// trainer_config_process / trainer_config_finalize fill it).
 void read_scheduler(const json& root, const TrainerArgs& args, DeepSpeedConfig& c, Resolver& r) {
   if (!root.contains("scheduler") || root["scheduler"].is_null()) return;
   const auto& s = root["scheduler"];
   auto& t = c.train;
-  auto& notes = c.notes;
-  if (!s.is_object()) throw UsageError("scheduler " + s.dump() + " is not a section");
-  const std::string type = s.contains("type") ? text(s["type"]) : "";
-  if (type != "WarmupLR" && type != "WarmupDecayLR" && type != "WarmupCosineLR")
-    throw UsageError("scheduler.type " + (type.empty() ? std::string("(missing)") : type) +
-                     ": zerobench implements WarmupLR, WarmupDecayLR and WarmupCosineLR");
   if (args.given_flag("--lr-schedule"))
-    throw UsageError("--lr-schedule " + args.train.lr_schedule + " conflicts with the DeepSpeed scheduler " + type);
-  for (const auto& [k, v] : s.items())
-    if (k != "type" && k != "params") notes.ignore("scheduler." + k, text(v), "not read by DeepSpeed");
-  const json p = s.value("params", json::object());
-  if (!p.is_object()) throw UsageError("scheduler.params " + p.dump() + " is not a mapping");
-  t.lr_schedule = type;
-  t.warmup_min_lr = 0;
-  t.warmup_min_ratio = 0;
-  t.cos_min_ratio = 1e-4;
-  t.warmup_type = "log";
-  t.lr_warmup_steps = 1000;
-  const double optimizer_lr = t.lr;
-  if (type == "WarmupDecayLR") t.lr = 0.001;  // the constructor's warmup_max_lr default
-  bool has_total = false;
-  for (const auto& [k, v] : p.items()) {
-    const std::string key = "scheduler.params." + k;
-    if (k == "warmup_min_lr" && type != "WarmupCosineLR") {
-      t.warmup_min_lr = is_auto(v) ? 0.0 : as_number(key, v);  // fill_only(0): "not a trainer arg"
-      notes.apply(key, text(v), "warmup_min_lr " + fmt(t.warmup_min_lr));
-    } else if (k == "warmup_max_lr" && type != "WarmupCosineLR") {
-      if (is_auto(v)) {
-        t.lr = args.train.lr;
-      } else {
-        t.lr = as_number(key, v);
-        r.explicit_vs_flag(key, text(v), "--lr", fmt(args.train.lr), t.lr == args.train.lr);
-      }
-      notes.apply(key, text(v), "lr " + fmt(t.lr) + " (the schedule's peak)");
-    } else if (k == "warmup_num_steps") {
-      if (is_auto(v)) {
-        t.lr_warmup_steps = std::max<int64_t>(1, args.train.lr_warmup_steps);
-      } else {
-        t.lr_warmup_steps = as_count(key, v, 1);  // DeepSpeed >= 0.19.6 refuses <= 0
-        r.explicit_vs_flag(key, text(v), "--lr-warmup-steps", std::to_string(args.train.lr_warmup_steps),
-                           t.lr_warmup_steps == args.train.lr_warmup_steps);
-      }
-      notes.apply(key, text(v), "warmup_num_steps " + std::to_string(t.lr_warmup_steps) + " (DeepSpeed uses at least 2)");
-    } else if (k == "total_num_steps" && type != "WarmupLR") {
-      has_total = true;
-      // An explicit value stands even beside --steps: the schedule spans the whole training, of
-      // which the benchmark runs its first --steps steps.
-      t.total_num_steps = is_auto(v) ? args.train.steps : as_count(key, v, 0);
-      notes.apply(key, text(v), "total_num_steps " + std::to_string(t.total_num_steps) +
-                                    (is_auto(v) ? " (--steps)" : " (the benchmark runs the first --steps of it)"));
-    } else if (k == "warmup_type") {
-      const auto w = text(v);
-      t.warmup_type = w == "linear" ? "linear" : "log";  // DeepSpeed falls back to log for unknown names
-      if (w != "linear" && w != "log") notes.warn(key + " '" + w + "' is unknown; DeepSpeed uses log");
-      notes.apply(key, w, "warmup_type " + t.warmup_type);
-    } else if (k == "warmup_min_ratio" && type == "WarmupCosineLR") {
-      t.warmup_min_ratio = as_number(key, v);
-      notes.apply(key, text(v), "warmup_min_ratio " + fmt(t.warmup_min_ratio));
-    } else if (k == "cos_min_ratio" && type == "WarmupCosineLR") {
-      t.cos_min_ratio = as_number(key, v);
-      notes.apply(key, text(v), "cos_min_ratio " + fmt(t.cos_min_ratio));
-    } else if (k == "last_batch_iteration") {
-      if (as_number(key, v) != -1) throw UsageError(key + " " + text(v) + ": resuming a schedule is not implemented");
-      notes.apply(key, text(v), "a fresh schedule");
-    } else {
-      throw UsageError(key + " " + text(v) + ": not a parameter of DeepSpeed's " + type);
-    }
-  }
-  if (type == "WarmupCosineLR") t.lr = optimizer_lr;  // the optimizer's lr scaled by the ratio
-  if (type != "WarmupLR" && !has_total)
-    throw UsageError("scheduler.params.total_num_steps is missing: DeepSpeed's " + type + " requires it");
+    throw UsageError("--lr-schedule " + args.train.lr_schedule + " conflicts with the DeepSpeed scheduler section " +
+                     "(transformers then hands DeepSpeed the section and builds no scheduler of its own)");
+  SchedulerFill fill;
+  fill.learning_rate = args.train.lr;
+  fill.warmup_steps = args.train.lr_warmup_steps;
+  const bool ratio = args.given_flag("--lr-warmup-ratio");
+  fill.warmup_flag = ratio ? "--lr-warmup-ratio" : "--lr-warmup-steps";
+  fill.warmup_flag_value = ratio ? "(ceil(--steps x ratio) = " + std::to_string(fill.warmup_steps) + " steps)"
+                                 : std::to_string(fill.warmup_steps);
+  fill.num_training_steps = args.train.steps;
+  const auto check = [&](const std::string& key, const std::string& file_value, const std::string& flag,
+                         const std::string& flag_value, bool equal) {
+    r.explicit_vs_flag(key, file_value, flag, flag_value, equal);
+  };
+  t.deepspeed_scheduler = read_deepspeed_scheduler(s, t.lr, fill, check, c.notes);
+  t.lr_schedule = t.deepspeed_scheduler.active() ? t.deepspeed_scheduler.type : "none";
 }
 
 }  // namespace

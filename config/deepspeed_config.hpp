@@ -14,6 +14,7 @@
 #include <string>
 
 #include "config/config_notes.hpp"
+#include "config/deepspeed_scheduler.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
 namespace zb::config {
@@ -22,12 +23,10 @@ namespace zb::config {
 // command line's values going in, the file's applied coming out.
 struct TrainingArguments {
   int64_t micro_batch = 4, grad_accum = 1, steps = 10;
-  double lr = 3e-3;
-  std::string lr_schedule = "cosine";  // or WarmupLR | WarmupDecayLR | WarmupCosineLR from a scheduler section
-  int64_t lr_warmup_steps = 0;
-  double warmup_min_lr = 0, warmup_min_ratio = 0, cos_min_ratio = 1e-4;
-  std::string warmup_type = "log";
-  int64_t total_num_steps = 0;
+  double lr = 3e-3;                     // the optimizer's lr
+  std::string lr_schedule = "cosine";  // or a scheduler section's type (or "none": a section without one)
+  int64_t lr_warmup_steps = 0;         // HF's get_warmup_steps (--lr-warmup-steps, or from --lr-warmup-ratio)
+  DeepSpeedScheduler deepspeed_scheduler;
   double weight_decay = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double grad_clip = 1.0;
 };

@@ -90,6 +90,7 @@ void expect_agreement(const json& doc, const std::string& upstream_name, size_t 
       }
     }
     EXPECT_TRUE(mode["all_finite"].get<bool>()) << precision;
+    EXPECT_TRUE(mode["lr_equal"].get<bool>()) << precision << ": every step's lr on every rank, bitwise";
     EXPECT_EQ(mode["comm_ranks_compared"], doc["world_size"]) << precision;
     EXPECT_TRUE(mode["model_states_differences_explained"].get<bool>()) << mode["model_states"].dump(1);
     EXPECT_TRUE(mode["comm_differences_explained"].get<bool>()) << mode["comm_differences"].dump(1);
@@ -193,6 +194,49 @@ TEST(Crossval, PlantedLrDifferenceIsReportedAsADisagreement) {
   for (const auto& r : doc["verdict"]["reasons"]) loss_reason = loss_reason || r.get<std::string>().find("loss") != std::string::npos;
   EXPECT_TRUE(loss_reason) << doc["verdict"].dump();
   EXPECT_NE(output.find("crossval: disagreement: fp32: step 2: loss"), std::string::npos) << output;
+}
+
+// Issue 35: a DeepSpeed file's scheduler section is built by DeepSpeed itself from the crossval
+// JSON (its "auto"s filled as transformers fills them), and the lr of every step on every rank is
+// compared to the bit: a ZeRO-2 WarmupDecayLR file all "auto" (the issue's case, 5 steps so that
+// the decay shows) and the real ZeRO-3 WarmupLR file (offload, torch_adam). The planted lr x 1.01
+// is a disagreement naming the first step whose lr is not 0 and both values.
+TEST(Crossval, DeepSpeedSchedulerSectionsGiveZerobenchsLrEveryStep) {
+  const auto decay = temp_path("warmup_decay_auto.json");
+  std::ofstream(decay) << R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1,
+      "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+      "zero_optimization": {"stage": 2}})";
+  auto doc = run_case("--config " + decay + " --precision fp32 --steps 5 --lr 3e-3 --lr-warmup-steps 2 --seq-len 32");
+  expect_agreement(doc, "DeepSpeed ZeRO-2", 1, 5);
+  std::vector<double> lrs;
+  for (const auto& st : doc["modes"][0]["steps"]) {
+    EXPECT_EQ(st["lr"], st["upstream_lr"]) << st.dump();
+    lrs.push_back(st["upstream_lr"].get<double>());
+  }
+  // WarmupDecayLR(warmup_num_steps 2, total_num_steps 5): step k runs at last_batch_iteration k-1.
+  EXPECT_EQ(lrs, (std::vector<double>{0.0, 0.0, 3e-3, 3e-3, 3e-3 * 2.0 / 3.0}));
+  bool noted = false;
+  for (const auto& n : doc["modes"][0]["notes"])
+    noted = noted || n.get<std::string>().find("\"warmup_num_steps\":2") != std::string::npos;
+  EXPECT_TRUE(noted) << doc["modes"][0]["notes"].dump(1);
+
+  doc = run_case("--config " + std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/accelerate_tests_ds_config_zero3.json"
+                 " --precision fp32 --steps 3 --lr-warmup-steps 3 --seq-len 32");
+  EXPECT_TRUE(doc["verdict"]["agree"].get<bool>()) << doc["verdict"].dump(2);
+  EXPECT_TRUE(doc["modes"][0]["lr_equal"].get<bool>());
+  EXPECT_GT(doc["modes"][0]["steps"][2]["upstream_lr"].get<double>(), 0.0);  // log(2)/log(3) of the peak
+
+  std::string output;
+  doc = run_case("--config " + decay + " --precision fp32 --steps 3 --lr 3e-3 --lr-warmup-steps 2 --seq-len 32 "
+                 "--plant-lr-scale 1.01", 1, &output);
+  EXPECT_FALSE(doc["modes"][0]["lr_equal"].get<bool>());
+  EXPECT_NE(output.find("crossval: disagreement: fp32: step 2: lr 0.00303 vs upstream rank 0 0.003"), std::string::npos)
+      << output;
+  EXPECT_NE(output.find("step 2: lr 0.00303 vs upstream rank 1 0.003"), std::string::npos) << output;
+  std::remove(decay.c_str());
 }
 
 // The reference side's collective counter sees every spelling a framework may use (c10d in-place

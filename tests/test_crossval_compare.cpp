@@ -6,6 +6,7 @@
 // table regenerates byte for byte from the committed documents.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -49,10 +50,13 @@ Synthetic synthetic(const std::string& backend = "fsdp", const std::string& prec
   for (int r = 0; r < 2; ++r) {
     json comm_steps = json::array();
     for (int j = 0; j < 3; ++j) comm_steps.push_back(comm_json(5, 3));
+    json hashes = json::array();
+    for (int j = 0; j < 3; ++j) hashes.push_back("sha" + std::to_string(10 * r + j));
     s.report["ranks"].push_back({{"rank", r},
                                  {"memory", {{"model_states_bytes", states}, {"peak_rss_bytes", 1 << 20},
                                              {"peak_tracked_bytes", 1 << 19}}},
-                                 {"comm_steps", comm_steps}});
+                                 {"comm_steps", comm_steps},
+                                 {"batch_sha256", hashes}});
     json up = {{"rank", r},
                {"world_size", 2},
                {"steps", json::array()},
@@ -61,6 +65,7 @@ Synthetic synthetic(const std::string& backend = "fsdp", const std::string& prec
                {"upstream", {{"name", "x"}, {"version", "1"}}}};
     for (int j = 0; j < 3; ++j)
       up["steps"].push_back({{"step", j}, {"loss", 7.0 - 0.1 * j}, {"grad_norm", 0.5}, {"lr", 1e-3}, {"time_s", 0.5},
+                             {"batch_sha256", "sha" + std::to_string(10 * r + j)},
                              {"comm", {{"kinds", comm_json(5, 3)}, {"other", json::object()}}}});
     s.upstream.push_back(up);
   }
@@ -130,6 +135,48 @@ TEST(CrossvalCompare, NonFiniteLossOrGradNormAnywhereDisagrees) {
   s = synthetic();
   s.upstream[1]["steps"][2].erase("loss");  // a missing value is not a pass either
   expect_disagreement(compare(s), "step 2: upstream rank 1 loss nan (not finite)");
+}
+
+// Issue 35: the lr of every step is compared to the bit on every rank (both sides compute the
+// schedule in double); one step's difference, however small, is a disagreement naming the step
+// and both values, even when the losses and grad norms agree.
+TEST(CrossvalCompare, AnLrThatDiffersInOneStepDisagreesNamingTheStepAndBothValues) {
+  auto s = synthetic();
+  EXPECT_TRUE(compare(s)["lr_equal"].get<bool>());
+  s.upstream[1]["steps"][1]["lr"] = std::nextafter(1e-3, 1.0);  // one ulp, one rank, one step
+  auto m = compare(s);
+  expect_disagreement(m, "step 1: lr 0.001 vs upstream rank 1 0.0010000000000000002");
+  EXPECT_EQ(m["verdict"]["reasons"].size(), 1u) << m["verdict"].dump(1);
+  EXPECT_FALSE(m["lr_equal"].get<bool>());
+  EXPECT_TRUE(m["steps"][0]["lr_equal"].get<bool>());
+  EXPECT_FALSE(m["steps"][1]["lr_equal"].get<bool>());
+  EXPECT_TRUE(m["steps"][2]["lr_equal"].get<bool>());
+
+  s = synthetic();  // the lr zerobench reports for a step, planted 0.165 x (the issue's 0.00165 vs 0.003)
+  s.report["steps"][2]["lr"] = 0.00165;
+  for (auto& u : s.upstream) u["steps"][2]["lr"] = 0.003;
+  m = compare(s);
+  expect_disagreement(m, "step 2: lr 0.00165 vs upstream rank 0 0.003");
+  expect_disagreement(m, "step 2: lr 0.00165 vs upstream rank 1 0.003");
+
+  s = synthetic();  // a side that does not report its lr cannot agree
+  s.upstream[0]["steps"][0].erase("lr");
+  expect_disagreement(compare(s), "step 0: lr 0.001 vs upstream rank 0 nan");
+}
+
+// Every rank's step input (the SHA-256 of its batches) must be the reference's: a batch that
+// differs on one rank in one step, or a side that does not report it, is a disagreement.
+TEST(CrossvalCompare, ABatchThatDiffersOnOneRankInOneStepDisagrees) {
+  auto s = synthetic();
+  EXPECT_TRUE(compare(s)["batches_equal"].get<bool>());
+  s.upstream[1]["steps"][2]["batch_sha256"] = "sha99";
+  auto m = compare(s);
+  expect_disagreement(m, "rank 1 step 2: batch sha256 sha12 vs upstream sha99 (the two sides trained on different data)");
+  EXPECT_EQ(m["verdict"]["reasons"].size(), 1u) << m["verdict"].dump(1);
+  EXPECT_FALSE(m["batches_equal"].get<bool>());
+  s = synthetic();
+  s.report["ranks"][0].erase("batch_sha256");
+  expect_disagreement(compare(s), "rank 0 step 0: batch sha256 missing vs upstream sha0");
 }
 
 TEST(CrossvalCompare, EachSideMustReportExactlyWRanksAndTSteps) {

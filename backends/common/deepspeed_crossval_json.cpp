@@ -8,14 +8,20 @@ using json = nlohmann::json;
 json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes,
                              std::initializer_list<const char*> zero_keys) {
   json ds = user_file.is_object() ? user_file : json::object();
-  for (const char* key : {"optimizer", "scheduler"}) {
-    if (ds.contains(key)) {
-      ds.erase(key);
-      notes.push_back(std::string("DeepSpeed JSON '") + key +
-                      "' removed: both sides use crossval's AdamW and lr schedule (zerobench ignores it too)");
-    }
+  if (ds.contains("optimizer")) {
+    ds.erase("optimizer");
+    notes.push_back("DeepSpeed JSON 'optimizer' removed: both sides step crossval's AdamW (the client "
+                    "torch.optim.AdamW, or DeepSpeed's own under offload_optimizer) with the resolved lr, betas, eps "
+                    "and weight decay");
   }
   const auto& t = spec.train;
+  // The scheduler section stays: DeepSpeed builds it itself (engine.py _scheduler_from_config) and
+  // both sides' lr of every step are compared. Its "auto"s are filled as transformers fills them.
+  if (ds.contains("scheduler") && !ds["scheduler"].is_null()) {
+    ds["scheduler"] = config::filled_scheduler_section(ds["scheduler"], t.deepspeed_scheduler);
+    notes.push_back("DeepSpeed JSON 'scheduler' " + ds["scheduler"].dump() +
+                    " (\"auto\" filled as transformers' HfTrainerDeepSpeedConfig fills it): DeepSpeed builds it");
+  }
   const auto& o = spec.options;
   ds["train_micro_batch_size_per_gpu"] = t.micro_batch;
   ds["gradient_accumulation_steps"] = t.grad_accum;

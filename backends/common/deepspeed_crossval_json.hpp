@@ -1,8 +1,8 @@
 // deepspeed_crossval_json.hpp — the part of the DeepSpeed JSON that both ZeRO backends' crossval
 // references (zero12_crossval.cpp, zero3_crossval.cpp) build alike: the user's DeepSpeed file
 // (if any) with the batch, clipping, bf16, dtype and reporting keys zerobench resolved written in,
-// `zero_keys` copied from the resolved options into zero_optimization, and the client optimizer
-// and scheduler sections removed (noted); and the optimizer-state difference both share under
+// `zero_keys` copied from the resolved options into zero_optimization, the optimizer section removed
+// and the scheduler section kept with its "auto"s filled (noted); and the optimizer-state difference both share under
 // offload_optimizer (DeepSpeedCPUAdam's step count). Must not: write stage-specific keys (the callers do).
 #pragma once
 #include <nlohmann/json.hpp>

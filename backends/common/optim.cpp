@@ -71,41 +71,9 @@ LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {
   return {lost.sum().item<int64_t>(), nonzero.sum().item<int64_t>()};
 }
 
-namespace {
-// DeepSpeed's schedulers (runtime/lr_schedules.py WarmupLR, WarmupDecayLR, WarmupCosineLR): the
-// engine calls scheduler.step() after each optimizer step, so optimizer step `step` runs with the
-// value at last_batch_iteration = step - 1 (-1: the value set at construction).
-double deepspeed_lr(const TrainConfig& t, int64_t step) {
-  const int64_t it = step - 1;
-  const int64_t warmup = std::max<int64_t>(2, t.lr_warmup_steps);
-  const bool linear = t.warmup_type == "linear";
-  auto warmup_gamma = [&] { return linear ? double(it) / double(warmup) : std::log(double(it + 1)) / std::log(double(warmup)); };
-  if (t.lr_schedule == "WarmupCosineLR") {
-    if (it < 0) return 0.0;
-    double ratio;
-    if (it < warmup) {
-      ratio = t.warmup_min_ratio + warmup_gamma() * (1.0 - t.warmup_min_ratio);
-    } else {
-      const double real_last = double(it - warmup + 1);
-      const double real_total = double(std::max<int64_t>(1, t.total_num_steps - warmup));
-      const double progress = std::min(1.0, real_last / real_total);
-      ratio = std::max(0.0, t.cos_min_ratio + (1.0 - t.cos_min_ratio) * (1 + std::cos(M_PI * progress)) / 2);
-    }
-    return t.lr * ratio;
-  }
-  if (it < 0) return t.warmup_min_lr;
-  double gamma = 1.0;
-  if (it < warmup)
-    gamma = warmup_gamma();
-  else if (t.lr_schedule == "WarmupDecayLR")
-    gamma = std::max(0.0, double(t.total_num_steps - it) / double(std::max<int64_t>(1, t.total_num_steps - warmup)));
-  return t.warmup_min_lr + (t.lr - t.warmup_min_lr) * gamma;
-}
-}  // namespace
-
 double lr_at(const TrainConfig& t, int64_t step) {
-  if (t.lr_schedule == "WarmupLR" || t.lr_schedule == "WarmupDecayLR" || t.lr_schedule == "WarmupCosineLR")
-    return deepspeed_lr(t, step);
+  if (t.deepspeed_scheduler.active()) return t.deepspeed_scheduler.lr(t.lr, step);
+  if (t.lr_schedule == "none") return t.lr;  // a DeepSpeed scheduler section without a type
   if (t.lr_warmup_steps > 0 && step < t.lr_warmup_steps) return t.lr * double(step + 1) / double(t.lr_warmup_steps);
   if (t.lr_schedule == "constant") return t.lr;
   const int64_t decay_steps = std::max<int64_t>(1, t.steps - t.lr_warmup_steps - 1);

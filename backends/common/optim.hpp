@@ -61,9 +61,10 @@ class FusedAdamW {
 // Elements of `w` (in its own dtype) for which |delta| < ulp(w)/2 while delta != 0.
 LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta_fp32);
 
-// Learning rate at optimizer step `step` (0-based): DeepSpeed's schedule when train.lr_schedule
-// names one; otherwise linear warm-up over lr_warmup_steps, then
-// constant or cosine decay to min_lr_ratio * lr at the last step.
+// Learning rate at optimizer step `step` (0-based, counting the steps that advanced the schedule):
+// DeepSpeed's scheduler when the config has one (config/deepspeed_scheduler.hpp); the optimizer's
+// lr for a scheduler section without a type; otherwise zerobench's own schedule: linear warm-up
+// over lr_warmup_steps, then constant or cosine decay to min_lr_ratio * lr at the last step.
 double lr_at(const TrainConfig& train, int64_t step);
 
 // ---- gradient norms: each returns the global L2 norm as a 0-dim fp32/fp64 tensor (no host

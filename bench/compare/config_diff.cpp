@@ -103,6 +103,22 @@ const std::map<std::string, std::string>& effects() {
       {"warmup_min_ratio", "DeepSpeed warm-up start ratio: changes the losses during warm-up"},
       {"cos_min_ratio", "DeepSpeed cosine floor: changes the losses late in training"},
       {"total_num_steps", "DeepSpeed schedule length: changes the lr over the run"},
+      {"warmup_max_lr", "DeepSpeed warm-up peak lr: changes the losses"},
+      {"warmup_num_steps", "DeepSpeed warm-up length: changes the losses during warm-up"},
+      {"lr_warmup_ratio", "learning-rate warm-up as a fraction of the steps: changes the losses"},
+      {"cycle_min_lr", "DeepSpeed OneCycle lower lr: changes the losses"},
+      {"cycle_max_lr", "DeepSpeed OneCycle upper lr: changes the losses"},
+      {"decay_lr_rate", "DeepSpeed OneCycle decay rate: changes the losses after the cycle"},
+      {"cycle_first_step_size", "DeepSpeed OneCycle rising half: changes the lr over the run"},
+      {"cycle_second_step_size", "DeepSpeed OneCycle falling half: changes the lr over the run"},
+      {"cycle_first_stair_count", "DeepSpeed OneCycle staircase: changes the lr over the run"},
+      {"cycle_second_stair_count", "DeepSpeed OneCycle staircase: changes the lr over the run"},
+      {"decay_step_size", "DeepSpeed OneCycle decay interval: changes the losses after the cycle"},
+      {"cycle_momentum", "DeepSpeed OneCycle momentum cycling (off)"},
+      {"lr_range_test_min_lr", "DeepSpeed LRRangeTest start lr: changes the losses"},
+      {"lr_range_test_step_size", "DeepSpeed LRRangeTest interval: changes the lr over the run"},
+      {"lr_range_test_step_rate", "DeepSpeed LRRangeTest growth: changes the lr over the run"},
+      {"lr_range_test_staircase", "DeepSpeed LRRangeTest staircase: changes the lr over the run"},
   };
   return e;
 }

@@ -115,7 +115,7 @@ json to_json(const CheckpointStats& s) {
 json checkpoint_identity(const std::string& backend, const backends::EngineSpec& spec, int world_size) {
   const auto& m = spec.model;
   const auto& t = spec.train;
-  return {{"backend", backend},
+  json id = {{"backend", backend},
           {"precision", spec.precision},
           {"world_size", world_size},
           {"model",
@@ -134,6 +134,10 @@ json checkpoint_identity(const std::string& backend, const backends::EngineSpec&
             {"weight_decay", t.weight_decay},
             {"grad_clip", t.grad_clip}}},
           {"options", spec.options}};
+  // A DeepSpeed scheduler's parameters shape every step's lr (config/deepspeed_scheduler.hpp).
+  if (t.deepspeed_scheduler.active())
+    id["train"]["lr_schedule_params"] = config::scheduler_params_json(t.deepspeed_scheduler);
+  return id;
 }
 
 ResumePoint find_resume(const std::string& dir, const std::string& backend, const backends::EngineSpec& spec,

@@ -94,9 +94,12 @@ def load_spec(work):
 
 
 def lr_at(train, step):
-    """backends/common/optim.cpp lr_at, line for line: linear warm-up, then constant or cosine
-    from lr to min_lr_ratio * lr at the last step."""
+    """backends/common/optim.cpp lr_at for zerobench's own schedule, line for line: linear warm-up,
+    then constant or cosine from lr to min_lr_ratio * lr at the last step. (A DeepSpeed scheduler
+    section is never computed here: run_deepspeed.py lets DeepSpeed build and step it.)"""
     lr, warm = train["lr"], train["lr_warmup_steps"]
+    if train["lr_schedule"] == "none":  # a DeepSpeed scheduler section without a type: the optimizer's lr
+        return lr
     if warm > 0 and step < warm:
         return lr * float(step + 1) / float(warm)
     if train["lr_schedule"] == "constant":
@@ -105,6 +108,16 @@ def lr_at(train, step):
     progress = min(1.0, float(step - warm) / float(decay_steps))
     min_lr = train["min_lr_ratio"] * lr
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def group_lr(optimizer):
+    """The lr the optimizer's next step() uses: every param group's "lr" (one value; zerobench steps
+    every parameter at one lr, so groups that differ are an error naming them)."""
+    lrs = [float(g["lr"]) for g in optimizer.param_groups]
+    if not lrs or any(v != lrs[0] for v in lrs):
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: the optimizer's param groups have lrs {lrs}; "
+                         "zerobench steps every parameter at one lr")
+    return lrs[0]
 
 
 def load_weights_file(work):
@@ -135,6 +148,17 @@ def load_batches(work, spec, rank):
             row.append((all_batches[key + ".tokens"], all_batches[key + ".targets"]))
         out.append(row)
     return out
+
+
+def batch_sha256(row):
+    """SHA-256 of one step's input on this rank: every micro-batch's tokens then targets, their
+    int64 bytes in order — bench/trainer.cpp's StepRecord::batch_sha256 of the same step."""
+    import hashlib
+    h = hashlib.sha256()
+    for tokens, targets in row:
+        for t in (tokens, targets):
+            h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def storage_bytes(t):
@@ -245,7 +269,9 @@ def run(make_runner):
     device.torch as its framework does, and exposes:
       name, version                       what ran (e.g. "torch FSDP1", torch.__version__)
       forward_backward(tokens, targets, loss_scale, last_micro_batch) -> float loss (unscaled)
-      optimizer_step(lr) -> float grad norm before clipping
+      optimizer_step(lr) -> float grad norm before clipping; sets last_lr, the lr its optimizer
+                                          step used (read from the param groups at step time; `lr` is
+                                          the schedule's value unless the framework owns the schedule)
       model_state_bytes() -> {category: bytes} and optional details
       notes (list of str)"""
     args = parse_args()
@@ -259,8 +285,9 @@ def run(make_runner):
     counter.active = False
     setup_comm = counter.snapshot()  # what the framework communicated while it was set up
     rank = dist.get_rank()
-    batches = [[(tokens.to(device.torch), targets.to(device.torch)) for tokens, targets in row]
-               for row in load_batches(work, spec, rank)]
+    rows = load_batches(work, spec, rank)
+    hashes = [batch_sha256(row) for row in rows]  # what this rank trains on, step by step
+    batches = [[(tokens.to(device.torch), targets.to(device.torch)) for tokens, targets in row] for row in rows]
     t = spec["train"]
     steps = []
     states = None
@@ -285,11 +312,13 @@ def run(make_runner):
                 states = runner.model_state_bytes()
                 counter.active = True
         grad_norm = runner.optimizer_step(lr)
+        lr = runner.last_lr  # the lr the optimizer step used, read from its param groups at step time
         device.synchronize()  # the step's kernels are done before the clock stops
         elapsed = time.perf_counter() - t0
         counter.active = False
         steps.append({"step": step, "loss": sum(losses) / len(losses), "micro_losses": losses,
-                      "grad_norm": grad_norm, "lr": lr, "time_s": elapsed, "comm": counter.snapshot()})
+                      "grad_norm": grad_norm, "lr": lr, "batch_sha256": hashes[step], "time_s": elapsed,
+                      "comm": counter.snapshot()})
         loss_scale = getattr(getattr(runner, "amp", None), "last", None)
         if loss_scale is not None:
             steps[-1]["loss_scale"] = loss_scale

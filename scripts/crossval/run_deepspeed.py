@@ -37,8 +37,11 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     DeepSpeed then steps it on each sub-group's fp32 partition (stage3.py _optimizer_step);
   - per micro-batch engine(...), engine.backward(loss) (scales by 1/gradient_accumulation_steps
     and reduces every micro-batch: ZeRO-3 has no no_sync), engine.step() (applies at the
-    accumulation boundary, clipping with "gradient_clipping"); the lr of each step is written
-    into the optimizer's param groups before the boundary step.
+    accumulation boundary, clipping with "gradient_clipping");
+  - the lr: with a "scheduler" section (its "auto"s filled by zerobench as transformers fills them)
+    DeepSpeed builds the scheduler itself and steps it; without one crossval's schedule is written
+    into the optimizer's param groups before the boundary step. Either way each step records the
+    lr its optimizer step read from the param groups (engine.get_lr()), which crossval compares.
 """
 import json
 import os
@@ -136,9 +139,9 @@ def make_runner(spec, work, device):
         engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
         build_s = None
     check_setup(engine, spec, ds_config, device)
-    runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__)
+    runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__, ds_config)
     if own_optimizer:
-        runner.notes = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
                         f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s" +
                         (" (with the cpu_adam JIT build on a cold cache)"
                          if type(engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam" else "")]
@@ -178,10 +181,16 @@ def check_setup(engine, spec, ds_config, device):
 class DeepSpeedRunner:
     name = "DeepSpeed ZeRO-3"
 
-    def __init__(self, engine, optimizer, train, version):
+    def __init__(self, engine, optimizer, train, version, ds_config):
         self.engine, self.optimizer, self.train, self.version = engine, optimizer, train, version
+        self.deepspeed_schedules = "scheduler" in ds_config
         self.notes = ["client optimizer torch.optim.AdamW(fused=True) with zero_allow_untested_optimizer, as transformers' "
                       "deepspeed_optim_sched passes HF Trainer's default optimizer"]
+        if self.deepspeed_schedules:
+            self.notes.append(f"lr: DeepSpeed's own scheduler from the JSON's section ({type(engine.lr_scheduler).__name__}"
+                              f" {json.dumps(ds_config['scheduler'])})" if engine.lr_scheduler is not None else
+                              "lr: the JSON's scheduler section has no type, DeepSpeed builds no scheduler: the "
+                              "optimizer's lr throughout")
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
         loss = self.engine(tokens, targets)
@@ -192,8 +201,14 @@ class DeepSpeedRunner:
         return value
 
     def optimizer_step(self, lr):
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        # With a "scheduler" section DeepSpeed owns the lr: it built the scheduler from the section
+        # (engine.py _configure_lr_scheduler -> _scheduler_from_config; the constructor set step 0's
+        # lr) and steps it after each applied optimizer step (_take_model_step). Without one the lr
+        # is crossval's schedule (zerobench's own, common.lr_at), written before the boundary step.
+        if not self.deepspeed_schedules:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        self.last_lr = common.group_lr(self.optimizer)  # what this step's optimizer.step() reads
         self.engine.step()
         return float(self.engine.get_global_grad_norm())
 
@@ -316,16 +331,16 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     if bool(engine.optimizer.cpu_offload) != (offload_optimizer == "cpu"):
         raise SystemExit(f"run_deepspeed.py: DeepSpeed cpu_offload = {engine.optimizer.cpu_offload}, the JSON asks "
                          f"offload_optimizer {offload_optimizer}")
-    runner = DeepSpeedZero12Runner(engine, ds_optimizer, t, deepspeed.__version__, stage)
+    runner = DeepSpeedZero12Runner(engine, ds_optimizer, t, deepspeed.__version__, stage, ds_config)
     if own_optimizer:
-        runner.notes = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
                         "(optimizer offload)"]
     return runner
 
 
 class DeepSpeedZero12Runner(DeepSpeedRunner):
-    def __init__(self, engine, optimizer, train, version, stage):
-        super().__init__(engine, optimizer, train, version)
+    def __init__(self, engine, optimizer, train, version, stage, ds_config):
+        super().__init__(engine, optimizer, train, version, ds_config)
         self.name = f"DeepSpeed ZeRO-{stage}"
 
     def model_state_bytes(self):

@@ -189,6 +189,7 @@ class Fsdp1Runner:
         norm = self.model.clip_grad_norm_(clip if clip > 0 else math.inf)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.last_lr = common.group_lr(self.optimizer)
         if self.amp:
             self.amp.step(self.optimizer)
         else:

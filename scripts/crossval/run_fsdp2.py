@@ -187,6 +187,7 @@ class Fsdp2Runner:
         value = norm.full_tensor().item() if isinstance(norm, DTensor) else norm.item()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.last_lr = common.group_lr(self.optimizer)
         if self.amp:
             self.amp.step(self.optimizer)
         else:

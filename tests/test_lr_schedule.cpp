@@ -1,0 +1,394 @@
+// test_lr_schedule.cpp — a DeepSpeed config's `scheduler` section (issue 35): every type DeepSpeed
+// 0.19.8 has (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest) gives, step by step,
+// the lr DeepSpeed's own class gives — built by DeepSpeedEngine._scheduler_from_config from the
+// same section and stepped as the engine steps it (scripts/crossval/lr_schedule_reference.py) —
+// equal to the bit; what DeepSpeed refuses, zerobench refuses with DeepSpeed's reason; "auto" is
+// filled as transformers' HfTrainerDeepSpeedConfig fills it; a run reports the lr each step's
+// optimizer update used. A schedule with another warm-up shape than the reference's must be seen
+// to differ (the comparison can fail).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "backends/common/optim.hpp"
+#include "config/deepspeed_scheduler.hpp"
+#include "reports/report.hpp"
+#include "runtime/errors.hpp"
+#include "tests/run_binary.hpp"
+
+using json = nlohmann::json;
+using zb::config::DeepSpeedScheduler;
+using zb::config::SchedulerFill;
+
+namespace {
+
+struct Case {
+  std::string name;
+  json section;
+  double optimizer_lr = 3e-3;
+  int steps = 12;
+};
+
+struct Result {
+  std::vector<double> lrs;
+  std::string error;  // "" when accepted
+};
+
+SchedulerFill fill(double lr = 3e-3, int64_t warmup = 4, int64_t steps = 10) {
+  SchedulerFill f;
+  f.learning_rate = lr;
+  f.warmup_steps = warmup;
+  f.warmup_flag_value = std::to_string(warmup);
+  f.num_training_steps = steps;
+  return f;
+}
+
+DeepSpeedScheduler read(const json& section, double optimizer_lr, const SchedulerFill& f = fill()) {
+  zb::config::ConfigNotes notes;
+  return zb::config::read_deepspeed_scheduler(section, optimizer_lr, f, [](auto&&...) {}, notes);
+}
+
+// zerobench's side: the section read (its "auto"s filled from `f`), every step's lr.
+Result ours(const Case& c, const SchedulerFill& f = fill()) {
+  Result r;
+  try {
+    const auto s = read(c.section, c.optimizer_lr, f);
+    for (int k = 0; k < c.steps; ++k) r.lrs.push_back(s.lr(c.optimizer_lr, k));
+  } catch (const zb::UsageError& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+// DeepSpeed's side, every case in one Python process (DeepSpeed's import takes seconds).
+std::vector<Result> deepspeed(const std::vector<Case>& cases) {
+  json in = {{"cases", json::array()}};
+  for (const auto& c : cases)
+    in["cases"].push_back({{"optimizer_lr", c.optimizer_lr}, {"scheduler", c.section}, {"steps", c.steps}});
+  const auto path = zb::test_support::temp_path("lr_schedule_in.json");
+  std::ofstream(path) << in.dump();
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+                                               "/scripts/crossval/lr_schedule_reference.py < " + path + " 2>/dev/null");
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // DeepSpeed's import prints its accelerator warning on stdout: the answer is the last line.
+  auto out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const json j = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1));
+  std::vector<Result> results;
+  for (const auto& x : j["results"]) {
+    Result q;
+    for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
+    q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
+    results.push_back(q);
+  }
+  EXPECT_EQ(results.size(), cases.size());
+  return results;
+}
+
+std::string exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Bitwise equal, step by step; false (with the first differing step traced) otherwise.
+bool same_lrs(const std::vector<double>& a, const std::vector<double>& b, std::string* why) {
+  if (a.size() != b.size()) {
+    *why = std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " steps";
+    return false;
+  }
+  for (size_t k = 0; k < a.size(); ++k)
+    if (!(a[k] == b[k])) {
+      *why = "step " + std::to_string(k) + ": " + exact(a[k]) + " vs DeepSpeed " + exact(b[k]);
+      return false;
+    }
+  return true;
+}
+
+// Sections DeepSpeed runs, covering every parameter of every class (already filled: no "auto").
+std::vector<Case> accepted_cases() {
+  std::vector<Case> c = {
+      {"WarmupLR log", {{"type", "WarmupLR"}, {"params", {{"warmup_min_lr", 1e-5}, {"warmup_max_lr", 3e-3}, {"warmup_num_steps", 5}}}}},
+      {"WarmupLR linear",
+       {{"type", "WarmupLR"}, {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 2e-4}, {"warmup_num_steps", 7}, {"warmup_type", "linear"}}}}},
+      {"WarmupLR warmup 1 runs as 2", {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", 1e-3}, {"warmup_num_steps", 1}}}}},
+      {"WarmupLR max from the optimizer", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}}}}, 7e-4},
+      {"WarmupLR max null", {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", nullptr}, {"warmup_num_steps", 4}}}}, 5e-4},
+      {"WarmupLR unknown warmup_type is log",
+       {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", 1e-3}, {"warmup_num_steps", 6}, {"warmup_type", "cosine"}}}}},
+      {"WarmupLR defaults", {{"type", "WarmupLR"}, {"params", json::object()}}, 1e-3, 4},
+      {"WarmupDecayLR log",
+       {{"type", "WarmupDecayLR"},
+        {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 3e-3}, {"warmup_num_steps", 4}, {"total_num_steps", 10}}}},
+       3e-3, 14},
+      {"WarmupDecayLR linear, float total",
+       {{"type", "WarmupDecayLR"},
+        {"params", {{"warmup_min_lr", 1e-6}, {"warmup_max_lr", 1e-3}, {"warmup_num_steps", 3}, {"total_num_steps", 9.5},
+                    {"warmup_type", "linear"}}}},
+       3e-3, 12},
+      {"WarmupDecayLR default max, total below warmup",
+       {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 5}, {"total_num_steps", 3}}}}, 3e-3, 8},
+      {"WarmupCosineLR log",
+       {{"type", "WarmupCosineLR"},
+        {"params", {{"total_num_steps", 10}, {"warmup_num_steps", 3}, {"warmup_min_ratio", 0.1}, {"cos_min_ratio", 0.05}}}},
+       2e-3, 14},
+      {"WarmupCosineLR linear",
+       {{"type", "WarmupCosineLR"},
+        {"params", {{"total_num_steps", 8}, {"warmup_num_steps", 2}, {"warmup_type", "linear"}}}},
+       1e-3, 10},
+      {"OneCycle with decay",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}, {"cycle_first_step_size", 4}, {"cycle_second_step_size", 6},
+                    {"decay_lr_rate", 0.5}, {"decay_step_size", 2}, {"cycle_momentum", false}}}},
+       3e-3, 20},
+      {"OneCycle staircase",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 2e-4}, {"cycle_max_lr", 2e-3}, {"cycle_first_step_size", 6}, {"cycle_second_step_size", 5},
+                    {"cycle_first_stair_count", 3}, {"cycle_second_stair_count", 2}, {"cycle_momentum", false},
+                    {"cycle_min_mom", 0.85}, {"cycle_max_mom", 0.95}}}},
+       3e-3, 16},
+      {"OneCycle symmetric, same stairs, no decay",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 1e-5}, {"cycle_max_lr", 1e-4}, {"cycle_first_step_size", 5},
+                    {"cycle_first_stair_count", 2}, {"decay_lr_rate", 0.1}, {"cycle_momentum", false}}}},
+       3e-3, 14},
+      {"LRRangeTest continuous",
+       {{"type", "LRRangeTest"},
+        {"params", {{"lr_range_test_min_lr", 1e-4}, {"lr_range_test_step_size", 3}, {"lr_range_test_step_rate", 2.0}}}}},
+      {"LRRangeTest staircase",
+       {{"type", "LRRangeTest"},
+        {"params", {{"lr_range_test_min_lr", 3e-5}, {"lr_range_test_step_size", 2}, {"lr_range_test_step_rate", 0.5},
+                    {"lr_range_test_staircase", true}}}}},
+      {"no type: no scheduler", {{"params", {{"warmup_num_steps", 3}}}}, 3e-3, 3},
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST(LrSchedule, EveryDeepSpeedTypeEqualsDeepSpeedsOwnClassStepByStep) {
+  const auto cases = accepted_cases();
+  const auto ref = deepspeed(cases);
+  ASSERT_EQ(ref.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    const auto mine = ours(cases[i]);
+    ASSERT_EQ(mine.error, "");
+    ASSERT_EQ(ref[i].error, "") << "DeepSpeed refused a case meant to run";
+    std::string why;
+    EXPECT_TRUE(same_lrs(mine.lrs, ref[i].lrs, &why)) << why;
+  }
+  // The trainer's lr_at follows the scheduler of the TrainConfig (skipped fp16 steps aside, step k
+  // is the k-th scheduler step); a section without a type leaves the optimizer's lr.
+  zb::backends::TrainConfig t;
+  t.lr = 7e-4;
+  t.lr_warmup_steps = 5;  // zerobench's own warm-up never applies under a DeepSpeed section
+  t.deepspeed_scheduler = read(cases[3].section, t.lr);
+  for (int k = 0; k < cases[3].steps; ++k) EXPECT_EQ(zb::backends::common::lr_at(t, k), ref[3].lrs[size_t(k)]);
+  t.deepspeed_scheduler = read(cases.back().section, t.lr);
+  t.lr_schedule = "none";
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(zb::backends::common::lr_at(t, k), 7e-4);
+  // The check can fail: a warm-up of another shape than DeepSpeed's (linear where the section says
+  // log) differs in the warm-up steps; so does the optimizer's lr standing in for warmup_max_lr.
+  Case planted = cases[0];
+  planted.section["params"]["warmup_type"] = "linear";
+  std::string why;
+  EXPECT_FALSE(same_lrs(ours(planted).lrs, ref[0].lrs, &why));
+  EXPECT_NE(why.find("step 2: "), std::string::npos) << why;  // step 1 is it 0: min_lr for both shapes
+}
+
+// What DeepSpeed refuses (its constructors' ValueError / TypeError, the engine's assertion),
+// zerobench refuses naming the key, with DeepSpeed's reason; what DeepSpeed runs but zerobench
+// does not implement is refused as such.
+TEST(LrSchedule, RefusalsAreDeepSpeedsOwnOrNamedAsNotImplemented) {
+  struct Refusal {
+    json section;
+    std::string ours;       // in zerobench's message
+    std::string deepspeed;  // in DeepSpeed's exception ("" when DeepSpeed runs it)
+  };
+  const std::vector<Refusal> refusals = {
+      {{{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}},
+       "scheduler.params.warmup_num_steps 0: DeepSpeed's WarmupLR raises ValueError (warmup_num_steps must be a "
+       "positive integer, got 0)",
+       "ValueError: warmup_num_steps must be a positive integer, got 0"},
+      {{{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 100.0}, {"total_num_steps", 1000}}}},
+       "scheduler.params.warmup_num_steps 100.0: DeepSpeed's WarmupDecayLR raises ValueError",
+       "ValueError: warmup_num_steps must be a positive integer, got 100.0"},
+      {{{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", -3}, {"total_num_steps", 10}}}},
+       "warmup_num_steps -3", "ValueError: warmup_num_steps must be a positive integer, got -3"},
+      {{{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}},
+       "scheduler.params.total_num_steps is missing", "TypeError"},
+      {{{"type", "WarmupLR"}}, "scheduler.params is missing: DeepSpeed calls WarmupLR(optimizer, **None)",
+       "TypeError: deepspeed.runtime.lr_schedules.WarmupLR() argument after ** must be a mapping"},
+      {{{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {"warmup_max_lr", 1e-3}}}},
+       "scheduler.params.warmup_max_lr 0.001: not a parameter of DeepSpeed's WarmupCosineLR", "TypeError"},
+      {{{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", "1e-3"}}}}, "scheduler.params.warmup_max_lr 1e-3 is not a number",
+       "TypeError"},
+      {{{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_momentum", false}}}},
+       "scheduler.params.cycle_max_lr is missing", "TypeError"},
+      {{{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}, {"cycle_first_step_size", 0}, {"cycle_momentum", false}}}},
+       "cycle_first_step_size must be positive", "ValueError: cycle_first_step_size must be positive"},
+      {{{"type", "LRRangeTest"}, {"params", {{"lr_range_test_step_size", 0}}}},
+       "lr_range_test_step_size must be a positive integer", "ValueError: lr_range_test_step_size must be a positive integer"},
+      {{{"type", "CosineWithRestarts"}, {"params", json::object()}},
+       "scheduler.type CosineWithRestarts: DeepSpeed does not recognize LR scheduler CosineWithRestarts",
+       "AssertionError: DeepSpeed does not recognize LR scheduler CosineWithRestarts"},
+      {{{"type", "WarmupLR"}, {"params", {{"last_batch_iteration", 5}}}}, "resuming a schedule is not implemented", ""},
+      // DeepSpeed runs these; zerobench does not implement them.
+      {{{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}}}},
+       "scheduler.params.cycle_momentum (absent: true): DeepSpeed's OneCycle then sets AdamW's betas", ""},
+      {{{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", json::array({1e-3})}}}}, "per-parameter-group values are not implemented", ""},
+      {{{"type", "StepLR"}, {"params", {{"step_size", 2}}}}, "DeepSpeed builds torch.optim.lr_scheduler.StepLR", ""},
+  };
+  std::vector<Case> cases;
+  for (const auto& r : refusals) cases.push_back({r.section.dump(), r.section, 3e-3, 3});
+  const auto ref = deepspeed(cases);
+  for (size_t i = 0; i < refusals.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    const auto mine = ours(cases[i]);
+    EXPECT_NE(mine.error.find(refusals[i].ours), std::string::npos) << mine.error;
+    EXPECT_EQ(mine.error.find('\n'), std::string::npos) << "one line: " << mine.error;
+    if (!refusals[i].deepspeed.empty()) {
+      EXPECT_NE(ref[i].error.find(refusals[i].deepspeed), std::string::npos) << "DeepSpeed: " << ref[i].error;
+    } else {
+      EXPECT_EQ(ref[i].error, "") << "DeepSpeed runs it";
+    }
+  }
+}
+
+// transformers' HfTrainerDeepSpeedConfig: trainer_config_process fills warmup_min_lr with 0 and
+// warmup_max_lr with args.learning_rate; trainer_config_finalize fills total_num_steps with
+// num_training_steps and warmup_num_steps with args.get_warmup_steps(num_training_steps)
+// (int(warmup_steps) if >= 1, else ceil(num_training_steps * warmup_steps)). Other "auto"s reach
+// DeepSpeed as strings.
+TEST(LrSchedule, AutoIsFilledAsTransformersFillsIt) {
+  const json section = {{"type", "WarmupDecayLR"},
+                        {"params", {{"warmup_min_lr", "auto"}, {"warmup_max_lr", "auto"}, {"warmup_num_steps", "auto"},
+                                    {"total_num_steps", "auto"}}}};
+  const auto f = fill(2e-4, 3, 12);
+  const auto s = read(section, 1e-3, f);
+  EXPECT_EQ(s.warmup_min_lr, 0.0);
+  EXPECT_EQ(s.warmup_max_lr, 2e-4);  // --lr, not the optimizer section's lr
+  EXPECT_EQ(s.warmup_num_steps, 3);
+  EXPECT_EQ(s.total_num_steps, 12.0);
+  const json filled = zb::config::filled_scheduler_section(section, s);
+  EXPECT_EQ(filled, json({{"type", "WarmupDecayLR"},
+                          {"params", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 2e-4}, {"warmup_num_steps", 3},
+                                      {"total_num_steps", 12}}}}));
+  EXPECT_TRUE(filled["params"]["warmup_num_steps"].is_number_integer());  // an int, as DeepSpeed requires
+  // The filled section is what DeepSpeed builds: same lrs.
+  const auto ref = deepspeed({{"filled", filled, 1e-3, 14}});
+  std::string why;
+  EXPECT_TRUE(same_lrs(ours({"auto", section, 1e-3, 14}, f).lrs, ref[0].lrs, &why)) << why;
+
+  // get_warmup_steps = 0 (HF's default warmup_steps 0): DeepSpeed 0.19.8 refuses the filled 0.
+  const auto zero = ours({"auto warmup 0", section, 1e-3, 3}, fill(2e-4, 0, 12));
+  EXPECT_NE(zero.error.find("scheduler.params.warmup_num_steps \"auto\": transformers fills it with get_warmup_steps = 0"),
+            std::string::npos)
+      << zero.error;
+  EXPECT_NE(zero.error.find("warmup_num_steps must be a positive integer, got 0"), std::string::npos) << zero.error;
+  // An "auto" transformers does not fill reaches DeepSpeed as a string.
+  const auto unfilled = ours({"cos auto", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 5}, {"cos_min_ratio", "auto"}}}}});
+  EXPECT_NE(unfilled.error.find("scheduler.params.cos_min_ratio \"auto\": transformers fills only"), std::string::npos)
+      << unfilled.error;
+}
+
+namespace {
+json run_report(const std::string& args, int expected_exit, std::string* output = nullptr) {
+  static int n = 0;
+  const auto out = zb::test_support::temp_path("lr_run_" + std::to_string(n++) + ".json");
+  std::remove(out.c_str());
+  const auto r = zb::test_support::run_zerobench("run --model tiny --nproc 2 --seq-len 16 --micro-batch 1 --threads 1 "
+                                                 "--quiet --out " + out + " " + args);
+  EXPECT_EQ(r.exit_code, expected_exit) << args << "\n" << r.output;
+  if (output) *output = r.output;
+  if (expected_exit != 0) return json();
+  auto report = zb::reports::read_report(out);
+  std::remove(out.c_str());
+  return report;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const auto p = zb::test_support::temp_path(name);
+  std::ofstream(p) << text;
+  return p;
+}
+}  // namespace
+
+// A run with a real DeepSpeed file: every step's lr in the report is the lr DeepSpeed's class gives
+// that step (the one the optimizer update used); the file's "auto" warm-up follows --lr-warmup-steps
+// or --lr-warmup-ratio (ceil(steps x ratio)); without either DeepSpeed would refuse the filled 0.
+TEST(LrSchedule, ARunReportsTheLrDeepSpeedGivesEachStep) {
+  const std::string qwen = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/qwen_ds_config_zero2.json";  // WarmupLR auto
+  const auto report = run_report("--config " + qwen + " --steps 4 --warmup 1 --lr 2e-3 --lr-warmup-steps 3", 0);
+  const json warmup_lr = {{"type", "WarmupLR"},
+                          {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 2e-3}, {"warmup_num_steps", 3}}}};
+  auto ref = deepspeed({{"qwen", warmup_lr, 2e-3, 4}});
+  ASSERT_EQ(report["steps"].size(), 4u);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(report["steps"][k]["lr"].get<double>(), ref[0].lrs[size_t(k)]) << "step " << k;
+  EXPECT_EQ(report["config"]["train"]["lr_schedule"], "WarmupLR");
+  EXPECT_EQ(report["config"]["train"]["lr_schedule_params"]["warmup_num_steps"], 3);
+
+  // A WarmupDecayLR "auto" file (ZeRO-2): --lr-warmup-ratio 0.25 of 5 steps is ceil(1.25) = 2.
+  const auto decay = write_file("decay.json", R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1,
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+      "zero_optimization": {"stage": 2}})");
+  const auto d = run_report("--config " + decay + " --steps 5 --warmup 1 --lr 3e-3 --lr-warmup-ratio 0.25", 0);
+  ref = deepspeed({{"decay", {{"type", "WarmupDecayLR"},
+                              {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 3e-3}, {"warmup_num_steps", 2},
+                                          {"total_num_steps", 5}}}},
+                    3e-3, 5}});
+  ASSERT_EQ(d["steps"].size(), 5u);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(d["steps"][k]["lr"].get<double>(), ref[0].lrs[size_t(k)]) << "step " << k;
+  EXPECT_EQ(ref[0].lrs, (std::vector<double>{0.0, 0.0, 3e-3, 3e-3, 3e-3 * 2.0 / 3.0}));
+
+  // Without a warm-up flag transformers fills 0, which DeepSpeed 0.19.8 refuses: exit 2, one line.
+  std::string output;
+  run_report("--config " + decay + " --steps 5 --warmup 1", 2, &output);
+  EXPECT_NE(output.find("scheduler.params.warmup_num_steps \"auto\""), std::string::npos) << output;
+  EXPECT_NE(output.find("got 0"), std::string::npos) << output;
+  run_report("--config " + decay + " --steps 5 --warmup 1 --lr-warmup-ratio 0.2 --lr-warmup-steps 2", 2, &output);
+  run_report("--config " + decay + " --steps 5 --warmup 1 --lr-warmup-ratio 1", 2, &output);
+  // --lr-schedule beside a scheduler section: transformers never builds its own then.
+  run_report("--config " + decay + " --steps 5 --warmup 1 --lr-warmup-steps 2 --lr-schedule constant", 2, &output);
+  EXPECT_NE(output.find("--lr-schedule constant conflicts with the DeepSpeed scheduler section"), std::string::npos) << output;
+  std::remove(decay.c_str());
+}
+
+// The real files with a scheduler section run once a warm-up is given (without one, see the corpus
+// README: DeepSpeed refuses the filled 0), each step at the lr DeepSpeed gives it — a step the
+// fp16 loss scaler skipped (accelerate's zero_stage3_config is fp16) does not advance the schedule.
+TEST(LrSchedule, RealFilesWithAScheduleRunWithAWarmUp) {
+  const std::string real = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/";
+  struct File {
+    std::string name;
+    json section;  // the file's section as transformers fills it for --lr 1e-3 --lr-warmup-steps 2 --steps 4
+  };
+  const json filled = {{"warmup_min_lr", 0}, {"warmup_max_lr", 1e-3}, {"warmup_num_steps", 2}};
+  json decay = filled;
+  decay["total_num_steps"] = 4;
+  const std::vector<File> files = {{"qwen_ds_config_zero2.json", {{"type", "WarmupLR"}, {"params", filled}}},
+                                   {"accelerate_tests_ds_config_zero3.json", {{"type", "WarmupLR"}, {"params", filled}}},
+                                   {"accelerate_zero_stage3_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}}};
+  std::vector<Case> cases;
+  for (const auto& f : files) cases.push_back({f.name, f.section, 1e-3, 4});
+  const auto ref = deepspeed(cases);
+  for (size_t i = 0; i < files.size(); ++i) {
+    SCOPED_TRACE(files[i].name);
+    const auto report = run_report("--config " + real + files[i].name + " --steps 4 --warmup 1 --lr 1e-3 --lr-warmup-steps 2", 0);
+    ASSERT_EQ(report["steps"].size(), 4u);
+    int64_t skipped = 0;
+    for (int k = 0; k < 4; ++k) {
+      const auto& st = report["steps"][k];
+      EXPECT_EQ(st["lr"].get<double>(), ref[i].lrs[size_t(k - skipped)]) << "step " << k << " (" << skipped << " skipped)";
+      if (st.contains("loss_scale") && st["loss_scale"]["skipped"].get<bool>()) ++skipped;
+    }
+  }
+}
