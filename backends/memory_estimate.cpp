@@ -25,7 +25,10 @@ constexpr const char* kLossHead = "loss_head";
 constexpr const char* kBackward = "backward";
 constexpr const char* kEndOfBackward = "end_of_backward";
 constexpr const char* kOpt = "optimizer_step";
-const char* const kMoments[] = {kLossHead, kBackward, kEndOfBackward, kOpt};
+// ZeRO3-mode: the root's largest gradient (the LM head's), the first of backward, before any
+// block's backward transients or bucket flush (estimate_zero3).
+constexpr const char* kRootGradient = "root_gradient";
+const char* const kMoments[] = {kLossHead, kRootGradient, kBackward, kEndOfBackward, kOpt};
 
 // What every engine holds during a step: its model states (the backend's closed form), the
 // step's batches, the RoPE tables, and one micro-batch's activations. Returns the activations.
@@ -114,7 +117,7 @@ int64_t PeakEstimate::phase_bytes(const std::string& phase, const std::string& l
 
 int64_t PeakEstimate::moment_bytes(const std::string& moment, const std::string& location) const {
   int64_t s = phase_bytes(moment, location);
-  if (moment == kLossHead || moment == kBackward) s += phase_bytes(kFwdBwd, location);
+  if (moment == kLossHead || moment == kRootGradient || moment == kBackward) s += phase_bytes(kFwdBwd, location);
   return s;
 }
 
@@ -370,16 +373,19 @@ PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int ra
   const int md = spec.precision == "bf16" || spec.precision == "fp16" ? 2 : 4;
   const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);
   add_common(e, spec, backend("zero3").expected_bytes(spec, topo, rank), md);
-  int64_t np_padded = 0, largest = 0, total_numel = 0, total_padded = 0, local = 0;
+  int64_t np_padded = 0, largest = 0, largest_root = 0, largest_block = 0, total_numel = 0, total_padded = 0, local = 0;
   std::vector<int64_t> parts;
-  for (const auto& unit : models::unit_param_specs(spec.model))
-    for (const auto& ps : unit) {
+  const auto units = models::unit_param_specs(spec.model);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const auto& ps : units[u]) {
       const int64_t numel = ps.numel(), padded = (numel + world - 1) / world * world;
       total_numel += numel;
       total_padded += padded;
       local += padded / world;
       parts.push_back(padded / world);
       largest = std::max(largest, padded);
+      int64_t& unit_largest = u == size_t(models::kRootUnit) ? largest_root : largest_block;
+      unit_largest = std::max(unit_largest, padded);
       if (numel > o.stage3_param_persistence_threshold) np_padded += padded;
     }
   // Gathered non-persistent parameters: with a recorded trace a parameter reused within
@@ -389,8 +395,13 @@ PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int ra
   const int64_t gathered = std::min(np_padded, o.stage3_max_reuse_distance + prefetch + largest);
   e.terms.push_back({"gathered parameters", kFwdBwd, gathered * md,
                      "min(non-persistent padded, max_reuse_distance + min(prefetch, max_live) + largest)*model bytes"});
-  // A parameter's gradient arrives as the weight's gradient expanded to its padded buffer.
-  e.terms.push_back({"gradient transient", kBackward, 2 * largest * md, "2*largest padded parameter*model bytes"});
+  // A parameter's gradient arrives as the weight's gradient expanded to its padded buffer. The
+  // root's (the LM head's) comes first in backward, before any block's backward transients or
+  // bucket flush: its own moment; a block's during its block's backward.
+  e.terms.push_back({"root gradient transient", kRootGradient, 2 * largest_root * md,
+                     "2*largest padded root parameter*model bytes (the LM head's, the first gradient of backward)"});
+  e.terms.push_back({"gradient transient", kBackward, 2 * largest_block * md,
+                     "2*largest padded block parameter*model bytes"});
   // The reduce bucket holds each gradient (padded, comm dtype) until reduce_bucket_size elements;
   // a flush copies them into a [W, sum P] staging buffer (+ the [sum P] output; Gloo clones the
   // staging buffer too), mid-backward when the bucket is smaller than the model, and at its end.
@@ -424,7 +435,9 @@ PeakEstimate estimate_zero3(const EngineSpec& spec, const Topology& topo, int ra
   else
     e.terms.push_back({"sub-group step transient", kOpt, step,
                        "largest sub-group*(" + std::string(ga == 4 ? "" : "4 + ") + "2*4) (fp32 gradient, AdamW denominator)"});
-  zero3::add_offload_terms(e, spec, topo, rank);  // offload_optimizer / offload_param (zero3_offload_estimate.cpp)
+  // offload_optimizer / offload_param (zero3_offload_estimate.cpp); the partitions are fetched
+  // again in backward only when not every non-persistent parameter stays gathered.
+  zero3::add_offload_terms(e, spec, topo, rank, /*refetch_in_backward=*/gathered < np_padded);
   return e;
 }
 

@@ -5,6 +5,7 @@
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,9 @@
 
 #include "analysis/micro/harness.hpp"
 #include "analysis/projection/calibration.hpp"
+#include "analysis/projection/coverage.hpp"
+#include "analysis/projection/projection.hpp"
+#include "analysis/projection/replay.hpp"
 #include "bench/micro_command.hpp"
 #include "reports/report.hpp"
 #include "runtime/device.hpp"
@@ -50,7 +54,44 @@ std::vector<at::ScalarType> dtypes_of(const MicroOptions& o) {
   return out;
 }
 
-SuiteOptions suite_of(const MicroOptions& o) {
+// `--for REPORT`: what projecting that run to `world` ranks needs measured (coverage.hpp): its
+// collectives' sizes per kind and dtype, its offload copies and host optimizer, the square GEMM
+// in its compute dtype, at the report's threads per rank (the projection's GEMM contention probe
+// is taken at the same threads).
+void fill_for_report(const MicroOptions& o, int world, SuiteOptions& s, int* threads) {
+  if (world < 2)
+    throw UsageError("micro --for: --nproc " + std::to_string(world) +
+                     ": give the world size to project to (2 or more; at W=1 there are no collectives)");
+  const auto report = reports::read_report(o.for_report);
+  projection::ProjectOptions po;
+  po.world = world;
+  po.report = o.for_report;
+  const auto exec = o.device == "cpu" ? projection::ExecModel::kHostIsDevice : projection::ExecModel::kAsyncDevice;
+  const auto need = projection::step_sizes(projection::projection_input(report, po, exec));
+  SuiteOptions::Exact exact;
+  std::vector<at::ScalarType> dtypes;
+  for (const auto& c : need.collectives) {
+    if (c.world != world)
+      throw UsageError("micro --for: the run's step issues " + std::string(backends::common::collective_name(c.kind)) +
+                       " over groups of " + std::to_string(c.world) + " ranks; micro measures its --nproc " +
+                       std::to_string(world) + " ranks");
+    const auto dtype = analysis::micro::parse_dtype(c.dtype);
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) dtypes.push_back(dtype);
+    for (const int64_t b : c.bytes) exact.collectives.push_back({c.kind, dtype, b});
+  }
+  exact.h2d_bytes.assign(need.h2d_bytes.begin(), need.h2d_bytes.end());
+  exact.d2h_bytes.assign(need.d2h_bytes.begin(), need.d2h_bytes.end());
+  exact.host_adam_params = need.host_optimizer_params;
+  exact.gemm_dtype = report["config"]["backend"].value("precision", "fp32") == "fp32" ? at::kFloat : at::kBFloat16;
+  if (dtypes.empty()) dtypes.push_back(exact.gemm_dtype);
+  s.dtypes = dtypes;
+  s.exact = exact;
+  s.model = projection::schedule_input_of_report(report).model;
+  s.tokens = report["config"]["train"].value("micro_batch", int64_t(1)) * report["config"]["train"].value("seq_len", int64_t(1));
+  if (threads && *threads <= 0) *threads = report["env"].value("threads_per_rank", 0);
+}
+
+SuiteOptions suite_of(const MicroOptions& o, int world, int* threads = nullptr) {
   SuiteOptions s;
   s.quick = o.quick;
   s.dtypes = dtypes_of(o);
@@ -68,6 +109,7 @@ SuiteOptions suite_of(const MicroOptions& o) {
   s.compute = o.suite != "comm";
   s.model = o.model.model_config();
   s.tokens = o.model.train.micro_batch * o.model.train.seq_len;
+  if (!o.for_report.empty()) fill_for_report(o, world, s, threads);
   return s;
 }
 
@@ -84,10 +126,10 @@ void check_benchmark_args(const std::vector<std::string>& args) {
 }
 
 int micro_rank(const MicroOptions& o) {
-  const auto suite = suite_of(o);
   const auto env = runtime::discover_dist_env(runtime::process_env());
-  const auto device = runtime::pick_device(o.device, env.local_rank);
   int threads = o.threads;
+  const auto suite = suite_of(o, env.world_size, &threads);
+  const auto device = runtime::pick_device(o.device, env.local_rank);
   const int cores = int(std::thread::hardware_concurrency());
   if (threads <= 0) threads = std::max(1, cores / std::max(1, env.local_world_size));
   at::set_num_threads(threads);
@@ -172,13 +214,22 @@ void add_micro_options(CLI::App& app, MicroOptions& o) {
                "step's compute beside its collectives); counter concurrent_gemm_runs");
   app.add_option("--timeout", o.timeout_s, "stop all ranks after this many seconds (0 = no limit)")
       ->check(CLI::NonNegativeNumber);
+  auto* for_opt = app.add_option(
+      "--for", o.for_report,
+      "measure exactly what `zerobench project REPORT --nproc W` needs, W = --nproc: each collective size the run "
+      "issues at W (per kind and dtype), its offload copies and host optimizer, and the square GEMM in its compute "
+      "dtype, at the report's threads per rank");
+  for (const char* other : {"--quick", "--dtypes", "--suite", "--min-bytes", "--max-bytes", "--model", "--layers",
+                            "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--model-dir", "--micro-batch",
+                            "--seq-len"})
+    for_opt->excludes(other);
   app.allow_extras();  // --benchmark_* flags pass through to Google Benchmark
 }
 
 int micro_command(const MicroOptions& o_in, const std::vector<std::string>& argv) {
   MicroOptions o = o_in;
   check_benchmark_args(o.benchmark_args);
-  suite_of(o);  // usage errors before anything starts
+  suite_of(o, o.nproc);  // usage errors before anything starts
   const bool in_job =
       runtime::launched_by_zerobench() || runtime::discover_dist_env(runtime::process_env()).source != "single";
   if (!in_job && o.nproc == 1 && !o.calibrate.empty())

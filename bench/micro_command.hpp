@@ -29,6 +29,7 @@ struct MicroOptions {
   std::vector<std::string> benchmark_args;  // the user's --benchmark_* flags, passed through
   bool min_bytes_given = false, max_bytes_given = false;
   bool concurrent_gemm = false;       // CPU: time the collectives beside a GEMM loop on each rank
+  std::string for_report;             // --for REPORT: exactly what projecting it to --nproc needs
 };
 
 void add_micro_options(CLI::App& app, MicroOptions& o);

@@ -23,6 +23,21 @@ backends::EngineSpec info_spec(const ModelInfoOptions& o, const models::ModelCon
   return spec;
 }
 
+// The two runs model-info estimates a rank's peak for, one peak each per mode (the same numbers
+// in every table): a CPU run (Gloo stages each collective in host memory, and host memory is the
+// device's, so host terms count: registry.cpp sets host_is_device) and a GPU run (NCCL; the
+// device's terms only, the host's reported apart).
+backends::PeakEstimate cpu_run_estimate(const backends::BackendInfo& b, const backends::EngineSpec& spec,
+                                        const backends::Topology& topo) {
+  return b.estimate_peak(spec, topo, 0, /*gloo=*/true);
+}
+backends::PeakEstimate gpu_run_estimate(const backends::BackendInfo& b, const backends::EngineSpec& spec,
+                                        const backends::Topology& topo) {
+  auto e = b.estimate_peak(spec, topo, 0, /*gloo=*/false);
+  e.host_is_device = false;
+  return e;
+}
+
 // One row per backend mode and offload choice (none first, then BackendInfo::offload_choices):
 // rank 0's model-state bytes on the device and on the host, the estimated peak of each, and
 // whether they fit in --device-memory per rank and --host-memory per node (W ranks on one node).
@@ -45,8 +60,7 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
                               {"model_states_bytes", backends::to_json(bytes)}};
         if (b.estimate_peak) {
           // A GPU run's estimate (host terms apart from the device's), whatever --device says.
-          auto e = b.estimate_peak(spec, topo, 0, false);
-          e.host_is_device = false;
+          const auto e = gpu_run_estimate(b, spec, topo);
           row["estimated_device_peak_bytes"] = e.peak_bytes();
           row["estimated_host_peak_bytes"] = e.host_peak_bytes();
           row["fits_device"] = double(e.peak_bytes()) <= o.device_memory_gib * gib;
@@ -67,6 +81,7 @@ int model_info_command(const ModelInfoOptions& o) {
   const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
   nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object(),
                  plans = nlohmann::json::object();
+  nlohmann::json by_device = {{"cpu", nlohmann::json::object()}, {"cuda", nlohmann::json::object()}};
   // One node of W ranks: model-info takes no backend options, so no shard group narrower than the
   // world arises here (HYBRID_SHARD runs report theirs: ranks[i].memory.estimate.topology).
   const backends::Topology topo(o.world_size);
@@ -97,8 +112,15 @@ int model_info_command(const ModelInfoOptions& o) {
       // The dtypes of each piece of model state (the blog's Table 2), from the engine's own rules.
       plans[b.name + ":" + p] = backends::to_json(b.precision_plan(spec));
       // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
-      if (b.estimate_peak)
-        estimates[b.name + ":" + p] = backends::to_json(b.estimate_peak(spec, topo, 0, o.run.device == "cpu"));
+      // One peak per mode and device: a CPU run's and a GPU run's (`modes` holds --device's in full).
+      if (b.estimate_peak) {
+        const auto cpu = cpu_run_estimate(b, spec, topo), gpu = gpu_run_estimate(b, spec, topo);
+        estimates[b.name + ":" + p] = backends::to_json(o.run.device == "cpu" ? cpu : gpu);
+        by_device["cpu"][b.name + ":" + p] = {{"peak_bytes", cpu.peak_bytes()}, {"peak_phase", cpu.peak_phase()}};
+        by_device["cuda"][b.name + ":" + p] = {{"peak_bytes", gpu.peak_bytes()},
+                                               {"peak_phase", gpu.peak_phase()},
+                                               {"host_peak_bytes", gpu.host_peak_bytes()}};
+      }
     }
   }
   nlohmann::json j = {{"model", cfg.preset},
@@ -117,7 +139,8 @@ int model_info_command(const ModelInfoOptions& o) {
                         {"seq_len", o.seq_len},
                         {"activation_checkpointing", o.run.train.activation_checkpointing},
                         {"device", o.run.device},
-                        {"modes", estimates}}},
+                        {"modes", estimates},
+                        {"by_device", by_device}}},
                       {"offload",
                        {{"device_memory_bytes", int64_t(o.device_memory_gib * double(1 << 30))},
                         {"host_memory_bytes", int64_t(o.host_memory_gib * double(1 << 30))},
@@ -152,15 +175,21 @@ int model_info_command(const ModelInfoOptions& o) {
                 pl["reduce"].get<std::string>().c_str(), pl["grads"].get<std::string>().c_str(),
                 pl["master"].is_null() ? "-" : pl["master"].get<std::string>().c_str(),
                 pl["optimizer_states"].get<std::string>().c_str());
-  std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s):\n", (long long)o.run.train.micro_batch,
+  std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s), one per device:\n", (long long)o.run.train.micro_batch,
               (long long)o.seq_len, o.run.train.activation_checkpointing ? ", activation checkpointing" : "");
-  for (const auto& [mode, e] : estimates.items())
-    std::printf("  %-14s %10.2f GiB (%s)\n", mode.c_str(), e["peak_bytes"].get<double>() / (1 << 30),
-                e["peak_phase"].get<std::string>().c_str());
+  std::printf("  cpu run: Gloo stages each collective in host memory, which is also the device's (host terms "
+              "counted)\n  gpu run: NCCL, the device's memory alone (host terms apart: the offload table)\n");
+  std::printf("  %-14s %-33s %s\n", "mode", "   cpu run", "   gpu run");
+  for (const auto& [mode, c] : by_device["cpu"].items()) {
+    const auto& g = by_device["cuda"][mode];
+    std::printf("  %-14s %10.2f GiB %-18s %10.2f GiB %s\n", mode.c_str(), c["peak_bytes"].get<double>() / (1 << 30),
+                ("(" + c["peak_phase"].get<std::string>() + ")").c_str(), g["peak_bytes"].get<double>() / (1 << 30),
+                ("(" + g["peak_phase"].get<std::string>() + ")").c_str());
+  }
   const auto& rows = j["offload"]["rows"];
   if (!rows.empty()) {
-    std::printf("offload per rank at W=%d (model states device | host; estimated peak on a GPU run, device | host; "
-                "fits: device <= %.0f GiB%s):\n",
+    std::printf("offload per rank at W=%d (model states device | host; estimated peak on a gpu run, device | host "
+                "(the 'none' rows are the gpu run column above); fits: device <= %.0f GiB%s):\n",
                 o.world_size, o.device_memory_gib,
                 o.host_memory_gib > 0 ? (", host x W <= " + std::to_string(int64_t(o.host_memory_gib)) + " GiB").c_str() : "");
     for (const auto& r : rows) {

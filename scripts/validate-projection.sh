@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # validate-projection.sh — the CPU validation of `zerobench project` (docs/projection.md §5):
-# for each repetition, calibrate at W=2 and W=4 (`zerobench micro`), run every backend on the
-# tiny and small models at W=1 (profiled: per-unit times), W=2 and W=4 (Gloo, 1 thread per
-# rank), project each W=1 run to W=2 and W=4, and print `zerobench table` with the predicted
-# beside the measured throughput. Usage: scripts/validate-projection.sh OUT_DIR [REPS]
+# for each repetition, run every backend on the tiny and small models at W=1 (profiled: per-unit
+# times), W=2 and W=4 (Gloo, 1 thread per rank), calibrate for each W=1 run at each W with
+# `zerobench micro --for` (exactly the sizes its step issues, and the square GEMM), project each
+# W=1 run to W=2 and W=4, and print `zerobench table` with the predicted beside the measured
+# throughput, and each run's `uptime` load average (the host is shared: docs/projection.md §5).
+# Usage: scripts/validate-projection.sh OUT_DIR [REPS]
 # Env: MODELS (default "tiny small"), CELLS (default "fsdp:fp32 zero3:fp32 ddp:fp32": bf16 matmuls are
-# very slow on an AVX2-only CPU), STEPS (6), WARMUP (2), MICRO_MIN_TIME (0.2).
+# very slow on an AVX2-only CPU), WS (default "2 4"), STEPS (6), WARMUP (2), MICRO_MIN_TIME (0.2).
 # The W=2 and W=4 runs also write a trace (`--trace`), replayed through their own schedule
 # (`project --replay`, docs/projection.md §5a), and the error is split: schedule error =
 # (replayed - measured) / measured, cost error = (projected - replayed) / replayed, both on the
 # traced steps' medians. CONCURRENT_GEMM=1 also calibrates with `micro --concurrent-gemm` (each
 # rank's square GEMM running beside its collectives, as a training step's compute does) into
-# cal/cal_cg_wW.json, projects with it too (the compute slowdown still from cal_wW.json's GEMMs),
-# and prints that cost error beside the other.
+# cal/cal_cg_<cell>_wW.json, projects with it too (the compute slowdown still from
+# cal_<cell>_wW.json's GEMMs), and prints that cost error beside the other.
 # Run it on a quiet machine: it measures time.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,40 +25,44 @@ models="${MODELS:-tiny small}"
 cells="${CELLS:-fsdp:fp32 zero3:fp32 ddp:fp32}"
 common=(--threads 1 --micro-batch 2 --seq-len 128 --steps "${STEPS:-6}" --warmup "${WARMUP:-2}" --profile --profile-steps 3
         --data markov --quiet)
-# The calibration needs the collectives and the square GEMM (the compute-slowdown probe).
-micro_args=(--benchmark_filter='^(all_gather|reduce_scatter|all_reduce|broadcast)/|^gemm/[a-z0-9]+/square/'
-            --benchmark_min_time="${MICRO_MIN_TIME:-0.2}")
+# `micro --for` measures what each projection needs: its step's collective sizes and the square GEMM.
+micro_args=(--benchmark_min_time="${MICRO_MIN_TIME:-0.2}")
+ws="${WS:-2 4}"
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 mkdir -p "${out}"
 for rep in $(seq 1 "${reps}"); do
   d="${out}/rep${rep}"
   mkdir -p "${d}/cal" "${d}/traces"
-  for w in 2 4; do
-    [ -f "${d}/cal/micro_w${w}.json" ] || "${bin}" micro --nproc "${w}" --threads 1 --model small --micro-batch 2 \
-      --seq-len 128 --max-bytes $((64 << 20)) --out "${d}/cal/micro_w${w}.json" --calibrate "${d}/cal/cal_w${w}.json" \
-      "${micro_args[@]}" > "${d}/cal/micro_w${w}.log"
-    [ "${CONCURRENT_GEMM:-0}" = 1 ] && [ ! -f "${d}/cal/micro_cg_w${w}.json" ] && "${bin}" micro --nproc "${w}" --threads 1 \
-      --model small --micro-batch 2 --seq-len 128 --max-bytes $((64 << 20)) --concurrent-gemm --suite comm \
-      --out "${d}/cal/micro_cg_w${w}.json" --calibrate "${d}/cal/cal_cg_w${w}.json" "${micro_args[@]}" \
-      > "${d}/cal/micro_cg_w${w}.log"
-  done
   for model in ${models}; do
     for cell in ${cells}; do
       backend="${cell%%:*}" precision="${cell##*:}"
       name="${model}_${backend}_${precision}"
-      for w in 1 2 4; do
+      for w in 1 ${ws}; do
         trace=()
         [ "${w}" = 1 ] || trace=(--trace "${d}/traces/${name}_w${w}.trace.json")  # not beside the reports: `table` reads those
-        [ -f "${d}/${name}_w${w}.json" ] || "${bin}" run --nproc "${w}" --model "${model}" --backend "${backend}" \
-          --precision "${precision}" "${common[@]}" "${trace[@]}" --out "${d}/${name}_w${w}.json"
+        if [ ! -f "${d}/${name}_w${w}.json" ]; then
+          echo "${name}_w${w} run: load before $(load)" >> "${d}/load.txt"
+          "${bin}" run --nproc "${w}" --model "${model}" --backend "${backend}" \
+            --precision "${precision}" "${common[@]}" "${trace[@]}" --out "${d}/${name}_w${w}.json"
+          echo "${name}_w${w} run: load after $(load)" >> "${d}/load.txt"
+        fi
       done
-      for w in 2 4; do
-        "${bin}" project "${d}/${name}_w1.json" --calibration "${d}/cal/cal_w${w}.json" --nproc "${w}" \
+      for w in ${ws}; do
+        c="${d}/cal/${name}_w${w}"
+        if [ ! -f "${c}.cal.json" ]; then
+          echo "${name}_w${w} micro --for: load before $(load)" >> "${d}/load.txt"
+          "${bin}" micro --for "${d}/${name}_w1.json" --nproc "${w}" --out "${c}.micro.json" --calibrate "${c}.cal.json" \
+            "${micro_args[@]}" > "${c}.micro.log"
+        fi
+        "${bin}" project "${d}/${name}_w1.json" --calibration "${c}.cal.json" --nproc "${w}" \
           --out "${d}/${name}_w${w}_projected.json" > /dev/null
         if [ "${CONCURRENT_GEMM:-0}" = 1 ]; then  # collectives from cal_cg, the GEMM slowdown from cal
+          [ -f "${c}.cg.cal.json" ] || "${bin}" micro --for "${d}/${name}_w1.json" --nproc "${w}" --concurrent-gemm \
+            --out "${c}.cg.micro.json" --calibrate "${c}.cg.cal.json" "${micro_args[@]}" > "${c}.cg.micro.log"
           python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); \
 b['gemm_square_tflops']=a['gemm_square_tflops']; json.dump(b,open(sys.argv[3],'w'))" \
-            "${d}/cal/cal_w${w}.json" "${d}/cal/cal_cg_w${w}.json" "${d}/cal/cal_cg_gemm_w${w}.json"
-          "${bin}" project "${d}/${name}_w1.json" --calibration "${d}/cal/cal_cg_gemm_w${w}.json" --nproc "${w}" \
+            "${c}.cal.json" "${c}.cg.cal.json" "${c}.cg_gemm.cal.json"
+          "${bin}" project "${d}/${name}_w1.json" --calibration "${c}.cg_gemm.cal.json" --nproc "${w}" \
             --out "${d}/${name}_w${w}_projected_cg.json" > /dev/null
         fi
         "${bin}" project "${d}/${name}_w${w}.json" --replay "${d}/traces/${name}_w${w}.trace.json" \

@@ -1,13 +1,18 @@
 // The projection: the two-lane replay on hand-built programs with exact answers; each
 // engine's program against the real engine on 2 Gloo ranks (the same collectives, in the same
 // order, with the same bytes); the FLOP-based compute of the presets; `zerobench project` end
-// to end (a report with a projection section, predicted beside measured in the table).
+// to end (a report with a projection section, predicted beside measured in the table); a measured
+// calibration's size coverage (`project` refuses what it did not measure, `micro --for` measures it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <tuple>
 
 #include "backends/backend_info.hpp"
+#include "analysis/projection/coverage.hpp"
 #include "analysis/projection/projection.hpp"
 #include "analysis/projection/schedule.hpp"
 #include "analysis/projection/simulate.hpp"
@@ -346,5 +351,163 @@ TEST(ProjectCli, AProfiledRunProjectsToAReportThatTheTableShowsBesideTheMeasurem
   EXPECT_EQ(r.exit_code, 0) << r.output;  // FLOPs need no profile
   r = test_support::run_zerobench("project " + dir + "/np.json --calibration " + dir + "/p.json --nproc 2");
   EXPECT_EQ(r.exit_code, 2) << r.output;  // a report is not a calibration
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Issue 35, finding 5: a measured calibration prices a collective only inside the sizes it
+// measured (within kRangeTolerance); `project` refuses otherwise, and `micro --for REPORT`
+// measures exactly the sizes the report's run issues.
+namespace {
+// A `zerobench micro` JSON with t = 10 us + S / 1 GB/s for every (kind, dtype, size) given.
+json micro_json(const std::vector<std::tuple<std::string, std::string, int64_t>>& entries, int world) {
+  json bs = json::array();
+  for (const auto& [kind, dtype, bytes] : entries)
+    bs.push_back({{"name", kind + "/" + dtype + "/W:" + std::to_string(world) + "/bytes:" + std::to_string(bytes)},
+                  {"run_type", "iteration"}, {"real_time", 10.0 + double(bytes) / 1e3}, {"time_unit", "us"},
+                  {"bytes", double(bytes)}, {"busbw", 0.0}, {"world_size", double(world)}});
+  return {{"context", {{"zerobench_world_size", std::to_string(world)}, {"zerobench_pg_backend", "gloo"}}},
+          {"benchmarks", bs}};
+}
+
+// The step's collectives as micro entries (exactly what `micro --for` measures).
+std::vector<std::tuple<std::string, std::string, int64_t>> entries_of(const StepSizes& s) {
+  std::vector<std::tuple<std::string, std::string, int64_t>> out;
+  for (const auto& c : s.collectives)
+    for (const int64_t b : c.bytes) out.push_back({backends::common::collective_name(c.kind), c.dtype, b});
+  return out;
+}
+
+ScheduleInput small_fsdp_w2() {
+  ScheduleInput in;
+  in.backend = "fsdp";
+  in.precision = "fp32";
+  in.model = models::preset("small");
+  in.train.micro_batch = 2;
+  in.train.seq_len = 128;
+  in.world = 2;
+  return in;
+}
+}  // namespace
+
+TEST(ProjectCoverage, AGridThatStopsBelowTheStepsMessagesIsRefusedNamingItsRangeAndTheSizesNeeded) {
+  const auto in = small_fsdp_w2();
+  const auto need = step_sizes(in);
+  // The recorded sizes are the program's own issues (the engine's, test above), nothing else.
+  std::set<std::pair<std::string, int64_t>> issued, recorded;
+  const auto program = build_program(in, flat_calibration(1e-4, 1.0));
+  for (const auto& a : program.actions())
+    if (a.kind == Action::kIssue) issued.insert({backends::common::collective_name(a.coll), a.bytes});
+  int64_t largest_gather = 0;
+  for (const auto& c : need.collectives) {
+    EXPECT_EQ(c.dtype, "fp32");
+    EXPECT_EQ(c.world, 2);
+    for (const int64_t b : c.bytes) recorded.insert({backends::common::collective_name(c.kind), b});
+    if (c.kind == CollectiveKind::kAllGather) largest_gather = *c.bytes.rbegin();
+  }
+  EXPECT_EQ(recorded, issued);
+  EXPECT_GT(largest_gather, int64_t(1) << 20);  // MBs: far beyond `micro --quick`'s 64 KiB
+  EXPECT_TRUE(need.h2d_bytes.empty() && need.d2h_bytes.empty());
+  EXPECT_EQ(need.host_optimizer_params, 0);
+
+  // `micro --quick`'s grid, 1 KiB .. 64 KiB: the finding's calibration. Refused, one line.
+  std::vector<std::tuple<std::string, std::string, int64_t>> grid;
+  for (const char* k : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"})
+    for (int64_t s = 1024; s <= 65536; s *= 4) grid.push_back({k, "fp32", s});
+  const auto quick = Calibration::fit(micro_json(grid, 2), "quick.json");
+  const auto why = uncovered(quick, need, "REMEDY");
+  EXPECT_NE(why.find("all_gather fp32 at W=2 from 1024 to 65536 bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::to_string(largest_gather) + " bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find("REMEDY"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+
+  // Exactly the step's sizes: covered; each measured size priced at its measured time.
+  auto exact = entries_of(need);
+  const auto cal = Calibration::fit(micro_json(exact, 2), "exact.json");
+  EXPECT_EQ(uncovered(cal, need, "REMEDY"), "");
+  EXPECT_DOUBLE_EQ(cal.collective_s(CollectiveKind::kAllGather, "fp32", largest_gather, 2, 1),
+                   10e-6 + double(largest_gather) * 1e-9);
+  // The planted fault: the calibration's all-gathers stop below the step's largest. Refused.
+  exact.erase(std::remove(exact.begin(), exact.end(), std::make_tuple(std::string("all_gather"), std::string("fp32"),
+                                                                       largest_gather)),
+              exact.end());
+  const auto short_cal = Calibration::fit(micro_json(exact, 2), "short.json");
+  const auto why_short = uncovered(short_cal, need, "REMEDY");
+  EXPECT_NE(why_short.find("all_gather fp32 at W=2 from"), std::string::npos) << why_short;
+  EXPECT_NE(why_short.find("1 outside it: " + std::to_string(largest_gather) + " bytes"), std::string::npos)
+      << why_short;
+  // Another dtype's fit does not price it; the edges' tolerance is 5%.
+  EXPECT_NE(uncovered(Calibration::fit(micro_json({{"all_gather", "bf16", 1024}}, 2), "bf16.json"), need, "R")
+                .find("has no all_gather fp32 measurements"),
+            std::string::npos);
+  EXPECT_TRUE(in_range(104, 100, 100));
+  EXPECT_FALSE(in_range(106, 100, 100));
+  EXPECT_TRUE(in_range(96, 100, 100));
+  EXPECT_FALSE(in_range(94, 100, 100));
+  // A preset has no measured range: datasheet figures price any size.
+  EXPECT_EQ(uncovered(Calibration::load("a100-nvlink"), need, "R"), "");
+}
+
+TEST(ProjectCoverage, MicroForMeasuresExactlyTheRunsSizesAndProjectRefusesACalibrationThatStopsShort) {
+  const auto dir = test_support::temp_path("coverage");
+  auto r = test_support::run_zerobench("run --nproc 1 --backend fsdp --precision fp32 --model tiny --steps 3 --warmup 1 "
+                                       "--threads 1 --profile --profile-steps 1 --quiet --out " + dir + "/w1.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = reports::read_report(dir + "/w1.json");
+  ProjectOptions po;
+  po.world = 2;
+  const auto need = step_sizes(projection_input(report, po, ExecModel::kHostIsDevice));
+  std::set<std::string> want;
+  for (const auto& c : need.collectives)
+    for (const int64_t b : c.bytes)
+      want.insert(std::string(backends::common::collective_name(c.kind)) + "/" + c.dtype + "/W:2/bytes:" +
+                  std::to_string(b));
+  ASSERT_FALSE(want.empty());
+  r = test_support::run_zerobench("micro --for " + dir + "/w1.json --nproc 2 --out " + dir +
+                                  "/m.json --benchmark_min_time=0.005 --benchmark_repetitions=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto m = json::parse(std::ifstream(dir + "/m.json"));
+  std::set<std::string> got, other;
+  for (const auto& b : m["benchmarks"]) {
+    std::string name = b["name"];
+    if (const auto at = name.rfind("/manual_time"); at != std::string::npos) name.erase(at);  // Google Benchmark's suffix
+    if (b.contains("busbw")) got.insert(name);
+    else other.insert(name);
+  }
+  EXPECT_EQ(got, want);  // the set of sizes: deterministic
+  ASSERT_EQ(other.size(), 1u);  // what else project reads: the square GEMM of the run's dtype (no offload here)
+  EXPECT_EQ(other.begin()->rfind("gemm/fp32/square/", 0), 0u) << *other.begin();
+  EXPECT_EQ(m["context"]["zerobench_threads_per_rank"], "1");  // the report's threads: the GEMM probe compares
+  // The two-command path: the micro JSON covers the run.
+  r = test_support::run_zerobench("project " + dir + "/w1.json --calibration " + dir + "/m.json --nproc 2 --out " + dir +
+                                  "/p.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto p = reports::read_report(dir + "/p.json");
+  EXPECT_NE(p["projection"]["collective_basis"]["all_gather"].get<std::string>().find("measured size"),
+            std::string::npos);
+  // Planted: the calibration's all-gathers stop below the run's largest. Exit 2, one line naming the range.
+  auto cal = Calibration::fit(m, "m.json").to_json();
+  int64_t largest = 0, kept = 0;
+  for (auto& f : cal["collectives"]) {
+    if (f["kind"] != "all_gather") continue;
+    auto& pts = f["measured"];
+    largest = pts.back()[0].get<int64_t>();
+    pts.erase(pts.size() - 1);
+    ASSERT_FALSE(pts.empty());
+    kept = pts.back()[0].get<int64_t>();
+    f["max_bytes"] = kept;
+  }
+  ASSERT_GT(largest, kept * 21 / 20);
+  reports::write_json_atomic(dir + "/short.json", cal);
+  r = test_support::run_zerobench("project " + dir + "/w1.json --calibration " + dir + "/short.json --nproc 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("all_gather fp32 at W=2 from"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(kept) + " bytes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(largest) + " bytes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zerobench micro --for"), std::string::npos) << r.output;
+  // --for needs the W to project to, and chooses the sizes itself.
+  for (const std::string bad : {"", " --nproc 2 --quick", " --nproc 2 --max-bytes 4096", " --nproc 2 --model small"}) {
+    r = test_support::run_zerobench("micro --for " + dir + "/w1.json" + bad + " --out " + dir + "/x.json");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+  }
   std::system(("rm -rf " + dir).c_str());
 }

@@ -54,6 +54,15 @@ const CollectiveBench kBenches[] = {
 int64_t counted_bytes(CollectiveKind kind, const at::Tensor& in, const at::Tensor& out) {
   return int64_t(kind == CollectiveKind::kAllGather ? out.nbytes() : in.nbytes());
 }
+
+// The sizes of one (kind, dtype): the nccl-tests grid, or exactly what `micro --for` asks for.
+std::vector<int64_t> sizes_of(const SuiteOptions& o, CollectiveKind kind, at::ScalarType dtype) {
+  if (!o.exact) return collective_sizes(o.min_bytes, o.max_bytes);
+  std::vector<int64_t> out;
+  for (const auto& c : o.exact->collectives)
+    if (c.kind == kind && c.dtype == dtype) out.push_back(c.bytes);
+  return out;
+}
 }  // namespace
 
 void register_collective_benchmarks(Harness& h, const SuiteOptions& o) {
@@ -61,7 +70,7 @@ void register_collective_benchmarks(Harness& h, const SuiteOptions& o) {
   for (const auto& bench : kBenches) {
     for (const auto dtype : o.dtypes) {
       const int64_t elt = int64_t(c10::elementSize(dtype));
-      for (const int64_t size : collective_sizes(o.min_bytes, o.max_bytes)) {
+      for (const int64_t size : sizes_of(o, bench.kind, dtype)) {
         int64_t in_n = 0, out_n = 0;
         bench.counts(size / elt, w, &in_n, &out_n);
         if (in_n == 0 || out_n == 0) continue;  // smaller than one element per rank

@@ -62,6 +62,10 @@ std::vector<int64_t> unit_param_numels(const models::ModelConfig& cfg, int unit)
 void register_compute_benchmarks(Harness& h, const SuiteOptions& o) {
   const int w = h.size();
   register_offload_benchmarks(h, o);  // host<->device copies and the host optimizer (offload.cpp)
+  if (o.exact) {  // micro --for: the projection reads only the square GEMM (its CPU contention probe)
+    register_gemm(h, o.exact->gemm_dtype, peak_probe_shape(h.device(), o.exact->gemm_dtype));
+    return;
+  }
   for (const auto dtype : o.dtypes) {
     register_gemm(h, dtype, peak_probe_shape(h.device(), dtype));
     if (!o.quick)

@@ -12,6 +12,7 @@ std::string dtype_name(at::ScalarType t) {
     case at::kFloat: return "fp32";
     case at::kBFloat16: return "bf16";
     case at::kHalf: return "fp16";
+    case at::kByte: return "u8";  // micro --for's offload copies of a byte count that is no whole fp32
     default: return c10::toString(t);
   }
 }

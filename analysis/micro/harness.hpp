@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,21 @@ struct SuiteOptions {
   models::ModelConfig model;           // GEMM shapes and buffer sizes come from its units
   int64_t tokens = 0;                  // micro_batch x seq_len: the GEMMs' token dimension
   bool concurrent_gemm = false;        // collectives timed beside a GEMM loop (concurrent_gemm.hpp)
+  // `zerobench micro --for REPORT`: exactly the sizes projecting that run needs
+  // (analysis/projection/coverage.hpp). When set, the collectives are these instead of the grid,
+  // and the compute family is the square GEMM in the run's compute dtype and these offload sizes.
+  struct Exact {
+    struct Collective {
+      backends::common::CollectiveKind kind;
+      at::ScalarType dtype;
+      int64_t bytes;  // nccl-tests size
+    };
+    std::vector<Collective> collectives;
+    std::vector<int64_t> h2d_bytes, d2h_bytes;  // offload copies
+    int64_t host_adam_params = 0;               // 0: no host optimizer
+    at::ScalarType gemm_dtype = at::kFloat;     // the square GEMM (the run's compute dtype)
+  };
+  std::optional<Exact> exact;
 };
 
 // "fp32" | "bf16" | "fp16" (the names benchmark entries and calibration files use).

@@ -58,6 +58,13 @@ void register_host_adamw(Harness& h, int64_t numel) {
 }  // namespace
 
 void register_offload_benchmarks(Harness& h, const SuiteOptions& o) {
+  if (o.exact) {  // micro --for: each copy size of the run (bytes, as fp32 elements where whole), its host AdamW
+    for (const bool to_device : {true, false})
+      for (const int64_t bytes : to_device ? o.exact->h2d_bytes : o.exact->d2h_bytes)
+        register_copy(h, to_device, bytes % 4 == 0 ? at::kFloat : at::kByte, bytes % 4 == 0 ? bytes / 4 : bytes);
+    if (o.exact->host_adam_params > 0) register_host_adamw(h, o.exact->host_adam_params);
+    return;
+  }
   // One decoder block's parameters over W (a rank's shard of a unit, what each copy moves).
   int64_t block = 0;
   for (const auto& p : models::unit_specs(o.model, o.model.layers > 0 ? 1 : models::kRootUnit)) block += p.numel();

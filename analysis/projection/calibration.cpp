@@ -76,7 +76,25 @@ int context_int(const json& ctx, const char* key) {
   const auto s = context_string(ctx, key);
   return s.empty() ? 0 : std::atoi(s.c_str());
 }
+
+// Measured sizes in the calibration file: [[size, value], ...] in size order.
+json sizes_json(const std::map<int64_t, double>& m) {
+  json a = json::array();
+  for (const auto& [size, v] : m) a.push_back({size, v});
+  return a;
+}
+std::map<int64_t, double> sizes_of(const json& j, const char* key) {
+  std::map<int64_t, double> m;
+  if (j.contains(key))
+    for (const auto& p : j[key]) m[p.at(0).get<int64_t>()] = p.at(1).get<double>();
+  return m;
+}
 }  // namespace
+
+bool in_range(int64_t size, int64_t min, int64_t max) {
+  return max > 0 && double(size) >= double(min) * (1 - kRangeTolerance) &&
+         double(size) <= double(max) * (1 + kRangeTolerance);
+}
 
 int ring_steps(CollectiveKind kind, int world) {
   switch (kind) {
@@ -188,6 +206,7 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
   std::map<std::string, Point> points;
   std::map<std::string, std::vector<double>> gemm;
   std::vector<double> h2d, d2h, adam;  // offload/ entries (offload.cpp in analysis/micro)
+  std::map<int64_t, std::vector<double>> h2d_at, d2h_at, adam_at;  // ... by size: seconds, ns per parameter
   for (const auto& b : gb["benchmarks"]) {
     if (b.value("run_type", "iteration") != "iteration" || !b.contains("name") || !b.contains("real_time")) continue;
     const std::string name = b["name"];
@@ -201,6 +220,11 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
       if (name.rfind("offload/d2h/", 0) == 0 && b.contains("GBps")) d2h.push_back(b["GBps"].get<double>());
       if (name.rfind("offload/host_adamw/", 0) == 0 && b.contains("ns_per_param"))
         adam.push_back(b["ns_per_param"].get<double>());
+      const double secs = to_seconds(b["real_time"].get<double>(), b.value("time_unit", "ns"));
+      if (name.rfind("offload/h2d/", 0) == 0 && b.contains("bytes")) h2d_at[int64_t(b["bytes"].get<double>())].push_back(secs);
+      if (name.rfind("offload/d2h/", 0) == 0 && b.contains("bytes")) d2h_at[int64_t(b["bytes"].get<double>())].push_back(secs);
+      if (name.rfind("offload/host_adamw/", 0) == 0 && b.contains("params") && b.contains("ns_per_param"))
+        adam_at[int64_t(b["params"].get<double>())].push_back(b["ns_per_param"].get<double>());
       continue;
     }
     if (!b.contains("busbw") || !b.contains("bytes") || !b.contains("world_size")) continue;
@@ -214,6 +238,9 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
   if (!d2h.empty()) c.offload.d2h_gbps = median(d2h);
   if (!adam.empty()) c.offload.host_adam_ns_per_param = median(adam);
   if (!h2d.empty() || !adam.empty()) c.offload.basis = "measured: offload/ medians in " + source;
+  for (const auto& [bytes, v] : h2d_at) c.offload_sizes.h2d_s[bytes] = median(v);
+  for (const auto& [bytes, v] : d2h_at) c.offload_sizes.d2h_s[bytes] = median(v);
+  for (const auto& [params, v] : adam_at) c.offload_sizes.host_adam_ns[params] = median(v);
   // Group by (kind, dtype, W): name = <kind>/<dtype>/W:<w>/bytes:<s>.
   std::map<std::tuple<int, std::string, int>, std::vector<std::pair<double, double>>> groups;
   for (const auto& [name, p] : points) {
@@ -247,6 +274,7 @@ Calibration Calibration::fit(const json& gb, const std::string& source) {
       f.max_rel_residual = std::max(f.max_rel_residual, std::abs(pred - t[i]) / t[i]);
       f.min_bytes = std::min(f.min_bytes, int64_t(pts[i].first));
       f.max_bytes = std::max(f.max_bytes, int64_t(pts[i].first));
+      f.measured_s[int64_t(pts[i].first)] = t[i];
     }
     c.fits.push_back(f);
   }
@@ -266,7 +294,8 @@ json Calibration::to_json() const {
                       {"points", f.points},
                       {"max_rel_residual", f.max_rel_residual},
                       {"min_bytes", f.min_bytes},
-                      {"max_bytes", f.max_bytes}});
+                      {"max_bytes", f.max_bytes},
+                      {"measured", sizes_json(f.measured_s)}});
   json j = {{"schema", {{"name", kSchema}, {"version", 1}}},
             {"source", source},
             {"device", device},
@@ -282,7 +311,10 @@ json Calibration::to_json() const {
   j["offload"] = {{"h2d_gbps", offload.h2d_gbps},
                   {"d2h_gbps", offload.d2h_gbps},
                   {"host_adam_ns_per_param", offload.host_adam_ns_per_param},
-                  {"basis", offload.basis}};
+                  {"basis", offload.basis},
+                  {"h2d_measured", sizes_json(offload_sizes.h2d_s)},
+                  {"d2h_measured", sizes_json(offload_sizes.d2h_s)},
+                  {"host_adamw_measured", sizes_json(offload_sizes.host_adam_ns)}};
   if (preset) {
     const auto& p = *preset;
     json src = json::object();
@@ -327,6 +359,7 @@ Calibration Calibration::from_json(const json& j) {
     x.max_rel_residual = f.value("max_rel_residual", 0.0);
     x.min_bytes = f.value("min_bytes", int64_t(0));
     x.max_bytes = f.value("max_bytes", int64_t(0));
+    x.measured_s = sizes_of(f, "measured");
     c.fits.push_back(x);
   }
   const json gemm = j.value("gemm_square_tflops", json::object());
@@ -337,6 +370,9 @@ Calibration Calibration::from_json(const json& j) {
     c.offload.d2h_gbps = o.value("d2h_gbps", 0.0);
     c.offload.host_adam_ns_per_param = o.value("host_adam_ns_per_param", 0.0);
     c.offload.basis = o.value("basis", std::string());
+    c.offload_sizes.h2d_s = sizes_of(o, "h2d_measured");
+    c.offload_sizes.d2h_s = sizes_of(o, "d2h_measured");
+    c.offload_sizes.host_adam_ns = sizes_of(o, "host_adamw_measured");
   }
   if (j.contains("preset")) {
     const auto name = j["preset"].value("name", "");
@@ -367,8 +403,8 @@ Calibration Calibration::load(const std::string& what) {
 
 const CollectiveFit* Calibration::nearest_fit(CollectiveKind kind, const std::string& dtype, int world) const {
   const CollectiveFit* best = nullptr;
-  auto score = [&](const CollectiveFit& f) {  // same W first, then nearest W, same dtype preferred
-    return std::abs(f.world_size - world) * 10 + (f.dtype == dtype ? 0 : 1);
+  auto score = [&](const CollectiveFit& f) {  // same dtype first, then the nearest W
+    return (f.dtype == dtype ? 0 : 1 << 24) + std::abs(f.world_size - world);
   };
   for (const auto& f : fits)
     if (f.kind == kind && (!best || score(f) < score(*best))) best = &f;
@@ -392,9 +428,18 @@ double Calibration::collective_s(CollectiveKind kind, const std::string& dtype, 
   }
   const auto* f = nearest_fit(kind, dtype, world);
   if (!f) throw UsageError("calibration " + source + " has no fit for " + backends::common::collective_name(kind));
+  if (f->world_size == world && f->dtype == dtype)
+    if (const auto it = f->measured_s.find(bytes); it != f->measured_s.end()) return it->second;  // measured
   const double alpha = f->alpha_s * double(ring_steps(kind, world)) / double(ring_steps(kind, f->world_size));
   const double bw = f->busbw_gbps > 0 ? double(bytes) * factor / (f->busbw_gbps * 1e9) : 0.0;
   return alpha + bw;
+}
+
+std::optional<double> Calibration::measured_copy_s(bool to_device, int64_t bytes) const {
+  const auto& m = to_device ? offload_sizes.h2d_s : offload_sizes.d2h_s;
+  const auto it = m.find(bytes);
+  if (it == m.end()) return std::nullopt;
+  return it->second;
 }
 
 std::string Calibration::collective_basis(CollectiveKind kind, const std::string& dtype, int world, int nodes) const {
@@ -404,6 +449,9 @@ std::string Calibration::collective_basis(CollectiveKind kind, const std::string
   if (!f) return "none";
   std::string s = "fit " + f->dtype + " W=" + std::to_string(f->world_size);
   if (f->world_size != world) s += " (alpha scaled to W=" + std::to_string(world) + ")";
+  s += ", " + std::to_string(f->min_bytes) + ".." + std::to_string(f->max_bytes) + " bytes";
+  if (f->world_size == world && f->dtype == dtype && !f->measured_s.empty())
+    s += "; a measured size at its measured time";
   return s;
 }
 

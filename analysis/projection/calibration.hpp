@@ -12,7 +12,10 @@
 //    micro run's sizes (weights 1/t^2: relative residuals, so 1 KiB and 1 GiB count alike);
 //    alpha < 0 is refitted through the origin. A W with no fit uses the nearest measured W:
 //    B_bus is kept (nccl-tests: busbw does not depend on W) and alpha scaled by the ring's
-//    step count (W-1, or 2(W-1) for all-reduce).
+//    step count (W-1, or 2(W-1) for all-reduce). A size the micro run measured at this W is
+//    priced with its own measured time (`zerobench micro --for REPORT` measures exactly the
+//    sizes a run issues); a measured fit prices only inside its measured size range
+//    (in_range; coverage.hpp refuses a projection that needs more).
 //  - preset: B_bus = the NVLink figure inside a node; across N > 1 nodes a ring crosses the
 //    network, the slowest link bounds it (PERFORMANCE.md: "busbw should reflect the speed of
 //    the hardware bottleneck"), B_bus = min(NVLink, per-GPU network). alpha follows NCCL's own
@@ -24,6 +27,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +48,20 @@ struct CollectiveFit {
   int points = 0;
   double max_rel_residual = 0;  // max |fit - measured| / measured over the points
   int64_t min_bytes = 0, max_bytes = 0;
+  std::map<int64_t, double> measured_s;  // size (bytes) -> median seconds per op, as measured
+};
+
+// A measured quantity prices a size only within this relative margin of its smallest and
+// largest measured size (sizes are rounded to whole elements per rank; docs/projection.md §2).
+constexpr double kRangeTolerance = 0.05;
+bool in_range(int64_t size, int64_t min, int64_t max);
+
+// The offload benchmarks' sizes and times (`zerobench micro`'s offload/ entries, medians): the
+// copies by bytes (median seconds per copy) and the host AdamW by parameters (median ns per
+// parameter). Empty for presets and for files from before they were recorded.
+struct OffloadSizes {
+  std::map<int64_t, double> h2d_s, d2h_s;  // bytes -> seconds
+  std::map<int64_t, double> host_adam_ns;  // parameters -> ns per parameter
 };
 
 struct Preset {
@@ -79,6 +97,11 @@ class Calibration {
   double collective_s(CollectiveKind kind, const std::string& dtype, int64_t bytes, int world, int nodes) const;
   // How collective_s got its numbers for (kind, world): "fit W=2", "fit W=2 scaled to W=4", "preset".
   std::string collective_basis(CollectiveKind kind, const std::string& dtype, int world, int nodes) const;
+  // The fit collective_s prices (kind, dtype, world) with: the same dtype first, then the
+  // nearest W (another dtype only when none has it); nullptr when the kind has no fit.
+  const CollectiveFit* nearest_fit(CollectiveKind kind, const std::string& dtype, int world) const;
+  // A host<->device copy of exactly `bytes` as the micro run measured it, if it did.
+  std::optional<double> measured_copy_s(bool to_device, int64_t bytes) const;
 
   std::string source;          // "measured: FILE" or "preset: NAME"
   std::string device;          // the micro run's device, or the preset GPU
@@ -93,9 +116,7 @@ class Calibration {
   // Offload: measured offload/h2d, offload/d2h GBps and offload/host_adamw ns per parameter
   // (medians over the micro run's entries), or the preset's PCIe figure; zeros when unknown.
   backends::common::OffloadRates offload;
-
- private:
-  const CollectiveFit* nearest_fit(CollectiveKind kind, const std::string& dtype, int world) const;
+  OffloadSizes offload_sizes;  // what the rates were measured on (coverage.hpp checks the sizes)
 };
 
 // Ring steps of one collective: W-1 (all-gather, reduce-scatter), 2(W-1) (all-reduce), 1 (broadcast).

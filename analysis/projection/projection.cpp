@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "analysis/projection/coverage.hpp"
 #include "analysis/projection/replay.hpp"
 #include "backends/backend_info.hpp"
 #include "reports/metrics.hpp"
@@ -76,35 +77,57 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
   return u;
 }
 
-json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
-  if (r.value("status", json::object()).value("state", "") != "ok")
-    throw UsageError("project: the report's status is not ok (nothing measured to project from)");
+ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel exec) {
   if (o.world < 1) throw UsageError("project: --nproc " + std::to_string(o.world) + " must be >= 1");
   if (o.nodes < 1 || o.world % o.nodes != 0)
     throw UsageError("project: --nodes " + std::to_string(o.nodes) + " must divide --nproc " + std::to_string(o.world));
-  const auto& cfg_j = r["config"];
+  const auto& cfg_j = r.at("config");
   const std::string report_backend = cfg_j["backend"].value("name", "");
-  const std::string backend = o.backend.empty() ? report_backend : o.backend;
-  const auto* modelled = modelled_backend(backend);
-  if (!modelled)
-    throw UsageError("project: --backend '" + backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
-  const std::string precision = cfg_j["backend"].value("precision", "fp32");
-  json options = backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
+  ScheduleInput in;
+  in.backend = o.backend.empty() ? report_backend : o.backend;
+  if (!modelled_backend(in.backend))
+    throw UsageError("project: --backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
+  in.precision = cfg_j["backend"].value("precision", "fp32");
+  in.options = in.backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
   // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
   // what was asked for: a projection to another world size schedules the requested strategy.
-  if (options.contains("sharding_strategy_requested") && o.world > 1) {
-    options["sharding_strategy"] = options["sharding_strategy_requested"];
-    options.erase("sharding_strategy_requested");
-    options.erase("sharding_strategy_note");
+  if (in.options.contains("sharding_strategy_requested") && o.world > 1) {
+    in.options["sharding_strategy"] = in.options["sharding_strategy_requested"];
+    in.options.erase("sharding_strategy_requested");
+    in.options.erase("sharding_strategy_note");
   }
   const auto model_m = schedule_input_of_report(r).model;
-  backends::TrainConfig train;
+  in.model = model_m;
+  if (o.layers > 0) {
+    in.model.layers = o.layers;
+    in.model.preset = model_m.preset + (model_m.preset.find("+overrides") == std::string::npos ? "+overrides" : "");
+  }
   const auto& tj = cfg_j["train"];
-  train.micro_batch = tj.value("micro_batch", int64_t(1));
-  train.seq_len = tj.value("seq_len", int64_t(1));
-  train.grad_accum = tj.value("grad_accum", int64_t(1));
-  train.activation_checkpointing = tj.value("activation_checkpointing", false);
-  const int64_t accum_m = train.grad_accum;
+  in.train.micro_batch = o.micro_batch > 0 ? o.micro_batch : tj.value("micro_batch", int64_t(1));
+  in.train.seq_len = o.seq_len > 0 ? o.seq_len : tj.value("seq_len", int64_t(1));
+  in.train.grad_accum = o.grad_accum > 0 ? o.grad_accum : tj.value("grad_accum", int64_t(1));
+  in.train.activation_checkpointing = o.activation_checkpointing || tj.value("activation_checkpointing", false);
+  in.world = o.world;
+  in.nodes = o.nodes;
+  in.exec = exec;
+  return in;
+}
+
+json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
+  if (r.value("status", json::object()).value("state", "") != "ok")
+    throw UsageError("project: the report's status is not ok (nothing measured to project from)");
+  const ExecModel exec = cal.pg_backend == "gloo" ? ExecModel::kHostIsDevice : ExecModel::kAsyncDevice;
+  ScheduleInput in = projection_input(r, o, exec);
+  const auto& cfg_j = r["config"];
+  const std::string report_backend = cfg_j["backend"].value("name", "");
+  const std::string backend = in.backend;
+  const auto* modelled = modelled_backend(backend);
+  const std::string precision = in.precision;
+  const json options = in.options;
+  const auto model_m = schedule_input_of_report(r).model;
+  const auto model = in.model;
+  const auto train = in.train;
+  const int64_t accum_m = cfg_j["train"].value("grad_accum", int64_t(1));
   const int world_m = r["env"].value("world_size", 1);
   const bool emulated_m = r["env"].value("emulated", false);
 
@@ -117,17 +140,12 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   if (mode == "measured" && (o.micro_batch || o.seq_len || o.grad_accum || o.activation_checkpointing))
     throw UsageError("project: --micro-batch/--seq-len/--grad-accum/--activation-checkpointing change the measured "
                      "compute; they need --compute flops");
-  auto model = model_m;
-  if (o.layers > 0) {
-    model.layers = o.layers;
-    model.preset = model_m.preset + (model_m.preset.find("+overrides") == std::string::npos ? "+overrides" : "");
-  }
-  if (o.micro_batch > 0) train.micro_batch = o.micro_batch;
-  if (o.seq_len > 0) train.seq_len = o.seq_len;
-  if (o.grad_accum > 0) train.grad_accum = o.grad_accum;
-  if (o.activation_checkpointing) train.activation_checkpointing = true;
-
-  const ExecModel exec = cal.pg_backend == "gloo" ? ExecModel::kHostIsDevice : ExecModel::kAsyncDevice;
+  // A measured calibration prices only the sizes it measured (coverage.hpp): refuse before
+  // anything is priced outside them.
+  const std::string why = uncovered(cal, step_sizes(in), "measure them: zerobench micro --for " +
+                                                              (o.report.empty() ? std::string("REPORT") : o.report) +
+                                                              " --nproc " + std::to_string(o.world));
+  if (!why.empty()) throw UsageError("project: " + why);
   std::vector<std::string> notes;
   UnitCosts costs;
   json compute_j;
@@ -238,18 +256,15 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   compute_j["optimizer_s"] = costs.optimizer_s;
   compute_j["other_s"] = costs.other_s;
 
-  ScheduleInput in;
-  in.backend = backend;
-  in.precision = precision;
-  in.options = options;
-  in.model = model;
-  in.train = train;
-  in.world = o.world;
-  in.nodes = o.nodes;
   in.costs = costs;
-  in.exec = exec;
   in.offload = cal.offload;
-  const auto program = build_program(in, cal);
+  auto program = build_program(in, cal);
+  // An offload copy of a size the micro run measured takes its measured time (the rate elsewhere).
+  for (size_t i = 0; i < program.actions().size(); ++i) {
+    const auto& a = program.actions()[i];
+    if (a.kind == backends::common::Action::kCopy)
+      if (const auto t = cal.measured_copy_s(a.to_device, a.bytes)) program.set_duration(int(i), *t);
+  }
   const auto tl = simulate(program, exec);
 
   const int64_t tokens = train.micro_batch * train.seq_len * train.grad_accum;

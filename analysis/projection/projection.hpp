@@ -30,6 +30,11 @@ struct ProjectOptions {
   std::string replay;        // a `run --trace` file of the report's run: replay it (replay.hpp) instead
 };
 
+// The schedule input of projecting `report` with `o` (backend, its options as the target W runs
+// them, model, batch, W, nodes) under `exec`; costs and offload rates left empty. `project` fills
+// them; `zerobench micro --for` sizes its collectives from it (coverage.hpp step_sizes).
+ScheduleInput projection_input(const nlohmann::json& report, const ProjectOptions& o, ExecModel exec);
+
 // The projection itself (tests call it directly): a report JSON in, a report JSON out.
 nlohmann::json project(const nlohmann::json& report, const Calibration& cal, const ProjectOptions& o);
 

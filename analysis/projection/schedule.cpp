@@ -48,12 +48,16 @@ std::string no_unit_ranges_phrase() {
   return joined(names, " and ") + (names.size() == 1 ? " has" : " have") + " no unit ranges";
 }
 
-Program build_program(const ScheduleInput& in, const Calibration& cal) {
+Program build_program(const ScheduleInput& in, const backends::common::CollectiveCost& cost) {
   const auto* b = modelled_backend(in.backend);
   if (!b)
     throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() +
                      ")");
-  return b->projection.program(
+  return b->projection.program(in, cost);
+}
+
+Program build_program(const ScheduleInput& in, const Calibration& cal) {
+  return build_program(
       in, [&cal](backends::common::CollectiveKind kind, const std::string& dtype, int64_t bytes, int world, int nodes) {
         return cal.collective_s(kind, dtype, bytes, world, nodes);
       });

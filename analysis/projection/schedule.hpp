@@ -26,6 +26,8 @@ using backends::common::UnitCosts;
 // The program of one optimizer step (grad_accum micro-batches, then the optimizer).
 // Throws UsageError for a backend or option the projection does not model (named).
 Program build_program(const ScheduleInput& in, const Calibration& cal);
+// The same with any collective cost (coverage.hpp records the sizes a program asks for).
+Program build_program(const ScheduleInput& in, const backends::common::CollectiveCost& cost);
 
 // Parameter elements one rank stores at `world` (the optimizer's work scales with it): the
 // backend's shard rule; the full model for a backend without one.

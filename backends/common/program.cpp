@@ -85,8 +85,8 @@ void Program::host_sync(int compute_action) {
 
 void Program::set_duration(int action, double seconds) {
   auto& a = actions_.at(size_t(action));
-  if (a.kind != Action::kCompute && a.kind != Action::kIssue)
-    throw std::logic_error("projection: only compute and issue actions have a duration");
+  if (a.kind != Action::kCompute && a.kind != Action::kIssue && a.kind != Action::kCopy)
+    throw std::logic_error("projection: only compute, issue and copy actions have a duration");
   a.duration_s = std::max(0.0, seconds);
 }
 

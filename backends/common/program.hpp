@@ -70,7 +70,7 @@ class Program {
   void wait(int collective);           // compute waits for it (CPU: the host blocks)
   void host_wait(int collective);      // the host blocks until it is done
   void host_sync(int compute_action);  // the host blocks until that compute has run
-  // Replaces a compute or issue action's duration (the replay puts a trace's own times in).
+  // Replaces a compute, issue or copy action's duration (a trace's times; a copy's measured time).
   void set_duration(int action, double seconds);
   // An issue action's call time on the host (Action::host_s).
   void set_issue_host_s(int action, double seconds);

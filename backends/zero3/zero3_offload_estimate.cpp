@@ -10,7 +10,8 @@
 
 namespace zb::backends::zero3 {
 
-void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int /*rank*/) {
+void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int /*rank*/,
+                       bool refetch_in_backward) {
   const auto o = zero3_options_from_json(spec.options);
   const bool oo = o.offload_optimizer.enabled(), op = o.offload_param.enabled();
   if (!oo && !op) return;
@@ -19,31 +20,49 @@ void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& 
   int groups = 1;
   const auto layout = param_layouts(spec.model, world, o, &groups);
   const int64_t md = int64_t(c10::elementSize(d.model)), ga = int64_t(c10::elementSize(d.grad_accum));
-  const int64_t comm = int64_t(c10::elementSize(d.comm));
-  int64_t largest_part = 0, sum_parts = 0;
+  int64_t largest_part = 0, largest_root_part = 0, largest_block_part = 0, largest_root = 0, sum_parts = 0;
   std::vector<int64_t> group_numel(size_t(groups), 0);
   for (const auto& l : layout) {
     largest_part = std::max(largest_part, l.part_numel);
+    if (l.unit == models::kRootUnit) {
+      largest_root_part = std::max(largest_root_part, l.part_numel);
+      largest_root = std::max(largest_root, l.padded);
+    } else {
+      largest_block_part = std::max(largest_block_part, l.part_numel);
+    }
     sum_parts += l.part_numel;
     group_numel[size_t(l.sub_group)] += l.part_numel;
   }
   const int64_t largest_group = *std::max_element(group_numel.begin(), group_numel.end());
-  if (op) {
+  if (op && refetch_in_backward) {
     // Each all-gather reads device copies of its parameters' host partitions (a coalesced
-    // prefetch: up to stage3_prefetch_bucket_size elements gathered, plus the fetched one).
+    // prefetch: up to stage3_prefetch_bucket_size elements gathered, plus the fetched one), freed
+    // once it completes (partition_on_device). In forward that is before the loss head, where
+    // the activations peak; in backward it coincides with a block's backward when parameters are
+    // fetched again. Every parameter gathered in forward staying gathered: no backward fetch.
     const int64_t gathered = std::min(sum_parts, (o.stage3_prefetch_bucket_size + int64_t(world) - 1) / world + largest_part);
-    e.terms.push_back({"offload_param: device copies of gathered partitions", "forward_backward", gathered * md,
-                       "min(local partitions, prefetch_bucket/W + largest partition)*model bytes"});
+    e.terms.push_back({"offload_param: device copies of gathered partitions", "backward", gathered * md,
+                       "min(local partitions, prefetch_bucket/W + largest partition)*model bytes (a backward fetch)"});
   }
   if (oo) {
-    // partition_grads: per parameter a device copy of its gradient partition (grad_accum dtype),
-    // its cast to the grad_accum dtype when the communication dtype differs, the fp64 copy of
-    // the norm and the fp32 copy sent to the host.
-    const int64_t per = largest_part * (ga + (comm != ga ? ga : 0) + 8 + 4);
-    const std::string f = "largest partition*(grad_accum" + std::string(comm != ga ? " + cast" : "") +
-                          " + 8 fp64 norm copy + 4 fp32 copy)";
-    e.terms.push_back({"offload_optimizer: gradient partition copies", "backward", per, f});
-    e.terms.push_back({"offload_optimizer: gradient partition copies", "end_of_backward", per, f});
+    // partition_grads -> offload_grad_partition, per parameter with real data, in turn: a device
+    // copy of its gradient partition (grad_accum dtype) and, alongside it, first the cast from
+    // the communication dtype (when it differs: ga bytes), then the norm's fp64 copy (8, freed by
+    // the norm), then the fp32 copy sent to the host (4, only when grad_accum is not fp32): at
+    // most partition*(grad_accum + 8) at once. It runs when the next bucket flushes: for a
+    // block's parameter beside that block's backward; for the root's largest (the LM head, the
+    // first gradient) once its gathered copy is released, its gradient (in the bucket) replacing
+    // it, so it adds to the root_gradient moment only what exceeds that moment's 2*root*model bytes.
+    const int64_t block_per = largest_block_part * (ga + 8), root_per = largest_root_part * (ga + 8);
+    const std::string f = "partition*(grad_accum + 8 fp64 norm copy)";
+    e.terms.push_back({"offload_optimizer: gradient partition copies", "backward", block_per,
+                       "largest block " + f});
+    const int64_t root_over = std::max<int64_t>(0, root_per - 2 * largest_root * md);
+    if (root_over > 0)
+      e.terms.push_back({"offload_optimizer: gradient partition copies", "root_gradient", root_over,
+                         "max(0, largest root " + f + " - 2*largest padded root parameter*model bytes)"});
+    e.terms.push_back({"offload_optimizer: gradient partition copies", "end_of_backward", std::max(block_per, root_per),
+                       "largest " + f});
     // The step's device transients of the non-offloaded path do not exist: the host steps on
     // its kept fp32 gradient buffers.
     e.terms.erase(std::remove_if(e.terms.begin(), e.terms.end(),

@@ -9,6 +9,8 @@ namespace zb::backends::zero3 {
 
 // With offload_optimizer the step's device transients (the fp32 gradient per sub-group, the
 // global norm's copies) do not happen: they are replaced by the host's. Adds nothing without offload.
-void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int rank);
+// `refetch_in_backward`: backward all-gathers parameters again (not all stay gathered from forward).
+void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int rank,
+                       bool refetch_in_backward);
 
 }  // namespace zb::backends::zero3
