@@ -511,3 +511,32 @@ TEST(ProjectCoverage, MicroForMeasuresExactlyTheRunsSizesAndProjectRefusesACalib
   }
   std::system(("rm -rf " + dir).c_str());
 }
+
+// The offload quantities follow the same rule: FSDP1 CPUOffload's copies (each unit's shard both
+// ways, the grad norm's 4 bytes) and its host AdamW over the rank's shard must be measured.
+TEST(ProjectCoverage, OffloadCopiesAndTheHostOptimizerMustLieInTheirMeasuredSizes) {
+  auto in = small_fsdp_w2();
+  in.options = {{"offload_params", true}};
+  const auto need = step_sizes(in);
+  ASSERT_FALSE(need.h2d_bytes.empty());
+  EXPECT_EQ(need.h2d_bytes, need.d2h_bytes);
+  EXPECT_EQ(*need.h2d_bytes.begin(), 4);  // the local grad norm's round trip
+  EXPECT_EQ(need.host_optimizer_params, shard_elements("fsdp", in.model, in.options, 2));
+  // Collectives covered, offload not measured: refused naming the copies.
+  auto cal = Calibration::fit(micro_json(entries_of(need), 2), "exact.json");
+  auto why = uncovered(cal, need, "R");
+  EXPECT_NE(why.find("has no measured host-to-device copy sizes"), std::string::npos) << why;
+  // One block's shard measured (the general suite's size): the other sizes are outside it.
+  const int64_t block = *std::next(need.h2d_bytes.begin());
+  cal.offload_sizes.h2d_s[block] = cal.offload_sizes.d2h_s[block] = 1e-3;
+  why = uncovered(cal, need, "R");
+  EXPECT_NE(why.find("measured host-to-device copies of " + std::to_string(block) + " bytes"), std::string::npos) << why;
+  // Every copy size and the host AdamW's parameters measured: covered, and a copy priced as measured.
+  for (const int64_t b : need.h2d_bytes) cal.offload_sizes.h2d_s[b] = cal.offload_sizes.d2h_s[b] = 1e-3 + double(b) * 1e-12;
+  why = uncovered(cal, need, "R");
+  EXPECT_NE(why.find("has no measured host AdamW sizes"), std::string::npos) << why;
+  cal.offload_sizes.host_adam_ns[need.host_optimizer_params] = 1.0;
+  EXPECT_EQ(uncovered(cal, need, "R"), "");
+  EXPECT_DOUBLE_EQ(*cal.measured_copy_s(true, block), 1e-3 + double(block) * 1e-12);
+  EXPECT_FALSE(cal.measured_copy_s(true, block + 4).has_value());
+}
