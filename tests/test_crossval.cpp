@@ -129,7 +129,7 @@ TEST(Crossval, Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2) {
     for (const auto& e : mode["model_states"]) {
       const std::string cat = e["category"];
       if (cat.rfind("host.", 0) == 0 && e["upstream"].is_number() && e["upstream"].get<int64_t>() > 0) host.insert(cat);
-      if (cat == "params" || cat == "grads" || cat == "optimizer") EXPECT_EQ(e["upstream"], 0) << e.dump();
+      if (cat == "params" || cat == "grads" || cat == "optimizer") { EXPECT_EQ(e["upstream"], 0) << e.dump(); }
     }
     EXPECT_EQ(host, (std::set<std::string>{"host.params", "host.grads", "host.optimizer"})) << mode["model_states"].dump(1);
   }
@@ -170,8 +170,8 @@ TEST(Crossval, Zero1AndZero2WithOffloadOptimizerAgreeWithDeepSpeed) {
       for (const auto& e : mode["model_states"]) {
         const std::string cat = e["category"];
         if (cat.rfind("host.", 0) == 0 && e["upstream"].is_number() && e["upstream"].get<int64_t>() > 0) host.insert(cat);
-        if (cat != "optimizer_step_counters") EXPECT_TRUE(e["equal"].get<bool>()) << e.dump();
-        if (cat == "master_params" || cat == "optimizer") EXPECT_EQ(e["upstream"], 0) << e.dump();
+        if (cat != "optimizer_step_counters") { EXPECT_TRUE(e["equal"].get<bool>()) << e.dump(); }
+        if (cat == "master_params" || cat == "optimizer") { EXPECT_EQ(e["upstream"], 0) << e.dump(); }
       }
       EXPECT_EQ(host, (std::set<std::string>{"host.params", "host.master_params", "host.grads", "host.optimizer",
                                              "host.pinned"}))

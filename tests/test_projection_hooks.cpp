@@ -118,6 +118,7 @@ TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
   for (const auto& unit : models::unit_param_specs(spec.model))
     for (const auto& p : unit) unpadded += p.numel() / 3;
   for (const auto& b : backends::registered_backends())
-    if (b.projection.shard_elements && b.projection.per_unit_times && b.name.rfind("toy_", 0) != 0)
+    if (b.projection.shard_elements && b.projection.per_unit_times && b.name.rfind("toy_", 0) != 0) {
       EXPECT_NE(unpadded * 8, b.expected_bytes(spec, backends::Topology(3), 0).optimizer) << b.name;
+    }
 }
