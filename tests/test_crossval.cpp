@@ -91,6 +91,7 @@ void expect_agreement(const json& doc, const std::string& upstream_name, size_t 
     }
     EXPECT_TRUE(mode["all_finite"].get<bool>()) << precision;
     EXPECT_TRUE(mode["lr_equal"].get<bool>()) << precision << ": every step's lr on every rank, bitwise";
+    EXPECT_TRUE(mode["batches_equal"].get<bool>()) << precision << ": every rank's batch of every step";
     EXPECT_EQ(mode["comm_ranks_compared"], doc["world_size"]) << precision;
     EXPECT_TRUE(mode["model_states_differences_explained"].get<bool>()) << mode["model_states"].dump(1);
     EXPECT_TRUE(mode["comm_differences_explained"].get<bool>()) << mode["comm_differences"].dump(1);
