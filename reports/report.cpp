@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <cerrno>
 #include <cstring>
@@ -209,7 +210,27 @@ void make_directories(const std::string& dir) {
 
 void write_json_atomic(const std::string& path, const json& value) { write_text_atomic(path, value.dump(2) + "\n"); }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
+void write_text_atomic(const std::string& path_given, const std::string& text) {
+  std::string path = path_given;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // Not a regular file (/dev/null, /dev/stdout, a FIFO): write into it. Renaming over it
+    // would replace the device node or pipe with a regular file (--out /dev/null as root
+    // once turned /dev/null into a file for every process on the machine).
+    std::ofstream out(path);
+    if (!out) throw RunError("cannot write " + path);
+    out << text;
+    out.flush();
+    if (!out) throw RunError("write to " + path + " failed");
+    return;
+  }
+  // A symbolic link to a regular file: replace the file it names, and keep the link.
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      path = real;
+      std::free(real);
+    }
+  }
   const auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) make_directories(path.substr(0, slash));
   const std::string tmp = path + ".tmp." + std::to_string(getpid());

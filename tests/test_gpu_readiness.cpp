@@ -13,6 +13,7 @@
 //    over an injected cudaMemGetInfo (runtime/cuda_seams.hpp).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -438,7 +439,9 @@ TEST(GpuSharing, MoreLocalRanksThanGpusIsRefusedNamingEmulateWorldSize) {
 
 TEST(GpuSharing, TheCliExitsTwoWhereNoGpuIsVisible) {
   if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is visible: scripts/gpu-first.sh --more's gpu-sharing-refused cell checks the CLI there";
-  const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --warmup 0 --quiet --out /dev/null");
+  const std::string out = "/tmp/zb_gpu_sharing_" + std::to_string(getpid()) + ".json";
+  const auto r = test_support::run_zerobench("run --nproc 2 --device cuda --model tiny --steps 1 --warmup 0 --quiet --out " + out);
+  std::remove(out.c_str());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
 }

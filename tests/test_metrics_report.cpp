@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "reports/metrics.hpp"
 #include "reports/report.hpp"
@@ -44,6 +48,37 @@ TEST(Report, FailedReportIsValidAndOkReportNeedsItsSections) {
   bogus = failed;
   bogus["status"]["state"] = "exploded";
   EXPECT_FALSE(validate_report(bogus).empty());
+}
+
+TEST(Report, AtomicWriteIntoADeviceOrPipeWritesItAndALinkKeepsItsLink) {
+  // --out /dev/null once renamed a regular file over /dev/null (as root: for every process on the
+  // machine). A FIFO stands in for the device here: it must stay a FIFO and receive the text.
+  const std::string dir = "/tmp/zb_report_fifo_" + std::to_string(getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const std::string fifo = dir + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const int rd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // a reader, so the write does not block
+  ASSERT_GE(rd, 0);
+  write_text_atomic(fifo, "{}\n");
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the pipe was replaced by a file";
+  char buf[8] = {};
+  EXPECT_EQ(::read(rd, buf, sizeof buf), 3);
+  EXPECT_EQ(std::string(buf, 3), "{}\n");
+  ::close(rd);
+  // A link to a report: the report is replaced, the link stays a link.
+  const std::string target = dir + "/target.json", link = dir + "/link.json";
+  std::ofstream(target) << "old";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  write_text_atomic(link, "new");
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced by a file";
+  std::ifstream in(target);
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "new");
+  for (const auto& f : {fifo, target, link}) std::remove(f.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(Report, AtomicWriteLeavesNoTempFileAndReadValidates) {
