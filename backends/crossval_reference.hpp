@@ -32,6 +32,14 @@ struct CommExplanation {
   std::string reason, upstream;
 };
 
+// The relative bounds crossval holds a precision's loss and grad norm to on the CPU, when the
+// backend has measured them (docs/crossval.md, "Tolerances"): the largest difference measured
+// where both sides do the same arithmetic (0: bitwise), and what was measured.
+struct CrossvalBound {
+  double loss_rel = 0, grad_norm_rel = 0;
+  std::string basis;
+};
+
 // What a rule sees: zerobench's resolved run and its report (config.backend.options: the engine's
 // resolved options).
 struct CrossvalCase {
@@ -63,6 +71,9 @@ struct CrossvalReference {
   std::function<std::optional<CommExplanation>(const CrossvalCase& c, int rank, int64_t step, const std::string& kind,
                                                int64_t zb_count, int64_t zb_bytes)>
       explain_comm;
+  // The measured bound of a precision on the CPU; empty or nullopt: crossval's generic bound for
+  // the precision (bench/crossval_compare.cpp tolerance_for).
+  std::function<std::optional<CrossvalBound>(const std::string& precision)> measured_bound;
 };
 
 // The difference every backend whose reference steps torch.optim.AdamW(fused=True) shares:

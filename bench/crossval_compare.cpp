@@ -150,7 +150,6 @@ json zerobench_step_comm(const json& report, size_t k, size_t j) {
 Tolerance tolerance_for(const std::string& backend, const std::string& precision, int64_t steps,
                         const std::string& device) {
   (void)steps;
-  (void)backend;  // one bound per precision for every backend so far
   Tolerance t;
   if (device == "cuda") {
     // Not measured on a GPU yet (docs/crossval.md, "On the GPU"): the CPU bounds, kept until the
@@ -164,6 +163,15 @@ Tolerance tolerance_for(const std::string& backend, const std::string& precision
     }
     t.basis = std::string("cuda: the cpu bounds (") + (precision == "fp32" ? "fp32: 1e-5" : "bf16: loss 2^-10, grad norm 2^-4") +
               "), not yet measured on a GPU (docs/crossval.md)";
+    return t;
+  }
+  // A backend's measured bound (docs/crossval.md, "Tolerances"): where both sides do the same
+  // arithmetic, the largest difference its crossvals measured (0 where every step is bitwise), so
+  // that a real difference is not hidden under the generic bounds below.
+  if (const auto b = measured_bound(backend, precision)) {
+    t.loss_rel = b->loss_rel;
+    t.grad_norm_rel = b->grad_norm_rel;
+    t.basis = b->basis;
     return t;
   }
   if (precision == "fp32") {

@@ -28,4 +28,10 @@ std::optional<CommExplanation> explain_comm(const CrossvalContext& c, const nloh
   return ref->explain_comm(backends::CrossvalCase{c.spec, c.world_size, report}, rank, step, kind, zb_count, zb_bytes);
 }
 
+std::optional<CrossvalBound> measured_bound(const std::string& backend, const std::string& precision) {
+  const auto* ref = reference(backend);
+  if (!ref || !ref->measured_bound) return std::nullopt;
+  return ref->measured_bound(precision);
+}
+
 }  // namespace zb::bench

@@ -15,6 +15,7 @@
 namespace zb::bench {
 
 using backends::CommExplanation;
+using backends::CrossvalBound;
 using backends::StateExplanation;
 
 // Model-state category `category` of rank `rank`; `zb` = zerobench's model_states_bytes of that
@@ -26,5 +27,9 @@ std::optional<StateExplanation> explain_state(const CrossvalContext& c, const nl
 // `zb_count` calls of `zb_bytes`.
 std::optional<CommExplanation> explain_comm(const CrossvalContext& c, const nlohmann::json& report, int rank,
                                             int64_t step, const std::string& kind, int64_t zb_count, int64_t zb_bytes);
+
+// The bound `backend` measured for `precision` on the CPU (its CrossvalReference::measured_bound);
+// nullopt: the generic bound.
+std::optional<CrossvalBound> measured_bound(const std::string& backend, const std::string& precision);
 
 }  // namespace zb::bench

@@ -37,9 +37,10 @@ if [ "${mode}" = "--run" ]; then
   run fsdp2-offload --backend fsdp2 --precision fp32,mixed --fsdp2-offload-policy cpu --fsdp2-offload-pin-memory false
   run zero3-offload-optimizer --backend zero3 --precision fp32,bf16 --zero3-offload-optimizer cpu
   run zero3-offload-param --backend zero3 --precision fp32,bf16 --zero3-offload-param cpu
-
-
-
+  # ZeRO stages 1 and 2 (issue 24), offload_optimizer with stage 2.
+  run zero1 --backend zero1 --precision fp32,bf16
+  run zero2 --backend zero2 --precision fp32,bf16
+  run zero2-offload-optimizer --backend zero2 --precision fp32,bf16 --zero-offload-optimizer cpu
 fi
 
 table_file="$(mktemp)"

@@ -110,6 +110,34 @@ TEST(CrossvalCompare, LossBeyondToleranceDisagreesAndNamesTheStep) {
   EXPECT_TRUE(compare(s)["verdict"]["agree"].get<bool>());
 }
 
+// A backend that measured its crossvals bitwise declares it (CrossvalReference::measured_bound,
+// docs/crossval.md "Tolerances"): one ulp of grad norm is then a disagreement that the generic
+// bf16 bound (2^-4) lets through. Generic everywhere else, and on CUDA.
+TEST(CrossvalCompare, MeasuredBoundsHoldBitwiseBackendsToTheLastBit) {
+  using zb::bench::tolerance_for;
+  for (const char* backend : {"zero1", "zero2"})
+    for (const char* precision : {"fp32", "bf16"}) {
+      const auto t = tolerance_for(backend, precision, 5, "cpu");
+      EXPECT_EQ(t.loss_rel, 0.0) << backend << " " << precision;
+      EXPECT_EQ(t.grad_norm_rel, 0.0) << backend << " " << precision;
+      EXPECT_NE(t.basis.find("bitwise"), std::string::npos) << t.basis;
+    }
+  EXPECT_EQ(tolerance_for("zero3", "bf16", 5, "cpu").grad_norm_rel, 0.0);
+  EXPECT_EQ(tolerance_for("zero3", "fp32", 5, "cpu").grad_norm_rel, 1e-5);  // not the same arithmetic
+  EXPECT_EQ(tolerance_for("fsdp", "mixed", 5, "cpu").grad_norm_rel, std::ldexp(1.0, -4));
+  const auto cuda = tolerance_for("zero2", "bf16", 5, "cuda");
+  EXPECT_EQ(cuda.grad_norm_rel, std::ldexp(1.0, -4));
+  EXPECT_FALSE(cuda.measured_on_device);
+
+  auto s = synthetic("zero2", "bf16");
+  EXPECT_TRUE(compare(s)["verdict"]["agree"].get<bool>()) << compare(s)["verdict"].dump();
+  s.upstream[0]["steps"][1]["grad_norm"] = std::nextafter(0.5, 1.0);
+  expect_disagreement(compare(s), "step 1: grad norm");
+  auto generic = synthetic("fsdp", "mixed");
+  generic.upstream[0]["steps"][1]["grad_norm"] = std::nextafter(0.5, 1.0);
+  EXPECT_TRUE(compare(generic)["verdict"]["agree"].get<bool>());
+}
+
 // A NaN compares false against every bound (`d > tol` is false): it must be caught before.
 TEST(CrossvalCompare, NonFiniteLossOrGradNormAnywhereDisagrees) {
   auto s = synthetic();

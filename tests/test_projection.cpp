@@ -13,6 +13,7 @@
 
 #include "backends/backend_info.hpp"
 #include "analysis/projection/coverage.hpp"
+#include "backends/zero12/zero12_engine.hpp"
 #include "analysis/projection/projection.hpp"
 #include "analysis/projection/schedule.hpp"
 #include "analysis/projection/simulate.hpp"
@@ -264,8 +265,41 @@ TEST(Schedule, Zero1AndZero2ProgramsReduceTheirBucketsAndGatherThePartitionsAsTh
       expect_program_matches_engine(backend, spec);
       spec.options = {{"reduce_bucket_size", 5000}, {"reduce_scatter", false}};
       expect_program_matches_engine(backend, spec);
+      // A size at which the order the gradient hooks fire decides the packing (stage 2, stage 1
+      // with overlap_comm): the LM head and final norm share the first bucket with the last
+      // block's down projection, as DeepSpeed's hooks fire them.
+      spec.options = {{"reduce_bucket_size", 80000}, {"overlap_comm", true}};
+      expect_program_matches_engine(backend, spec);
     }
   }
+}
+
+// The planted fault: the engine's hooks fired in per-unit order (the LM head and final norm after
+// every block, as before issue 35) pack the 80,000-element buckets unlike DeepSpeed, and the
+// program (DeepSpeed's order) no longer issues the engine's collectives.
+TEST(Schedule, Zero2ProgramCatchesAnEngineWhoseHooksFireInUnitOrder) {
+  auto spec = test_support::small_spec(1);
+  spec.train.steps = 3;
+  spec.precision = "bf16";
+  spec.options = {{"reduce_bucket_size", 80000}};
+  backends::zero12::plant_fault("unit_hooks");
+  const auto planted = engine_step("zero2", spec);
+  backends::zero12::plant_fault("");
+  const auto real = engine_step("zero2", spec);
+  ScheduleInput in;
+  in.backend = "zero2";
+  in.precision = spec.precision;
+  in.options = real.options;
+  in.model = spec.model;
+  in.train = spec.train;
+  in.world = 2;
+  in.costs.forward_s.assign(size_t(spec.model.layers + 1), 1e-3);
+  in.costs.backward_s.assign(size_t(spec.model.layers + 1), 2e-3);
+  const auto issued = issues_of(build_program(in, flat_calibration(1e-4, 1.0)));
+  EXPECT_EQ(issued, real.trace);
+  EXPECT_EQ(real.counts.at("all_reduce"), 7 + 2);  // 7 buckets, the overflow and norm all-reduces
+  EXPECT_EQ(planted.counts.at("all_reduce"), 8 + 2);
+  EXPECT_NE(issued, planted.trace);
 }
 
 TEST(Schedule, DdpAllReducesItsBucketsAfterTheLastBackward) {

@@ -7,6 +7,7 @@
 
 #include "backends/backend_info.hpp"
 #include "backends/zero3/zero3_granularity.hpp"
+#include "backends/zero3/zero3_layout.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/memory.hpp"
@@ -408,4 +409,24 @@ TEST(Zero3Granularity, EqualsDeepSpeedsOwnRecursionOnTheLlamaModuleTree) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("stage3_module_granularity_threshold 1000000"), std::string::npos) << e.what();
   }
+}
+
+// DeepSpeed numbers parameters (ds_id) in module.parameters() order — the embedding, each block's
+// weights, the final norm, the LM head — and sorts a bucket and sums a sub-group's norms in that
+// order; the layout keeps the units' order (the root's norm and LM head right after the embedding).
+TEST(Zero3Layout, DsIdIsModuleParametersOrder) {
+  auto cfg = models::preset("tiny");
+  int groups = 0;
+  const auto layout = backends::zero3::param_layouts(cfg, 2, backends::zero3::Zero3Options{}, &groups);
+  ASSERT_EQ(layout.size(), size_t(3 + 9 * cfg.layers));
+  std::vector<int> ids;
+  for (int id = 0; id < int(layout.size()); ++id) ids.push_back(id);
+  std::vector<std::pair<int, int>> order;  // (unit, index) in ds_id order
+  for (int id : backends::zero3::in_ds_id_order(ids, layout)) order.push_back({layout[size_t(id)].unit, layout[size_t(id)].index});
+  std::vector<std::pair<int, int>> expected = {{0, 0}};
+  for (int u = 1; u <= int(cfg.layers); ++u)
+    for (int i = 0; i < 9; ++i) expected.push_back({u, i});
+  expected.push_back({0, 1});
+  expected.push_back({0, 2});
+  EXPECT_EQ(order, expected);
 }

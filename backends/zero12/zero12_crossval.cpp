@@ -49,6 +49,19 @@ std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*
   return adamw_step_counters(1, "the fp32 partition (single_partition_of_fp32_groups)");
 }
 
+// fp32 and bf16: bitwise (docs/crossval.md, "Tolerances"): DeepSpeedZeroOptimizer's arithmetic
+// step for step, so every step's loss and grad norm were measured equal to the last bit at W=2
+// and W=3, with accumulation, at the default buckets, below a layer, between a layer and the
+// model and "auto", with overlap_comm, without reduce_scatter, with round_robin_gradients,
+// communication_data_type fp32, and offload_optimizer cpu. (fp16 has no CPU crossval: DeepSpeed's
+// fp16 does not run on a CPU.)
+std::optional<CrossvalBound> measured_bound(const std::string& precision) {
+  if (precision != "fp32" && precision != "bf16") return std::nullopt;
+  return CrossvalBound{0.0, 0.0,
+                       precision + ": bitwise, loss and grad norm (measured at W=2 and W=3, every bucket size, "
+                                   "with and without offload_optimizer; docs/crossval.md)"};
+}
+
 }  // namespace
 
 CrossvalReference crossval_reference(int stage) {
@@ -60,6 +73,7 @@ CrossvalReference crossval_reference(int stage) {
   r.config_flag = "--deepspeed-config";
   r.config_file = deepspeed_json;
   r.explain_state = explain_state;
+  r.measured_bound = measured_bound;
   return r;
 }
 

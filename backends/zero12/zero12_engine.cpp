@@ -8,6 +8,7 @@
 #include "backends/zero12/zero12_engine_impl.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
@@ -23,6 +24,7 @@ Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, 
       comm_(world),
       dtypes_(dtypes_for(spec.precision, opts_)) {
   at::NoGradGuard no_grad;
+  if (const char* fault = std::getenv("ZEROBENCH_TEST_ZERO12_PLANT")) plant_fault(fault);  // test-only
   const auto& cfg = spec_.model;
   const auto dev = world.device;
   layout_ = flat_layout(cfg, world.size, opts_.round_robin_gradients);
@@ -81,13 +83,26 @@ Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, 
 
 Zero12Engine::~Zero12Engine() = default;  // nothing is deferred on a side stream (collectives are synchronous)
 
+// DeepSpeed registers one post-accumulate-grad hook per parameter (create_gradient_handling_hooks
+// -> register_grad_hook); AccumulateGrad runs as soon as a parameter's gradient is complete, so
+// the hooks fire in the order autograd produces the gradients: LM head, final norm, each block
+// from its down projection to its input norm, the embedding last. The hook order decides what
+// shares an IPG bucket (stage 2, and stage 1 with overlap_comm), hence the collective count and,
+// at W > 2, the order Gloo sums each element in. An edge made when a whole unit's weights are
+// requested has a lower autograd sequence number than every op of the unit, so its backward runs
+// only when no later op is ready: the root unit's edges (requested before the embedding) would
+// fire after every block. One edge per weight, made right before its use, runs right after the
+// backward of the op that consumed it, where DeepSpeed's hook fires.
+at::Tensor Zero12Engine::module_weight(int unit, int index) {
+  const int id = id_of_[size_t(unit_first_[size_t(unit)] + index)];
+  return common::gather_edge(anchors_[size_t(id)], this, id);
+}
+
+// A checkpointed block takes its weights at once (models/llama.cpp: CheckpointedBlock).
 std::vector<at::Tensor> Zero12Engine::unit_weights(int unit) {
   std::vector<at::Tensor> out;
   const int n = int(models::unit_specs(spec_.model, unit).size());
-  for (int i = 0; i < n; ++i) {
-    const int id = id_of_[size_t(unit_first_[size_t(unit)] + i)];
-    out.push_back(common::gather_edge(anchors_[size_t(id)], this, id));
-  }
+  for (int i = 0; i < n; ++i) out.push_back(module_weight(unit, i));
   return out;
 }
 

@@ -20,9 +20,14 @@
 namespace zb::backends::zero12 {
 // stage 1 -> "zero1", stage 2 -> "zero2".
 BackendInfo backend_info(int stage);
-// Test-only fault injection (tests/test_zero12.cpp): "skip_copy_back" makes average_tensor keep
-// each rank's own, unreduced gradient slices (the all-reduced values are not copied back) while it
-// is planted; "skip_offload_copy_back" skips offload's host->device copy of the updated partition
-// (zero12_offload.cpp); "" plants nothing. The parity gate must fail.
+// Test-only fault injection (tests/test_zero12.cpp, test_projection.cpp, test_crossval.cpp):
+// "skip_copy_back" makes average_tensor keep each rank's own, unreduced gradient slices (the
+// all-reduced values are not copied back) while it is planted; "skip_offload_copy_back" skips
+// offload's host->device copy of the updated partition (zero12_offload.cpp); "unit_hooks" makes
+// the gradient hooks fire in the order of per-unit autograd edges (the root unit's LM head and
+// final norm after every block: the IPG buckets are then packed unlike DeepSpeed's);
+// "cpp_scalar_mul" multiplies an all-reduced bucket by 1/W with ATen's C++ mul_(Scalar)
+// (reduce_scatter false; zero12_reduce.cpp); "" plants nothing. The check must fail. A zerobench
+// process (crossval's side) plants ZEROBENCH_TEST_ZERO12_PLANT's value when the engine is built.
 void plant_fault(const std::string& fault);
 }  // namespace zb::backends::zero12

@@ -49,7 +49,12 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   LossScaleStep loss_scale_step() const override { return scale_step_; }  // zero12_fp16.cpp
 
   // ---- the model's weights: views of the flat buffer behind one autograd edge each ----
-  std::vector<at::Tensor> unit_weights(int unit) override;
+  std::vector<at::Tensor> unit_weights(int unit) override;  // checkpointed blocks only
+  // Per module: each weight's edge is made right before the model uses it, so its backward (the
+  // gradient hook) runs as soon as autograd has the gradient, where DeepSpeed's per-parameter
+  // hooks fire (zero12_engine.cpp).
+  bool per_module() const override { return !fault_planted("unit_hooks"); }
+  at::Tensor module_weight(int unit, int index) override;
   at::Tensor gathered_alias(int id) override;
   void post_backward(int id, const at::Tensor& grad) override;  // the gradient hook (zero12_reduce.cpp)
 

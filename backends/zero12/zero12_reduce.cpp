@@ -8,6 +8,8 @@
 // independent_gradient_partition_epilogue. Must not: step the optimizer (zero12_step.cpp).
 #include "backends/zero12/zero12_engine_impl.hpp"
 
+#include <ATen/ScalarOps.h>
+
 namespace zb::backends::zero12 {
 
 namespace {
@@ -118,7 +120,15 @@ void Zero12Engine::average_tensor(at::Tensor tensor) {
     at::Tensor t = tensor.scalar_type() != dtypes_.comm ? tensor.to(dtypes_.comm) : tensor;
     s.op("all_reduce ipg bucket", {t});
     comm_.all_reduce_sum(t, "ipg_bucket");
-    if (1.0 != double(W)) t.mul_(1.0 / double(W));
+    // tensor_to_allreduce.mul_(1.0 / W), a Python float: the fp32 op-math value of 1/W multiplies
+    // each element. ATen's C++ mul_(Scalar) is not that call: it puts the scalar first
+    // (mul_out(self, wrapped scalar, self)), so the scalar is cast to the tensor's dtype (bf16:
+    // 0.333984375 for 1/3, +0.2%) before the multiply. The wrapped-number tensor Python passes
+    // keeps it in the second operand, as upstream (bitwise at W=3; exact for W a power of two).
+    if (1.0 != double(W) && planted() == "cpp_scalar_mul")
+      t.mul_(1.0 / double(W));  // the planted fault: the scalar rounded to the tensor's dtype first
+    else if (1.0 != double(W))
+      t.mul_(at::native::wrapped_scalar_tensor(at::Scalar(1.0 / double(W))));
     if (!t.is_same(tensor)) tensor.copy_(t);
     return;
   }

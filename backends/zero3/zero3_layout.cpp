@@ -1,6 +1,9 @@
 // zero3_layout.cpp — see zero3_layout.hpp (moved out of zero3_engine.cpp unchanged, so the
 // engine, its closed form and the memory estimate read the same partitions).
 #include "backends/zero3/zero3_layout.hpp"
+
+#include <algorithm>
+
 #include "backends/zero3/zero3_qgz.hpp"
 #include "backends/zero3/zero3_zeropp.hpp"
 #include "backends/zero3/zero3_padding.hpp"
@@ -62,7 +65,20 @@ std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world
     }
   }
   *sub_groups = in_group > 0 || out.empty() ? group + 1 : group;
+  // ds_id: the embedding (the root unit's first weight), the blocks, then the root's others.
+  int next = 0;
+  for (auto& p : out)
+    if (p.unit == 0 && p.index == 0) p.ds_id = next++;
+  for (auto& p : out)
+    if (p.unit != 0) p.ds_id = next++;
+  for (auto& p : out)
+    if (p.unit == 0 && p.index != 0) p.ds_id = next++;
   return out;
+}
+
+std::vector<int> in_ds_id_order(std::vector<int> ids, const std::vector<ParamLayout>& layout) {
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return layout[size_t(a)].ds_id < layout[size_t(b)].ds_id; });
+  return ids;
 }
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {

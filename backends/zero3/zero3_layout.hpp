@@ -36,7 +36,15 @@ struct ParamLayout {
   int64_t numel = 0, padded = 0, part_numel = 0, part_offset = 0;
   int sub_group = 0;
   bool persistent = false;
+  // DeepSpeed's ds_id: the position in module.parameters() (zero.Init numbers parameters as they
+  // are made: the embedding, each block, the final norm, the LM head), which is not the unit
+  // order of this layout (the root unit's norm and LM head first). The order upstream sorts a
+  // bucket in (__avg_scatter_grads) and sums a sub-group's norms in (get_grad_norm_direct).
+  int ds_id = 0;
 };
+
+// `ids` (indices into `layout`) sorted by ds_id.
+std::vector<int> in_ds_id_order(std::vector<int> ids, const std::vector<ParamLayout>& layout);
 
 // _partition_param: pad each parameter to a multiple of W; rank r keeps [r*P, (r+1)*P).
 // _create_fp16_sub_groups: consecutive parameters until their partitions reach sub_group_size.

@@ -118,7 +118,7 @@ void Zero3Engine::offload_grad_partition(int id, const at::Tensor& part, bool co
 // (fp32, the host reads the sum first) all-reduced, [0] ** 0.5, inf/NaN masked to -1, .cpu().
 at::Tensor Zero3Engine::offload_grad_norm(const SubGroup& sg) {
   at::Tensor total;
-  for (int id : sg.ids) {
+  for (int id : in_ds_id_order(sg.ids, layout_)) {  // `for p in params`: fp16_groups[i], ds_id order
     const auto& norm = param_grad_norms_[size_t(id)];
     if (!norm.defined()) continue;  // no real data on this rank, or no gradient this window
     total = total.defined() ? total + norm.pow(2) : norm.pow(2);

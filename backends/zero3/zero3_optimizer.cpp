@@ -88,7 +88,11 @@ void Zero3Engine::reduce_and_partition_bucket() {
   }
   Streams::Guard on_rp(s, rp_stream_);
   const int W = comm_.size(), rank = comm_.rank();
-  std::sort(bucket_.begin(), bucket_.end(), [](const BucketEntry& a, const BucketEntry& b) { return a.id < b.id; });
+  // params_in_bucket.sort(key=lambda p: p.ds_id): module.parameters() order, not the layout's
+  // (the reduce-scatter buffer's element order).
+  std::sort(bucket_.begin(), bucket_.end(), [this](const BucketEntry& a, const BucketEntry& b) {
+    return layout_[size_t(a.id)].ds_id < layout_[size_t(b.id)].ds_id;
+  });
   int64_t total = 0;
   for (const auto& e : bucket_) {
     total += layout_[size_t(e.id)].part_numel;
@@ -190,11 +194,19 @@ double Zero3Engine::optimizer_step(double lr) {
         group_norms.push_back(offload_grad_norm(sg));
         continue;
       }
+      // averaged_gradients[i] in fp16_groups[i]'s order (ds_id): the order the fp64 squares are
+      // summed in (the last fp64 bit of the norm depends on it).
       std::vector<at::Tensor> partitions;
-      for (int id : sg.ids) partitions.push_back(params_[size_t(id)].grad_partition);
+      for (int id : in_ds_id_order(sg.ids, layout_)) partitions.push_back(params_[size_t(id)].grad_partition);
       group_norms.push_back(common::deepspeed_grad_norm(partitions, comm_));
     }
-    norm = group_norms.size() == 1 ? group_norms[0] : at::linalg_vector_norm(at::stack(group_norms), 2);
+    // combine_grad_norm_groups (runtime/utils.py), for one sub-group too: the vector_norm of the
+    // stacked group norms (sqrt(x * x) of a single norm may differ from x in its last fp64 bit),
+    // inf when a group norm is non-finite or negative.
+    const auto stacked = at::stack(group_norms);
+    const auto combined = at::linalg_vector_norm(stacked, 2);
+    const auto invalid = (~at::isfinite(stacked)).logical_or(stacked < 0).any();
+    norm = at::where(invalid, at::full_like(combined, std::numeric_limits<double>::infinity()), combined);
     group_norms.clear();
     norm_value = norm.item<double>();
     if (fp16() && !std::isfinite(norm_value)) overflow = true;  // is_invalid_grad_norm
