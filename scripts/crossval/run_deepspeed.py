@@ -38,7 +38,10 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
   - per micro-batch engine(...), engine.backward(loss) (scales by 1/gradient_accumulation_steps
     and reduces every micro-batch: ZeRO-3 has no no_sync), engine.step() (applies at the
     accumulation boundary, clipping with "gradient_clipping"); the lr of each step is written
-    into the optimizer's param groups before the boundary step.
+    into the optimizer's param groups before the boundary step — unless the JSON has a
+    "scheduler" (a user's WarmupLR / WarmupDecayLR / WarmupCosineLR, written by crossval with the
+    values zerobench resolved): then DeepSpeed's own scheduler sets it (engine.lr_scheduler,
+    stepped by engine.step), and the lr each step applied is what the rank file reports.
 """
 import json
 import os
@@ -192,8 +195,14 @@ class DeepSpeedRunner:
         return value
 
     def optimizer_step(self, lr):
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        if self.engine.lr_scheduler is not None:
+            # The JSON's scheduler (crossval writes the one zerobench resolved, every value filled):
+            # DeepSpeed's own lr_schedules.py sets each step's lr, as under HF Trainer; recorded as
+            # the lr this step applied (common.run: applied_lr), never overwritten.
+            self.applied_lr = float(self.optimizer.param_groups[0]["lr"])
+        else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         self.engine.step()
         return float(self.engine.get_global_grad_norm())
 
