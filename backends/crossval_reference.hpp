@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,19 @@ struct CrossvalCase {
   const nlohmann::json& report;
 };
 
+// What CrossvalReference::reference_setup decides for one mode: a refusal — one line naming the
+// reason and the way round; crossval exits 2 with it before anything runs — or a run, possibly with
+// documented substitutions: an edit of `reference_options` (what the runner reads as spec.json
+// "options"), and/or backend flags added to zerobench's side (`zerobench_flags`, e.g. the same
+// substitution made on both sides), each with a line in `substitutions` saying what is substituted
+// and why the comparison still holds (the crossval document lists them per mode).
+struct ReferenceSetup {
+  std::string refusal;
+  nlohmann::json reference_options;                    // starts as spec.options
+  std::map<std::string, std::string> zerobench_flags;  // "--fsdp2-offload-pin-memory" -> "false"
+  std::vector<std::string> substitutions;
+};
+
 struct CrossvalReference {
   std::string script;     // the runner in scripts/crossval/
   std::string framework;  // e.g. "DeepSpeed ZeRO-3"
@@ -61,6 +75,10 @@ struct CrossvalReference {
   std::function<nlohmann::json(const EngineSpec& spec, int world, const nlohmann::json& user_file,
                                std::vector<std::string>& notes)>
       config_file;
+  // What the real framework cannot run as resolved on this machine, checked for every mode before
+  // anything runs (`device`: "cpu" | "cuda"); see ReferenceSetup. Empty: nothing refused or
+  // substituted.
+  std::function<void(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup)> reference_setup;
   // Model-state category `category` of rank `rank`; `zb` = zerobench's model_states_bytes of that
   // rank. Empty or nullopt: no known difference.
   std::function<std::optional<StateExplanation>(const CrossvalCase& c, int rank, const std::string& category,

@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "backends/engine.hpp"
@@ -68,13 +72,16 @@ std::string last_line(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-// The `run` flags the user gave, as `--name value...`, minus crossval's own.
-std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, bool reference_config_file) {
+// The `run` flags the user gave, as `--name value...`, minus crossval's own and those a
+// substitution sets (`replaced`, "--name" -> value).
+std::vector<std::string> forwarded_run_flags(const CLI::App& cmd, bool reference_config_file,
+                                             const std::map<std::string, std::string>& replaced) {
   std::vector<std::string> out;
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
-    if (kOwnFlags.count(name) || (reference_config_file && kConfigFlags.count(name))) continue;
+    if (kOwnFlags.count(name) || (reference_config_file && kConfigFlags.count(name)) || replaced.count("--" + name))
+      continue;
     if (opt->get_expected_max() == 0) {  // a flag
       out.push_back("--" + name);
       continue;
@@ -160,9 +167,45 @@ std::string error_line(const std::string& text) {
   return found.empty() ? last_line(text) : found;
 }
 
+// The line of a reference runner's log that says why it failed. torchrun's own report names only
+// ChildFailedError (torch/distributed/elastic); the child's line is above it: a runner's own
+// refusal ("run_fsdp2.py: ..."), else the last Python exception line that is not the launcher's.
+std::string reference_error_line(const std::string& text) {
+  static const std::regex runner(R"(^(\[rank\d+\]:\s*)?(run_\w+\.py|common\.py): .*)");
+  static const std::regex exception(R"(^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Exit|Forbidden)(: .*)?$)");
+  std::string own, raised;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("ChildFailedError") != std::string::npos || line.find("torch.distributed.elastic") != std::string::npos)
+      continue;
+    if (std::regex_match(line, runner)) own = line;
+    else if (std::regex_match(line, exception)) raised = line;
+  }
+  if (!own.empty()) return own;
+  return raised.empty() ? error_line(text) : raised;
+}
+
+// The lowest failed rank's own line, as scripts/crossval/common.py records it
+// (<errors>/error_rank<r>.txt); "" when no rank wrote one.
+std::string recorded_error(const std::string& errors) {
+  std::map<int, std::string> by_rank;
+  std::error_code ec;
+  static const std::regex name(R"(error_rank(\d+)\.txt)");
+  for (const auto& e : std::filesystem::directory_iterator(errors, ec)) {
+    std::smatch m;
+    const std::string file = e.path().filename().string();
+    if (std::regex_match(file, m, name)) by_rank[std::stoi(m[1])] = last_line(read_text(e.path().string()));
+  }
+  for (const auto& [rank, line] : by_rank)
+    if (!line.empty()) return line;
+  return "";
+}
+
 // Runs one side; with `log` non-empty its stdout and stderr go to that file (the reference's
-// frameworks are chatty), and a failure is described by the log's error line.
-SideResult run_side(std::vector<std::string> argv, double timeout_s, const std::string& what, const std::string& log = "") {
+// frameworks are chatty), and a failure is described by the rank's recorded error line (`errors`,
+// see recorded_error), else the log's.
+SideResult run_side(std::vector<std::string> argv, double timeout_s, const std::string& what, const std::string& log = "",
+                    const std::string& errors = "") {
   std::cerr << "crossval: " << what << (log.empty() ? "" : " (log: " + log + ")") << "\n";
   if (!log.empty())
     argv.insert(argv.begin(), {"/bin/sh", "-c", "log=$1; shift; exec \"$@\" >\"$log\" 2>&1", "sh", log});
@@ -175,15 +218,61 @@ SideResult run_side(std::vector<std::string> argv, double timeout_s, const std::
     std::string detail = log.empty() ? error_line(r.stderr_tail) : "";
     if (!log.empty()) {
       try {
-        detail = error_line(read_text(log));
+        detail = errors.empty() ? "" : recorded_error(errors);
+        if (detail.empty()) detail = reference_error_line(read_text(log));
       } catch (const std::exception&) {
         detail = "(no log)";
       }
+      detail += " (log: " + log + ")";
     }
     s.error = r.timed_out ? "timed out after " + std::to_string(int(timeout_s)) + " s"
                           : "exit code " + std::to_string(r.exit_code) + ": " + detail;
   }
   return s;
+}
+
+// One mode of a crossval, resolved before anything runs.
+struct ModePlan {
+  RunOptions run;                         // `zerobench run` with --precision MODE
+  RunOptions::Resolved resolved;          // what it resolves to: zerobench's side
+  json reference_options;                 // the options the runner reads (spec.json), substitutions applied
+  std::vector<std::string> substitutions; // CrossvalReference::reference_setup's lines
+  std::map<std::string, std::string> zerobench_flags;  // its flags added to zerobench's side
+};
+
+// zerobench's side reads the framework config file crossval wrote (`flag path`) instead of the
+// user's: it must resolve to the run the user's configuration resolves to (`expected`), or the two
+// sides would not be the run the user asked about. Throws RunError naming the first difference.
+void check_same_run(const RunOptions& mode, const RunOptions::Resolved& expected, const std::string& flag,
+                    const std::string& path) {
+  RunOptions side = mode;
+  side.config.clear();
+  side.accelerate_config.clear();
+  side.deepspeed_config.clear();
+  for (const char* f : {"--config", "--accelerate-config", "--deepspeed-config"}) side.given.erase(f);
+  (flag == "--deepspeed-config" ? side.deepspeed_config : flag == "--accelerate-config" ? side.accelerate_config : side.config) =
+      path;
+  side.given.insert(flag);
+  side.nproc_given = true;  // the side is started with --nproc W
+  side.given.insert("--nproc");
+  RunOptions::Resolved got;
+  try {
+    got = side.resolve();
+  } catch (const UsageError& e) {
+    throw RunError("crossval: zerobench refuses the file written for both sides, " + path + ": " + e.what());
+  }
+  auto run_of = [](const RunOptions::Resolved& r) {
+    return json{{"backend", r.backend}, {"precision", r.spec.precision}, {"train", train_json(r.spec.train)},
+                {"options", r.spec.options}};
+  };
+  const json want = run_of(expected), have = run_of(got);
+  if (want == have) return;
+  const auto first = json::diff(want, have).front();
+  const json::json_pointer at(first["path"].get<std::string>());
+  throw RunError("crossval: " + path + " (written for both sides) resolves " + first["path"].get<std::string>() + " to " +
+                 (have.contains(at) ? have.at(at).dump() : std::string("nothing")) +
+                 ", where the configuration given resolves it to " +
+                 (want.contains(at) ? want.at(at).dump() : std::string("nothing")));
 }
 
 // --- the logits parity check (hidden --logits) ---
@@ -289,14 +378,15 @@ void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {
   cmd.add_option("--work-dir", o.work_dir, "where weights, batches and both sides' outputs go (default: <out>.work)");
   cmd.add_flag("--logits", o.logits, "check that the reference model's logits equal zerobench's (tests)")->group("");
   cmd.add_option("--table", o.table,
-                 "print the Markdown summary table of the crossval documents (*.json) in this directory, run nothing "
-                 "(scripts/crossval-table.sh puts it into README.md and docs/crossval.md)");
+                 "print the Markdown summary table of the crossval documents (*.json) in this directory and of its "
+                 "real-files.json, or of one real-files summary, run nothing (scripts/crossval-table.sh puts it into "
+                 "README.md and docs/crossval.md)");
 }
 
 int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   auto& r = o.run;
   if (!o.table.empty()) {  // the README / docs table from committed crossval documents
-    std::cout << reports::crossval_results_table(reports::read_crossval_documents(o.table));
+    std::cout << reports::crossval_tables(o.table);
     return kExitOk;
   }
   mark_given(cmd, r);  // as `zerobench run` records them: the config resolution reads these
@@ -328,11 +418,11 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   {
     RunOptions probe = r;
     probe.precision_given = false;  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
+    probe.given.erase("--precision");
     const auto base = probe.resolve();
     r.backend = base.backend;
     if (o.precisions.empty()) o.precisions = {base.spec.precision};
   }
-  r.precision_given = true;  // every mode is run with its --precision
   const backends::CrossvalReference* ref = nullptr;
   std::string with_reference;
   for (const auto& b : backends::registered_backends()) {
@@ -340,11 +430,12 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     if (b.name == r.backend) ref = &*b.crossval;
     with_reference += (with_reference.empty() ? "" : ", ") + b.name;
   }
+  const auto [config_path, config_flag] = r.config_file();
   if (!ref) {
-    const auto [path, flag] = r.config_file();
-    const bool from_file = !path.empty() && !r.backend_given;
+    const bool from_file = !config_path.empty() && !r.backend_given;
     backends::backend(r.backend);  // an unknown name: the registry's line
-    throw UsageError("crossval: backend '" + r.backend + "'" + (from_file ? " (picked by " + flag + " " + path + ")" : "") +
+    throw UsageError("crossval: backend '" + r.backend + "'" +
+                     (from_file ? " (picked by " + config_flag + " " + config_path + ")" : "") +
                      " has no reference framework (" + with_reference + ")");
   }
   for (const auto& p : o.precisions) backends::validate_precision(r.backend, p);
@@ -360,23 +451,53 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   const double plant = r.plant_lr_scale;
   r.plant_lr_scale = 1.0;  // the reference's hyper-parameters never carry the plant
 
+  // Every mode resolved before anything runs, each as `zerobench run <the same flags> --precision
+  // MODE` resolves it (a file that refuses the mode exits 2 here, not after both sides trained),
+  // and checked against what the real framework can run on this machine (refused, exit 2, or run
+  // with documented substitutions).
+  const std::string from = config_path.empty() ? "" : " (" + config_flag + " " + config_path + ")";
+  std::vector<ModePlan> plans;
+  for (const auto& precision : o.precisions) {
+    ModePlan plan;
+    plan.run = r;
+    plan.run.precision = precision;
+    plan.run.precision_given = true;  // zerobench's side is run with --precision MODE
+    plan.run.given.insert("--precision");
+    plan.resolved = plan.run.resolve();
+    backends::ReferenceSetup setup;
+    setup.reference_options = plan.resolved.spec.options;
+    if (ref->reference_setup) ref->reference_setup(plan.resolved.spec, dev.kind, setup);
+    if (!setup.refusal.empty()) throw UsageError("crossval" + from + ": " + setup.refusal);
+    if (!setup.zerobench_flags.empty()) {  // the same substitution on zerobench's side: its flags, resolved again
+      for (const auto& [name, value] : setup.zerobench_flags) {
+        plan.run.backend_flags[name].text = value;
+        plan.run.given.insert(name);
+      }
+      plan.zerobench_flags = setup.zerobench_flags;
+      plan.resolved = plan.run.resolve();
+    }
+    plan.reference_options = setup.reference_options;
+    plan.substitutions = setup.substitutions;
+    plans.push_back(std::move(plan));
+  }
+
   json modes = json::array();
   json upstream_id = json::object();
   std::vector<std::string> reasons;
   bool agree = true;
-  for (const auto& precision : o.precisions) {
-    RunOptions mode = r;
-    mode.precision = precision;
-    const auto resolved = mode.resolve();
-    auto spec = resolved.spec;
+  for (auto& plan : plans) {
+    const std::string& precision = plan.run.precision;
+    const auto& resolved = plan.resolved;
+    const auto& spec = resolved.spec;
     std::vector<std::string> warnings = resolved.provenance.notes.warnings, notes;
     const std::string dir = work + "/" + precision;
     reports::make_directories(dir + "/upstream");
-    for (int k = 0; k < world; ++k) unlink((dir + "/upstream/rank" + std::to_string(k) + ".json").c_str());
+    for (int k = 0; k < world; ++k) {
+      unlink((dir + "/upstream/rank" + std::to_string(k) + ".json").c_str());
+      unlink((dir + "/upstream/error_rank" + std::to_string(k) + ".txt").c_str());
+    }
     unlink((dir + "/zerobench.json").c_str());
 
-    write_weights(dir + "/weights", spec.model, spec.train.seed);
-    write_batches(dir + "/batches.safetensors", spec, world);
     json spec_json = {{"backend", r.backend},
                       {"precision", precision},
                       {"world_size", world},
@@ -384,18 +505,24 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                       {"model", {{"layers", spec.model.layers}, {"hidden", spec.model.hidden}, {"heads", spec.model.heads},
                                  {"kv_heads", spec.model.kv_heads}, {"ffn", spec.model.ffn}, {"vocab", spec.model.vocab}}},
                       {"train", train_json(spec.train)},
-                      {"options", spec.options}};
+                      {"options", plan.reference_options}};
     // Both sides see the same OpenMP environment (torchrun sets OMP_NUM_THREADS for its workers).
     std::vector<std::string> zb_argv = {"/usr/bin/env", "OMP_NUM_THREADS=" + std::to_string(threads),
                                         runtime::self_executable(), "run"};
-    for (const auto& a : forwarded_run_flags(cmd, bool(ref->config_file))) zb_argv.push_back(a);
+    for (const auto& a : forwarded_run_flags(cmd, bool(ref->config_file), plan.zerobench_flags)) zb_argv.push_back(a);
+    for (const auto& [name, value] : plan.zerobench_flags) zb_argv.insert(zb_argv.end(), {name, value});
     zb_argv.insert(zb_argv.end(), {"--nproc", std::to_string(world)});
     if (ref->config_file) {  // one framework config file both sides read (DeepSpeed's JSON)
+      const std::string file_path = dir + "/" + ref->config_file_name;
       const auto file = ref->config_file(spec, world, user_config_file(resolved, ref->config_format), notes);
-      reports::write_json_atomic(dir + "/" + ref->config_file_name, file);
+      reports::write_json_atomic(file_path, file);
       spec_json[ref->config_format + "_config"] = ref->config_file_name;
-      zb_argv.insert(zb_argv.end(), {ref->config_flag, dir + "/" + ref->config_file_name});
+      zb_argv.insert(zb_argv.end(), {ref->config_flag, file_path});
+      // zerobench's side reads the written file instead of the user's: it must resolve to the same run.
+      check_same_run(plan.run, resolved, ref->config_flag, file_path);
     }
+    write_weights(dir + "/weights", spec.model, spec.train.seed);
+    write_batches(dir + "/batches.safetensors", spec, world);
     reports::write_json_atomic(dir + "/spec.json", spec_json);
     zb_argv.insert(zb_argv.end(), {"--precision", precision, "--out", dir + "/zerobench.json", "--quiet", "--threads",
                                    std::to_string(threads), "--warmup", std::to_string(r.train.warmup)});
@@ -423,7 +550,8 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                                               dir,
                                               "--device",
                                               dev.kind};
-    const auto up = run_side(py_argv, timeout_s, ref->framework + " " + precision + where, dir + "/upstream.log");
+    const auto up = run_side(py_argv, timeout_s, ref->framework + " " + precision + where, dir + "/upstream.log",
+                             dir + "/upstream");
 
     json section;
     if (zb.ok && up.ok) {
@@ -449,6 +577,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     section["wall_s"] = {{"zerobench", zb.wall_s}, {"upstream", up.wall_s}};
     section["warnings"] = warnings;
     section["notes"] = notes;
+    section["substitutions"] = plan.substitutions;
     if (!section["verdict"]["agree"].get<bool>()) {
       agree = false;
       for (const auto& why : section["verdict"]["reasons"]) reasons.push_back(precision + ": " + why.get<std::string>());
@@ -464,10 +593,13 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
               {"device", {{"kind", dev.kind}, {"dist_backend", dev.dist_backend}}},
               {"model", {{"preset", cfg.preset}, {"layers", cfg.layers}, {"hidden", cfg.hidden}, {"heads", cfg.heads},
                          {"kv_heads", cfg.kv_heads}, {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
-              {"train", train_json(r.engine_spec().train)},
+              // The first mode's resolved training settings (every mode resolves the same ones: the
+              // precision changes no training setting).
+              {"train", train_json(plans.front().resolved.spec.train)},
               {"threads_per_rank", threads},
               {"modes", modes},
               {"verdict", {{"agree", agree}, {"reasons", reasons}}}};
+  if (!config_path.empty()) doc["config_file"] = {{"flag", config_flag}, {"path", config_path}, {"sha256", file_sha256(config_path)}};
   reports::write_json_atomic(out, doc);
   const std::string stem = strip_json_suffix(out);
   reports::write_text_atomic(stem + ".md", reports::render_crossval(doc, "md"));

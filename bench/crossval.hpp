@@ -5,7 +5,11 @@
 // spec.json, the DeepSpeed JSON both sides read), running both sides as child processes
 // (`zerobench run` through the built-in launcher; `python -m torch.distributed.run` with
 // scripts/crossval/run_<framework>.py --device cpu|cuda: Gloo or NCCL, crossval_device.hpp), and
-// the crossval document (JSON + Markdown + HTML).
+// the crossval document (JSON + Markdown + HTML). Every mode is resolved before anything runs, as
+// `zerobench run <the same flags> --precision MODE` resolves it, and checked against what the real
+// framework can run on this machine (BackendInfo::crossval.reference_setup: refused with one
+// line, exit 2, or run with documented substitutions); a DeepSpeed JSON written for both sides
+// must resolve to the same run as the user's configuration.
 // Must not: compare (crossval_compare.hpp) or train in-process.
 #pragma once
 #include <CLI/CLI.hpp>

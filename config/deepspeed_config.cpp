@@ -22,6 +22,7 @@ std::string dtype_enum(const std::string& key, const json& v) {
   if (s == "torch.bfloat16" || s == "bf16" || s == "bfloat16") return "bf16";
   if (s == "torch.float32" || s == "fp32" || s == "float32" || s == "float") return "fp32";
   if (s == "torch.float16" || s == "fp16" || s == "float16" || s == "half") return "fp16";
+  if (s == "torch.int8" || s == "int8") return "int8";
   throw UsageError(key + " '" + s + "' is not a DeepSpeed dtype name");
 }
 
@@ -94,6 +95,10 @@ void read_precision(const json& root, const TrainerArgs& args, AutoFill mode, De
     if (!b.is_object()) throw UsageError(std::string(bf16_key) + " " + b.dump() + " is not a section");
     for (const auto& [k, v] : b.items()) {
       const std::string key = std::string(bf16_key) + "." + k;
+      if (k != "enabled" && is_auto(v)) {  // DeepSpeedConfigModel(strict=False) drops "auto": the default
+        notes.ignore(key, "auto", "DeepSpeed drops \"auto\" here: its default");
+        continue;
+      }
       if (k == "enabled") {
         if (is_auto(v)) {
           bf16 = mode == AutoFill::kHfTrainer ? args.precision == "bf16" : false;
@@ -233,10 +238,11 @@ void read_clipping(const json& root, const TrainerArgs& args, DeepSpeedConfig& c
     return;
   }
   const double clip = as_number("gradient_clipping", v);
-  if (clip < 0) throw UsageError("gradient_clipping " + text(v) + " must be >= 0");
   r.explicit_vs_flag("gradient_clipping", text(v), "--grad-clip", fmt(args.train.grad_clip), clip == args.train.grad_clip);
-  t.grad_clip = clip;
-  c.notes.apply("gradient_clipping", text(v), "grad_clip " + fmt(clip));
+  // DeepSpeed clips only when gradient_clipping > 0 (engine.py, the ZeRO optimizers' clip_grad):
+  // 0 or below is no clipping.
+  t.grad_clip = clip > 0 ? clip : 0;
+  c.notes.apply("gradient_clipping", text(v), clip > 0 ? "grad_clip " + fmt(clip) : "no clipping (DeepSpeed clips only when > 0)");
 }
 
 // optimizer: DeepSpeedEngine._configure_basic_optimizer / get_optimizer_configuration. Adam and
@@ -406,6 +412,8 @@ DeepSpeedConfig read_deepspeed_json(const json& root, const TrainerArgs& args, A
         if (dk == "grad_accum_dtype") {
           if (dv.is_null()) continue;
           c.grad_accum_dtype = dtype_enum(key, dv);
+          if (c.grad_accum_dtype == "int8")
+            throw UsageError(key + " " + text(dv) + ": int8 gradient accumulation is not implemented");
           notes.apply(key, text(dv), "grad_accum_dtype " + c.grad_accum_dtype);
         } else if (dk == "param_dtype") {
           if (!dv.is_null()) throw UsageError(key + " " + text(dv) + ": a parameter dtype apart from the precision mode is not implemented");
@@ -423,9 +431,9 @@ DeepSpeedConfig read_deepspeed_json(const json& root, const TrainerArgs& args, A
     } else if (k == "prescale_gradients" && as_bool(k, v)) {
       throw UsageError(k + " true: DeepSpeed's ZeRO-3 refuses pre-scaled gradients with reduce-scatter");
     } else if (k == "gradient_allreduce_op") {
-      const auto s = lower(text(v));
+      const auto s = lower(text(v));  // get_gradient_allreduce_op: mean | sum
       if (s == "sum") throw UsageError(k + " sum: DeepSpeed refuses it with ZeRO stage 3");
-      if (s != "mean" && s != "avg") throw UsageError(k + " '" + text(v) + "' is not mean or sum");
+      if (s != "mean") throw UsageError(k + " '" + text(v) + "' is not mean or sum (DeepSpeed refuses it)");
       notes.apply(k, text(v), "gradients averaged over ranks");
     } else if (k == "zero_force_ds_cpu_optimizer") {
       c.zero_force_ds_cpu_optimizer = as_bool(k, v);
@@ -437,7 +445,19 @@ DeepSpeedConfig read_deepspeed_json(const json& root, const TrainerArgs& args, A
         throw UsageError("torch_autocast.enabled true: DeepSpeed's autocast mode is not implemented (use bf16)");
       notes.ignore(k, v.dump(), "off");
     } else if (k == "compile") {
-      if (v.is_object() && v.contains("deepcompile") && as_bool("compile.deepcompile", v["deepcompile"]))
+      // deepspeed/compile/config.py CompileConfig (extra="forbid", "auto" dropped): DeepSpeedConfig
+      // refuses any other key, e.g. the torch.compile-style "backend" / "disable".
+      static const std::set<std::string> kCompileFields = {
+          "deepcompile", "autoep_non_moe", "free_activation", "free_activation_threshold", "offload_activation",
+          "offload_activation_pin_memory", "offload_opt_states", "double_buffer", "symmetric_memory", "debug_log",
+          "offload_parameters", "sync_before_reduce", "sync_after_reduce", "sync_before_allgather",
+          "sync_after_allgather", "keep_int_input_tensors", "keep_all_input_tensors", "passes"};
+      if (!v.is_object()) throw UsageError("compile " + v.dump() + " is not a section");
+      for (const auto& [ck, cv] : v.items())
+        if (!kCompileFields.count(ck) && !is_auto(cv))
+          throw UsageError("compile." + ck + ": not a DeepSpeed 0.19.8 compile setting (CompileConfig forbids extra "
+                           "keys; DeepSpeed refuses the file)");
+      if (v.contains("deepcompile") && !is_auto(v["deepcompile"]) && as_bool("compile.deepcompile", v["deepcompile"]))
         throw UsageError("compile.deepcompile true: DeepCompile is not implemented");
       notes.ignore(k, v.dump(), "applies only when the training script calls engine.compile(); zerobench runs eager");
       notes.warn("compile: DeepSpeed's engine.compile() settings are not applied; zerobench runs eager");

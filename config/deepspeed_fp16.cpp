@@ -51,8 +51,13 @@ FP16Section read_fp16_section(const json& f, const TrainerArgs& args, AutoFill m
   for (const auto& [k, v] : f.items()) {
     const std::string key = "fp16." + k;
     if (k == "enabled") continue;
+    if (is_auto(v) && k != "auto_cast" && k != "fp16_master_weights_and_grads") {
+      // DeepSpeedConfigModel(strict=False) drops "auto" before validation: the field's default.
+      notes.ignore(key, "auto", "DeepSpeed drops \"auto\" here: its default");
+      continue;
+    }
     if (k == "loss_scale") {  // _validate_loss_scale: a finite number >= 0 (not a bool)
-      if (v.is_boolean() || is_auto(v)) throw UsageError(key + " " + text(v) + " must be a number (DeepSpeedFP16Config)");
+      if (v.is_boolean()) throw UsageError(key + " " + text(v) + " must be a number (DeepSpeedFP16Config)");
       const double x = as_number(key, v);
       if (!std::isfinite(x) || x < 0)
         throw UsageError(key + " " + text(v) + " must be >= 0 (0 enables dynamic loss scaling)");
@@ -62,8 +67,9 @@ FP16Section read_fp16_section(const json& f, const TrainerArgs& args, AutoFill m
     } else if (k == "loss_scale_window") {
       o.loss_scale_window = as_int(key, v);
     } else if (k == "hysteresis") {
+      // Unbounded upstream: DynamicLossScaler lowers the scale when delayed_shift or the countdown
+      // is 1, so 0 or less never lowers it (each overflow only skips the step).
       o.hysteresis = as_int(key, v);
-      if (o.hysteresis < 1) throw UsageError(key + " " + text(v) + " must be >= 1 (DynamicLossScaler's delayed_shift)");
     } else if (k == "consecutive_hysteresis") {
       o.consecutive_hysteresis = as_bool(key, v);
     } else if (k == "min_loss_scale") {

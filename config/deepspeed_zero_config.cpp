@@ -38,7 +38,9 @@ bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "a
 // 5e8) or a string of digits; `min` is the field's ge= bound.
 int64_t as_count(const std::string& key, const json& v, int64_t min) {
   double d = 0;
-  if (v.is_number()) {
+  if (v.is_boolean()) {  // pydantic's lax int takes a bool as 0 / 1
+    d = v.get<bool>() ? 1 : 0;
+  } else if (v.is_number()) {
     d = v.get<double>();
   } else if (v.is_string()) {
     const auto s = v.get<std::string>();
@@ -54,14 +56,14 @@ int64_t as_count(const std::string& key, const json& v, int64_t min) {
   }
   if (!std::isfinite(d) || d != std::trunc(d)) throw UsageError(key + " " + text(v) + " is not an integer");
   if (d < double(min)) throw UsageError(key + " " + text(v) + " must be >= " + std::to_string(min));
-  if (d > 9.2e18) throw UsageError(key + " " + text(v) + " is too large");
+  if (d > 9.2e18) throw UsageError(key + " " + text(v) + " is too large for zerobench (int64 counts)");
   return int64_t(d);
 }
 
 // pydantic's lax bool.
 bool as_bool(const std::string& key, const json& v) {
   if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  if (v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1)) return v.get<double>() == 1;  // 0, 1, 0.0, 1.0
   if (v.is_string()) {
     const auto s = lower(v.get<std::string>());
     if (s == "true" || s == "t" || s == "yes" || s == "y" || s == "on" || s == "1") return true;
@@ -219,6 +221,12 @@ void read_offload_param(const std::string& key, const json& v, DeepSpeedOffloadP
 }
 
 }  // namespace
+
+std::string canonical_zero_key(const std::string& key) {
+  for (const auto& [alias, field] : kZeroAliases)
+    if (field == key) return alias;
+  return key;
+}
 
 // The stage-1/2 keys (runtime/zero/config.py) DeepSpeedZeroOptimizer reads
 // (engine.py _configure_zero_optimizer), honoured when the file's stage is 1 or 2; false when

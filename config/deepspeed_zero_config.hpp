@@ -83,6 +83,12 @@ void read_deepspeed_zero(const nlohmann::json& root, int64_t hidden, const Stage
 // section or the stage is missing, "auto" or not a number.
 int deepspeed_zero_stage(const nlohmann::json& root);
 
+// DeepSpeedZeroConfig spells some settings two ways (pydantic populate_by_name: the alias, e.g.
+// stage3_max_live_parameters, and the field name, max_live_parameters; runtime/zero/config.py).
+// The alias is the canonical spelling (DeepSpeed's documentation, HF's "auto" fill): the alias of
+// `key` when `key` is a field name that has one, else `key` itself.
+std::string canonical_zero_key(const std::string& key);
+
 // DeepSpeed's value readers (pydantic's lax forms), shared by the DeepSpeed format's readers.
 namespace deepspeed_values {
 std::string text(const nlohmann::json& v);

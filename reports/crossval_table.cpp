@@ -54,6 +54,33 @@ std::string difference_cell(const json& mode, const char* list, const char* key,
   return out.empty() ? "-" : out;
 }
 
+const char* const kRealFilesSchema = "zerobench.crossval.real_files";
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("crossval --table: cannot read " + path);
+  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) throw UsageError("crossval --table: " + path + " is not valid JSON");
+  return doc;
+}
+
+// A table cell: no line breaks, no column separators.
+std::string cell(std::string s) {
+  for (auto& c : s)
+    if (c == '\n' || c == '|') c = c == '|' ? '/' : ' ';
+  return s;
+}
+
+// A refusal's line without crossval's prefix naming the file, which the row names already:
+// "crossval (--config tests/configs/real/x.json): R" and "crossval: R" become R.
+std::string reason_text(std::string r) {
+  if (r.rfind("crossval (", 0) == 0) {
+    if (const auto end = r.find("): "); end != std::string::npos) return r.substr(end + 3);
+  }
+  if (r.rfind("crossval: ", 0) == 0) return r.substr(10);
+  return r;
+}
+
 }  // namespace
 
 std::vector<json> read_crossval_documents(const std::string& dir) {
@@ -70,7 +97,9 @@ std::vector<json> read_crossval_documents(const std::string& dir) {
     std::ifstream in(path);
     json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) throw UsageError("crossval --table: " + path + " is not valid JSON");
-    if (!doc.is_object() || doc.value("schema", json::object()).value("name", std::string()) != "zerobench.crossval")
+    const std::string schema = doc.is_object() ? doc.value("schema", json::object()).value("name", std::string()) : "";
+    if (schema == kRealFilesSchema) continue;  // the real files' summary: its own section
+    if (schema != "zerobench.crossval")
       throw UsageError("crossval --table: " + path + " is not a crossval document (schema zerobench.crossval)");
     doc["_file"] = name;
     docs.push_back(std::move(doc));
@@ -115,6 +144,61 @@ std::string crossval_results_table(const std::vector<json>& docs) {
     }
   }
   return o.str();
+}
+
+std::string crossval_real_files_table(const json& summary) {
+  if (!summary.is_object() || summary.value("schema", json::object()).value("name", std::string()) != kRealFilesSchema ||
+      !summary.contains("files") || !summary["files"].is_array())
+    throw UsageError(std::string("crossval --table: not a real-files summary (schema ") + kRealFilesSchema + ")");
+  std::ostringstream o;
+  int agree = 0, refused = 0, other = 0;
+  for (const auto& f : summary["files"]) {
+    const std::string v = f.value("outcome", std::string());
+    (v == "agree" ? agree : v == "refused" ? refused : other) += 1;
+  }
+  o << "\n**Real config files** (`" << summary.value("command", std::string("?")) << "`, every file of "
+    << "tests/configs/real/ that `zerobench run` runs): " << agree << " agree, " << refused
+    << " refused up front with one line (exit 2), " << other << " disagree or fail.\n\n"
+    << "| file | repository | backend × modes | verdict | max loss rel diff | max grad-norm rel diff | "
+       "substitutions | reason (refused, disagree, failed) |\n"
+    << "|---|---|---|---|---:|---:|---:|---|\n";
+  for (const auto& f : summary["files"]) {
+    std::string modes, loss = "-", norm = "-";
+    int64_t subs = 0;
+    double max_loss = -1, max_norm = -1;
+    bool numbers = false;
+    for (const auto& m : f.value("modes", json::array())) {
+      modes += (modes.empty() ? "" : ",") + m.value("precision", std::string("?"));
+      subs += int64_t(m.value("substitutions", json::array()).size());
+      if (m.contains("max_loss_rel_diff") && m["max_loss_rel_diff"].is_number()) {
+        numbers = true;
+        max_loss = std::max(max_loss, m["max_loss_rel_diff"].get<double>());
+      }
+      if (m.contains("max_grad_norm_rel_diff") && m["max_grad_norm_rel_diff"].is_number())
+        max_norm = std::max(max_norm, m["max_grad_norm_rel_diff"].get<double>());
+    }
+    if (numbers) {
+      loss = diff_cell(max_loss);
+      norm = max_norm >= 0 ? diff_cell(max_norm) : "nan";
+    }
+    const std::string outcome = f.value("outcome", std::string("?"));
+    const std::string verdict = outcome == "agree" ? "agree" : outcome == "refused" ? "exit 2" : "DISAGREE / FAILED";
+    o << "| " << cell(f.value("file", std::string("?"))) << " | " << cell(f.value("repository", std::string("?")))
+      << " | " << cell(f.value("backend", std::string("-"))) << (modes.empty() ? "" : " " + modes) << " | " << verdict
+      << " | " << loss << " | " << norm << " | " << subs << " | " << cell(reason_text(f.value("reason", std::string())))
+      << " |\n";
+  }
+  return o.str();
+}
+
+std::string crossval_tables(const std::string& dir_or_summary) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(dir_or_summary, ec)) return crossval_real_files_table(read_json_file(dir_or_summary));
+  std::string out = crossval_results_table(read_crossval_documents(dir_or_summary));
+  const std::string summary = dir_or_summary + "/real-files.json";
+  if (fs::is_regular_file(summary, ec)) out += crossval_real_files_table(read_json_file(summary));
+  return out;
 }
 
 }  // namespace zb::reports

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # crossval-table.sh — the README / docs crossval table, generated from the committed crossval
-# documents in reports/results/cpu/crossval/ (never typed in).
+# documents in reports/results/cpu/crossval/ and, as its real-files section, the summary
+# real-files.json there (scripts/crossval-real-files.sh) — never typed in.
 #   ./scripts/crossval-table.sh          rewrite the table between the `crossval-table` markers
 #                                        of README.md and docs/crossval.md from the committed JSONs
-#   ./scripts/crossval-table.sh --run    first re-run every backend x mode the README lists
-#                                        (minutes: the real FSDP1, FSDP2 and DeepSpeed run), then
-#                                        rewrite the table
+#   ./scripts/crossval-table.sh --run    first re-run every backend x mode the README lists and
+#                                        the real-files sweep (the real FSDP1, FSDP2 and DeepSpeed
+#                                        run: the better part of an hour here), then rewrite the table
 #   ./scripts/crossval-table.sh --check  exit 1 if either file differs from the generated table
 # The table itself is `zerobench crossval --table DIR` (reports/crossval_table.cpp);
 # tests/test_crossval_compare.cpp (CrossvalTable.*) checks that the files match it byte for byte.
@@ -41,6 +42,8 @@ if [ "${mode}" = "--run" ]; then
   run zero1 --backend zero1 --precision fp32,bf16
   run zero2 --backend zero2 --precision fp32,bf16
   run zero2-offload-optimizer --backend zero2 --precision fp32,bf16 --zero-offload-optimizer cpu
+  # The real config files of tests/configs/real/, each as it is (the table's real-files section).
+  "${root}/scripts/crossval-real-files.sh"
 fi
 
 table_file="$(mktemp)"

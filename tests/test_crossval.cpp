@@ -570,3 +570,124 @@ TEST(CrossvalCuda, AgreesWithFsdp1Fsdp2AndDeepSpeedAtW1) {
               << "\n";
   }
 }
+
+// ---- real config files, crossvalidated as `zerobench run --config` resolves them ----
+
+namespace {
+const std::string kRealFiles = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/";
+
+// One kind of real file (scripts/crossval-real-files.sh runs them all): the file, extra flags, and
+// what the crossval must show.
+struct RealFileCase {
+  std::string kind, file, flags;
+  std::string backend;                      // "" for a refusal
+  std::vector<std::string> precisions;      // the modes run (the file's, or --precision)
+  std::vector<std::string> substitutions;   // a fragment of each substitution the document lists
+  std::string refusal;                      // exit 2: a fragment of the one line
+};
+
+void PrintTo(const RealFileCase& c, std::ostream* os) { *os << c.kind << ": " << c.file; }
+
+std::vector<RealFileCase> real_file_cases() {
+  return {
+      {"stage1", "axolotl_zero1.json", "", "zero1", {"fp32"}, {}, ""},
+      {"stage2", "llamafactory_ds_z2_config.json", "", "zero2", {"fp32"}, {}, ""},
+      // bf16.enabled true and field-name spellings (max_live_parameters, ...): with and without --precision.
+      {"stage3", "axolotl_zero3_bf16.json", "", "zero3", {"bf16"}, {}, ""},
+      {"stage3-precision-given", "axolotl_zero3_bf16.json", "--precision bf16", "zero3", {"bf16"}, {}, ""},
+      {"offload", "axolotl_zero2.json", "", "zero2", {"fp32"}, {}, ""},
+      {"fp16-refused", "deepspeedexamples_autotuning_ds_config_fp16_z3.json", "", "", {}, {},
+       "DeepSpeed ZeRO-3 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16"},
+      {"fsdp1", "trl_fsdp1.yaml", "", "fsdp", {"mixed"}, {"sync_module_states true"}, ""},
+      {"fsdp2", "llamafactory_fsdp2_config_qwen35.yaml", "", "fsdp2", {"mixed"},
+       {"cpu_ram_efficient_loading true", "fsdp_transformer_layer_cls_to_wrap names Qwen3_5DecoderLayer"}, ""},
+      // accelerate's fsdp_offload_params: true asks for CPUOffloadPolicy(pin_memory=True).
+      {"fsdp2-offload-pinned", "trl_fsdp2.yaml", "--fsdp2-offload-policy cpu", "fsdp2", {"mixed"},
+       {"CPUOffloadPolicy(pin_memory=True) runs unpinned on both sides"}, ""},
+  };
+}
+}  // namespace
+
+// CI's share of scripts/crossval-real-files.sh: one real file of each kind, as a user starts it
+// (`crossval --config FILE`, no --precision unless the case gives it), W=2, tiny, 2 steps. Each
+// agrees with every substitution listed in its document, or is refused before anything runs with
+// one line naming the reason and the way round.
+class CrossvalRealFile : public ::testing::TestWithParam<RealFileCase> {};
+
+TEST_P(CrossvalRealFile, AgreesOrIsRefusedUpFrontWithOneLine) {
+  const auto& c = GetParam();
+  const auto out = temp_path("real_" + c.kind + ".json");
+  const auto work = temp_path("real_" + c.kind + ".work");
+  std::remove(out.c_str());
+  std::system(("rm -rf '" + work + "'").c_str());
+  const auto r = run_zerobench("crossval --config " + kRealFiles + c.file + " " + c.flags +
+                               " --nproc 2 --model tiny --steps 2 --threads 1 --quiet --out " + out + " --work-dir " + work);
+  if (!c.refusal.empty()) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    const auto lines = non_empty_lines(r.output);
+    ASSERT_EQ(lines.size(), 1u) << r.output;
+    EXPECT_NE(lines[0].find(c.refusal), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find(c.file), std::string::npos) << "the line names the file: " << lines[0];
+    EXPECT_FALSE(std::ifstream(out).good()) << "refused, yet " << out << " was written";
+    EXPECT_FALSE(std::ifstream(work + "/fp16/zerobench.json").good()) << "refused, yet zerobench's side ran";
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto doc = read_json(out);
+  EXPECT_EQ(doc["backend"], c.backend);
+  EXPECT_EQ(doc["config_file"]["path"], kRealFiles + c.file);
+  ASSERT_EQ(doc["modes"].size(), c.precisions.size());
+  for (size_t i = 0; i < c.precisions.size(); ++i) {
+    const auto& mode = doc["modes"][i];
+    EXPECT_EQ(mode["precision"], c.precisions[i]);
+    EXPECT_TRUE(mode["verdict"]["agree"].get<bool>()) << mode["verdict"].dump(1);
+    const std::string subs = mode["substitutions"].dump();
+    for (const auto& s : c.substitutions) {
+      EXPECT_NE(subs.find(s), std::string::npos) << s << " not in " << subs;
+    }
+    if (c.substitutions.empty()) {
+      EXPECT_EQ(mode["substitutions"].size(), 0u) << subs;
+    }
+  }
+  // The DeepSpeed JSON both sides read holds each setting once, in its canonical spelling.
+  if (c.backend.rfind("zero", 0) == 0) {
+    const auto ds = read_json(work + "/" + c.precisions[0] + "/ds_config.json");
+    for (const char* field : {"max_live_parameters", "max_reuse_distance", "prefetch_bucket_size",
+                              "param_persistence_threshold", "gather_16bit_weights_on_model_save"}) {
+      EXPECT_FALSE(ds["zero_optimization"].contains(field)) << field << " beside its canonical key: " << ds.dump(1);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneOfEachKind, CrossvalRealFile, ::testing::ValuesIn(real_file_cases()),
+                         [](const auto& info) {
+                           std::string n = info.param.kind;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// When a reference side fails anyway, its own line reaches the user — never only torchrun's
+// ChildFailedError: recorded by the runner (common.py record_failure), or, when the child died
+// without recording one (planted: os._exit after printing), read from its log.
+TEST(Crossval, AFailingReferenceReportsItsOwnErrorLine) {
+  const std::string dir = zb::test_support::make_clean_dir("failing_runners");
+  ASSERT_FALSE(dir.empty());
+  ASSERT_EQ(std::system(("cp " + zb::bench::crossval_scripts_dir() + "/*.py " + dir + "/").c_str()), 0);
+  const std::vector<std::pair<std::string, std::string>> plants = {
+      {"raise ValueError(\"planted runner failure\")", "ValueError: planted runner failure"},
+      {"print(\"RuntimeError: planted crash\", file=sys.stderr, flush=True); os._exit(3)", "RuntimeError: planted crash"}};
+  for (const auto& [code, line] : plants) {
+    std::ofstream(dir + "/run_fsdp2.py") << "import os\nimport sys\nimport common\n\n\ndef make_runner(spec, work, device):\n"
+                                         << "    " << code << "\n\n\nif __name__ == \"__main__\":\n"
+                                         << "    common.run(make_runner)\n";
+    const auto out = temp_path("failing_runner.json");
+    const auto run = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(ZEROBENCH_BIN) +
+                                                   " crossval --backend fsdp2 --precision fp32 --nproc 2 --model tiny "
+                                                   "--steps 1 --threads 1 --quiet --out " + out + " 2>&1");
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_NE(run.output.find("PyTorch FSDP2 failed: exit code 1: " + line), std::string::npos) << run.output;
+    const auto doc = read_json(out);
+    EXPECT_NE(doc["verdict"]["reasons"][0].get<std::string>().find(line), std::string::npos) << doc["verdict"];
+  }
+}

@@ -387,7 +387,8 @@ std::string between_markers(const std::string& text, const std::string& path) {
 
 TEST(CrossvalTable, ReadmeAndDocsTablesRegenerateFromTheCommittedDocuments) {
   const auto docs = zb::reports::read_crossval_documents(kResults);
-  const std::string table = zb::reports::crossval_results_table(docs);
+  const std::string table = zb::reports::crossval_tables(kResults);  // the documents' rows, then the real files'
+  EXPECT_EQ(table.rfind(zb::reports::crossval_results_table(docs), 0), 0u);
   for (const auto* file : {"/README.md", "/docs/crossval.md"}) {
     const std::string path = std::string(ZEROBENCH_SOURCE_DIR) + file;
     EXPECT_EQ(between_markers(read_file(path), path), table)
@@ -406,6 +407,13 @@ TEST(CrossvalTable, ATamperedDocumentChangesTheTable) {
   const std::string before = zb::reports::crossval_results_table(docs);
   docs.front()["modes"][0]["max_loss_rel_diff"] = 1.5e-3;
   EXPECT_NE(zb::reports::crossval_results_table(docs), before);
+  // The real files' section too: a file's verdict changed in the committed summary changes its row.
+  std::ifstream in(kResults + "/real-files.json");
+  ASSERT_TRUE(in.good()) << "no committed real-files.json (scripts/crossval-real-files.sh)";
+  auto summary = nlohmann::json::parse(in);
+  const std::string section = zb::reports::crossval_real_files_table(summary);
+  summary["files"][0]["outcome"] = summary["files"][0]["outcome"] == "agree" ? "disagree" : "agree";
+  EXPECT_NE(zb::reports::crossval_real_files_table(summary), section);
   const auto bad = zb::test_support::make_clean_dir("cv_table_bad");
   std::ofstream(bad + "/x.json") << "{\"schema\": {\"name\": \"zerobench.report\"}}";
   const auto r = zb::test_support::run_zerobench("crossval --table " + bad);

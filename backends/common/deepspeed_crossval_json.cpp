@@ -1,6 +1,8 @@
 // deepspeed_crossval_json.cpp — see deepspeed_crossval_json.hpp.
 #include "backends/common/deepspeed_crossval_json.hpp"
 
+#include "config/deepspeed_zero_config.hpp"
+
 namespace zb::backends::common {
 
 using json = nlohmann::json;
@@ -8,13 +10,13 @@ using json = nlohmann::json;
 json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes,
                              std::initializer_list<const char*> zero_keys) {
   json ds = user_file.is_object() ? user_file : json::object();
-  if (ds.contains("optimizer")) {
-    ds.erase("optimizer");
-    notes.push_back("DeepSpeed JSON 'optimizer' removed: both sides step crossval's AdamW (the client "
-                    "torch.optim.AdamW, or DeepSpeed's own under offload_optimizer) with the resolved lr, betas, eps "
-                    "and weight decay");
-  }
   const auto& t = spec.train;
+  // The user's "optimizer" stays: zerobench reads its hyper-parameters from it, and DeepSpeed
+  // ignores it beside the client optimizer both sides step (engine.py _configure_optimizer).
+  if (ds.contains("optimizer"))
+    notes.push_back("DeepSpeed JSON 'optimizer' kept for zerobench's reading of it; DeepSpeed steps the client "
+                    "optimizer instead (torch.optim.AdamW, or DeepSpeedCPUAdam under offload_optimizer: a client "
+                    "optimizer replaces the section)");
   // The scheduler section stays: DeepSpeed builds it itself (engine.py _scheduler_from_config) and
   // both sides' lr of every step are compared. Its "auto"s are filled as transformers fills them.
   if (ds.contains("scheduler") && !ds["scheduler"].is_null()) {
@@ -28,8 +30,33 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
   ds["train_batch_size"] = t.micro_batch * t.grad_accum * world;
   ds["gradient_clipping"] = t.grad_clip;
   ds["bf16"] = {{"enabled", spec.precision == "bf16"}};
+  if (ds.contains("bfloat16")) {  // the old name of "bf16" (get_bfloat16_config reads "bf16" first)
+    ds.erase("bfloat16");
+    notes.push_back("DeepSpeed JSON 'bfloat16' (the old name of 'bf16') removed: 'bf16' carries the mode");
+  }
+  if (ds.contains("fp16") && ds["fp16"].is_object()) ds["fp16"]["enabled"] = spec.precision == "fp16";
   json& z = ds["zero_optimization"];
   if (!z.is_object()) z = json::object();
+  // One spelling per setting, the canonical one: DeepSpeedZeroConfig reads the field name and its
+  // alias alike (max_live_parameters / stage3_max_live_parameters), so the user's field-name
+  // spelling beside the canonical key written below would be the same setting given twice, which
+  // DeepSpeed and zerobench both refuse.
+  json canonical = json::object();
+  for (const auto& [key, value] : z.items()) {
+    const std::string name = config::canonical_zero_key(key);
+    if (name != key)
+      notes.push_back("zero_optimization." + key + " written as " + name + " (the same DeepSpeedZeroConfig field)");
+    canonical[name] = value;
+  }
+  z = std::move(canonical);
+  // The deprecated cpu_offload / cpu_offload_param (config.py: new_param offload_optimizer /
+  // offload_param): the callers write those sections from the resolved options.
+  for (const char* key : {"cpu_offload", "cpu_offload_param"})
+    if (z.contains(key)) {
+      z.erase(key);
+      notes.push_back(std::string("zero_optimization.") + key +
+                      " (deprecated) removed: the offload sections are written as resolved");
+    }
   for (const char* key : zero_keys) z[key] = o.at(key);
   if (!o.value("communication_data_type", std::string()).empty())
     ds["communication_data_type"] = o["communication_data_type"];
@@ -38,6 +65,26 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
   ds["steps_per_print"] = 1 << 30;
   ds["wall_clock_breakdown"] = false;
   return ds;
+}
+
+std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework) {
+  if (spec.precision == "fp16")
+    return framework + " fp16 is not cross-validated: " +
+           (device == "cpu" ? std::string("DeepSpeed's CPU accelerator refuses fp16 without oneDNN fp16 (engine.py: "
+                                          "\"Type fp16 is not supported on your device\") and ")
+                            : std::string()) +
+           "scripts/crossval/run_deepspeed.py does not set up DeepSpeed's loss scaler; crossval the file in bf16 or "
+           "fp32 (--precision bf16 with a copy whose fp16.enabled is \"auto\" or false; zerobench's fp16 loss "
+           "scaler is checked against DeepSpeed's DynamicLossScaler in tests/test_loss_scaler.cpp)";
+  const auto& o = spec.options;
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"})
+    if (o.value(key, false))
+      return framework + " with zero_optimization." + key +
+             " true is not cross-validated: DeepSpeed quantizes with its compiled quantizer op (QuantizerBuilder), "
+             "which scripts/crossval/run_deepspeed.py never builds; crossval a copy of the file without " + key +
+             " (zerobench's ZeRO++ quantization is checked against DeepSpeed's arithmetic in tests/test_zeropp.cpp "
+             "and tests/test_qgz.cpp)";
+  return "";
 }
 
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {

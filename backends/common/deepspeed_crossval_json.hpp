@@ -1,8 +1,11 @@
 // deepspeed_crossval_json.hpp — the part of the DeepSpeed JSON that both ZeRO backends' crossval
 // references (zero12_crossval.cpp, zero3_crossval.cpp) build alike: the user's DeepSpeed file
-// (if any) with the batch, clipping, bf16, dtype and reporting keys zerobench resolved written in,
-// `zero_keys` copied from the resolved options into zero_optimization, the optimizer section removed
-// and the scheduler section kept with its "auto"s filled (noted); and the optimizer-state difference both share under
+// (if any) with the batch, clipping, bf16/fp16, dtype and reporting keys zerobench resolved written
+// in, `zero_keys` copied from the resolved options into zero_optimization, every key in its one
+// canonical spelling (a field-name spelling such as max_live_parameters becomes its alias
+// stage3_max_live_parameters, deprecated cpu_offload* and "bfloat16" go: DeepSpeed refuses one
+// setting given twice), the optimizer section kept (the client optimizer replaces it) and the
+// scheduler section kept with its "auto"s filled (each noted); and the optimizer-state difference both share under
 // offload_optimizer (DeepSpeedCPUAdam's step count). Must not: write stage-specific keys (the callers do).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -19,6 +22,13 @@ namespace zb::backends::common {
 
 nlohmann::json deepspeed_crossval_json(const EngineSpec& spec, int world, const nlohmann::json& user_file,
                                        std::vector<std::string>& notes, std::initializer_list<const char*> zero_keys);
+
+// What DeepSpeed cannot run in a crossval on `device` (CrossvalReference::reference_setup, for
+// both ZeRO backends): fp16 (DeepSpeed's CPU accelerator refuses it where oneDNN has no fp16, and
+// the runner does not set up DeepSpeed's loss scaler) and ZeRO++ quantized weights or gradients
+// (DeepSpeed's quantizer op, which the runner never compiles). `framework` names the reference in
+// the line; "" when the mode runs.
+std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework);
 
 // The report's resolved options ran offload_optimizer cpu stepped by DeepSpeedCPUAdam: its step
 // counter is a Python int, not a tensor (the explanation of `optimizer_step_counters`); else nullopt.

@@ -28,9 +28,12 @@ DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j
   o.hysteresis = j.value("hysteresis", o.hysteresis);
   o.consecutive_hysteresis = j.value("consecutive_hysteresis", o.consecutive_hysteresis);
   o.min_loss_scale = j.value("min_loss_scale", o.min_loss_scale);
-  if (o.loss_scale < 0 || o.hysteresis < 1 || o.loss_scale_window <= 0 || o.min_loss_scale <= 0)
-    throw UsageError("fp16 loss scaling " + j.dump() + ": loss_scale >= 0, hysteresis >= 1, loss_scale_window > 0 "
-                     "and min_loss_scale > 0 are required");
+  // DeepSpeedFP16Config's bounds (precision_config.py): loss_scale >= 0; loss_scale_window and
+  // min_loss_scale > 0 only with dynamic scaling (loss_scale 0); hysteresis unbounded (0 or less:
+  // DynamicLossScaler never lowers the scale, update_scale's countdown never reaches 1).
+  if (o.loss_scale < 0 || (o.loss_scale == 0 && (o.loss_scale_window <= 0 || o.min_loss_scale <= 0)))
+    throw UsageError("fp16 loss scaling " + j.dump() + ": loss_scale >= 0, and with dynamic scaling (loss_scale 0) "
+                     "loss_scale_window > 0 and min_loss_scale > 0 are required");
   return o;
 }
 

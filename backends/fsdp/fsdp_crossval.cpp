@@ -65,12 +65,32 @@ std::optional<StateExplanation> explain_state(const CrossvalCase& c, int rank, c
   return std::nullopt;
 }
 
+// What scripts/crossval/run_fsdp1.py can run of the resolved options on this device; see
+// CrossvalReference::reference_setup.
+void reference_setup(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup) {
+  const auto& o = spec.options;
+  if (device == "cpu" && o.value("offload_params", false)) {
+    setup.refusal =
+        "PyTorch FSDP1 CPUOffload(offload_params=True) cannot run on a CPU-only machine: it pins the host shards "
+           "and gradients (_flat_param.py init_flat_param_attributes: .pin_memory()), which needs a CUDA driver; "
+           "crossval the file with --device cuda on a GPU machine (scripts/gpu-check.sh part 2), or a copy without "
+           "fsdp_offload_params here";
+    return;
+  }
+  if (device == "cpu" && o.value("sync_module_states", true))
+    setup.substitutions.push_back(
+        "sync_module_states true: the reference runs without it (FSDP1 refuses it for CPU parameters: _init_utils.py "
+        "_check_module_states_for_sync_module_states); every rank loads the same weights file, so only the set-up "
+        "broadcast, which is not compared, is missing");
+}
+
 }  // namespace
 
 CrossvalReference crossval_reference() {
   CrossvalReference r;
   r.script = "run_fsdp1.py";
   r.framework = "PyTorch FSDP1";
+  r.reference_setup = reference_setup;
   r.explain_state = explain_state;
   return r;
 }

@@ -9,10 +9,79 @@
 
 namespace zb::backends::fsdp2 {
 
+namespace {
+
+// The first option scripts/crossval/run_fsdp2.py does not set up, as a refusal; "" when none.
+std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
+  const std::string way = "; crossval a copy of the file (or the flags) without it";
+  if (o.dp_replicate_size > 1 || (o.dp_replicate_size == 0 && o.dp_shard_size > 0))
+    return "PyTorch FSDP2 with HSDP (dp_replicate_size " + std::to_string(o.dp_replicate_size) + ", dp_shard_size " +
+           std::to_string(o.dp_shard_size) + ") is not set up by scripts/crossval/run_fsdp2.py (one 1-D mesh)" + way;
+  if (o.modules_to_forward_prefetch > 0 || o.modules_to_backward_prefetch > 0)
+    return "PyTorch FSDP2 with explicit prefetch lists (--modules-to-forward-prefetch / --modules-to-backward-prefetch) "
+           "is not set up by scripts/crossval/run_fsdp2.py" + way;
+  if (o.force_sum_reduction_for_comms)
+    return "PyTorch FSDP2 with force_sum_reduction_for_comms is not set up by scripts/crossval/run_fsdp2.py" + way;
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP")
+    return "PyTorch FSDP2 with fsdp_auto_wrap_policy " + o.auto_wrap_policy +
+           " is not set up by scripts/crossval/run_fsdp2.py (TRANSFORMER_BASED_WRAP only)" + way;
+  if (o.activation_checkpointing || spec.train.activation_checkpointing)
+    return "PyTorch FSDP2 with activation checkpointing is not set up by scripts/crossval/run_fsdp2.py" + way;
+  return "";
+}
+
+// The names in fsdp_transformer_layer_cls_to_wrap that are not the block class of the model here.
+std::string other_models_classes(const std::string& names) {
+  std::string others;
+  for (size_t start = 0; start <= names.size();) {
+    size_t end = names.find(',', start);
+    if (end == std::string::npos) end = names.size();
+    std::string name = names.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.erase(0, 1);
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    if (!name.empty() && name != "LlamaDecoderLayer") others += (others.empty() ? "" : ", ") + name;
+    start = end + 1;
+  }
+  return others;
+}
+
+// What scripts/crossval/run_fsdp2.py sets up of the resolved options (its docstring), on this
+// device; see CrossvalReference::reference_setup.
+void reference_setup(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup) {
+  const auto o = fsdp2_options_from_json(spec.options);
+  setup.refusal = not_set_up(spec, o);
+  if (!setup.refusal.empty()) return;
+  if (o.cpu_ram_efficient_loading) {
+    setup.reference_options["cpu_ram_efficient_loading"] = false;
+    setup.substitutions.push_back(
+        "cpu_ram_efficient_loading true: the reference loads the same weights file on every rank instead of "
+        "broadcasting rank 0's (accelerate fsdp2_load_full_state_dict); the parameters start from the same values, "
+        "and set-up traffic is not compared");
+  }
+  if (o.offloads() && o.offload_pin_memory && device == "cpu") {
+    setup.reference_options["offload_pin_memory"] = false;
+    setup.zerobench_flags["--fsdp2-offload-pin-memory"] = "false";
+    setup.substitutions.push_back(
+        "CPUOffloadPolicy(pin_memory=True) runs unpinned on both sides (zerobench's with --fsdp2-offload-pin-memory "
+        "false): page-locked memory needs CUDA and torch refuses to pin on a CPU-only machine; zerobench pins nothing "
+        "on a CPU run either (common::host_empty), so only the reported host.pinned flag would differ");
+  }
+  // accelerate resolves each name against the model it prepares (fsdp2_prepare_auto_wrap_policy:
+  // "Could not find the transformer layer class ... in the model"); both sides here wrap the one
+  // block class of the model they train.
+  if (const auto others = other_models_classes(o.transformer_layer_cls_to_wrap); !others.empty())
+    setup.substitutions.push_back("fsdp_transformer_layer_cls_to_wrap names " + others +
+                                  ", not a class of the Llama decoder trained here: both sides wrap its decoder block "
+                                  "(LlamaDecoderLayer), the block the file wraps in its own model");
+}
+
+}  // namespace
+
 CrossvalReference crossval_reference() {
   CrossvalReference r;
   r.script = "run_fsdp2.py";
   r.framework = "PyTorch FSDP2";
+  r.reference_setup = reference_setup;
   r.explain_state = [](const CrossvalCase& c, int rank, const std::string& category,
                        const nlohmann::json& /*zb*/) -> std::optional<StateExplanation> {
     if (category == "host.grads") {

@@ -24,6 +24,9 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   json& z = ds["zero_optimization"];
   if (!o.offload()) {
     z.erase("offload_optimizer");
+    // The host optimizer zerobench resolved (read only under offload) stays what the JSON says
+    // without the user's optimizer section (config: zero_force_ds_cpu_optimizer).
+    ds["zero_force_ds_cpu_optimizer"] = o.host_optimizer == kCpuAdam;
     return ds;
   }
   z["offload_optimizer"] = {{"device", o.offload_optimizer}, {"pin_memory", o.offload_pin_memory}};
@@ -72,6 +75,9 @@ CrossvalReference crossval_reference(int stage) {
   r.config_file_name = "ds_config.json";
   r.config_flag = "--deepspeed-config";
   r.config_file = deepspeed_json;
+  r.reference_setup = [framework = r.framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
+    s.refusal = common::deepspeed_reference_refusal(spec, device, framework);
+  };
   r.explain_state = explain_state;
   r.measured_bound = measured_bound;
   return r;

@@ -38,7 +38,11 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
     z["offload_optimizer"] = {{"device", oo["device"]}, {"pin_memory", oo.value("pin_memory", true)}};
   if (op.value("device", std::string("none")) != "none")
     z["offload_param"] = {{"device", op["device"]}, {"pin_memory", op.value("pin_memory", true)}};
-  if (z.contains("offload_optimizer")) {
+  if (oo.value("device", std::string("none")) == "none") {
+    // The host optimizer zerobench resolved (read only under offload) stays what the JSON says
+    // without the user's optimizer section (config: zero_force_ds_cpu_optimizer).
+    ds["zero_force_ds_cpu_optimizer"] = o.value("host_optimizer", std::string(kCpuAdam)) == kCpuAdam;
+  } else {
     const bool torch_adam = o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW;
     ds["optimizer"] = {{"type", "AdamW"},
                        {"params",
@@ -124,6 +128,9 @@ CrossvalReference crossval_reference() {
   r.config_file_name = "ds_config.json";
   r.config_flag = "--deepspeed-config";
   r.config_file = deepspeed_json;
+  r.reference_setup = [framework = r.framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
+    s.refusal = common::deepspeed_reference_refusal(spec, device, framework);
+  };
   r.explain_state = explain_state;
   r.explain_comm = explain_comm;
   r.measured_bound = measured_bound;

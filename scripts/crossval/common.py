@@ -43,10 +43,43 @@ def parse_args():
     return p.parse_args()
 
 
+_usage_line = None  # the last usage_error line, for failure_line
+
+
 def usage_error(message):
     """Bad input: one line naming the bad value on stderr, exit 2 (zerobench's convention)."""
-    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr, flush=True)
+    global _usage_line
+    _usage_line = f"{os.path.basename(sys.argv[0])}: {message}"
+    print(_usage_line, file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def failure_line(exc):
+    """The one line that says why this rank failed: a SystemExit's message (a runner's refusal),
+    the usage_error line before a sys.exit(2), else the exception's type and first message line;
+    None for an exit without a message."""
+    if isinstance(exc, SystemExit):
+        if isinstance(exc.code, str):
+            lines = exc.code.strip().splitlines()
+            return lines[-1] if lines else None
+        return _usage_line if exc.code not in (0, None) else None
+    text = str(exc).strip()
+    return type(exc).__name__ + (": " + text.splitlines()[0] if text else "")
+
+
+def record_failure(work, exc):
+    """Writes failure_line(exc) to <work>/upstream/error_rank<RANK>.txt: torchrun reports a failed
+    child only as ChildFailedError, and crossval puts this line in its own message."""
+    line = failure_line(exc)
+    if not line:
+        return
+    try:
+        out_dir = os.path.join(work, "upstream")
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"error_rank{os.environ.get('RANK', '0')}.txt"), "w") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass  # the log still has the traceback
 
 
 class Device:
@@ -275,6 +308,14 @@ def run(make_runner):
       model_state_bytes() -> {category: bytes} and optional details
       notes (list of str)"""
     args = parse_args()
+    try:
+        _train(make_runner, args)
+    except BaseException as exc:  # recorded for crossval's message, then raised as it was
+        record_failure(args.work, exc)
+        raise
+
+
+def _train(make_runner, args):
     device = setup_device(args.device)
     work = args.work
     spec = load_spec(work)
