@@ -194,6 +194,18 @@ json profile_section(const json& ranks, const std::vector<double>& untraced_step
           {"ranks", per_rank}};
 }
 
+// What could make the program-order peak depend on timing, over the peak window (all 0 when it
+// is exact), and the largest comm buffers one collective held in it. null on CUDA.
+json program_order_json(const TrainResult& r) {
+  if (r.peak_program_bytes < 0) return nullptr;
+  const auto& l = r.program_ledger;
+  return {{"exact", l.late_frees == 0 && l.open_at_read == 0},
+          {"late_frees", l.late_frees},
+          {"open_collectives_at_read", l.open_at_read},
+          {"other_thread_peak_bytes", l.other_thread_peak_bytes},
+          {"comm_buffers_peak_bytes", l.comm_buffers_peak_bytes}};
+}
+
 // The model load (engine construction): wall time, RSS high-water mark and device peak over it,
 // and with --model-dir the loader's strategy and bytes.
 struct LoadMeasure {
@@ -360,6 +372,10 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
         {"estimate", estimate ? backends::to_json(*estimate) : json(nullptr)},
         {"tracked_after_init_bytes", result.tracked_after_init_bytes},
         {"peak_tracked_bytes", result.peak_tracked_bytes},
+        // The program-order peak (runtime/memory.hpp): comm buffers held from issue to wait, so
+        // it does not depend on when collectives complete — what `regress` gates. CPU only.
+        {"peak_program_bytes", result.peak_program_bytes >= 0 ? json(result.peak_program_bytes) : json(nullptr)},
+        {"program_order", program_order_json(result)},
         {"peak_from_step", result.peak_from_step},
         {"peak_rss_bytes", runtime::peak_rss_bytes()},
         {"cuda",
@@ -439,6 +455,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
       if (l.skipped) steps.back()["grad_norm"] = nullptr;  // the overflowed norm (inf): no number
     }
     steps.back()["peak_tracked_bytes"] = s.peak_tracked_bytes;  // rank 0's, this step only
+    if (s.peak_program_bytes >= 0) steps.back()["peak_program_bytes"] = s.peak_program_bytes;
     if (device.is_cuda()) {
       steps.back()["peak_allocated_bytes"] = s.peak_allocated_bytes;
       steps.back()["peak_reserved_bytes"] = s.peak_reserved_bytes;

@@ -106,6 +106,10 @@ class StepRunner {
     rec.lost_update_fraction = lost_fraction;
     rec.comm = result.comm_last_step;
     rec.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
+    if (!device.is_cuda()) {
+      rec.peak_program_bytes = runtime::program_peak_bytes();
+      rec.program_ledger = runtime::program_ledger_stats();
+    }
     const auto cuda = runtime::cuda_memory_stats(device);
     rec.peak_allocated_bytes = cuda.peak_allocated_bytes;
     rec.peak_reserved_bytes = cuda.peak_reserved_bytes;
@@ -210,6 +214,12 @@ TrainResult run_training(backends::Engine& engine, const backends::EngineSpec& s
   for (const auto& s : result.steps) {
     if (s.step < result.peak_from_step) continue;
     result.peak_tracked_bytes = std::max(result.peak_tracked_bytes, s.peak_tracked_bytes);
+    result.peak_program_bytes = std::max(result.peak_program_bytes, s.peak_program_bytes);
+    auto& l = result.program_ledger;
+    l.late_frees += s.program_ledger.late_frees;
+    l.open_at_read += s.program_ledger.open_at_read;
+    l.other_thread_peak_bytes = std::max(l.other_thread_peak_bytes, s.program_ledger.other_thread_peak_bytes);
+    l.comm_buffers_peak_bytes = std::max(l.comm_buffers_peak_bytes, s.program_ledger.comm_buffers_peak_bytes);
     result.peak_host_tracked_bytes = std::max(result.peak_host_tracked_bytes, s.peak_host_tracked_bytes);
     result.cuda_peaks.peak_allocated_bytes = std::max(result.cuda_peaks.peak_allocated_bytes, s.peak_allocated_bytes);
     result.cuda_peaks.peak_reserved_bytes = std::max(result.cuda_peaks.peak_reserved_bytes, s.peak_reserved_bytes);

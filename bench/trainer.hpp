@@ -32,6 +32,11 @@ struct StepRecord {
   // This step's memory high-water marks (the peaks are reset as the step starts): the counting
   // CPU allocator or CUDA allocated bytes, and on CUDA the caching allocator's allocated/reserved.
   int64_t peak_tracked_bytes = 0;
+  // CPU: the same step's program-order peak (runtime::program_peak_bytes: comm buffers held from
+  // issue to wait, so it does not depend on when collectives complete) and what could make it
+  // inexact (all 0 when it is exact). -1 on CUDA, where device memory is not in the ledger.
+  int64_t peak_program_bytes = -1;
+  runtime::ProgramLedgerStats program_ledger{};
   int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;  // 0 on CPU
   // Offload: this step's host<->device copies (Engine::offload_traffic), and on CUDA the host's
   // high-water mark of the counting CPU allocator (host buffers that are not pinned; 0 on CPU,
@@ -65,6 +70,8 @@ struct TrainResult {
   // profiled steps; the GEMM peak probe's blocks are gone before (bench/peak.cpp).
   int64_t peak_from_step = 0;
   int64_t peak_tracked_bytes = 0;
+  int64_t peak_program_bytes = -1;              // CPU: the program-order peak over those steps (-1 on CUDA)
+  runtime::ProgramLedgerStats program_ledger{};  // over those steps: counts summed, bytes the largest
   int64_t peak_host_tracked_bytes = 0;          // CUDA runs: the host's (StepRecord), over those steps
   runtime::CudaMemoryStats cuda_peaks{};        // peak_* over those steps; the rest: at the last of them
   CommSnapshot comm_last_step{};                // one step's traffic (the last)

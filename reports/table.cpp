@@ -56,8 +56,12 @@ struct Row {
   double tps_lo = NAN, tps_hi = NAN, tps_coverage = NAN;
   int tps_n = 0;
   std::string plan_key;  // the precision plan's "compute / optimizer updates" pair, for the pivot
+  // peak_mib: the program-order peak (memory.peak_program_bytes, deterministic), or the observed
+  // one for a report without it (older, CUDA); observed_mib: memory.peak_tracked_bytes, as the
+  // allocator saw it (depends on when collectives complete). Max over ranks.
+  double observed_mib = 0;
   double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
-  double peak_over_est = NAN;  // the rank with the largest measured peak: its peak / its own estimate
+  double peak_over_est = NAN;  // the rank with the largest peak (peak_mib's): that peak / its own estimate
   double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};  // on the device
   double host_mib = 0;        // model states offloaded to host memory (max over ranks)
   double offload_mib = NAN;   // host<->device bytes in the last step, both ways (NaN: no offload)
@@ -144,7 +148,12 @@ Row row_of(const json& r) {
       const double mib = (l.value("h2d_bytes", 0.0) + l.value("d2h_bytes", 0.0)) / kMiB;
       row.offload_mib = std::max(std::isfinite(row.offload_mib) ? row.offload_mib : 0.0, mib);
     }
-    const double peak = rk["memory"]["peak_tracked_bytes"].get<double>() / kMiB;
+    const auto& mem = rk["memory"];
+    const double observed = mem["peak_tracked_bytes"].get<double>() / kMiB;
+    const double peak = mem.contains("peak_program_bytes") && mem["peak_program_bytes"].is_number()
+                            ? mem["peak_program_bytes"].get<double>() / kMiB
+                            : observed;
+    row.observed_mib = std::max(row.observed_mib, observed);
     const bool has_est =
         rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0;
     const double est = has_est ? rk["memory"]["estimated_peak_bytes"].get<double>() / kMiB : NAN;
@@ -170,8 +179,9 @@ std::vector<std::string> header(bool with_baseline, bool with_projection) {
   std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
                                 "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
                                 "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "buffers MiB",   "host MiB",      "peak tracked MiB", "est. peak MiB",
-                                "peak/est",      "comm MiB/step", "offload MiB/step", "overlap",
+                                "buffers MiB",   "host MiB",      "peak MiB",        "observed peak MiB",
+                                "est. peak MiB", "peak/est",      "comm MiB/step",   "offload MiB/step",
+                                "overlap",
                                 "final loss",
                                 "status"};
   if (with_baseline) {
@@ -203,6 +213,7 @@ std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_proje
   for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
   c.push_back(dash_if_failed(fmt("%.2f", r.host_mib)));
   c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
+  c.push_back(dash_if_failed(fmt("%.2f", r.observed_mib)));
   c.push_back(r.state == "ok" && std::isfinite(r.est_mib) ? fmt("%.2f", r.est_mib) : "-");
   c.push_back(r.state == "ok" && std::isfinite(r.peak_over_est) ? fmt("%.2f", r.peak_over_est) : "-");
   c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
@@ -286,7 +297,9 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
        "</head><body>\n"
     << "<h1>zerobench results</h1>\n<p>" << rows.size()
     << " runs. Throughput and MFU are medians over measured steps; memory is the maximum over ranks; comm is one "
-       "step's bytes per rank.";
+       "step's bytes per rank. Peak is the program-order peak (communication buffers held from issue to wait: the "
+       "same on every run), which peak/est compares with the estimate; the observed peak is what the allocator saw, "
+       "which depends on when collectives completed.";
   if (base) o << " Relative columns compare with cell <b>" << svg::escape(base->cell) << "</b>.";
   o << " The 95% interval of tokens/GPU/s is the order-statistic interval of the median step time over a run's "
        "measured steps (exact coverage shown when fewer steps give less than 95%); steps of one run are not "
@@ -344,8 +357,8 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
          "Median tokens per GPU per second with its 95% interval over the run's measured steps (higher is better).");
   figure(svg::stacked_bar_chart("Per-rank memory by category", labels, mem, "MiB"),
          "Engine-owned model states by category (max over ranks; buffers = persistent communication "
-         "buffers such as ZeRO-3's IPG bucket); 'other' is the allocator peak above them (activations, gathered "
-         "parameters, transient buffers).");
+         "buffers such as ZeRO-3's IPG bucket); 'other' is the program-order peak above them (activations, "
+         "gathered parameters, transient and communication buffers).");
   figure(svg::line_chart("Loss", loss, "step", "loss (nats)", floor, "entropy floor"),
          "Training loss per step; the dashed line is the data's best achievable loss.");
   figure(svg::line_chart("Gradient norm", gnorm, "step", "global grad norm", NAN, ""),

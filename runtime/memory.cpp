@@ -1,17 +1,21 @@
-// memory.cpp — counting CPU allocator and RSS (see memory.hpp).
+// memory.cpp — counting CPU allocator, its program-order ledger, and RSS (see memory.hpp).
 #include "runtime/memory.hpp"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/device.hpp"
 
@@ -20,8 +24,130 @@ namespace zb::runtime {
 namespace {
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
-std::mutex g_sizes_mutex;
-std::unordered_map<void*, int64_t> g_sizes;  // live block -> bytes
+
+// ---- the program-order ledger (memory.hpp) ----
+constexpr int64_t kProgram = -1, kOtherThread = -2;  // a block's owner; >= 0: a collective's id
+thread_local bool t_program = false;
+
+// The thread-local tag of a collective's comm buffers: a c10 debug info, because c10d's Gloo
+// worker runs each collective under the issuing thread's at::ThreadLocalState, which carries it.
+struct CommTag final : c10::DebugInfoBase {
+  explicit CommTag(int64_t id) : id(id) {}
+  int64_t id;
+};
+constexpr auto kTagKind = c10::DebugInfoKind::PRODUCER_INFO;  // unused by torch's own code
+
+struct Block {
+  int64_t bytes = 0;
+  int64_t owner = kProgram;
+};
+struct Collective {
+  int64_t live = 0, high = 0;  // its comm buffers: live bytes, high-water mark
+  bool closed = false;
+};
+// The program's timeline between two collective events (issue, wait): the highest live program
+// bytes in it and the collectives in flight throughout. Its value — max_live + their comm
+// buffers' high-water — is known once each of them was waited.
+struct Segment {
+  int64_t max_live = 0;
+  std::vector<int64_t> in_flight;
+};
+
+std::mutex g_mutex;  // the block map and the ledger
+std::unordered_map<void*, Block> g_blocks;  // live block -> bytes, owner
+std::map<int64_t, Collective> g_collectives;  // open, or closed but still in a pending segment
+std::vector<int64_t> g_in_flight;             // open collectives, in issue order
+std::vector<Segment> g_pending;               // closed segments waiting for a collective's wait
+int64_t g_next_id = 0;
+int64_t g_program_live = 0;
+int64_t g_segment_max = 0;  // the current segment's highest live program bytes
+int64_t g_program_peak = 0;  // resolved segments since the last reset
+int64_t g_other_live = 0;
+ProgramLedgerStats g_stats;
+
+int64_t comm_high(const std::vector<int64_t>& ids) {
+  int64_t sum = 0;
+  for (int64_t id : ids)
+    if (auto it = g_collectives.find(id); it != g_collectives.end()) sum += it->second.high;
+  return sum;
+}
+
+// Ends the current segment (at a collective event): its value is final now if nothing is in
+// flight, else once everything in flight was waited.
+void end_segment() {
+  if (g_in_flight.empty())
+    g_program_peak = std::max(g_program_peak, g_segment_max);
+  else
+    g_pending.push_back({g_segment_max, g_in_flight});
+  g_segment_max = g_program_live;
+}
+
+void resolve_segments() {
+  auto closed = [](int64_t id) {
+    auto it = g_collectives.find(id);
+    return it == g_collectives.end() || it->second.closed;
+  };
+  std::vector<Segment> kept;
+  for (auto& s : g_pending) {
+    if (std::all_of(s.in_flight.begin(), s.in_flight.end(), closed))
+      g_program_peak = std::max(g_program_peak, s.max_live + comm_high(s.in_flight));
+    else
+      kept.push_back(std::move(s));
+  }
+  g_pending = std::move(kept);
+  // Closed collectives no pending segment names are done with.
+  for (auto it = g_collectives.begin(); it != g_collectives.end();) {
+    bool named = !it->second.closed;
+    for (const auto& s : g_pending)
+      named = named || std::find(s.in_flight.begin(), s.in_flight.end(), it->first) != s.in_flight.end();
+    it = named ? std::next(it) : g_collectives.erase(it);
+  }
+}
+
+int64_t owner_of_new_block() {
+  if (auto* tag = dynamic_cast<CommTag*>(c10::ThreadLocalDebugInfo::get(kTagKind))) return tag->id;
+  return t_program ? kProgram : kOtherThread;
+}
+
+// Called with g_mutex held.
+void ledger_alloc(void* ptr, int64_t n) {
+  Block b{n, owner_of_new_block()};
+  if (b.owner >= 0) {
+    auto it = g_collectives.find(b.owner);
+    if (it == g_collectives.end() || it->second.closed) {
+      b.owner = kOtherThread;  // a collective's thread allocating after its wait: not in the peak
+    } else {
+      it->second.live += n;
+      it->second.high = std::max(it->second.high, it->second.live);
+      g_stats.comm_buffers_peak_bytes = std::max(g_stats.comm_buffers_peak_bytes, it->second.high);
+    }
+  }
+  if (b.owner == kProgram) {
+    g_program_live += n;
+    g_segment_max = std::max(g_segment_max, g_program_live);
+  } else if (b.owner == kOtherThread) {
+    g_other_live += n;
+    g_stats.other_thread_peak_bytes = std::max(g_stats.other_thread_peak_bytes, g_other_live);
+  }
+  g_blocks[ptr] = b;
+}
+
+// Called with g_mutex held; returns the block's bytes (0 for a block never counted).
+int64_t ledger_free(void* ptr) {
+  auto it = g_blocks.find(ptr);
+  if (it == g_blocks.end()) return 0;
+  const Block b = it->second;
+  g_blocks.erase(it);
+  if (b.owner == kProgram) {
+    g_program_live -= b.bytes;
+    if (!t_program) ++g_stats.late_frees;
+  } else if (b.owner == kOtherThread) {
+    g_other_live -= b.bytes;
+  } else if (auto c = g_collectives.find(b.owner); c != g_collectives.end() && !c->second.closed) {
+    c->second.live -= b.bytes;  // its high-water stands until the wait
+  }
+  return b.bytes;
+}
 
 // Context == data pointer (as c10's DefaultCPUAllocator does), so raw_allocate and
 // raw_deallocate, which some CPU kernels use for scratch space, keep working.
@@ -29,12 +155,8 @@ void counting_free(void* ptr) {
   if (!ptr) return;
   int64_t bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(g_sizes_mutex);
-    auto it = g_sizes.find(ptr);
-    if (it != g_sizes.end()) {
-      bytes = it->second;
-      g_sizes.erase(it);
-    }
+    std::lock_guard<std::mutex> lock(g_mutex);
+    bytes = ledger_free(ptr);
   }
   g_current.fetch_sub(bytes);
   c10::free_cpu(ptr);
@@ -45,8 +167,8 @@ class CountingCpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     void* ptr = c10::alloc_cpu(n);
     {
-      std::lock_guard<std::mutex> lock(g_sizes_mutex);
-      g_sizes[ptr] = int64_t(n);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      ledger_alloc(ptr, int64_t(n));
     }
     const int64_t now = g_current.fetch_add(int64_t(n)) + int64_t(n);
     int64_t peak = g_peak.load();
@@ -62,6 +184,7 @@ CountingCpuAllocator* g_allocator = nullptr;
 }  // namespace
 
 void install_counting_cpu_allocator() {
+  mark_program_thread();
   if (g_allocator) return;
   g_allocator = new CountingCpuAllocator();  // lives for the process
   c10::SetCPUAllocator(g_allocator, /*priority=*/100);
@@ -69,7 +192,63 @@ void install_counting_cpu_allocator() {
 bool counting_cpu_allocator_installed() { return g_allocator != nullptr; }
 int64_t tracked_cpu_bytes() { return g_current.load(); }
 int64_t tracked_cpu_peak_bytes() { return g_peak.load(); }
-void reset_tracked_cpu_peak() { g_peak.store(g_current.load()); }
+void reset_tracked_cpu_peak() {
+  g_peak.store(g_current.load());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  // The window starts here: earlier segments were read with the previous window. Collectives in
+  // flight now keep their comm buffers in the segment that starts here.
+  g_pending.clear();
+  resolve_segments();
+  g_segment_max = g_program_live;
+  g_program_peak = 0;
+  g_stats = {};
+  g_stats.other_thread_peak_bytes = g_other_live;
+  for (const auto& [id, c] : g_collectives)
+    if (!c.closed) g_stats.comm_buffers_peak_bytes = std::max(g_stats.comm_buffers_peak_bytes, c.high);
+}
+
+void mark_program_thread() { t_program = true; }
+
+int64_t comm_buffers_open() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  end_segment();
+  const int64_t id = g_next_id++;
+  g_collectives[id] = Collective{};
+  g_in_flight.push_back(id);
+  return id;
+}
+
+void comm_buffers_close(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_collectives.find(id);
+  if (it == g_collectives.end() || it->second.closed) return;
+  end_segment();
+  it->second.closed = true;
+  g_in_flight.erase(std::remove(g_in_flight.begin(), g_in_flight.end(), id), g_in_flight.end());
+  resolve_segments();
+}
+
+CommBufferScope::CommBufferScope(int64_t id)
+    : guard_(new c10::DebugInfoGuard(kTagKind, std::make_shared<CommTag>(id))) {}
+CommBufferScope::~CommBufferScope() { delete static_cast<c10::DebugInfoGuard*>(guard_); }
+
+int64_t program_live_bytes() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_program_live;
+}
+
+int64_t program_peak_bytes() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  int64_t peak = std::max(g_program_peak, g_segment_max + comm_high(g_in_flight));
+  for (const auto& s : g_pending) peak = std::max(peak, s.max_live + comm_high(s.in_flight));
+  g_stats.open_at_read = int64_t(g_in_flight.size());
+  return peak;
+}
+
+ProgramLedgerStats program_ledger_stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_stats;
+}
 
 int64_t peak_rss_bytes() {
   rusage u{};

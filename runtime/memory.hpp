@@ -1,6 +1,8 @@
 // memory.hpp — per-rank memory measurement. Owns: the counting CPU allocator (current/peak
-// bytes of every CPU tensor), peak and current RSS, and the CUDA caching-allocator peaks.
-// Must not: decide what the engine owns (engines report their own model-state bytes).
+// bytes of every CPU tensor), its program-order ledger (the deterministic peak below), peak and
+// current RSS, and the CUDA caching-allocator peaks.
+// Must not: decide what the engine owns (engines report their own model-state bytes), or decide
+// when a collective is issued or waited (Comm tells the ledger).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -8,13 +10,59 @@
 
 namespace zb::runtime {
 
-// Installs the counting allocator as c10's CPU allocator (idempotent). Call before creating
-// tensors you want counted.
+// Installs the counting allocator as c10's CPU allocator (idempotent) and marks the calling thread
+// as the program thread (below). Call before creating tensors you want counted.
 void install_counting_cpu_allocator();
 bool counting_cpu_allocator_installed();
 int64_t tracked_cpu_bytes();       // live bytes now
-int64_t tracked_cpu_peak_bytes();  // high-water mark since the last reset
-void reset_tracked_cpu_peak();     // peak := current
+int64_t tracked_cpu_peak_bytes();  // high-water mark since the last reset (observed: timing-dependent)
+void reset_tracked_cpu_peak();     // peak := current; also the program-order peak and ledger stats
+
+// ---- The program-order peak (docs/metrics.md "Observed and program-order peaks") ----
+// tracked_cpu_peak_bytes() is what the allocator saw, in real time, on every thread: it depends on
+// when collectives complete. Gloo runs each collective on its worker threads, which allocate
+// staging buffers there (the all-gather's flat output) and drop their references to the work —
+// and so free tensors only the work still held (the reduce-scatter's input clone) — whenever the
+// scheduler lets them; two identical runs differ by those buffers.
+// The ledger computes a peak that does not depend on that timing: the live bytes of the program
+// thread's allocations and frees, in program order, plus each collective's comm buffers — every
+// block allocated inside its issue call or by whichever thread runs it (Gloo's worker runs with
+// the issuing thread's ThreadLocalState) — held at their high-water mark from the collective's
+// issue to its wait, whenever they were really allocated or freed. It is the peak of a run in
+// which every collective completes at its wait; with threads: 1 and a deterministic program, two
+// runs give the same bytes. Allocations on other threads outside any collective (intra-op
+// workers) are not in it (ProgramLedgerStats counts them).
+void mark_program_thread();  // the calling thread's allocations are the program's
+// Comm: a collective is issued. Returns its id; while `CommBufferScope` is alive on the issuing
+// thread (around the process group's call), allocations there and on any thread that runs with
+// that thread-local state are the collective's comm buffers.
+int64_t comm_buffers_open();
+// Comm: the collective with this id was waited: its comm buffers end here (their real frees,
+// earlier or later, no longer count).
+void comm_buffers_close(int64_t id);
+class CommBufferScope {
+ public:
+  explicit CommBufferScope(int64_t id);  // installs the thread-local tag (c10::DebugInfoGuard)
+  ~CommBufferScope();
+  CommBufferScope(const CommBufferScope&) = delete;
+  CommBufferScope& operator=(const CommBufferScope&) = delete;
+
+ private:
+  void* guard_;  // the c10::DebugInfoGuard (kept out of this header)
+};
+int64_t program_live_bytes();
+// The program-order peak since the last reset_tracked_cpu_peak(). Reading it does not change it;
+// collectives still in flight count with their comm buffers' high-water so far.
+int64_t program_peak_bytes();
+// What could make program_peak_bytes() depend on timing, since the last reset; all 0 in a run
+// whose program-order peak is exact.
+struct ProgramLedgerStats {
+  int64_t late_frees = 0;             // program blocks freed on another thread (at a time the scheduler chose)
+  int64_t open_at_read = 0;           // collectives in flight when the peak was last read
+  int64_t other_thread_peak_bytes = 0;  // live bytes allocated on other threads outside any collective (high-water)
+  int64_t comm_buffers_peak_bytes = 0;  // the largest comm-buffer high-water of one collective (in the peak)
+};
+ProgramLedgerStats program_ledger_stats();
 
 int64_t peak_rss_bytes();     // getrusage max RSS of this process
 int64_t current_rss_bytes();  // /proc/self/statm

@@ -7,7 +7,8 @@ committed reports (a `zerobench matrix` output directory), never typed in.
     scripts/memory-estimate-table.py DIR --check DOC     # exit 1 unless DOC holds exactly that table
 
 Per cell: the setting that makes it held out, the largest measured peak over ranks
-(ranks[i].memory.peak_tracked_bytes) next to that rank's estimate
+(ranks[i].memory.peak_program_bytes, the program-order peak; peak_tracked_bytes in reports
+recorded before it) next to that rank's estimate
 (ranks[i].memory.estimated_peak_bytes), the per-rank peak/est range and the estimate's peak
 moment. Markers: <!-- memory-estimate-table:NAME:begin --> ... <!-- ...:end -->, NAME = DIR's
 last component.
@@ -17,6 +18,13 @@ import os
 import sys
 
 MIB = 1024.0 * 1024.0
+
+
+def peak(rank):
+    """A rank's measured peak: the program-order one, or the observed one in older reports."""
+    m = rank["memory"]
+    return m["peak_program_bytes"] if m.get("peak_program_bytes") is not None else m["peak_tracked_bytes"]
+
 DEFAULTS = {"model": "tiny", "seq-len": "128", "micro-batch": "2", "grad-accum": "1"}
 
 
@@ -62,13 +70,13 @@ def rows(directory):
             out.append(f'| {cell} | | {cfg["backend"]["name"]} | {cfg["backend"]["precision"]} | | - | - | - | {r["status"]["state"]} |')
             continue
         ranks = r["ranks"]
-        worst = max(ranks, key=lambda k: k["memory"]["peak_tracked_bytes"])
-        ratios = [k["memory"]["peak_tracked_bytes"] / k["memory"]["estimated_peak_bytes"] for k in ranks]
+        worst = max(ranks, key=peak)
+        ratios = [peak(k) / k["memory"]["estimated_peak_bytes"] for k in ranks]
         lo, hi = min(ratios), max(ratios)
         rng = f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}–{hi:.3f}"
         mem = worst["memory"]
         out.append(f'| {cell} | {setting(r)} | {cfg["backend"]["name"]} | {cfg["backend"]["precision"]} | '
-                   f'{r["env"]["world_size"]} | {mem["peak_tracked_bytes"] / MIB:.2f} | '
+                   f'{r["env"]["world_size"]} | {peak(worst) / MIB:.2f} | '
                    f'{mem["estimated_peak_bytes"] / MIB:.2f} | {rng} | {mem["estimate"]["peak_phase"]} |')
     return "\n".join(out) + "\n"
 

@@ -87,8 +87,9 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  // ... params, master, grads, optimizer, buffers, host MiB, peak, est., peak/est, comm, offload MiB/step, ...
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,0.00,4.77,-,-,0.01,-,-,6.5000,ok"),
+  // ... params, master, grads, optimizer, buffers, host MiB, peak, observed peak, est., peak/est, comm,
+  // offload MiB/step, ... (a report without peak_program_bytes: its peak is the observed one)
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,0.00,4.77,4.77,-,-,0.01,-,-,6.5000,ok"),
             std::string::npos)
       << csv;
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
@@ -221,6 +222,43 @@ TEST(Regress, GatesOffloadBytesByLocationAndTheTrafficEachWay) {
   auto none = base;  // offload gone altogether
   none[0]["ranks"][0].erase("offload");
   EXPECT_TRUE(reports::compare_reports(base, none, {}).regression());
+}
+
+// Memory peaks: the program-order peak is gated exactly (one byte either way is a regression); the
+// observed peak is shown, never gated — however far it moves — unless a report has no program-order
+// peak (an older baseline), where the old rule holds: at most --memory-threshold (5%) above.
+TEST(Regress, GatesTheProgramOrderPeakExactlyAndShowsTheObservedOne) {
+  std::vector<json> base = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1})};
+  base[0]["ranks"][0]["memory"]["peak_program_bytes"] = 5200000;
+  EXPECT_FALSE(reports::compare_reports(base, base, {}).regression());
+  auto observed_moved = base;  // +20% observed, program order unchanged: a timing difference
+  observed_moved[0]["ranks"][0]["memory"]["peak_tracked_bytes"] = 6000000;
+  auto r = reports::compare_reports(base, observed_moved, {});
+  EXPECT_FALSE(r.regression()) << r.to_text();
+  EXPECT_NE(r.to_text().find("| ranks[0].memory.peak_tracked_bytes | 5e+06 | 6e+06 | +20.00% | ok | observed"),
+            std::string::npos)
+      << r.to_text();
+  EXPECT_NE(r.to_text().find("| ranks[0].memory.peak_program_bytes | 5200000 | 5200000 | same | ok |"),
+            std::string::npos)
+      << r.to_text();
+  for (const int64_t delta : {1, -1}) {  // one byte more, or less: the planted fault
+    auto moved = base;
+    moved[0]["ranks"][0]["memory"]["peak_program_bytes"] = 5200000 + delta;
+    r = reports::compare_reports(base, moved, {});
+    EXPECT_TRUE(r.regression()) << delta;
+    EXPECT_NE(r.to_text().find("peak_program_bytes | 5200000 | " + std::to_string(5200000 + delta)), std::string::npos)
+        << r.to_text();
+  }
+  // A baseline recorded before the program-order peak: the observed one within 5%.
+  const std::vector<json> old_base = {fixture("c", "fsdp", "mixed", {0.1, 0.1, 0.1})};
+  auto within = base;
+  within[0]["ranks"][0]["memory"]["peak_tracked_bytes"] = 5200000;  // +4%
+  EXPECT_FALSE(reports::compare_reports(old_base, within, {}).regression());
+  auto beyond = base;
+  beyond[0]["ranks"][0]["memory"]["peak_tracked_bytes"] = 5300000;  // +6%
+  r = reports::compare_reports(old_base, beyond, {});
+  EXPECT_TRUE(r.regression());
+  EXPECT_NE(r.to_text().find("the baseline has no peak_program_bytes"), std::string::npos) << r.to_text();
 }
 
 TEST(Regress, ANewConfigFieldStillMatchesButAChangedSettingIsFlagged) {

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "runtime/errors.hpp"
+#include "runtime/memory.hpp"
 #include "runtime/nvtx.hpp"
 
 namespace zb::backends::common {
@@ -27,7 +31,49 @@ c10::intrusive_ptr<c10d::Work> timing_handle(const c10::intrusive_ptr<c10d::Work
 #endif
   return work;
 }
+
+// Gloo's worker thread drops its reference to a work just after completing it. Waiting for that
+// here makes this thread the one that destroys the work, so a tensor only the work still
+// references (an input the caller dropped after issuing) is freed at the wait, in program order,
+// not on Gloo's thread when the scheduler lets it run (runtime/memory.hpp, the program-order peak).
+// Bounded: a holder that keeps the work longer (none in torch 2.11's Gloo) costs one second once,
+// then `spin` is cleared and later works are released at once (the ledger then counts any tensor
+// freed on Gloo's thread as a late free).
+void release_here(c10::intrusive_ptr<c10d::Work>& work, bool& spin) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (spin && work.use_count() > 1) {
+    if (std::chrono::steady_clock::now() > deadline) spin = false;
+    std::this_thread::yield();
+  }
+  work.reset();
+}
 }  // namespace
+
+CommTestTiming CommTestTiming::from_env() {
+  CommTestTiming t;
+  const char* v = std::getenv("ZEROBENCH_TEST_COMM_TIMING");
+  if (!v || !*v) return t;
+  const std::string s = v;
+  const std::string bad = "ZEROBENCH_TEST_COMM_TIMING '" + s + "': expected wait-at-issue or delay-issue:RANK:MS";
+  if (s == "wait-at-issue") {
+    t.wait_at_issue = true;
+    return t;
+  }
+  if (s.rfind("delay-issue:", 0) != 0) throw UsageError(bad);
+  const auto rest = s.substr(12);
+  const auto colon = rest.find(':');
+  try {
+    size_t used_rank = 0, used_ms = 0;
+    if (colon == std::string::npos) throw UsageError(bad);
+    t.delay_rank = std::stoi(rest.substr(0, colon), &used_rank);
+    t.delay_ms = std::stoi(rest.substr(colon + 1), &used_ms);
+    if (used_rank != colon || used_ms != rest.size() - colon - 1 || t.delay_rank < 0 || t.delay_ms <= 0)
+      throw UsageError(bad);
+  } catch (const std::logic_error&) {
+    throw UsageError(bad);
+  }
+  return t;
+}
 
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
@@ -50,8 +96,27 @@ double busbw_factor(CollectiveKind kind, int w) {
   }
 }
 
-Comm::Comm(runtime::World world) : world_(std::move(world)), streams_(world_.device) {
+Comm::Comm(runtime::World world)
+    : world_(std::move(world)), streams_(world_.device), test_timing_(CommTestTiming::from_env()) {
   device_timing_ = world_.pg_backend == "nccl";
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::call_process_group(int64_t buffers,
+                                                        const std::function<c10::intrusive_ptr<c10d::Work>()>& call) {
+  if (test_timing_.delay_ms > 0 && test_timing_.delay_rank == world_.rank)
+    std::this_thread::sleep_for(std::chrono::milliseconds(test_timing_.delay_ms));
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    runtime::CommBufferScope scope(buffers);  // what the call and Gloo's worker allocate for it
+    try {
+      work = call();
+    } catch (...) {
+      runtime::comm_buffers_close(buffers);
+      throw;
+    }
+  }
+  if (work && test_timing_.wait_at_issue) work->wait();
+  return work;
 }
 
 Comm::~Comm() {
@@ -86,6 +151,7 @@ PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexc
     log_entry_ = std::exchange(other.log_entry_, -1);
     issued_s_ = other.issued_s_;
     completed_s_ = std::move(other.completed_s_);
+    buffers_ = std::exchange(other.buffers_, -1);
   }
   return *this;
 }
@@ -110,25 +176,26 @@ void PendingCollective::log_stream_wait(StreamId s) const {
   if (comm_) comm_->streams_.log_collective_wait(log_entry_, s, label_);
 }
 
-PendingCollective Comm::issue(CollectiveKind kind, const runtime::World& group,
-                              const c10::intrusive_ptr<c10d::Work>& work, int64_t bytes, const std::string& label,
-                              double issued_s, std::vector<at::Tensor> held) {
+PendingCollective Comm::issue(CollectiveKind kind, const runtime::World& group, c10::intrusive_ptr<c10d::Work> work,
+                              int64_t bytes, const std::string& label, double issued_s, std::vector<at::Tensor> held,
+                              int64_t buffers) {
   if (tracing_) trace_.push_back(std::string(collective_name(kind)) + ":" + label);
   PendingCollective p;
   p.log_entry_ = streams_.log_collective(group_name(group), std::string(collective_name(kind)) + ":" + label, held,
                                          group.emulated);
   p.comm_ = this;
-  p.work_ = work;
+  p.work_ = std::move(work);
   p.held_ = std::move(held);
   p.kind_ = kind;
   p.bytes_ = bytes;
   p.label_ = label;
   p.issued_s_ = issued_s;
-  if (work && world_.pg_backend == "gloo") {
+  p.buffers_ = buffers;
+  if (p.work_ && world_.pg_backend == "gloo") {
     // Gloo completes a collective on its worker thread: stamp the moment it does.
     auto stamp = std::make_shared<std::atomic<double>>(0.0);
     try {
-      work->getFuture()->addCallback([stamp](c10::ivalue::Future&) { stamp->store(now_s()); });
+      p.work_->getFuture()->addCallback([stamp](c10::ivalue::Future&) { stamp->store(now_s()); });
       p.completed_s_ = stamp;
     } catch (const std::exception&) {
       // No future on this work: completion is taken at wait().
@@ -157,9 +224,13 @@ void Comm::finish(PendingCollective& p, double wait_start_s, double wait_end_s) 
     intervals_.push_back({p.kind_, p.label_, int64_t(p.issued_s_ * 1e9), int64_t(completed * 1e9),
                           int64_t(wait_start_s * 1e9), int64_t(wait_end_s * 1e9), p.bytes_});
   p.comm_ = nullptr;
-  p.work_.reset();
+  if (p.work_ && world_.pg_backend == "gloo")
+    release_here(p.work_, release_spin_);
+  else
+    p.work_.reset();
   p.held_.clear();
   p.completed_s_.reset();
+  runtime::comm_buffers_close(std::exchange(p.buffers_, -1));  // its comm buffers end at the wait
   streams_.flush_frees();  // the collective's references are gone: log what that freed
 }
 
@@ -202,13 +273,13 @@ PendingCollective Comm::all_gather_async(at::Tensor& out, at::Tensor& in, const 
               in.numel());
   runtime::nvtx::Range range(std::string("all_gather ") + label);
   const double t0 = now_s();
-  c10::intrusive_ptr<c10d::Work> work;
-  if (g.size == 1) {
+  const int64_t buffers = runtime::comm_buffers_open();
+  auto work = call_process_group(buffers, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (g.size > 1) return g.pg->_allgather_base(out, in);
     out.copy_(in);
-  } else {
-    work = g.pg->_allgather_base(out, in);
-  }
-  return issue(CollectiveKind::kAllGather, g, work, int64_t(out.nbytes()), label, t0, {out, in});
+    return {};
+  });
+  return issue(CollectiveKind::kAllGather, g, std::move(work), int64_t(out.nbytes()), label, t0, {out, in}, buffers);
 }
 
 PendingCollective Comm::reduce_scatter_sum_async(at::Tensor& out, at::Tensor& in, const std::string& label,
@@ -223,15 +294,18 @@ PendingCollective Comm::reduce_scatter_async(at::Tensor& out, at::Tensor& in, c1
               out.numel());
   runtime::nvtx::Range range(std::string("reduce_scatter ") + label);
   const double t0 = now_s();
-  c10::intrusive_ptr<c10d::Work> work;
-  if (g.size == 1) {
-    out.copy_(in);
-  } else {
+  const int64_t buffers = runtime::comm_buffers_open();
+  auto work = call_process_group(buffers, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (g.size == 1) {
+      out.copy_(in);
+      return {};
+    }
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = op;
-    work = g.pg->_reduce_scatter_base(out, in, opts);
-  }
-  return issue(CollectiveKind::kReduceScatter, g, work, int64_t(in.nbytes()), label, t0, {out, in});
+    return g.pg->_reduce_scatter_base(out, in, opts);
+  });
+  return issue(CollectiveKind::kReduceScatter, g, std::move(work), int64_t(in.nbytes()), label, t0, {out, in},
+               buffers);
 }
 
 // A blocking call: the caller is blocked from the issue on, not only inside wait().
@@ -259,28 +333,31 @@ PendingCollective Comm::all_reduce_async(at::Tensor& t, c10d::ReduceOp op, const
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("all_reduce ") + label);
   const double t0 = now_s();
-  c10::intrusive_ptr<c10d::Work> work;
-  if (g.size > 1) {
+  const int64_t buffers = runtime::comm_buffers_open();
+  auto work = call_process_group(buffers, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (g.size == 1) return {};
     std::vector<at::Tensor> ts{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
-    work = g.pg->allreduce(ts, opts);
-  }
-  return issue(CollectiveKind::kAllReduce, g, work, int64_t(t.nbytes()), label, t0, {t});
+    return g.pg->allreduce(ts, opts);
+  });
+  return issue(CollectiveKind::kAllReduce, g, std::move(work), int64_t(t.nbytes()), label, t0, {t}, buffers);
 }
 
 void Comm::broadcast(at::Tensor& t, int root, const std::string& label, const runtime::World* group) {
   const auto& g = group ? *group : world_;
   runtime::nvtx::Range range(std::string("broadcast ") + label);
   const double t0 = now_s();
-  c10::intrusive_ptr<c10d::Work> work;
-  if (g.size > 1) {
+  const int64_t buffers = runtime::comm_buffers_open();
+  auto work = call_process_group(buffers, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (g.size == 1) return {};
     std::vector<at::Tensor> ts{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    work = g.pg->broadcast(ts, opts);
-  }
-  wait_from_issue(issue(CollectiveKind::kBroadcast, g, work, int64_t(t.nbytes()), label, t0, {t}));
+    return g.pg->broadcast(ts, opts);
+  });
+  wait_from_issue(
+      issue(CollectiveKind::kBroadcast, g, std::move(work), int64_t(t.nbytes()), label, t0, {t}, buffers));
 }
 
 PendingCollective Comm::all_to_all_single_async(at::Tensor& out, at::Tensor& in, const std::string& label,
@@ -291,14 +368,16 @@ PendingCollective Comm::all_to_all_single_async(at::Tensor& out, at::Tensor& in,
               " must be equal, of one dtype, and a multiple of the group size ", g.size);
   runtime::nvtx::Range range(std::string("all_to_all ") + label);
   const double t0 = now_s();
-  c10::intrusive_ptr<c10d::Work> work;
-  if (g.size == 1) {
-    out.copy_(in);
-  } else {
+  const int64_t buffers = runtime::comm_buffers_open();
+  auto work = call_process_group(buffers, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    if (g.size == 1) {
+      out.copy_(in);
+      return {};
+    }
     std::vector<int64_t> equal_splits;  // empty: equal splits (all_to_all_single without split sizes)
-    work = g.pg->alltoall_base(out, in, equal_splits, equal_splits);
-  }
-  return issue(CollectiveKind::kAllToAll, g, work, int64_t(in.nbytes()), label, t0, {out, in});
+    return g.pg->alltoall_base(out, in, equal_splits, equal_splits);
+  });
+  return issue(CollectiveKind::kAllToAll, g, std::move(work), int64_t(in.nbytes()), label, t0, {out, in}, buffers);
 }
 
 void Comm::all_to_all_single(at::Tensor& out, at::Tensor& in, const std::string& label,

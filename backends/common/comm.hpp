@@ -20,12 +20,19 @@
 // `torch.cuda.stream(_unshard_stream)`); ProcessGroupNCCL makes its communicator stream wait for
 // that stream, and wait() makes the then-current stream wait for the collective. The dependency
 // log (streams().set_logging) records both.
+//
+// Memory. Every collective tells runtime/memory's program-order ledger when it is issued and
+// waited: what the process group allocates for it (Gloo's input clone, its worker's flat
+// all-gather output) are its comm buffers, held from issue to wait in the deterministic peak
+// (runtime::program_peak_bytes). On Gloo the wait also takes back the work from Gloo's worker
+// before releasing it, so tensors only the work still held are freed at the wait.
 #pragma once
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,6 +64,18 @@ struct CollectiveStats {
 };
 
 class Comm;
+
+// Test-only (tests/test_gate_stability.cpp): ZEROBENCH_TEST_COMM_TIMING forces when collectives
+// complete, leaving the program's order alone — `wait-at-issue`: every collective is waited for
+// inside its issue call (complete before the caller goes on); `delay-issue:RANK:MS`: RANK sleeps
+// MS ms before issuing each collective (its peers' collectives stay in flight that long). A bad
+// value is a UsageError naming it.
+struct CommTestTiming {
+  bool wait_at_issue = false;
+  int delay_rank = -1;
+  int delay_ms = 0;
+  static CommTestTiming from_env();
+};
 
 // One collective in flight. Holds references to its input and output until wait() returns —
 // the held-reference approach of FSDP2: the caching allocator cannot hand their blocks to
@@ -91,6 +110,7 @@ class PendingCollective {
   int64_t log_entry_ = -1;  // its dependency-log entry
   double issued_s_ = 0;
   std::shared_ptr<std::atomic<double>> completed_s_;  // set by Gloo's future callback
+  int64_t buffers_ = -1;  // its comm buffers in the program-order ledger (runtime/memory.hpp)
 };
 
 class Comm {
@@ -174,8 +194,13 @@ class Comm {
 
  private:
   friend class PendingCollective;
-  PendingCollective issue(CollectiveKind kind, const runtime::World& group, const c10::intrusive_ptr<c10d::Work>& work,
-                          int64_t bytes, const std::string& label, double issued_s, std::vector<at::Tensor> held);
+  // Takes the work: the handle must be its only reference here (Gloo: see finish()).
+  PendingCollective issue(CollectiveKind kind, const runtime::World& group, c10::intrusive_ptr<c10d::Work> work,
+                          int64_t bytes, const std::string& label, double issued_s, std::vector<at::Tensor> held,
+                          int64_t buffers);
+  // The process group's call, with the comm-buffer tag `buffers` on (and the test timing).
+  c10::intrusive_ptr<c10d::Work> call_process_group(int64_t buffers,
+                                                    const std::function<c10::intrusive_ptr<c10d::Work>()>& call);
   void finish(PendingCollective& p, double wait_start_s, double wait_end_s);
   void wait_from_issue(PendingCollective&& p);
   void bound_timing_handles();                      // reads the completed handles once past kMaxTimingHandles
@@ -191,6 +216,8 @@ class Comm {
   bool tracing_ = false;
   std::vector<std::string> trace_;
   std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_{};
+  CommTestTiming test_timing_;
+  bool release_spin_ = true;  // Gloo: finish() waits for Gloo's worker to let go of the work (comm.cpp)
 };
 
 // Difference of two snapshots (e.g. one step's traffic).

@@ -15,6 +15,7 @@
 #include "backends/common/autograd_bridge.hpp"
 #include "backends/common/drain.hpp"
 #include "backends/common/forward_backward.hpp"
+#include "backends/common/planted_allocation.hpp"
 #include "backends/common/full_parameters.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
@@ -349,6 +350,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     // accelerate's accumulate(): non-final micro-batches run under model.no_sync() unless
     // GradientAccumulationPlugin(sync_each_batch=True).
     sync_ = last_micro_batch || spec_.train.sync_each_batch;
+    planted_.hold();  // test-only: ZEROBENCH_TEST_PLANT_STEP_ALLOC (the memory gate's planted regression)
     return common::forward_backward(spec_.model, *this, batch, rope_,
                                     spec_.train.activation_checkpointing || opts_.activation_checkpointing,
                                     loss_scale, scaler_ ? scaler_->scale() : 1.0);  // fp16: scaler.scale(loss / gas)
@@ -384,6 +386,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       unit.grad_shard = at::Tensor();
       unit.unsharded_grad = at::Tensor();
     }
+    planted_.release();
     return norm.item<double>();
   }
 
@@ -609,6 +612,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   at::Device local_device_ = at::kCPU;         // the compute device
   std::unique_ptr<common::FusedAdamW> optimizer_;
   std::unique_ptr<common::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
+  common::PlantedStepAllocation planted_ = common::PlantedStepAllocation::from_env();
   models::RopeCache rope_;
   bool sync_ = true;  // state._sync_gradients for the current micro-batch
   bool final_callback_queued_ = false;

@@ -85,7 +85,8 @@ const CommandRegistrar kRegress(
        cmd.add_option("--threshold", o.threshold, "timing: relative median change that counts (0.05)")
            ->check(FiniteRange(0, 1));
        cmd.add_option("--alpha", o.alpha, "timing: Mann-Whitney significance level (0.05)")->check(FiniteRange(0, 1));
-       cmd.add_option("--memory-threshold", o.memory_threshold, "allocator peaks: allowed growth (0.05)")
+       cmd.add_option("--memory-threshold", o.memory_threshold,
+                      "observed allocator peaks where a report has no peak_program_bytes: allowed growth (0.05)")
            ->check(FiniteRange(0, 10));
        cmd.add_option("--numerics-rtol", o.numerics_rtol,
                       "per-step loss, grad norm, lr: allowed relative difference on the same machine kind (0 = bitwise)")
