@@ -206,6 +206,13 @@ json program_order_json(const TrainResult& r) {
           {"comm_buffers_peak_bytes", l.comm_buffers_peak_bytes}};
 }
 
+// The counting allocator's large-block cache (runtime/memory.hpp): cached blocks are in the RSS.
+json cpu_block_cache_json() {
+  const auto c = runtime::cpu_block_cache_stats();
+  return {{"limit_bytes", c.limit_bytes}, {"hits", c.hits},       {"misses", c.misses},
+          {"evictions", c.evictions},     {"cached_bytes", c.cached_bytes}, {"cached_peak_bytes", c.cached_peak_bytes}};
+}
+
 // The model load (engine construction): wall time, RSS high-water mark and device peak over it,
 // and with --model-dir the loader's strategy and bytes.
 struct LoadMeasure {
@@ -378,6 +385,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
         {"program_order", program_order_json(result)},
         {"peak_from_step", result.peak_from_step},
         {"peak_rss_bytes", runtime::peak_rss_bytes()},
+        {"cpu_block_cache", cpu_block_cache_json()},
         {"cuda",
          {{"after_init_allocated_bytes", result.cuda_after_init.allocated_bytes},
           {"after_init_reserved_bytes", result.cuda_after_init.reserved_bytes},
@@ -577,6 +585,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   RunOptions o = o_in;
   o.nproc = o.world_size_hint();
   const auto resolved = o.resolve();  // usage errors surface here, before anything starts
+  runtime::cpu_block_cache_stats();     // a bad ZEROBENCH_CPU_BLOCK_CACHE_MB too
   const auto& spec = resolved.spec;
   // A config file may have chosen the backend and precision (ranks re-read it and agree); these
   // name the run (run_id, default --out), resolve() still reads the file the same way.

@@ -182,7 +182,10 @@ std::string crossval_real_files_table(const json& summary) {
       norm = max_norm >= 0 ? diff_cell(max_norm) : "nan";
     }
     const std::string outcome = f.value("outcome", std::string("?"));
-    const std::string verdict = outcome == "agree" ? "agree" : outcome == "refused" ? "exit 2" : "DISAGREE / FAILED";
+    std::string verdict = outcome == "agree" ? "agree" : outcome == "refused" ? "exit 2" : "DISAGREE / FAILED";
+    // The flags the sweep added, as the user would after the refusal's line named them.
+    if (f.contains("flags") && f["flags"].is_string() && !f["flags"].get<std::string>().empty())
+      verdict += " (with `" + f["flags"].get<std::string>() + "`)";
     o << "| " << cell(f.value("file", std::string("?"))) << " | " << cell(f.value("repository", std::string("?")))
       << " | " << cell(f.value("backend", std::string("-"))) << (modes.empty() ? "" : " " + modes) << " | " << verdict
       << " | " << loss << " | " << norm << " | " << subs << " | " << cell(reason_text(f.value("reason", std::string())))

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <list>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "runtime/errors.hpp"
 
 namespace zb::runtime {
 
@@ -149,6 +152,83 @@ int64_t ledger_free(void* ptr) {
   return b.bytes;
 }
 
+// ---- the large-block cache (memory.hpp) ----
+// Freed blocks of at least kCacheMinBytes, newest last, each handed back whole to the next
+// allocation of exactly its size. Bounded by g_cache.limit: a block that does not fit evicts the
+// oldest blocks of other sizes first (a size the program stopped using), else goes to glibc.
+constexpr int64_t kCacheMinBytes = int64_t(1) << 20;
+struct CachedBlock {
+  int64_t bytes;
+  void* ptr;
+};
+struct BlockCache {
+  std::mutex m;
+  std::list<CachedBlock> blocks;  // oldest first
+  int64_t limit = -1;             // -1: not read yet
+  CpuBlockCacheStats stats;
+};
+BlockCache g_cache;
+
+int64_t cache_limit_locked() {
+  if (g_cache.limit < 0) {
+    g_cache.limit = kDefaultCpuBlockCacheBytes;
+    if (const char* v = std::getenv("ZEROBENCH_CPU_BLOCK_CACHE_MB")) g_cache.limit = parse_cpu_block_cache_mb(v) << 20;
+    g_cache.stats.limit_bytes = g_cache.limit;
+  }
+  return g_cache.limit;
+}
+
+void* cache_take(size_t n) {
+  if (int64_t(n) < kCacheMinBytes) return nullptr;
+  std::lock_guard<std::mutex> lock(g_cache.m);
+  if (cache_limit_locked() == 0) return nullptr;
+  for (auto it = g_cache.blocks.rbegin(); it != g_cache.blocks.rend(); ++it) {
+    if (it->bytes != int64_t(n)) continue;
+    void* ptr = it->ptr;
+    g_cache.stats.cached_bytes -= it->bytes;
+    g_cache.blocks.erase(std::next(it).base());
+    ++g_cache.stats.hits;
+    return ptr;
+  }
+  ++g_cache.stats.misses;
+  return nullptr;
+}
+
+// True when the block was kept (the caller must not free it).
+bool cache_keep(void* ptr, int64_t bytes) {
+  if (bytes < kCacheMinBytes) return false;
+  std::vector<void*> evicted;
+  {
+    std::lock_guard<std::mutex> lock(g_cache.m);
+    const int64_t limit = cache_limit_locked();
+    if (bytes > limit) return false;
+    for (auto it = g_cache.blocks.begin(); g_cache.stats.cached_bytes + bytes > limit && it != g_cache.blocks.end();) {
+      if (it->bytes == bytes) {  // the same size is what the program may ask for again
+        ++it;
+        continue;
+      }
+      evicted.push_back(it->ptr);
+      g_cache.stats.cached_bytes -= it->bytes;
+      ++g_cache.stats.evictions;
+      it = g_cache.blocks.erase(it);
+    }
+    if (g_cache.stats.cached_bytes + bytes > limit) {
+      ++g_cache.stats.evictions;
+      evicted.push_back(ptr);
+    } else {
+      g_cache.blocks.push_back({bytes, ptr});
+      g_cache.stats.cached_bytes += bytes;
+      g_cache.stats.cached_peak_bytes = std::max(g_cache.stats.cached_peak_bytes, g_cache.stats.cached_bytes);
+    }
+  }
+  bool kept = true;
+  for (void* p : evicted) {
+    if (p == ptr) kept = false;
+    else c10::free_cpu(p);
+  }
+  return kept;
+}
+
 // Context == data pointer (as c10's DefaultCPUAllocator does), so raw_allocate and
 // raw_deallocate, which some CPU kernels use for scratch space, keep working.
 void counting_free(void* ptr) {
@@ -159,13 +239,14 @@ void counting_free(void* ptr) {
     bytes = ledger_free(ptr);
   }
   g_current.fetch_sub(bytes);
-  c10::free_cpu(ptr);
+  if (!cache_keep(ptr, bytes)) c10::free_cpu(ptr);
 }
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
-    void* ptr = c10::alloc_cpu(n);
+    void* ptr = cache_take(n);
+    if (!ptr) ptr = c10::alloc_cpu(n);
     {
       std::lock_guard<std::mutex> lock(g_mutex);
       ledger_alloc(ptr, int64_t(n));
@@ -186,6 +267,7 @@ CountingCpuAllocator* g_allocator = nullptr;
 void install_counting_cpu_allocator() {
   mark_program_thread();
   if (g_allocator) return;
+  cpu_block_cache_stats();  // reads ZEROBENCH_CPU_BLOCK_CACHE_MB now: a bad value is a UsageError here, not in an allocation
   g_allocator = new CountingCpuAllocator();  // lives for the process
   c10::SetCPUAllocator(g_allocator, /*priority=*/100);
 }
@@ -248,6 +330,35 @@ int64_t program_peak_bytes() {
 ProgramLedgerStats program_ledger_stats() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_stats;
+}
+
+int64_t parse_cpu_block_cache_mb(const std::string& text) {
+  size_t used = 0;
+  long long mb = -1;
+  try {
+    mb = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || mb < 0 || mb > (int64_t(1) << 30))
+    throw UsageError("ZEROBENCH_CPU_BLOCK_CACHE_MB '" + text + "': expected a whole number of MiB >= 0 (0: no cache)");
+  return mb;
+}
+
+CpuBlockCacheStats cpu_block_cache_stats() {
+  std::lock_guard<std::mutex> lock(g_cache.m);
+  cache_limit_locked();
+  return g_cache.stats;
+}
+
+void release_cpu_block_cache() {
+  std::list<CachedBlock> blocks;
+  {
+    std::lock_guard<std::mutex> lock(g_cache.m);
+    blocks.swap(g_cache.blocks);
+    g_cache.stats.cached_bytes = 0;
+  }
+  for (const auto& b : blocks) c10::free_cpu(b.ptr);
 }
 
 int64_t peak_rss_bytes() {

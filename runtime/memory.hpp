@@ -6,6 +6,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include <cstdint>
 
 namespace zb::runtime {
@@ -63,6 +65,25 @@ struct ProgramLedgerStats {
   int64_t comm_buffers_peak_bytes = 0;  // the largest comm-buffer high-water of one collective (in the peak)
 };
 ProgramLedgerStats program_ledger_stats();
+
+// ---- The large-block cache (docs/metrics.md "The CPU block cache") ----
+// The counting allocator keeps freed blocks of 1 MiB or more and hands each back to the next
+// allocation of exactly its size, as CUDA's caching allocator keeps blocks on a GPU: a buffer the
+// program frees and allocates again every step (FSDP1's flat gradient, freed at zero_grad as FSDP1
+// frees it) is not re-mapped and page-faulted by glibc each time. It changes where the memory comes
+// from, not when the program allocates or frees: tracked and program-order bytes count a cached
+// block as freed. Bounded by ZEROBENCH_CPU_BLOCK_CACHE_MB (default 1024; 0: no cache); a block that
+// does not fit evicts cached blocks of other sizes, oldest first, else goes back to glibc. Cached
+// blocks are in the process's RSS.
+constexpr int64_t kDefaultCpuBlockCacheBytes = int64_t(1024) << 20;
+struct CpuBlockCacheStats {
+  int64_t hits = 0, misses = 0, evictions = 0;  // allocations of >= 1 MiB served / not; blocks given back
+  int64_t cached_bytes = 0, cached_peak_bytes = 0, limit_bytes = 0;
+};
+CpuBlockCacheStats cpu_block_cache_stats();
+void release_cpu_block_cache();  // frees every cached block (tests)
+// The variable's value in MiB; UsageError naming it unless a whole number >= 0.
+int64_t parse_cpu_block_cache_mb(const std::string& text);
 
 int64_t peak_rss_bytes();     // getrusage max RSS of this process
 int64_t current_rss_bytes();  // /proc/self/statm

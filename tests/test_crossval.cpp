@@ -596,6 +596,13 @@ std::vector<RealFileCase> real_file_cases() {
       {"stage3", "axolotl_zero3_bf16.json", "", "zero3", {"bf16"}, {}, ""},
       {"stage3-precision-given", "axolotl_zero3_bf16.json", "--precision bf16", "zero3", {"bf16"}, {}, ""},
       {"offload", "axolotl_zero2.json", "", "zero2", {"fp32"}, {}, ""},
+      // Both offloads, bf16, sub_group_size 0 (one fp32 sub-group per parameter: the group norms
+      // stacked in DeepSpeed's order) and zero_force_ds_cpu_optimizer false (the client
+      // AdamW(fused=True) on the host, as HF's Trainer passes it): bitwise.
+      {"offload-client-adamw", "axolotl_zero3_bf16_cpuoffload_all.json", "", "zero3", {"bf16"}, {}, ""},
+      // A WarmupDecayLR section with "auto"s, filled as transformers fills them; the warm-up DeepSpeed
+      // refuses at 0 steps given as its refusal says. DeepSpeed's own scheduler sets the reference's lr.
+      {"scheduler", "openassistant_zero_config.json", "--lr-warmup-steps 2", "zero2", {"fp32"}, {}, ""},
       {"fp16-refused", "deepspeedexamples_autotuning_ds_config_fp16_z3.json", "", "", {}, {},
        "DeepSpeed ZeRO-3 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16"},
       {"fsdp1", "trl_fsdp1.yaml", "", "fsdp", {"mixed"}, {"sync_module_states true"}, ""},

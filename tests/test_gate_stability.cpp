@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "reports/report.hpp"
+#include "runtime/errors.hpp"
 #include "runtime/memory.hpp"
 #include "tests/run_binary.hpp"
 
@@ -170,5 +171,90 @@ TEST(GateStability, APlantedBufferHeldAcrossTheStepFailsTheGate) {
                   "/bad.json 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("ZEROBENCH_TEST_PLANT_STEP_ALLOC 'lots'"), std::string::npos) << r.output;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// ---- the large-block cache (runtime/memory.hpp) ----
+// A freed block of >= 1 MiB is handed back whole to the next allocation of its size; to every
+// count the gate reads it was freed.
+TEST(CpuBlockCache, AFreedLargeBlockIsReusedForItsSizeAndCountsAsFreed) {
+  runtime::install_counting_cpu_allocator();
+  runtime::release_cpu_block_cache();
+  const auto before = runtime::cpu_block_cache_stats();
+  ASSERT_GT(before.limit_bytes, 0) << "the cache is on by default";
+  const int64_t n = 3 << 20;
+  const int64_t live0 = runtime::tracked_cpu_bytes(), program0 = runtime::program_live_bytes();
+  auto a = at::empty({n}, at::kByte);
+  void* first = a.data_ptr();
+  a = at::Tensor();
+  EXPECT_EQ(runtime::tracked_cpu_bytes(), live0);
+  EXPECT_EQ(runtime::program_live_bytes(), program0);
+  EXPECT_EQ(runtime::cpu_block_cache_stats().cached_bytes, n);
+  auto b = at::empty({n}, at::kByte);  // the same size: the same block
+  EXPECT_EQ(b.data_ptr(), first);
+  EXPECT_EQ(runtime::tracked_cpu_bytes(), live0 + n);
+  EXPECT_EQ(runtime::cpu_block_cache_stats().hits, before.hits + 1);
+  EXPECT_EQ(runtime::cpu_block_cache_stats().cached_bytes, 0);
+  auto c = at::empty({n + 64}, at::kByte);  // another size: not served from the cache
+  EXPECT_EQ(runtime::cpu_block_cache_stats().misses, before.misses + 2);
+  auto small = at::empty({4096}, at::kByte);  // under 1 MiB: glibc's, never cached
+  small = at::Tensor();
+  EXPECT_EQ(runtime::cpu_block_cache_stats().cached_bytes, 0);
+  b = at::Tensor();
+  c = at::Tensor();
+  EXPECT_EQ(runtime::cpu_block_cache_stats().cached_bytes, 2 * n + 64);
+  runtime::release_cpu_block_cache();
+  EXPECT_EQ(runtime::cpu_block_cache_stats().cached_bytes, 0);
+}
+
+TEST(CpuBlockCache, TheLimitVariableTakesWholeMebibytesAndRefusesTheRest) {
+  EXPECT_EQ(runtime::parse_cpu_block_cache_mb("0"), 0);
+  EXPECT_EQ(runtime::parse_cpu_block_cache_mb("256"), 256);
+  for (const char* bad : {"", "-1", "1.5", "lots", "12MB"}) {
+    try {
+      runtime::parse_cpu_block_cache_mb(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("ZEROBENCH_CPU_BLOCK_CACHE_MB '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Issue 35, finding 7: FSDP1 frees each unit's flat gradient at zero_grad every step; at W=1 the
+// small model's root gradient (33,556,480 bytes) is over glibc's largest mmap threshold, so
+// without the cache it is mapped and page-faulted every step. With the cache the same program
+// runs — every loss, grad norm and gated byte equal to a run without it — and reuses the block.
+TEST(CpuBlockCache, FsdpAtW1ReusesItsFlatGradientsAndTrainsAndCountsAsWithoutTheCache) {
+  const auto dir = make_clean_dir("block_cache");
+  ASSERT_FALSE(dir.empty());
+  const std::string cell =
+      "run --nproc 1 --model small --steps 3 --warmup 1 --seq-len 32 --micro-batch 1 --backend fsdp --precision fp32 "
+      "--threads 1 --quiet";
+  auto run = [&](const std::string& env, const std::string& out) {
+    const auto r = run_command(env + " " + std::string(ZEROBENCH_BIN) + " " + cell + " --out " + out + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << env << "\n" << r.output;
+    return r.exit_code == 0 ? reports::read_report(out) : json();
+  };
+  const auto cached = run("", dir + "/cached.json");
+  const auto uncached = run("ZEROBENCH_CPU_BLOCK_CACHE_MB=0", dir + "/uncached.json");
+  ASSERT_TRUE(cached.is_object() && uncached.is_object());
+  const auto& cm = cached["ranks"][0]["memory"];
+  const auto& um = uncached["ranks"][0]["memory"];
+  EXPECT_GT(cm["cpu_block_cache"]["hits"].get<int64_t>(), 0) << cm["cpu_block_cache"].dump();
+  EXPECT_EQ(um["cpu_block_cache"]["hits"].get<int64_t>(), 0) << um["cpu_block_cache"].dump();
+  EXPECT_EQ(um["cpu_block_cache"]["limit_bytes"].get<int64_t>(), 0);
+  for (const char* key : {"peak_program_bytes", "peak_tracked_bytes", "model_states_total_bytes"})
+    EXPECT_EQ(cm[key], um[key]) << key;
+  ASSERT_EQ(cached["steps"].size(), uncached["steps"].size());
+  for (size_t i = 0; i < cached["steps"].size(); ++i) {
+    EXPECT_EQ(cached["steps"][i]["loss"], uncached["steps"][i]["loss"]) << "step " << i;
+    EXPECT_EQ(cached["steps"][i]["grad_norm"], uncached["steps"][i]["grad_norm"]) << "step " << i;
+  }
+  // A bad limit: one line naming it, exit 2, before anything runs.
+  const auto r = run_command("ZEROBENCH_CPU_BLOCK_CACHE_MB=lots " + std::string(ZEROBENCH_BIN) + " " + cell + " --out " +
+                             dir + "/bad.json 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ZEROBENCH_CPU_BLOCK_CACHE_MB 'lots'"), std::string::npos) << r.output;
   std::system(("rm -rf " + dir).c_str());
 }

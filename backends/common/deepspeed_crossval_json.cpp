@@ -87,6 +87,13 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
   return "";
 }
 
+void client_adamw_on_host(json& ds, std::vector<std::string>& notes) {
+  ds.erase("optimizer");
+  ds["zero_force_ds_cpu_optimizer"] = false;
+  notes.push_back("offload_optimizer with zero_force_ds_cpu_optimizer false and no optimizer section: the client "
+                  "torch.optim.AdamW(fused=True) steps the host fp32 partitions, as HF's Trainer passes it");
+}
+
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {
   const auto& opts = c.report.value("config", nlohmann::json::object())
                          .value("backend", nlohmann::json::object())

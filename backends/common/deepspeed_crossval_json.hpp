@@ -32,6 +32,13 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
 
 // The report's resolved options ran offload_optimizer cpu stepped by DeepSpeedCPUAdam: its step
 // counter is a Python int, not a tensor (the explanation of `optimizer_step_counters`); else nullopt.
+// offload_optimizer with zero_force_ds_cpu_optimizer false and no "optimizer" section in the
+// user's file: the host optimizer is the client's, HF's torch.optim.AdamW(fused=True) (the
+// Trainer passes it, accelerate keeps it, DeepSpeed steps it on the host fp32 partitions), not
+// one DeepSpeed builds: `ds` gets no "optimizer" section and zero_force_ds_cpu_optimizer false, so
+// the reference runner passes its client AdamW(fused=True) — zerobench's host optimizer.
+void client_adamw_on_host(nlohmann::json& ds, std::vector<std::string>& notes);
+
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c);
 
 }  // namespace zb::backends::common

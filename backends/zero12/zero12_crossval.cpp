@@ -30,6 +30,10 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
     return ds;
   }
   z["offload_optimizer"] = {{"device", o.offload_optimizer}, {"pin_memory", o.offload_pin_memory}};
+  if (o.host_optimizer == kTorchAdamW && !(user_file.is_object() && user_file.contains("optimizer"))) {
+    common::client_adamw_on_host(ds, notes);
+    return ds;
+  }
   const auto& t = spec.train;
   const bool torch_adam = o.host_optimizer == kTorchAdamW;
   ds["optimizer"] = {{"type", "AdamW"},

@@ -42,6 +42,9 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
     // The host optimizer zerobench resolved (read only under offload) stays what the JSON says
     // without the user's optimizer section (config: zero_force_ds_cpu_optimizer).
     ds["zero_force_ds_cpu_optimizer"] = o.value("host_optimizer", std::string(kCpuAdam)) == kCpuAdam;
+  } else if (o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW &&
+             !(user_file.is_object() && user_file.contains("optimizer"))) {
+    common::client_adamw_on_host(ds, notes);
   } else {
     const bool torch_adam = o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW;
     ds["optimizer"] = {{"type", "AdamW"},

@@ -203,7 +203,20 @@ double Zero3Engine::optimizer_step(double lr) {
     // combine_grad_norm_groups (runtime/utils.py), for one sub-group too: the vector_norm of the
     // stacked group norms (sqrt(x * x) of a single norm may differ from x in its last fp64 bit),
     // inf when a group norm is non-finite or negative.
-    const auto stacked = at::stack(group_norms);
+    // Stacked in DeepSpeed's sub-group order: its sub-groups follow the optimizer's parameter
+    // group (module.parameters(), ds_id order), zerobench's the layout; with one parameter per
+    // sub-group (sub_group_size 0, axolotl's files) the two are the same groups, ordered by ds_id.
+    std::vector<size_t> by_ds_id(group_norms.size());
+    for (size_t g = 0; g < by_ds_id.size(); ++g) by_ds_id[g] = g;
+    auto first_ds_id = [&](size_t g) {
+      int first = std::numeric_limits<int>::max();
+      for (int id : sub_groups_[g].ids) first = std::min(first, layout_[size_t(id)].ds_id);
+      return first;
+    };
+    std::stable_sort(by_ds_id.begin(), by_ds_id.end(), [&](size_t a, size_t b) { return first_ds_id(a) < first_ds_id(b); });
+    std::vector<at::Tensor> ordered;
+    for (size_t g : by_ds_id) ordered.push_back(group_norms[g]);
+    const auto stacked = at::stack(ordered);
     const auto combined = at::linalg_vector_norm(stacked, 2);
     const auto invalid = (~at::isfinite(stacked)).logical_or(stacked < 0).any();
     norm = at::where(invalid, at::full_like(combined, std::numeric_limits<double>::infinity()), combined);
