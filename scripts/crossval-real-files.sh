@@ -57,7 +57,11 @@ if [ $# -gt 0 ]; then
     files+=("${f}")
   done
 else
-  while IFS=$'\t' read -r f _ outcome; do [ "${outcome}" = "runs" ] && files+=("${f}"); done <<<"${rows}"
+  # The files run runs, and those refused only for the warm-up transformers fills with 0 (run
+  # with the flag the refusal names, below).
+  while IFS=$'\t' read -r f _ outcome; do
+    case "${outcome}" in runs | "exit 2: scheduler.params.warmup_num_steps") files+=("${f}") ;; esac
+  done <<<"${rows}"
 fi
 
 mkdir -p "${work}" "${out_dir}"
@@ -99,7 +103,7 @@ with open(corpus) as f:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and len(cells[3]) == 40:
             repos[cells[0]] = cells[1]
-            if cells[4] == "runs":
+            if cells[4] in ("runs", "exit 2: scheduler.params.warmup_num_steps"):
                 order.append(cells[0])
 files = []
 for line in open(results):

@@ -137,3 +137,26 @@ TEST(Cli, RunHelpListsEveryBackendWithItsOwnRegisteredPrecisions) {
   EXPECT_NE(flat.find("training engine: " + names), std::string::npos) << r.output;
   EXPECT_EQ(flat.find("(zero3); see --config"), std::string::npos) << "--deepspeed-config picks zero1|zero2|zero3";
 }
+
+// crossval's --precision help lists every backend with a reference framework and its registered
+// modes (it once read "fsdp/fsdp2: fp32|low|mixed; zero3: fp32|bf16": no zero1/zero2, no fp16).
+TEST(Cli, CrossvalHelpListsEveryCrossvalidatedBackendWithItsPrecisions) {
+  auto r = run("crossval --help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string flat;
+  for (char c : r.output) {
+    const bool space = c == ' ' || c == '\n' || c == '\t';
+    if (space && (flat.empty() || flat.back() == ' ')) continue;
+    flat += space ? ' ' : c;
+  }
+  int listed = 0;
+  for (const auto& b : zb::backends::registered_backends()) {
+    if (!b.crossval) continue;
+    std::string p;
+    for (const auto& x : b.precisions) p += (p.empty() ? "" : "|") + x;
+    EXPECT_NE(flat.find(b.name + ": " + p), std::string::npos) << b.name << ": " << p << "\n" << r.output;
+    ++listed;
+  }
+  EXPECT_GE(listed, 5) << "fsdp, fsdp2, zero1, zero2, zero3";
+  EXPECT_EQ(flat.find("fsdp/fsdp2: fp32|low|mixed"), std::string::npos) << "the hand-typed list is gone";
+}

@@ -374,9 +374,17 @@ TEST(LrSchedule, RealFilesWithAScheduleRunWithAWarmUp) {
   const json filled = {{"warmup_min_lr", 0}, {"warmup_max_lr", 1e-3}, {"warmup_num_steps", 2}};
   json decay = filled;
   decay["total_num_steps"] = 4;
+  json decay_linear = decay;  // Open-Assistant's SFT file sets warmup_type "linear"
+  decay_linear["warmup_type"] = "linear";
   const std::vector<File> files = {{"qwen_ds_config_zero2.json", {{"type", "WarmupLR"}, {"params", filled}}},
                                    {"accelerate_tests_ds_config_zero3.json", {{"type", "WarmupLR"}, {"params", filled}}},
-                                   {"accelerate_zero_stage3_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}}};
+                                   {"accelerate_zero_stage3_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"accelerate_zero_stage1_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"accelerate_zero_stage2_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"accelerate_zero_stage2_offload_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"accelerate_zero_stage3_offload_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"openassistant_zero_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
+                                   {"openassistant_zero3_config_sft.json", {{"type", "WarmupDecayLR"}, {"params", decay_linear}}}};
   std::vector<Case> cases;
   for (const auto& f : files) cases.push_back({f.name, f.section, 1e-3, 4});
   const auto ref = deepspeed(cases);
