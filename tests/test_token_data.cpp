@@ -132,7 +132,8 @@ TEST(TokenData, MegatronReaderSeesTheBuildersDocuments) {
       // A read starting inside a multi-sequence document crosses its sequence boundary.
       std::vector<int64_t> part(4);
       c->read(1, 2, 4, part.data());
-      EXPECT_EQ(part, std::vector<int64_t>(joined(docs[1]).begin() + 2, joined(docs[1]).begin() + 6));
+      const auto doc1 = joined(docs[1]);
+      EXPECT_EQ(part, std::vector<int64_t>(doc1.begin() + 2, doc1.begin() + 6));
     }
   }
 }
@@ -317,14 +318,14 @@ TEST(TokenData, BadSpellingsExit2NamingTheValue) {
 TEST(TokenData, BadFilesExit2ThroughTheBinary) {
   const auto big = temp_path("mg_cli_vocab");
   write_megatron(big, "uint16", {{{1, 2, 3, 4, 5, 6, 7, 8}}, {{9, 3000, 11}}});
-  auto r = zb::test_support::run_zerobench("run --model tiny --nproc 2 --steps 2 --seq-len 4 --micro-batch 1 --data megatron:" + big);
+  auto r = zb::test_support::run_zerobench("run --model tiny --nproc 2 --steps 2 --warmup 1 --seq-len 4 --micro-batch 1 --data megatron:" + big);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "token id 3000 at byte offset");
   EXPECT_HAS(r.output, "[0, 2048)");
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   auto bin = read_bytes(big + ".bin");
   write_bytes(big + ".bin", bin.substr(0, bin.size() - 1));
-  r = zb::test_support::run_zerobench("run --model tiny --nproc 2 --steps 2 --data megatron:" + big);
+  r = zb::test_support::run_zerobench("run --model tiny --nproc 2 --steps 2 --warmup 1 --data megatron:" + big);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "truncated .bin");
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
@@ -351,7 +352,7 @@ std::string e2e_megatron(const std::string& name) {
 TEST(TokenData, RunTrainsOnAMegatronDataset) {
   const auto prefix = e2e_megatron("mg_run");
   const auto out = temp_path("mg_run.json");
-  const auto r = zb::test_support::run_zerobench("run --backend fsdp --model tiny --nproc 2 --steps 2 --seq-len 16 "
+  const auto r = zb::test_support::run_zerobench("run --backend fsdp --model tiny --nproc 2 --steps 2 --warmup 1 --seq-len 16 "
                                                  "--micro-batch 2 --threads 1 --quiet --data megatron:" + prefix +
                                                  " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -373,7 +374,7 @@ TEST(TokenData, RunTrainsOnAMegatronDataset) {
       const auto b = data->samples(zb::models::first_sample_index(step, 0, 1, rank, 2, 2), 2, 16);
       std::string bytes(static_cast<const char*>(b.tokens.data_ptr()), b.tokens.nbytes());
       bytes.append(static_cast<const char*>(b.targets.data_ptr()), b.targets.nbytes());
-      EXPECT_EQ(report["ranks"][rank]["batch_sha256"][step], zb::config::sha256_hex(bytes)) << rank << " " << step;
+      EXPECT_EQ(report["ranks"][size_t(rank)]["batch_sha256"][size_t(step)], zb::config::sha256_hex(bytes)) << rank << " " << step;
     }
   std::remove(out.c_str());
   for (const char* ext : {".idx", ".bin"}) std::remove((prefix + ext).c_str());
@@ -392,7 +393,7 @@ TEST(TokenData, CrossvalOnAMegatronDatasetAgrees) {
   const auto doc = json::parse(f);
   EXPECT_TRUE(doc["verdict"]["agree"].get<bool>()) << doc["verdict"].dump(2);
   ASSERT_EQ(doc["modes"].size(), 1u);
-  const auto& mode = doc["modes"][0];
+  const auto& mode = doc["modes"][size_t(0)];
   EXPECT_TRUE(mode["batches_equal"].get<bool>());
   ASSERT_EQ(mode["steps"].size(), 2u);
   for (const auto& s : mode["steps"]) EXPECT_EQ(s["loss_rel_diff"].get<double>(), 0.0) << s.dump();
