@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "bench/trainer.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "models/llama.hpp"
+#include "models/token_data.hpp"
 #include "profiler/analysis.hpp"
 #include "profiler/chrome_trace.hpp"
 #include "reports/metrics.hpp"
@@ -127,12 +129,26 @@ void add_provenance(json& config, const ConfigProvenance& provenance) {
   for (const auto& [k, v] : p.items()) config[k] = v;
 }
 
-json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved, double entropy_floor,
-                 const ConfigProvenance& provenance) {
+// config.data: the --data value; for a token file its format, files, documents and tokens. The
+// entropy floor is null where it is unknown (real text).
+json data_json(const backends::EngineSpec& spec, const models::DataSource& data) {
+  const double floor = data.entropy_floor_nats();
+  json j = {{"kind", spec.train.data}, {"entropy_floor_nats", std::isfinite(floor) ? json(floor) : json(nullptr)}};
+  if (const auto* corpus = models::token_corpus(data))
+    j.update({{"format", corpus->format()},
+              {"files", corpus->files()},
+              {"documents", corpus->documents()},
+              {"tokens", corpus->tokens()},
+              {"batching", "pack-naive"}});
+  return j;
+}
+
+json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
+                 const models::DataSource& data, const ConfigProvenance& provenance) {
   json config = {{"model", model_json(spec.model)},
                  {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", resolved}}},
                  {"train", train_json(spec.train)},
-                 {"data", {{"kind", spec.train.data}, {"entropy_floor_nats", entropy_floor}}},
+                 {"data", data_json(spec, data)},
                  {"device", o.device}};
   config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
   add_provenance(config, provenance);
@@ -521,10 +537,11 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                {"cpu_math_pins", cpu_math_pins()},
                {"emulated", emulated},
                {"emulated_rank", emulated ? o.emulate_rank : -1}};
-  parts.config = config_json(o, spec, engine->resolved_options(), data->entropy_floor_nats(), resolved.provenance);
+  parts.config = config_json(o, spec, engine->resolved_options(), *data, resolved.provenance);
   parts.summary = reports::summary_json(throughput);
   parts.summary["final_loss"] = result.steps.back().loss;
-  parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
+  // The best achievable loss where the data define one (synthetic); absent for real text.
+  if (std::isfinite(data->entropy_floor_nats())) parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
   // Steps skipped on overflow: fp16 (every step carries its loss scale), or a bf16/fp32 ZeRO-1/2
   // step DeepSpeed skips (only that step carries one). Absent when no step carries a record.
   bool scaled = false;
@@ -581,6 +598,21 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
 }
 }  // namespace
 
+// A token file is checked before any rank starts: opening it checks its layout, and drawing every
+// sample the run trains on (its steps, then its traced steps) checks each token id those samples
+// read against the vocabulary, so a bad file exits 2 with one line, here, not from every rank.
+void preflight_data(const RunOptions& o, const backends::EngineSpec& spec, int64_t first_step) {
+  if (spec.train.data == "random" || spec.train.data == "markov") return;
+  const auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
+  const auto& t = spec.train;
+  const int world = o.world_size();
+  const int64_t last = t.steps + (o.profile || !o.trace.empty() ? o.profile_steps : 0);
+  for (int64_t s = first_step; s < last; ++s)
+    for (int64_t a = 0; a < t.grad_accum; ++a)
+      for (int r = 0; r < world; ++r)
+        data->samples(models::first_sample_index(s, a, t.grad_accum, r, world, t.micro_batch), t.micro_batch, t.seq_len);
+}
+
 int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   RunOptions o = o_in;
   o.nproc = o.world_size_hint();
@@ -602,6 +634,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
     for (const auto& w : resolved.provenance.notes.warnings) std::cerr << "zerobench: warning: " << w << "\n";
   const auto env = runtime::discover_dist_env(runtime::process_env());
   const bool in_job = runtime::launched_by_zerobench() || env.source != "single";
+  if (!in_job) preflight_data(o, spec, first_step);
   // Memory pre-flight on CPU: every rank of this machine draws on the same MemAvailable. (On
   // CUDA each rank checks its own GPU in run_rank; ranks this launcher starts were checked here.)
   if (!o.no_memory_check && o.device == "cpu" && !runtime::launched_by_zerobench()) {

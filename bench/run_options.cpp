@@ -6,6 +6,7 @@
 
 #include "bench/flag_checks.hpp"
 #include "models/checkpoint/weight_loader.hpp"
+#include "models/token_data.hpp"
 #include "runtime/dist_env.hpp"
 #include "runtime/errors.hpp"
 
@@ -157,7 +158,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
   app.add_flag("--measure-lost-updates", t.measure_lost_updates,
                "record per step the fraction of weights whose AdamW update rounded away");
-  app.add_option("--data", t.data, "random|markov")->check(CLI::IsMember({"random", "markov"}))->capture_default_str();
+  app.add_option("--data", t.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID (docs/data.md)")
+      ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"))
+      ->capture_default_str();
   app.add_option("--seed", t.seed, "seed for weights and data")->capture_default_str();
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--out", o.out, "report path (default out/<backend>-<precision>-<model>-w<W>.json)");

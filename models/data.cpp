@@ -1,10 +1,13 @@
-// data.cpp — synthetic token streams (see data.hpp). Randomness is splitmix64, which is fully
-// specified, so data are bit-identical across compilers and machines (std:: distributions are not).
+// data.cpp — synthetic token streams (see data.hpp) and the DataSource over a token file
+// (models/token_data.hpp). Randomness is splitmix64, which is fully specified, so data are
+// bit-identical across compilers and machines (std:: distributions are not).
 #include "models/data.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "models/token_data.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::models {
@@ -25,7 +28,31 @@ uint64_t sample_stream(uint64_t seed, int64_t index) {
 int64_t pick(const double* cum, int64_t n, double u) {
   return std::min<int64_t>(std::upper_bound(cum, cum + n, u) - cum, n - 1);
 }
+
+// Real tokens from a Megatron indexed dataset or a flat token file, packed naively: the seeded
+// document order of DocumentStream, one causal mask across document boundaries.
+class FileData : public DataSource {
+ public:
+  FileData(const DataSpec& spec, int64_t vocab, uint64_t seed)
+      : kind_(spec.value), stream_(std::shared_ptr<const TokenCorpus>(TokenCorpus::open(spec, vocab)), seed) {}
+  std::string kind() const override { return kind_; }
+  // Unknown: real text has no computable entropy rate (reports leave the floor out).
+  double entropy_floor_nats() const override { return std::numeric_limits<double>::quiet_NaN(); }
+  const TokenCorpus& corpus() const { return stream_.corpus(); }
+
+ protected:
+  void fill_sample(int64_t index, int64_t length, int64_t* out) const override { stream_.fill(index, length, out); }
+
+ private:
+  std::string kind_;
+  DocumentStream stream_;
+};
 }  // namespace
+
+const TokenCorpus* token_corpus(const DataSource& data) {
+  const auto* file = dynamic_cast<const FileData*>(&data);
+  return file ? &file->corpus() : nullptr;
+}
 
 Batch DataSource::samples(int64_t first, int64_t count, int64_t seq_len) const {
   auto all = at::empty({count, seq_len + 1}, at::kLong);
@@ -42,7 +69,7 @@ int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum
 std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed) {
   if (kind == "markov") return std::make_unique<MarkovData>(vocab, seed);
   if (kind == "random") return std::make_unique<RandomData>(vocab, seed);
-  throw UsageError("--data must be random or markov, got '" + kind + "'");
+  return std::make_unique<FileData>(parse_data_spec(kind), vocab, seed);  // UsageError for a bad value
 }
 
 MarkovData::MarkovData(int64_t vocab, uint64_t seed, int branching, double sharpness)

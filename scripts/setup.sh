@@ -2,15 +2,16 @@
 # setup.sh — installs everything zerobench needs to build and test, idempotently.
 # Owns: Debian build dependencies, CMake 4 from pip (~/.cache/zerobench/cmake4: the GPU image's major
 # version, for the bundle-configure test), the torch venv (outside the clone) with the Python side of
-# `zerobench crossval` (DeepSpeed, safetensors), the ccache dir.
+# `zerobench crossval` (DeepSpeed, safetensors) and megatron-core (the token-data test), the ccache dir.
 # A second run checks and installs nothing. Overrides:
 #   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
 #   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
+#   ZEROBENCH_MEGATRON_CORE  megatron-core version (default 0.16.1; --crossval)
 #   CCACHE_DIR       ccache store (default $HOME/.cache/zerobench/ccache)
 set -euo pipefail
 # Without --crossval: what building and running the benchmark needs (bench.sh). With it, also
 # crossval's Python references and what the tests need (test.sh, .ci/run): DeepSpeed, safetensors,
-# DeepSpeedCPUAdam's op, CMake 4.
+# megatron-core, DeepSpeedCPUAdam's op, CMake 4.
 crossval=0
 case "${1:-}" in
   "") ;;
@@ -78,6 +79,19 @@ if ! have_python_side; then
   DS_BUILD_OPS=0 "${venv}/bin/python" -m pip install -q --no-deps "deepspeed==${deepspeed_version}"
   "${venv}/bin/python" -m pip install -q "${deepspeed_deps[@]}" safetensors
   have_python_side || { echo "[setup] deepspeed/safetensors check failed after install" >&2; exit 1; }
+fi
+# megatron-core (tests/test_token_data.cpp writes a Megatron indexed dataset with its own
+# IndexedDatasetBuilder). Its requirements (torch, numpy, packaging) are installed above; --no-deps
+# keeps pip from replacing torch. Pure Python for what the test imports; no GPU needed.
+megatron_version="${ZEROBENCH_MEGATRON_CORE:-0.16.1}"
+have_megatron() {
+  "${venv}/bin/python" -c "import sys; from importlib import metadata; sys.exit(metadata.version('megatron-core') != sys.argv[1])" \
+    "${megatron_version}" 2>/dev/null
+}
+if ! have_megatron; then
+  echo "[setup] installing megatron-core==${megatron_version} (--no-deps) into ${venv}"
+  "${venv}/bin/python" -m pip install -q --no-deps "megatron-core==${megatron_version}"
+  have_megatron || { echo "[setup] megatron-core check failed after install" >&2; exit 1; }
 fi
 # DeepSpeedCPUAdam's op (crossval with offload_optimizer: the optimizer a user's offload file gets,
 # engine.py get_optimizer_configuration): built once here, not inside a test (a cold build takes

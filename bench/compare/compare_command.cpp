@@ -11,6 +11,7 @@
 #include "bench/flag_checks.hpp"
 #include "bench/matrix.hpp"
 #include "config/bounded_readers.hpp"
+#include "models/token_data.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 
@@ -221,7 +222,8 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "every side recomputes each block in backward (a trainer setting, not in either config file)");
-  app.add_option("--data", o.data, "random|markov")->check(CLI::IsMember({"random", "markov"}));
+  app.add_option("--data", o.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID (docs/data.md)")
+      ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"));
   app.add_option("--seed", o.seed, "seed for weights and data");
   app.add_option("--timeout", o.timeout_s, "per-run wall limit in seconds")->check(Positive())->capture_default_str();
   app.add_option("--repeat", o.repeat, "repetitions per side, interleaved A B A B ...")
