@@ -2,14 +2,15 @@
 # setup.sh — installs everything zerobench needs to build and test, idempotently.
 # Owns: Debian build dependencies, CMake 4 from pip (~/.cache/zerobench/cmake4: the GPU image's major
 # version, for the bundle-configure test), the torch venv (outside the clone) with the Python side of
-# `zerobench crossval` (DeepSpeed, safetensors), the ccache dir.
+# `zerobench crossval` (DeepSpeed, safetensors, transformers), the ccache dir.
 # A second run checks and installs nothing. Overrides:
 #   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
 #   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
+#   ZEROBENCH_TRANSFORMERS  transformers version (default 5.24.0; crossval, test_lr_schedule)
 #   CCACHE_DIR       ccache store (default $HOME/.cache/zerobench/ccache)
 set -euo pipefail
 # Without --crossval: what building and running the benchmark needs (bench.sh). With it, also
-# crossval's Python references and what the tests need (test.sh, .ci/run): DeepSpeed, safetensors,
+# crossval's Python references and what the tests need (test.sh, .ci/run): DeepSpeed, safetensors, transformers,
 # DeepSpeedCPUAdam's op, CMake 4.
 crossval=0
 case "${1:-}" in
@@ -78,6 +79,13 @@ if ! have_python_side; then
   DS_BUILD_OPS=0 "${venv}/bin/python" -m pip install -q --no-deps "deepspeed==${deepspeed_version}"
   "${venv}/bin/python" -m pip install -q "${deepspeed_deps[@]}" safetensors
   have_python_side || { echo "[setup] deepspeed/safetensors check failed after install" >&2; exit 1; }
+fi
+# transformers (no torch dependency): crossval's references build HF Trainer's lr scheduler
+# (get_scheduler) for an --lr-scheduler-type run; test_lr_schedule compares zerobench's with it.
+transformers_version="${ZEROBENCH_TRANSFORMERS:-5.24.0}"
+if ! "${venv}/bin/python" -c "import sys; from importlib import metadata; sys.exit(metadata.version('transformers') != '${transformers_version}')" 2>/dev/null; then
+  echo "[setup] installing transformers==${transformers_version} into ${venv}"
+  "${venv}/bin/python" -m pip install -q "transformers==${transformers_version}"
 fi
 # DeepSpeedCPUAdam's op (crossval with offload_optimizer: the optimizer a user's offload file gets,
 # engine.py get_optimizer_configuration): built once here, not inside a test (a cold build takes
