@@ -491,7 +491,9 @@ TEST(HfSchedule, EveryTypeGivesTransformersGetSchedulerLrEveryStepBitwise) {
       continue;
     }
     ASSERT_EQ(ref[i].error, "");
-    if (c.warmup_ratio >= 0) EXPECT_EQ(warmups[i], int64_t(std::ceil(double(c.steps) * c.warmup_ratio)));
+    if (c.warmup_ratio >= 0) {
+      EXPECT_EQ(warmups[i], int64_t(std::ceil(double(c.steps) * c.warmup_ratio)));
+    }
     std::string why;
     EXPECT_TRUE(same_lrs(zerobench_lrs(c), ref[i].lrs, &why)) << why;
   }
@@ -543,7 +545,7 @@ TEST(HfSchedule, BadTypesAndConflictsExit2WithOneLine) {
       {"--lr-scheduler-type reduce_lr_on_plateau", "reduce_lr_on_plateau adjusts the lr from evaluation metrics"},
       {"--lr-scheduler-type greedy", "greedy adjusts the lr from evaluation metrics"},
       {"--lr-scheduler-type warmup_stable_decay", "requires lr_scheduler_kwargs num_decay_steps"},
-      {"--lr-scheduler-type linear --lr-schedule cosine", "--lr-scheduler-type excludes --lr-schedule"},
+      {"--lr-scheduler-type linear --lr-schedule cosine", "--lr-schedule excludes --lr-scheduler-type"},
       {"--lr-scheduler-type cosine_with_min_lr", "--lr-scheduler-type cosine_with_min_lr needs --min-lr-ratio"},
       {"--lr-scheduler-type linear --min-lr-ratio 0.2", "--lr-scheduler-type linear: transformers' schedule takes no min_lr_rate"},
       {"--lr-scheduler-type polynomial --lr 1e-8", "lr_end (1e-07) must be smaller than initial lr"},
