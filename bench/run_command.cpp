@@ -24,6 +24,7 @@
 #include "bench/peak.hpp"
 #include "bench/preflight.hpp"
 #include "bench/trainer.hpp"
+#include "config/hf_scheduler.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "models/llama.hpp"
 #include "models/token_data.hpp"
@@ -100,6 +101,21 @@ json model_json(const models::ModelConfig& m) {
           {"params", {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding}}}};
 }
 
+// The report's lr_schedule_params: a DeepSpeed scheduler's parameters by DeepSpeed's names
+// (lr_schedules.py); an --lr-scheduler-type schedule's get_scheduler arguments by transformers'
+// names, its type's defaults included; {} otherwise.
+json schedule_params_json(const backends::TrainConfig& t) {
+  if (!config::is_hf_schedule(t.lr_schedule)) return config::scheduler_params_json(t.deepspeed_scheduler);
+  const std::string type = config::hf_schedule_type(t.lr_schedule);
+  json p = {{"lr_scheduler_type", type}, {"num_warmup_steps", t.lr_warmup_steps}, {"num_training_steps", t.steps}};
+  if (config::hf_schedule_takes_min_lr_rate(type)) p["min_lr_rate"] = t.min_lr_ratio;
+  if (type == "cosine" || config::hf_schedule_takes_min_lr_rate(type)) p["num_cycles"] = 0.5;
+  if (type == "cosine_with_restarts") p["num_cycles"] = 1;
+  if (type == "polynomial") p.update({{"lr_end", 1e-7}, {"power", 1.0}});
+  if (type == "inverse_sqrt") p["timescale"] = t.lr_warmup_steps != 0 ? t.lr_warmup_steps : 10000;
+  return p;
+}
+
 json train_json(const backends::TrainConfig& t) {
   return {{"micro_batch", t.micro_batch},
           {"seq_len", t.seq_len},
@@ -111,8 +127,7 @@ json train_json(const backends::TrainConfig& t) {
           {"lr_schedule", t.lr_schedule},
           {"lr_warmup_steps", t.lr_warmup_steps},
           {"lr_warmup_ratio", t.lr_warmup_ratio},
-          // A DeepSpeed scheduler's parameters by DeepSpeed's names (lr_schedules.py); {} otherwise.
-          {"lr_schedule_params", config::scheduler_params_json(t.deepspeed_scheduler)},
+          {"lr_schedule_params", schedule_params_json(t)},
           {"min_lr_ratio", t.min_lr_ratio},
           {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},

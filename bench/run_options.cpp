@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "bench/flag_checks.hpp"
+#include "config/hf_scheduler.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "models/token_data.hpp"
 #include "runtime/dist_env.hpp"
@@ -109,6 +110,23 @@ std::string precisions_help() {
   }
   return help;
 }
+
+// What transformers' get_scheduler refuses of an --lr-scheduler-type run, refused here (exit 2):
+// --min-lr-ratio is its min_lr_rate (scheduler_specific_kwargs), required by the two min-lr types
+// and a TypeError for every type but "constant" (for which get_scheduler drops the kwargs).
+void check_hf_schedule(const backends::TrainConfig& t, const std::set<std::string>& given) {
+  const std::string type = config::hf_schedule_type(t.lr_schedule);
+  const bool ratio = given.count("--min-lr-ratio") > 0;
+  if (config::hf_schedule_takes_min_lr_rate(type) && !ratio)
+    throw UsageError("--lr-scheduler-type " + type + " needs --min-lr-ratio (transformers: \"One of min_lr or "
+                     "min_lr_rate should be set through the `lr_scheduler_kwargs`\")");
+  if (!config::hf_schedule_takes_min_lr_rate(type) && type != "constant" && ratio)
+    throw UsageError("--min-lr-ratio " + std::to_string(t.min_lr_ratio) + " with --lr-scheduler-type " + type +
+                     ": transformers' schedule takes no min_lr_rate (get_scheduler raises TypeError); only "
+                     "cosine_with_min_lr and cosine_warmup_with_min_lr do");
+  const auto error = config::hf_schedule_error({type, t.lr, t.lr_warmup_steps, t.steps, t.min_lr_ratio});
+  if (!error.empty()) throw UsageError(error);
+}
 }  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o) {
@@ -137,6 +155,14 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--lr-schedule", t.lr_schedule, "constant|cosine")
       ->check(CLI::IsMember({"constant", "cosine"}))
       ->capture_default_str();
+  // transformers' TrainingArguments.lr_scheduler_type (HF's default: linear), carried as "hf:NAME".
+  app.add_option_function<std::string>(
+         "--lr-scheduler-type", [&t](const std::string& name) { t.lr_schedule = "hf:" + name; },
+         "an HF Trainer schedule, transformers' get_scheduler (linear, cosine, constant, constant_with_warmup, "
+         "inverse_sqrt, polynomial, cosine_with_restarts, cosine_with_min_lr and cosine_warmup_with_min_lr with "
+         "--min-lr-ratio as min_lr_rate), over --lr-warmup-steps/--lr-warmup-ratio and --steps")
+      ->check(CLI::Validator([](std::string& name) { return config::hf_scheduler_type_error(name); }, "NAME"))
+      ->excludes("--lr-schedule");
   app.add_option("--lr-warmup-steps", t.lr_warmup_steps,
                  "LR warm-up steps (HF's warmup_steps: zerobench's schedule, a DeepSpeed warmup_num_steps \"auto\")")
       ->check(NonNegative())
@@ -278,6 +304,7 @@ RunOptions::Resolved RunOptions::resolve() const {
       throw UsageError("--lr-warmup-ratio " + std::to_string(train.lr_warmup_ratio) + " must be below 1 (use --lr-warmup-steps)");
     spec.train.lr_warmup_steps = int64_t(std::ceil(double(train.steps) * train.lr_warmup_ratio));
   }
+  if (config::is_hf_schedule(spec.train.lr_schedule)) check_hf_schedule(spec.train, given);
   spec.precision = precision;
   r.backend = backend;
   const auto [path, flag] = config_file();

@@ -8,6 +8,7 @@
 
 #include "config/deepspeed_fp16.hpp"
 #include "config/deepspeed_scheduler.hpp"
+#include "config/hf_scheduler.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::config {
@@ -350,15 +351,20 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
                      ": Adam with L2 weight decay is not implemented (zerobench runs AdamW)");
 }
 
+// "linear" for --lr-scheduler-type linear ("hf:linear"), else the --lr-schedule value.
+std::string hf_or_own_schedule(const std::string& s) { return is_hf_schedule(s) ? hf_schedule_type(s) : s; }
+
 // scheduler: config/deepspeed_scheduler.cpp (runtime/lr_schedules.py; "auto" as
 // trainer_config_process / trainer_config_finalize fill it).
 void read_scheduler(const json& root, const TrainerArgs& args, DeepSpeedConfig& c, Resolver& r) {
   if (!root.contains("scheduler") || root["scheduler"].is_null()) return;
   const auto& s = root["scheduler"];
   auto& t = c.train;
-  if (args.given_flag("--lr-schedule"))
-    throw UsageError("--lr-schedule " + args.train.lr_schedule + " conflicts with the DeepSpeed scheduler section " +
-                     "(transformers then hands DeepSpeed the section and builds no scheduler of its own)");
+  for (const char* flag : {"--lr-schedule", "--lr-scheduler-type"})
+    if (args.given_flag(flag))
+      throw UsageError(std::string(flag) + " " + hf_or_own_schedule(args.train.lr_schedule) +
+                       " conflicts with the DeepSpeed scheduler section " +
+                       "(transformers then hands DeepSpeed the section and builds no scheduler of its own)");
   SchedulerFill fill;
   fill.learning_rate = args.train.lr;
   fill.warmup_steps = args.train.lr_warmup_steps;

@@ -2,16 +2,17 @@
 # setup.sh — installs everything zerobench needs to build and test, idempotently.
 # Owns: Debian build dependencies, CMake 4 from pip (~/.cache/zerobench/cmake4: the GPU image's major
 # version, for the bundle-configure test), the torch venv (outside the clone) with the Python side of
-# `zerobench crossval` (DeepSpeed, safetensors) and megatron-core (the token-data test), the ccache dir.
+# `zerobench crossval` (DeepSpeed, safetensors, transformers) and megatron-core (the token-data test), the ccache dir.
 # A second run checks and installs nothing. Overrides:
 #   ZEROBENCH_VENV   venv holding torch (default $HOME/.cache/zerobench/venv)
 #   ZEROBENCH_TORCH  torch version (default 2.11.0, the GPU image's version)
 #   ZEROBENCH_MEGATRON_CORE  megatron-core version (default 0.16.1; --crossval)
+#   ZEROBENCH_TRANSFORMERS  transformers version (default 5.24.0; crossval, test_lr_schedule)
 #   CCACHE_DIR       ccache store (default $HOME/.cache/zerobench/ccache)
 set -euo pipefail
 # Without --crossval: what building and running the benchmark needs (bench.sh). With it, also
 # crossval's Python references and what the tests need (test.sh, .ci/run): DeepSpeed, safetensors,
-# megatron-core, DeepSpeedCPUAdam's op, CMake 4.
+# transformers, megatron-core, DeepSpeedCPUAdam's op, CMake 4.
 crossval=0
 case "${1:-}" in
   "") ;;
@@ -92,6 +93,13 @@ if ! have_megatron; then
   echo "[setup] installing megatron-core==${megatron_version} (--no-deps) into ${venv}"
   "${venv}/bin/python" -m pip install -q --no-deps "megatron-core==${megatron_version}"
   have_megatron || { echo "[setup] megatron-core check failed after install" >&2; exit 1; }
+fi
+# transformers (no torch dependency): crossval's references build HF Trainer's lr scheduler
+# (get_scheduler) for an --lr-scheduler-type run; test_lr_schedule compares zerobench's with it.
+transformers_version="${ZEROBENCH_TRANSFORMERS:-5.24.0}"
+if ! "${venv}/bin/python" -c "import sys; from importlib import metadata; sys.exit(metadata.version('transformers') != '${transformers_version}')" 2>/dev/null; then
+  echo "[setup] installing transformers==${transformers_version} into ${venv}"
+  "${venv}/bin/python" -m pip install -q "transformers==${transformers_version}"
 fi
 # DeepSpeedCPUAdam's op (crossval with offload_optimizer: the optimizer a user's offload file gets,
 # engine.py get_optimizer_configuration): built once here, not inside a test (a cold build takes

@@ -8,12 +8,14 @@
 // to differ (the comparison can fail).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
 #include "backends/common/optim.hpp"
 #include "config/deepspeed_scheduler.hpp"
+#include "config/hf_scheduler.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"
@@ -399,4 +401,171 @@ TEST(LrSchedule, RealFilesWithAScheduleRunWithAWarmUp) {
       if (st.contains("loss_scale") && st["loss_scale"]["skipped"].get<bool>()) ++skipped;
     }
   }
+}
+
+// ---- transformers' get_scheduler (--lr-scheduler-type, config/hf_scheduler.cpp) ----------------
+// Every implemented type, over warm-ups given in steps and as ratios, gives at every step the lr
+// transformers' own LambdaLR gives as HF's Trainer steps it (scripts/crossval/hf_schedule_reference.py:
+// get_last_lr() before each optimizer step, scheduler.step() after it), equal to the bit.
+
+namespace {
+struct HfCase {
+  std::string type;
+  double lr = 3e-3;
+  int steps = 10;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = -1;  // >= 0: the warm-up is ceil(steps x ratio) (TrainingArguments.get_warmup_steps)
+};
+
+bool takes_min_lr_rate(const std::string& type) { return type == "cosine_with_min_lr" || type == "cosine_warmup_with_min_lr"; }
+constexpr double kMinLrRate = 0.1;
+
+// transformers' side, every case in one Python process; `shift` > 0 plants an off-by-one.
+std::vector<Result> transformers_lrs(const std::vector<HfCase>& cases, int shift, std::vector<int64_t>* warmups = nullptr) {
+  json in = {{"cases", json::array()}};
+  for (const auto& c : cases) {
+    json j = {{"type", c.type}, {"lr", c.lr}, {"steps", c.steps}, {"shift", shift}};
+    if (c.warmup_ratio >= 0) j["warmup_ratio"] = c.warmup_ratio;
+    else j["warmup_steps"] = c.warmup_steps;
+    if (takes_min_lr_rate(c.type)) j["min_lr_rate"] = kMinLrRate;
+    in["cases"].push_back(j);
+  }
+  const auto path = zb::test_support::temp_path("hf_schedule_in.json");
+  std::ofstream(path) << in.dump();
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+                                               "/scripts/crossval/hf_schedule_reference.py < " + path + " 2>/dev/null");
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const json j = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1));
+  std::vector<Result> results;
+  for (const auto& x : j["results"]) {
+    Result q;
+    for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
+    q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
+    results.push_back(q);
+    if (warmups) warmups->push_back(x["warmup_steps"].get<int64_t>());
+  }
+  EXPECT_EQ(results.size(), cases.size());
+  return results;
+}
+
+// zerobench's side: lr_at of the TrainConfig an `--lr-scheduler-type T` run carries (the warm-up
+// from a ratio as RunOptions::resolve computes it).
+std::vector<double> zerobench_lrs(const HfCase& c) {
+  zb::backends::TrainConfig t;
+  t.lr = c.lr;
+  t.steps = c.steps;
+  t.lr_schedule = "hf:" + c.type;
+  t.lr_warmup_steps = c.warmup_ratio >= 0 ? int64_t(std::ceil(double(c.steps) * c.warmup_ratio)) : c.warmup_steps;
+  t.min_lr_ratio = takes_min_lr_rate(c.type) ? kMinLrRate : 0.37;  // the other types must not read it
+  std::vector<double> lrs;
+  for (int k = 0; k < c.steps; ++k) lrs.push_back(zb::backends::common::lr_at(t, k));
+  return lrs;
+}
+
+std::vector<HfCase> hf_cases() {
+  const std::vector<std::string> types = {"linear",       "cosine",     "constant",           "constant_with_warmup",
+                                          "inverse_sqrt", "polynomial", "cosine_with_restarts", "cosine_with_min_lr",
+                                          "cosine_warmup_with_min_lr"};
+  std::vector<HfCase> cases;
+  for (const auto& type : types) {
+    cases.push_back({type, 3e-3, 10, 0});
+    cases.push_back({type, 3e-3, 10, 3});
+    cases.push_back({type, 7e-4, 7, 0, 0.3});    // ceil(2.1) = 3
+    cases.push_back({type, 1e-4, 25, 0, 0.1});   // ceil(2.5) = 3
+    cases.push_back({type, 2e-5, 13, 1});
+    cases.push_back({type, 3e-3, 6, 6});         // all warm-up
+    cases.push_back({type, 5e-4, 9, 12});        // warm-up longer than the run
+  }
+  return cases;
+}
+}  // namespace
+
+TEST(HfSchedule, EveryTypeGivesTransformersGetSchedulerLrEveryStepBitwise) {
+  const auto cases = hf_cases();
+  std::vector<int64_t> warmups;
+  const auto ref = transformers_lrs(cases, 0, &warmups);
+  ASSERT_EQ(ref.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    SCOPED_TRACE(c.type + " lr " + exact(c.lr) + " steps " + std::to_string(c.steps) + " warmup " +
+                 (c.warmup_ratio >= 0 ? "ratio " + exact(c.warmup_ratio) : std::to_string(c.warmup_steps)));
+    if (c.type == "polynomial" && c.steps == c.warmup_steps) {  // transformers fails after the last step
+      EXPECT_NE(ref[i].error.find("ZeroDivisionError"), std::string::npos) << ref[i].error;
+      EXPECT_NE(zb::config::hf_schedule_error({c.type, c.lr, c.warmup_steps, c.steps, 0}).find("ZeroDivisionError"),
+                std::string::npos);
+      continue;
+    }
+    ASSERT_EQ(ref[i].error, "");
+    if (c.warmup_ratio >= 0) {
+      EXPECT_EQ(warmups[i], int64_t(std::ceil(double(c.steps) * c.warmup_ratio)));
+    }
+    std::string why;
+    EXPECT_TRUE(same_lrs(zerobench_lrs(c), ref[i].lrs, &why)) << why;
+  }
+}
+
+// The comparison sees a schedule one step off: the same cases against transformers' scheduler
+// stepped once before the first optimizer step (a runner stepping before instead of after) differ
+// in every case whose lr changes at all.
+TEST(HfSchedule, AnOffByOneStepIsSeen) {
+  const auto cases = hf_cases();
+  const auto shifted = transformers_lrs(cases, 1);
+  ASSERT_EQ(shifted.size(), cases.size());
+  int seen = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto ours = zerobench_lrs(cases[i]);
+    if (std::all_of(ours.begin(), ours.end(), [&](double v) { return v == ours[0]; })) continue;  // constant
+    std::string why;
+    EXPECT_FALSE(same_lrs(ours, shifted[i].lrs, &why)) << cases[i].type << " case " << i;
+    ++seen;
+  }
+  EXPECT_GE(seen, 50);
+}
+
+// A run: config.train names the schedule and its get_scheduler arguments, steps[].lr is the lr
+// transformers gives each step (warm-up from --lr-warmup-ratio as get_warmup_steps computes it).
+TEST(HfSchedule, ARunReportsTheLrTransformersGivesEachStep) {
+  const auto report = run_report("--steps 7 --warmup 1 --lr 2e-3 --lr-scheduler-type cosine --lr-warmup-ratio 0.3", 0);
+  const auto m = run_report("--steps 4 --warmup 1 --lr 1e-3 --lr-scheduler-type cosine_with_min_lr --min-lr-ratio 0.1", 0);
+  const auto ref = transformers_lrs({{"cosine", 2e-3, 7, 0, 0.3}, {"cosine_with_min_lr", 1e-3, 4, 0}}, 0);
+  ASSERT_EQ(ref.size(), 2u);
+  ASSERT_EQ(report["steps"].size(), 7u);
+  for (int k = 0; k < 7; ++k) EXPECT_EQ(report["steps"][k]["lr"].get<double>(), ref[0].lrs[size_t(k)]) << "step " << k;
+  const auto& train = report["config"]["train"];
+  EXPECT_EQ(train["lr_schedule"], "hf:cosine");
+  EXPECT_EQ(train["lr_schedule_params"],
+            json({{"lr_scheduler_type", "cosine"}, {"num_warmup_steps", 3}, {"num_training_steps", 7}, {"num_cycles", 0.5}}));
+  ASSERT_EQ(m["steps"].size(), 4u);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(m["steps"][k]["lr"].get<double>(), ref[1].lrs[size_t(k)]) << "step " << k;
+  EXPECT_EQ(m["config"]["train"]["lr_schedule_params"]["min_lr_rate"], 0.1);
+}
+
+// What transformers refuses, or what zerobench does not implement, exits 2 with one line naming it.
+TEST(HfSchedule, BadTypesAndConflictsExit2WithOneLine) {
+  const auto decay = write_file("hf_decay.json", R"({"train_micro_batch_size_per_gpu": "auto",
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 2, "total_num_steps": 5}},
+      "zero_optimization": {"stage": 2}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--lr-scheduler-type cosine_schedule", "'cosine_schedule' is not a valid SchedulerType of transformers"},
+      {"--lr-scheduler-type reduce_lr_on_plateau", "reduce_lr_on_plateau adjusts the lr from evaluation metrics"},
+      {"--lr-scheduler-type greedy", "greedy adjusts the lr from evaluation metrics"},
+      {"--lr-scheduler-type warmup_stable_decay", "requires lr_scheduler_kwargs num_decay_steps"},
+      {"--lr-scheduler-type linear --lr-schedule cosine", "--lr-schedule excludes --lr-scheduler-type"},
+      {"--lr-scheduler-type cosine_with_min_lr", "--lr-scheduler-type cosine_with_min_lr needs --min-lr-ratio"},
+      {"--lr-scheduler-type linear --min-lr-ratio 0.2", "--lr-scheduler-type linear: transformers' schedule takes no min_lr_rate"},
+      {"--lr-scheduler-type polynomial --lr 1e-8", "lr_end (1e-07) must be smaller than initial lr"},
+      {"--lr-scheduler-type polynomial --lr-warmup-steps 5", "polynomial with a warm-up of all 5 steps"},
+      {"--config " + decay + " --lr-scheduler-type linear",
+       "--lr-scheduler-type linear conflicts with the DeepSpeed scheduler section"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::string output;
+    run_report("--steps 5 --warmup 1 " + flags, 2, &output);
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << flags << ": " << output;
+    EXPECT_NE(output.find(expected), std::string::npos) << flags << ": " << output;
+  }
+  std::remove(decay.c_str());
 }

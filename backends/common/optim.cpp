@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "config/hf_scheduler.hpp"
+
 namespace zb::backends::common {
 
 AdamWOptions adamw_options(const TrainConfig& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
@@ -74,6 +76,10 @@ LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {
 double lr_at(const TrainConfig& t, int64_t step) {
   if (t.deepspeed_scheduler.active()) return t.deepspeed_scheduler.lr(t.lr, step);
   if (t.lr_schedule == "none") return t.lr;  // a DeepSpeed scheduler section without a type
+  if (config::is_hf_schedule(t.lr_schedule))  // --lr-scheduler-type: transformers' get_scheduler
+    return config::hf_schedule_lr({config::hf_schedule_type(t.lr_schedule), t.lr, t.lr_warmup_steps, t.steps,
+                                   t.min_lr_ratio},
+                                  step);
   if (t.lr_warmup_steps > 0 && step < t.lr_warmup_steps) return t.lr * double(step + 1) / double(t.lr_warmup_steps);
   if (t.lr_schedule == "constant") return t.lr;
   const int64_t decay_steps = std::max<int64_t>(1, t.steps - t.lr_warmup_steps - 1);

@@ -131,6 +131,8 @@ def lr_at(train, step):
     then constant or cosine from lr to min_lr_ratio * lr at the last step. (A DeepSpeed scheduler
     section is never computed here: run_deepspeed.py lets DeepSpeed build and step it.)"""
     lr, warm = train["lr"], train["lr_warmup_steps"]
+    if train["lr_schedule"].startswith("hf:"):  # transformers' scheduler owns the lr (hf_scheduler)
+        return None
     if train["lr_schedule"] == "none":  # a DeepSpeed scheduler section without a type: the optimizer's lr
         return lr
     if warm > 0 and step < warm:
@@ -141,6 +143,35 @@ def lr_at(train, step):
     progress = min(1.0, float(step - warm) / float(decay_steps))
     min_lr = train["min_lr_ratio"] * lr
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def hf_scheduler(train, optimizer):
+    """For an --lr-scheduler-type run (lr_schedule "hf:NAME"): the scheduler HF's Trainer builds
+    (Trainer.create_scheduler -> transformers.get_scheduler(lr_scheduler_type, optimizer,
+    num_warmup_steps=args.get_warmup_steps(num_training_steps), num_training_steps,
+    scheduler_specific_kwargs=lr_scheduler_kwargs)), --min-lr-ratio as the min-lr types'
+    min_lr_rate. The Trainer steps it after every optimizer step that was not skipped
+    (step_hf_scheduler). None for any other schedule."""
+    if not train["lr_schedule"].startswith("hf:"):
+        return None
+    from transformers import get_scheduler
+    name = train["lr_schedule"][3:]
+    kwargs = {"min_lr_rate": train["min_lr_ratio"]} if name in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") else None
+    return get_scheduler(name, optimizer, num_warmup_steps=train["lr_warmup_steps"],
+                         num_training_steps=train["steps"], scheduler_specific_kwargs=kwargs)
+
+
+def hf_scheduler_note(train):
+    import transformers
+    return (f"lr: transformers {transformers.__version__} get_scheduler('{train['lr_schedule'][3:]}', "
+            f"num_warmup_steps={train['lr_warmup_steps']}, num_training_steps={train['steps']}), stepped after "
+            "every applied optimizer step as HF's Trainer steps it")
+
+
+def step_hf_scheduler(scheduler, amp):
+    """HF Trainer's `if not accelerator.optimizer_step_was_skipped: lr_scheduler.step()`."""
+    if scheduler is not None and not (amp is not None and amp.last is not None and amp.last["skipped"]):
+        scheduler.step()
 
 
 def group_lr(optimizer):

@@ -131,12 +131,14 @@ def make_runner(spec, work, device):
     if own_optimizer:  # DeepSpeed builds it from the JSON's "optimizer" section (DeepSpeedCPUAdam / torch AdamW)
         import time
         started = time.time()
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config,
+                                                          lr_scheduler=hf_scheduler_callable(t))
         build_s = time.time() - started
     else:
         optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
                                       weight_decay=t["weight_decay"], fused=True)
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config,
+                                                          lr_scheduler=common.hf_scheduler(t, optimizer))
         build_s = None
     check_setup(engine, spec, ds_config, device)
     runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__, ds_config)
@@ -178,15 +180,30 @@ def check_setup(engine, spec, ds_config, device):
             raise SystemExit(f"run_deepspeed.py: a parameter partition is on {flat.device}, expected {want}")
 
 
+def hf_scheduler_callable(train):
+    """An --lr-scheduler-type run with DeepSpeed's own optimizer (HF's DummyOptim): transformers'
+    deepspeed_optim_sched hands deepspeed.initialize a callable that builds the Trainer's scheduler
+    over the optimizer DeepSpeed made (engine.py _configure_lr_scheduler calls it on
+    basic_optimizer); None otherwise. With the client optimizer it passes the scheduler itself."""
+    if not train["lr_schedule"].startswith("hf:"):
+        return None
+    return lambda optimizer: common.hf_scheduler(train, optimizer)
+
+
 class DeepSpeedRunner:
     name = "DeepSpeed ZeRO-3"
 
     def __init__(self, engine, optimizer, train, version, ds_config):
         self.engine, self.optimizer, self.train, self.version = engine, optimizer, train, version
-        self.deepspeed_schedules = "scheduler" in ds_config
+        # DeepSpeed steps the lr scheduler: the section's, or the one HF's Trainer passed
+        # deepspeed.initialize (--lr-scheduler-type; engine.py _take_model_step steps it after
+        # every applied step, the Trainer's own step() is a no-op under DeepSpeed).
+        self.deepspeed_schedules = "scheduler" in ds_config or train["lr_schedule"].startswith("hf:")
         self.notes = ["client optimizer torch.optim.AdamW(fused=True) with zero_allow_untested_optimizer, as transformers' "
                       "deepspeed_optim_sched passes HF Trainer's default optimizer"]
-        if self.deepspeed_schedules:
+        if train["lr_schedule"].startswith("hf:"):
+            self.notes.append(common.hf_scheduler_note(train) + ", passed to deepspeed.initialize (lr_scheduler=)")
+        elif self.deepspeed_schedules:
             self.notes.append(f"lr: DeepSpeed's own scheduler from the JSON's section ({type(engine.lr_scheduler).__name__}"
                               f" {json.dumps(ds_config['scheduler'])})" if engine.lr_scheduler is not None else
                               "lr: the JSON's scheduler section has no type, DeepSpeed builds no scheduler: the "
@@ -312,11 +329,13 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     t = spec["train"]
     b1, b2 = t["betas"]
     if own_optimizer:
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config,
+                                                          lr_scheduler=hf_scheduler_callable(t))
     else:
         optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
                                       weight_decay=t["weight_decay"], fused=True)
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config,
+                                                          lr_scheduler=common.hf_scheduler(t, optimizer))
     stage = engine.zero_optimization_stage()
     asked = int(spec["options"].get("stage", -1))
     in_json = int(ds_config["zero_optimization"]["stage"])

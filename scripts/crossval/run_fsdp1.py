@@ -163,6 +163,9 @@ class Fsdp1Runner:
             m.mixed_precision.param_dtype == torch.float16 for m in fsdp_cls.fsdp_modules(wrapped)) else None
         self.notes = ["use_orig_params=True and torch.optim.AdamW(fused=True): accelerate's and HF Trainer's defaults",
                       f"device_id={device.torch}, process group {device.backend}"]
+        self.scheduler = common.hf_scheduler(train, self.optimizer)  # HF Trainer's, after its optimizer
+        if self.scheduler is not None:
+            self.notes.append(common.hf_scheduler_note(train))
         if device.kind == "cpu":
             self.notes.append("sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same "
                               "weights")
@@ -187,13 +190,15 @@ class Fsdp1Runner:
         fp32_norm = self._fp32_norm_if_low_precision()
         # No clipping still needs the norm zerobench reports: max_norm=inf multiplies by 1.0.
         norm = self.model.clip_grad_norm_(clip if clip > 0 else math.inf)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        if self.scheduler is None:  # else transformers' scheduler set the group lr (common.hf_scheduler)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         self.last_lr = common.group_lr(self.optimizer)
         if self.amp:
             self.amp.step(self.optimizer)
         else:
             self.optimizer.step()
+        common.step_hf_scheduler(self.scheduler, self.amp)
         self.optimizer.zero_grad(set_to_none=True)  # HF Trainer's model.zero_grad()
         return fp32_norm if fp32_norm is not None else float(norm)
 

@@ -168,6 +168,9 @@ class Fsdp2Runner:
         self.sync_each_batch = sync_each_batch
         self.amp = common.AmpScaler(device) if amp else None
         self.notes = ["torch.optim.AdamW(fused=True) over the DTensor parameters (HF Trainer's default optimizer)"]
+        self.scheduler = common.hf_scheduler(train, self.optimizer)  # HF Trainer's, after its optimizer
+        if self.scheduler is not None:
+            self.notes.append(common.hf_scheduler_note(train))
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
         self.model.set_requires_gradient_sync(last_micro_batch or self.sync_each_batch)
@@ -185,13 +188,15 @@ class Fsdp2Runner:
             self.amp.unscale_(self.optimizer)  # accelerator.clip_grad_norm_ unscales first
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
         value = norm.full_tensor().item() if isinstance(norm, DTensor) else norm.item()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        if self.scheduler is None:  # else transformers' scheduler set the group lr (common.hf_scheduler)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         self.last_lr = common.group_lr(self.optimizer)
         if self.amp:
             self.amp.step(self.optimizer)
         else:
             self.optimizer.step()
+        common.step_hf_scheduler(self.scheduler, self.amp)
         self.optimizer.zero_grad(set_to_none=True)
         return float(value)
 
