@@ -368,23 +368,12 @@ std::string crossval_scripts_dir() {
   return std::string(ZEROBENCH_SOURCE_DIR) + "/scripts/crossval";
 }
 
-// The --precision help: each backend with a reference framework and the modes it registered
-// (never typed by hand; what a machine cannot run is refused before anything runs).
-std::string crossval_precisions_help() {
-  std::string help;
-  for (const auto& b : backends::registered_backends()) {
-    if (!b.crossval) continue;
-    std::string p;
-    for (const auto& x : b.precisions) p += (p.empty() ? "" : "|") + x;
-    help += (help.empty() ? "" : "; ") + b.name + ": " + p;
-  }
-  return "precision mode(s), comma-separated or repeated (" + help + ")";
-}
-
 void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {
   add_run_options(cmd, o.run);
   cmd.remove_option(cmd.get_option("--precision"));
-  cmd.add_option("--precision", o.precisions, crossval_precisions_help())->delimiter(',');
+  cmd.add_option("--precision", o.precisions,
+                 "precision mode(s), comma-separated or repeated (" + precisions_help(/*crossval_only=*/true) + ")")
+      ->delimiter(',');
   cmd.add_option("--python", o.python, "interpreter with torch (and deepspeed) for the reference (default: setup venv's)");
   cmd.add_option("--work-dir", o.work_dir, "where weights, batches and both sides' outputs go (default: <out>.work)");
   cmd.add_flag("--logits", o.logits, "check that the reference model's logits equal zerobench's (tests)")->group("");

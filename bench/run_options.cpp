@@ -101,15 +101,20 @@ std::string backends_help() {
   for (const auto& b : backends::registered_backends()) names += (names.empty() ? "" : "|") + b.name;
   return "training engine: " + names;
 }
-std::string precisions_help() {
+}  // namespace
+
+std::string precisions_help(bool crossval_only) {
   std::string help;
   for (const auto& b : backends::registered_backends()) {
+    if (crossval_only && !b.crossval) continue;
     std::string p;
     for (const auto& x : b.precisions) p += (p.empty() ? "" : "|") + x;
     help += (help.empty() ? "" : "; ") + b.name + ": " + p;
   }
   return help;
 }
+
+namespace {
 
 // What transformers' get_scheduler refuses of an --lr-scheduler-type run, refused here (exit 2):
 // --min-lr-ratio is its min_lr_rate (scheduler_specific_kwargs), required by the two min-lr types

@@ -87,6 +87,9 @@ struct RunOptions {
 };
 
 void add_run_options(CLI::App& app, RunOptions& o);
+// The --precision help from the registry: "backend: p1|p2; ..." for every backend, or with
+// crossval_only for those with a reference framework (crossval's --precision).
+std::string precisions_help(bool crossval_only = false);
 // Records which flags `app` (after parsing) was given: o.given and the *_given fields.
 void mark_given(const CLI::App& app, RunOptions& o);
 

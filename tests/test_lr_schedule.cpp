@@ -64,28 +64,36 @@ Result ours(const Case& c, const SchedulerFill& f = fill()) {
   return r;
 }
 
+// Runs scripts/crossval/SCRIPT on `in` (one Python process for every case) and returns its answer:
+// the last line of stdout (DeepSpeed's import prints its accelerator warning there first).
+json run_reference(const std::string& script, const json& in) {
+  const auto path = zb::test_support::temp_path(script + ".in.json");
+  std::ofstream(path) << in.dump();
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+                                               "/scripts/crossval/" + script + " < " + path + " 2>/dev/null");
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1));
+}
+
+// One case's answer from a reference script: every step's lr, or the error it raised.
+Result result_of(const json& x) {
+  Result q;
+  for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
+  q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
+  return q;
+}
+
 // DeepSpeed's side, every case in one Python process (DeepSpeed's import takes seconds).
 std::vector<Result> deepspeed(const std::vector<Case>& cases) {
   json in = {{"cases", json::array()}};
   for (const auto& c : cases)
     in["cases"].push_back({{"optimizer_lr", c.optimizer_lr}, {"scheduler", c.section}, {"steps", c.steps}});
-  const auto path = zb::test_support::temp_path("lr_schedule_in.json");
-  std::ofstream(path) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
-                                               "/scripts/crossval/lr_schedule_reference.py < " + path + " 2>/dev/null");
-  std::remove(path.c_str());
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  // DeepSpeed's import prints its accelerator warning on stdout: the answer is the last line.
-  auto out = r.output;
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  const json j = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1));
+  const json j = run_reference("lr_schedule_reference.py", in);
   std::vector<Result> results;
-  for (const auto& x : j["results"]) {
-    Result q;
-    for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
-    q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
-    results.push_back(q);
-  }
+  for (const auto& x : j["results"]) results.push_back(result_of(x));
   EXPECT_EQ(results.size(), cases.size());
   return results;
 }
@@ -430,21 +438,10 @@ std::vector<Result> transformers_lrs(const std::vector<HfCase>& cases, int shift
     if (takes_min_lr_rate(c.type)) j["min_lr_rate"] = kMinLrRate;
     in["cases"].push_back(j);
   }
-  const auto path = zb::test_support::temp_path("hf_schedule_in.json");
-  std::ofstream(path) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
-                                               "/scripts/crossval/hf_schedule_reference.py < " + path + " 2>/dev/null");
-  std::remove(path.c_str());
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  auto out = r.output;
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  const json j = json::parse(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1));
+  const json j = run_reference("hf_schedule_reference.py", in);
   std::vector<Result> results;
   for (const auto& x : j["results"]) {
-    Result q;
-    for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
-    q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
-    results.push_back(q);
+    results.push_back(result_of(x));
     if (warmups) warmups->push_back(x["warmup_steps"].get<int64_t>());
   }
   EXPECT_EQ(results.size(), cases.size());

@@ -207,13 +207,12 @@ double Zero3Engine::optimizer_step(double lr) {
     // group (module.parameters(), ds_id order), zerobench's the layout; with one parameter per
     // sub-group (sub_group_size 0, axolotl's files) the two are the same groups, ordered by ds_id.
     std::vector<size_t> by_ds_id(group_norms.size());
-    for (size_t g = 0; g < by_ds_id.size(); ++g) by_ds_id[g] = g;
-    auto first_ds_id = [&](size_t g) {
-      int first = std::numeric_limits<int>::max();
-      for (int id : sub_groups_[g].ids) first = std::min(first, layout_[size_t(id)].ds_id);
-      return first;
-    };
-    std::stable_sort(by_ds_id.begin(), by_ds_id.end(), [&](size_t a, size_t b) { return first_ds_id(a) < first_ds_id(b); });
+    std::vector<int> first_ds_id(group_norms.size(), std::numeric_limits<int>::max());
+    for (size_t g = 0; g < by_ds_id.size(); ++g) {
+      by_ds_id[g] = g;
+      for (int id : sub_groups_[g].ids) first_ds_id[g] = std::min(first_ds_id[g], layout_[size_t(id)].ds_id);
+    }
+    std::stable_sort(by_ds_id.begin(), by_ds_id.end(), [&](size_t a, size_t b) { return first_ds_id[a] < first_ds_id[b]; });
     std::vector<at::Tensor> ordered;
     for (size_t g : by_ds_id) ordered.push_back(group_norms[g]);
     const auto stacked = at::stack(ordered);
