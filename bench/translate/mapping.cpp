@@ -194,7 +194,11 @@ const std::vector<Rule>& rules() {
       {D, "gradient_accumulation_steps", kToAnyFsdp, "", N, kBatch},
       {D, "gradient_clipping", kToAnyFsdp, "", N, kBatch},
       {D, "optimizer.*", kToAnyFsdp, "", N, "with FSDP the script builds the optimizer (zerobench --lr, --weight-decay)"},
-      {D, "scheduler.*", kToAnyFsdp, "", N, "with FSDP the script builds the scheduler (zerobench --lr-schedule)"},
+      {D, "scheduler.*", kToAnyFsdp, "", N,
+       "with FSDP HF's Trainer builds the scheduler from its lr_scheduler_type (zerobench --lr-scheduler-type); "
+       "the nearest types: WarmupLR -> constant_with_warmup, WarmupDecayLR -> linear, WarmupCosineLR -> "
+       "cosine_with_min_lr (DeepSpeed's warm-up starts at warmup_min_lr or warmup_min_ratio and is log-shaped unless "
+       "warmup_type is linear)"},
       {D, "activation_checkpointing.*", kToAnyFsdp, "", N,
        "DeepSpeed's own checkpointing API; FSDP's is fsdp_activation_checkpointing (zerobench --activation-checkpointing)"},
       {D, "zero_allow_untested_optimizer", kToAnyFsdp, "", N, "DeepSpeed's optimizer check"},
