@@ -246,6 +246,23 @@ void read_clipping(const json& root, const TrainerArgs& args, DeepSpeedConfig& c
   c.notes.apply("gradient_clipping", text(v), clip > 0 ? "grad_clip " + fmt(clip) : "no clipping (DeepSpeed clips only when > 0)");
 }
 
+// DeepSpeed's own switches in optimizer.params (torch_adam, adam_w_mode) are popped from a plain
+// dict and tested with Python's truthiness (`if torch_adam:`, `... or adam_w_mode`), not parsed by
+// pydantic: any non-empty string is true — "torch_impl", and "false" too — and 0, "", null, [] and
+// {} are false. Where a value is not a JSON bool the note says how DeepSpeed reads it.
+bool python_truthy(const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  if (v.is_array() || v.is_object()) return !v.empty();
+  return false;  // null
+}
+std::string truthiness_note(const json& v) {
+  if (v.is_boolean()) return "";
+  return std::string(" (DeepSpeed tests ") + v.dump() + " with Python's truthiness: " +
+         (python_truthy(v) ? "true" : "false") + ")";
+}
+
 // optimizer: DeepSpeedEngine._configure_basic_optimizer / get_optimizer_configuration. Adam and
 // AdamW become AdamW unless adam_w_mode is false (then L2 Adam, the same as AdamW when
 // weight_decay is 0); torch_adam picks torch.optim.AdamW (default weight_decay 0.01) over FusedAdam
@@ -268,12 +285,12 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
     }
   json p = o.value("params", json::object());
   if (!p.is_object()) throw UsageError("optimizer.params " + p.dump() + " is not a mapping");
-  const bool torch_adam = p.contains("torch_adam") && as_bool("optimizer.params.torch_adam", p["torch_adam"]);
+  const bool torch_adam = p.contains("torch_adam") && python_truthy(p["torch_adam"]);
   c.optimizer_section = true;
   c.torch_adam = torch_adam;
   const auto& off = c.zero.offload_optimizer;
   const bool cpu_adam = !torch_adam && off.device != "none";  // get_optimizer_configuration: zero_use_cpu_optimizer
-  const bool adam_w_mode = !p.contains("adam_w_mode") || as_bool("optimizer.params.adam_w_mode", p["adam_w_mode"]);
+  const bool adam_w_mode = !p.contains("adam_w_mode") || python_truthy(p["adam_w_mode"]);
   const bool decoupled = name == "adamw" || adam_w_mode;
   // The constructor's defaults for keys the section leaves out.
   t.lr = 1e-3;
@@ -323,7 +340,7 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
       }
       notes.apply(key, text(v), "weight_decay " + fmt(t.weight_decay));
     } else if (k == "torch_adam" || k == "adam_w_mode") {
-      notes.apply(key, text(v), impl);
+      notes.apply(key, text(v), impl + truthiness_note(v));
     } else if (k == "bias_correction") {
       if (!as_bool(key, v)) throw UsageError(key + " false: Adam without bias correction is not implemented");
       notes.apply(key, text(v), "bias correction on");

@@ -52,6 +52,7 @@ json adamw(json params) {
   params["torch_adam"] = true;
   return with_batch({{"optimizer", {{"type", "AdamW"}, {"params", params}}}});
 }
+json optimizer(json params) { return with_batch({{"optimizer", {{"type", "AdamW"}, {"params", params}}}}); }
 
 std::vector<Case> cases() {
   using K = Kind;
@@ -143,6 +144,12 @@ std::vector<Case> cases() {
       {"zero-bool-float", K::kAccepted, "config", z3({{"overlap_comm", 1.0}}), ""},
       {"zero-int-bool", K::kAccepted, "config", z3({{"stage3_max_live_parameters", true}}), ""},
       {"zero-field-name", K::kAccepted, "config", z3({{"max_live_parameters", 0}, {"prefetch_bucket_size", 0}}), ""},
+      // DeepSpeed's own optimizer switches, tested with Python's truthiness (engine.py
+      // get_optimizer_configuration `if torch_adam:`); "torch_impl" is in users' files
+      {"torch-adam-string", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", "torch_impl"}}), ""},
+      {"torch-adam-false-string", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", "false"}}), ""},
+      {"adam-w-mode-int", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", 1}, {"adam_w_mode", 0}}),
+       ""},
   };
 }
 
@@ -220,6 +227,18 @@ TEST(UpstreamRefusals, ValuesUpstreamAcceptsResolveAsDeepSpeedReadsThem) {
   EXPECT_EQ(resolve(with_batch({{"gradient_clipping", -1.0}})).train.grad_clip, 0.0);  // clips only when > 0
   EXPECT_EQ(resolve(z3({{"stage3_max_live_parameters", true}})).options.at("stage3_max_live_parameters"), 1);
   EXPECT_EQ(resolve(z3({{"overlap_comm", 0.0}})).options.at("overlap_comm"), false);
+  // torch_adam picks torch.optim.AdamW, whose weight_decay default is 0.01 (FusedAdam's is 0): a
+  // truthy string picks it, as DeepSpeed's `if torch_adam:` does, even "false".
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", "torch_impl"}})).train.weight_decay, 1e-2);
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", "false"}})).train.weight_decay, 1e-2);
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", 1}})).train.weight_decay, 1e-2);
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", false}})).train.weight_decay, 0.0);
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", ""}})).train.weight_decay, 0.0);
+  EXPECT_EQ(resolve(optimizer({{"torch_adam", 0}})).train.weight_decay, 0.0);
+  // Adam with adam_w_mode 0: L2 torch.optim.Adam, whose weight_decay default is 0.
+  EXPECT_EQ(resolve(with_batch({{"optimizer", {{"type", "Adam"}, {"params", {{"torch_adam", true}, {"adam_w_mode", 0}}}}}}))
+                .train.weight_decay,
+            0.0);
   const auto field_names = resolve(z3({{"max_live_parameters", 7}, {"max_reuse_distance", 9}}));
   EXPECT_EQ(field_names.options.at("stage3_max_live_parameters"), 7);
   EXPECT_EQ(field_names.options.at("stage3_max_reuse_distance"), 9);
