@@ -99,6 +99,12 @@ double overlap(const RunReport& r) {
 
 double tps(const RunReport& r) { return summary(r).tokens_per_gpu_per_s.median; }
 
+// The global batch: every rank's tokens per optimizer step (micro-batch x sequence x accumulation)
+// over the data-parallel world.
+double tokens_per_optimizer_step(const RunReport& r) {
+  return r.env ? double(summary(r).tokens_per_rank_per_step) * double(r.env->world_size) : kNaN;
+}
+
 // (v / base - 1) in percent; nullopt without an ok base with a positive value.
 Value relative(double v, const RunReport* base, double (*f)(const RunReport&)) {
   if (!base || !base->ok()) return std::nullopt;
@@ -153,6 +159,8 @@ std::vector<Column> make_columns() {
              [](const RowContext& x) { return of(summary(x.report).step_time_s.median); }, Show::Always, Gate::Timing),
       number("mfu", "MFU", "", "%.3f", [](const RowContext& x) { return of(summary(x.report).mfu); }),
       number("mfu_6n", "mfu_6n", "", "%.3f", [](const RowContext& x) { return of(summary(x.report).mfu_6n); }),
+      number("tokens_per_optimizer_step", "tokens/opt. step", "tokens", "%.0f",
+             [](const RowContext& x) { return of(tokens_per_optimizer_step(x.report)); }),
   };
   const char* headers[5] = {"params MiB", "master MiB", "grads MiB", "optimizer MiB", "buffers MiB"};
   for (int k = 0; k < 5; ++k)
