@@ -349,6 +349,7 @@ json to_json(const ParamCounts& p) { return write(p); }
 json to_json(const ModelConfig& m) { return write(m); }
 json to_json(const BackendConfig& b) { return write(b); }
 json to_json(const TrainConfig& t) { return write(t); }
+json to_json(const PrecisionPlan& p) { return write(p); }
 json to_json(const FlopsPerToken& f) { return write(f); }
 json to_json(const ModelStates& m) { return write(m); }
 json to_json(const ProgramOrder& p) { return write(p); }
@@ -475,8 +476,7 @@ std::vector<std::string> run_report_typed_keys() {
 // Documented keys the record carries whole in `extra` (nothing in zerobench reads them by field).
 const std::vector<std::string>& run_report_carried_keys() {
   static const std::vector<std::string> keys = {
-      "config.shard_layout", "config.source_files", "config.applied", "config.ignored", "config.load",
-      "config.checkpoint", "ranks[i].memory.model_states_expected_bytes", "ranks[i].memory.estimate",
+      "config.shard_layout", "config.load", "config.checkpoint", "ranks[i].memory.model_states_expected_bytes",
       "ranks[i].comm_total.<kind>", "ranks[i].comm_steps[i].<kind>", "ranks[i].batch_sha256[i]",
       "ranks[i].lifecycle.load", "ranks[i].lifecycle.checkpoint", "profile.units"};
   return keys;

@@ -80,9 +80,10 @@ struct BackendConfig {
 
 struct TrainConfig {
   std::optional<int64_t> micro_batch, seq_len, grad_accum, steps;
+  std::optional<double> lr;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps);
+    v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
   }
 };
 
@@ -117,13 +118,15 @@ struct RunConfig {
   std::optional<PrecisionPlan> precision_plan;
   std::optional<DataConfig> data;
   std::optional<std::vector<std::string>> warnings;
+  std::optional<nlohmann::json> source_files, applied, ignored;  // provenance: carried whole
   std::optional<std::string> cell;                 // a failed matrix cell's id
   std::optional<FailedCellOptions> options;        // ... and its options
   std::optional<int64_t> world_size;               // ... and its world
   Carried extra;
   template <class V> void fields(V& v) {
     v("model", model); v("backend", backend); v("train", train); v("precision_plan", precision_plan); v("data", data);
-    v("warnings", warnings); v("cell", cell); v("options", options); v("world_size", world_size);
+    v("warnings", warnings); v("source_files", source_files); v("applied", applied); v("ignored", ignored);
+    v("cell", cell); v("options", options); v("world_size", world_size);
   }
   // The backend and precision names (a failed matrix cell's from its options), "?" when unknown.
   std::string backend_name() const;
@@ -183,9 +186,17 @@ struct ProgramOrder {  // ranks[i].memory.program_order
   template <class V> void fields(V& v) { v("exact", exact); }
 };
 
+struct MemoryEstimate {  // ranks[i].memory.estimate (null without an estimate: the null stays in extra)
+  std::optional<int64_t> peak_bytes;
+  Carried extra;
+  template <class V> void fields(V& v) { v("peak_bytes", peak_bytes); }
+};
+
 struct RankMemory {
   ModelStates model_states_bytes;
   int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
+  std::optional<int64_t> model_states_total_bytes;
+  std::optional<MemoryEstimate> estimate;
   std::optional<int64_t> estimated_peak_bytes, peak_program_bytes;  // peak_program_bytes null on CUDA
   std::optional<ProgramOrder> program_order;
   Carried extra;
@@ -193,13 +204,15 @@ struct RankMemory {
     v("model_states_bytes", model_states_bytes); v("peak_tracked_bytes", peak_tracked_bytes);
     v("peak_rss_bytes", peak_rss_bytes); v("estimated_peak_bytes", estimated_peak_bytes);
     v("peak_program_bytes", peak_program_bytes); v("program_order", program_order);
+    v("model_states_total_bytes", model_states_total_bytes); v("estimate", estimate);
   }
 };
 
-struct CommStat {  // ranks[i].comm.<kind>, steps[j].comm.<kind>
+struct CommStat {  // ranks[i].comm.<kind>
   int64_t count = 0, bytes = 0;
+  std::optional<double> time_s;
   Carried extra;
-  template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); }
+  template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); v("time_s", time_s); }
 };
 
 struct OffloadTraffic {  // ranks[i].offload.last_step
@@ -238,18 +251,19 @@ struct StepRecord {
   std::optional<double> loss, grad_norm, lr, time_s;  // null (NaN/Inf, a skipped step's norm) stays in extra
   std::optional<bool> measured;
   std::optional<LossScale> loss_scale;
+  std::optional<double> lost_update_fraction;  // --measure-lost-updates only
   Carried extra;
   template <class V> void fields(V& v) {
     v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("time_s", time_s);
-    v("measured", measured); v("loss_scale", loss_scale);
+    v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
   }
   bool skipped() const { return loss_scale && loss_scale->skipped; }
 };
 
 struct Profile {  // profile (null unless --profile/--trace: the null stays in RunReport::extra)
-  std::optional<double> overlap_ratio;
+  std::optional<double> overlap_ratio, exposed_comm_s;
   Carried extra;
-  template <class V> void fields(V& v) { v("overlap_ratio", overlap_ratio); }
+  template <class V> void fields(V& v) { v("overlap_ratio", overlap_ratio); v("exposed_comm_s", exposed_comm_s); }
 };
 
 struct Projection {  // projection: a report written by `zerobench project`
@@ -311,6 +325,7 @@ nlohmann::json to_json(const ParamCounts& p);
 nlohmann::json to_json(const ModelConfig& m);
 nlohmann::json to_json(const BackendConfig& b);
 nlohmann::json to_json(const TrainConfig& t);
+nlohmann::json to_json(const PrecisionPlan& p);
 nlohmann::json to_json(const FlopsPerToken& f);
 nlohmann::json to_json(const ModelStates& m);
 nlohmann::json to_json(const ProgramOrder& p);
