@@ -11,6 +11,7 @@
 #include "backends/backend_info.hpp"
 #include "bench/matrix.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "reports/svg.hpp"
 #include "runtime/errors.hpp"
 
@@ -127,19 +128,19 @@ int precision_study_command(const PrecisionStudyOptions& o) {
           "table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px}</style>"
           "</head><body><h1>Precision study: FSDP/FSDP2 low vs FSDP/FSDP2 mixed vs ZeRO3 bf16</h1>\n";
   for (double lr : o.lrs) {
-    std::map<std::string, json> runs;
+    std::map<std::string, reports::RunReport> runs;
     for (const auto& m : modes) {
       const std::string id = "lr" + lr_text(lr) + "_" + m.name;
-      runs[m.name] = reports::read_report(o.out_dir + "/" + id + ".json");
+      runs[m.name] = reports::run_report_from_json(reports::read_report(o.out_dir + "/" + id + ".json"));
     }
-    auto losses = [](const json& r) {
+    auto losses = [](const reports::RunReport& r) {
       std::vector<double> v;
-      for (const auto& s : r["steps"]) v.push_back(s["loss"]);
+      for (const auto& s : r.step_records()) v.push_back(s.loss.value_or(NAN));
       return v;
     };
     // Loss target: halfway from the initial loss to where the fp32 reference settles.
     double target = NAN, ref_start = NAN, ref_final = NAN;
-    if (runs["fp32"]["status"]["state"] == "ok") {
+    if (runs["fp32"].ok()) {
       const auto ref = losses(runs["fp32"]);
       ref_start = ref.front();
       ref_final = final_loss(ref);
@@ -149,22 +150,21 @@ int precision_study_command(const PrecisionStudyOptions& o) {
     double floor = NAN;
     for (const auto& m : modes) {
       const auto& r = runs[m.name];
-      json entry = {{"lr", lr}, {"mode", m.name}, {"status", r["status"]["state"]}};
-      if (r["status"]["state"] != "ok") {
+      json entry = {{"lr", lr}, {"mode", m.name}, {"status", r.status.state}};
+      if (!r.ok()) {
         summary["runs"].push_back(entry);
-        md << "| " << lr_text(lr) << " | " << m.name << " | - | - | - | - | - | - | - | "
-           << r["status"]["state"].get<std::string>() << " |\n";
+        md << "| " << lr_text(lr) << " | " << m.name << " | - | - | - | - | - | - | - | " << r.status.state << " |\n";
         continue;
       }
       const auto l = losses(r);
-      floor = r["summary"]["entropy_floor_nats"];
+      floor = r.summary->entropy_floor_nats.value_or(NAN);
       double lost_sum = 0;
       reports::svg::Series ls{m.name, {}, {}}, fs{m.name, {}, {}};
-      for (const auto& s : r["steps"]) {
-        ls.x.push_back(s["step"]);
-        ls.y.push_back(s["loss"]);
-        const double f = s.value("lost_update_fraction", 0.0);
-        fs.x.push_back(s["step"]);
+      for (const auto& s : r.step_records()) {
+        ls.x.push_back(double(s.step));
+        ls.y.push_back(s.loss.value_or(NAN));
+        const double f = s.lost_update_fraction.value_or(0.0);
+        fs.x.push_back(double(s.step));
         fs.y.push_back(f);
         lost_sum += f;
       }
@@ -182,10 +182,10 @@ int precision_study_command(const PrecisionStudyOptions& o) {
       entry["loss_target"] = target;
       entry["steps_to_target"] = reach;
       entry["mean_lost_update_fraction"] = lost_mean;
-      entry["lr_used"] = r["config"]["train"]["lr"];
+      entry["lr_used"] = r.config.train && r.config.train->lr ? json(*r.config.train->lr) : json();
       // fp16 modes: optimizer steps the loss scaler skipped (an overflow), which make no progress.
-      const int64_t skipped = r["summary"].value("skipped_steps", int64_t(0));
-      if (r["summary"].contains("skipped_steps")) entry["skipped_steps"] = skipped;
+      const int64_t skipped = r.summary->skipped_steps.value_or(0);
+      if (r.summary->skipped_steps) entry["skipped_steps"] = skipped;
       summary["runs"].push_back(entry);
       md << "| " << lr_text(lr) << " | " << m.name << " | " << fixed(fl) << " | " << fixed(floor) << " | "
          << fixed(fl - floor) << " | " << fixed(progress, "%.2f") << " | " << (reach >= 0 ? std::to_string(reach) : "not reached") << " | "

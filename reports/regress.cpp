@@ -8,7 +8,9 @@
 #include <map>
 #include <sstream>
 
+#include "reports/columns.hpp"
 #include "reports/metrics.hpp"
+#include "reports/run_report.hpp"
 #include "reports/stats.hpp"
 
 namespace zb::reports {
@@ -32,12 +34,15 @@ std::string pct(double ratio) {
   return buf;
 }
 
-std::string cell_name(const json& r) { return r.value("_cell", r.value("run_id", "?")); }
+std::string cell_name(const RunReport& r) { return r.cell_name(); }
 
-std::vector<double> tokens_per_s_samples(const json& r) {
+std::vector<double> tokens_per_s_samples(const RunReport& r) {
   std::vector<double> out;
-  const double tokens = r["summary"]["tokens_per_rank_per_step"];
-  for (const auto& t : r["ranks"][0]["step_times_s"]) out.push_back(tokens_per_gpu_per_s(int64_t(tokens), t.get<double>()));
+  const int64_t tokens = r.summary->tokens_per_rank_per_step;
+  if (r.rank_records().empty()) return out;  // a projection measured no rank
+  const auto& rank0 = r.rank_records().front();
+  if (rank0.step_times_s)
+    for (double t : *rank0.step_times_s) out.push_back(tokens_per_gpu_per_s(tokens, t));
   return out;
 }
 
@@ -53,45 +58,44 @@ void exact(RegressResult& res, const std::string& cell, const std::string& metri
 // difference; a matching metric is listed once as ok, so the table shows what was gated.
 // What decides whether two runs round alike: the device, the CPU kernels ATen dispatched to and
 // the GEMM libraries' pins (env.cpu_math_pins), the torch build and the intra-op threads. "" when a report does not record all of them.
-std::string machine_kind(const json& r) {
-  if (!r.contains("env") || !r["env"].contains("cpu_capability")) return "";
-  const auto& e = r["env"];
-  const std::string pins = e.value("cpu_math_pins", "");
-  return e.value("device", "?") + ", " + e.value("cpu_capability", "?") + (pins.empty() ? "" : " (" + pins + ")") +
-         ", torch " + e.value("torch", "?") + ", " + std::to_string(e.value("threads_per_rank", 0)) + " threads";
+std::string machine_kind(const RunReport& r) {
+  if (!r.env || !r.env->cpu_capability) return "";
+  const auto& e = *r.env;
+  const std::string pins = e.cpu_math_pins.value_or("");
+  return e.device + ", " + *e.cpu_capability + (pins.empty() ? "" : " (" + pins + ")") + ", torch " + e.torch + ", " +
+         std::to_string(e.threads_per_rank.value_or(0)) + " threads";
 }
 
-void compare_numerics(RegressResult& res, const std::string& cell, const json& b, const json& c,
+void compare_numerics(RegressResult& res, const std::string& cell, const RunReport& b, const RunReport& c,
                       const RegressOptions& o) {
   const std::string bk = machine_kind(b), ck = machine_kind(c);
   const bool same_kind = !bk.empty() && bk == ck;
   const double rtol = same_kind ? o.numerics_rtol : o.numerics_rtol_other_machine;
   const std::string kind_note = same_kind ? "" : bk.empty() || ck.empty() ? "; a report does not record its machine kind"
                                                                           : "; other machine kind: " + bk + " vs " + ck;
-  const json& bs = b.contains("steps") ? b["steps"] : json::array();
-  const json& cs = c.contains("steps") ? c["steps"] : json::array();
+  const auto& bs = b.step_records();
+  const auto& cs = c.step_records();
   if (bs.size() != cs.size()) {
     res.checks.push_back({cell, "steps", std::to_string(bs.size()), std::to_string(cs.size()), "changed", true,
                           "number of recorded steps must match"});
     return;
   }
-  for (const char* metric : {"loss", "grad_norm", "lr"}) {
+  using Metric = std::optional<double> StepRecord::*;
+  const std::pair<const char*, Metric> metrics[] = {
+      {"loss", &StepRecord::loss}, {"grad_norm", &StepRecord::grad_norm}, {"lr", &StepRecord::lr}};
+  for (const auto& [metric, field] : metrics) {
     size_t differ = 0, first = 0;
     double max_rel = 0;
     std::string first_b, first_c;
     for (size_t i = 0; i < bs.size(); ++i) {
-      const json bv = bs[i].value(metric, json()), cv = cs[i].value(metric, json());
+      const std::optional<double> bv = bs[i].*field, cv = cs[i].*field;  // nullopt: null (NaN/Inf) or missing
       // A step fp16 skipped on both sides has no grad norm (null); any other null is a NaN, which
       // never equals anything.
-      auto skipped = [](const json& st) {
-        return st.contains("loss_scale") && st["loss_scale"].value("skipped", false);
-      };
-      if (metric == std::string("grad_norm") && bv.is_null() && cv.is_null() && skipped(bs[i]) && skipped(cs[i]))
-        continue;
+      if (field == &StepRecord::grad_norm && !bv && !cv && bs[i].skipped() && cs[i].skipped()) continue;
       bool same = false;
       double rel = std::numeric_limits<double>::infinity();
-      if (bv.is_number() && cv.is_number()) {
-        const double x = bv.get<double>(), y = cv.get<double>();
+      if (bv && cv) {
+        const double x = *bv, y = *cv;
         const double d = std::fabs(x - y), scale = std::max(std::fabs(x), std::fabs(y));
         rel = d == 0 ? 0 : scale > 0 ? d / scale : std::numeric_limits<double>::infinity();
         same = std::isfinite(x) && std::isfinite(y) && (x == y || rel <= rtol);
@@ -102,8 +106,8 @@ void compare_numerics(RegressResult& res, const std::string& cell, const json& b
       }
       if (differ++ == 0) {
         first = i;
-        first_b = bv.is_number() ? fmt9(bv.get<double>()) : bv.dump();
-        first_c = cv.is_number() ? fmt9(cv.get<double>()) : cv.dump();
+        first_b = bv ? fmt9(*bv) : "null";
+        first_c = cv ? fmt9(*cv) : "null";
       }
       max_rel = std::max(max_rel, rel);
     }
@@ -126,20 +130,18 @@ void compare_numerics(RegressResult& res, const std::string& cell, const json& b
 // allocate and free comm buffers when the scheduler lets them): shown for rank 0, never gated —
 // unless a side has no program-order peak (a report written before it, a CUDA run), where the
 // observed peak may be at most `memory_threshold` above the baseline's.
-void compare_peaks(RegressResult& res, const std::string& cell, const std::string& r, const json& bm, const json& cm,
-                   bool first_rank, const RegressOptions& o) {
-  const double bp = bm["peak_tracked_bytes"], cp = cm["peak_tracked_bytes"];
-  const json bq = bm.value("peak_program_bytes", json()), cq = cm.value("peak_program_bytes", json());
-  if (bq.is_number_integer() && cq.is_number_integer()) {
-    const int64_t x = bq.get<int64_t>(), y = cq.get<int64_t>();
+void compare_peaks(RegressResult& res, const std::string& cell, const std::string& r, const RankMemory& bm,
+                   const RankMemory& cm, bool first_rank, const RegressOptions& o) {
+  const double bp = double(bm.peak_tracked_bytes), cp = double(cm.peak_tracked_bytes);
+  if (bm.peak_program_bytes && cm.peak_program_bytes) {
+    const int64_t x = *bm.peak_program_bytes, y = *cm.peak_program_bytes;
     std::string note = "program order (comm buffers held from issue to wait): must match exactly";
     for (const auto* side : {&bm, &cm})
-      if (side->contains("program_order") && (*side)["program_order"].is_object() &&
-          !(*side)["program_order"].value("exact", true))
+      if (side->program_order && !side->program_order->exact.value_or(true))
         note += std::string("; the ") + (side == &bm ? "baseline" : "current") + "'s ledger is not exact (" +
-                (*side)["program_order"].dump() + ")";
+                to_json(*side->program_order).dump() + ")";
     if (x != y || first_rank)
-      res.checks.push_back({cell, r + "memory.peak_program_bytes", bq.dump(), cq.dump(),
+      res.checks.push_back({cell, r + "memory.peak_program_bytes", json(x).dump(), json(y).dump(),
                             x == y ? "same" : pct(x > 0 ? double(y) / double(x) : 1.0), x != y, note});
     if (first_rank)
       res.checks.push_back({cell, r + "memory.peak_tracked_bytes", fmt(bp), fmt(cp), pct(bp > 0 ? cp / bp : 1.0), false,
@@ -150,60 +152,73 @@ void compare_peaks(RegressResult& res, const std::string& cell, const std::strin
   if (grew || first_rank)
     res.checks.push_back({cell, r + "memory.peak_tracked_bytes", fmt(bp), fmt(cp), pct(bp > 0 ? cp / bp : 1.0), grew,
                           "allowed +" + fmt(o.memory_threshold * 100) + "% (" +
-                              std::string(bq.is_number() ? "the current report" : "the baseline") +
+                              std::string(bm.peak_program_bytes ? "the current report" : "the baseline") +
                               " has no peak_program_bytes: written before it, or a CUDA run)"});
 }
 
-void compare_cell(RegressResult& res, const json& b, const json& c, const RegressOptions& o) {
+json offload_bytes(const RankRecord& rk, bool h2d) {
+  if (!rk.offload) return json();
+  if (!rk.offload->last_step) return json();
+  return h2d ? rk.offload->last_step->h2d_bytes : rk.offload->last_step->d2h_bytes;
+}
+
+void compare_cell(RegressResult& res, const RunReport& b, const RunReport& c, const RegressOptions& o) {
   const auto cell = cell_name(c);
-  const std::string bs = b["status"]["state"], cs = c["status"]["state"];
+  const std::string bs = b.status.state, cs = c.status.state;
   if (bs != "ok" || cs != "ok") {
     const bool worse = bs == "ok" && cs != "ok";
-    res.checks.push_back({cell, "status", bs, cs, bs == cs ? "same" : "changed", worse,
-                          worse ? c["status"].value("error", "") : ""});
+    res.checks.push_back({cell, "status", bs, cs, bs == cs ? "same" : "changed", worse, worse ? c.status.error : ""});
     return;
   }
-  // Throughput: flag only if the median is beyond the threshold AND the U test says slower.
+  // Timing (the registry's gated columns: tokens/GPU/s and s/step medians): flag only if the
+  // throughput median is beyond the threshold AND the U test says slower.
   const auto bt = tokens_per_s_samples(b), ct = tokens_per_s_samples(c);
-  const double bm = b["summary"]["tokens_per_gpu_per_s"]["median"], cm = c["summary"]["tokens_per_gpu_per_s"]["median"];
-  const double ratio = bm > 0 ? cm / bm : 1.0;
+  const RowContext bx{b, nullptr, std::nullopt}, cx{c, nullptr, std::nullopt};
+  const Column& throughput = column("tokens_per_gpu_per_s.median");
+  const double bm = *throughput.value(bx), cm = *throughput.value(cx);
   const double p = mann_whitney_greater_p(bt, ct);  // baseline faster than current?
-  const bool slower = ratio < 1 - o.threshold && p < o.alpha;
+  const bool slower = (bm > 0 ? cm / bm : 1.0) < 1 - o.threshold && p < o.alpha;
   char note[96];
   std::snprintf(note, sizeof(note), "U-test p=%.3g%s", p, o.gate_timing ? "" : " (timing not gated)");
-  res.checks.push_back({cell, "tokens_per_gpu_per_s.median", fmt(bm), fmt(cm), pct(ratio), slower && o.gate_timing, note});
-  const double bst = b["summary"]["step_time_s"]["median"], cst = c["summary"]["step_time_s"]["median"];
-  res.checks.push_back({cell, "step_time_s.median", fmt(bst), fmt(cst), pct(bst > 0 ? cst / bst : 1.0),
-                        slower && o.gate_timing, note});
+  for (const auto& col : columns()) {
+    if (col.gate != Column::Gate::Timing) continue;
+    const double bv = *col.value(bx), cv = *col.value(cx);
+    res.checks.push_back({cell, col.key, fmt(bv), fmt(cv), pct(bv > 0 ? cv / bv : 1.0), slower && o.gate_timing, note});
+  }
   // Deterministic metrics.
-  exact(res, cell, "summary.flops_per_token", b["summary"]["flops_per_token"], c["summary"]["flops_per_token"]);
-  exact(res, cell, "config.model.params", b["config"]["model"]["params"], c["config"]["model"]["params"]);
+  auto flops = [](const RunReport& r) { return r.summary->flops_per_token ? to_json(*r.summary->flops_per_token) : json(); };
+  auto params = [](const RunReport& r) {
+    return r.config.model && r.config.model->params ? to_json(*r.config.model->params) : json();
+  };
+  exact(res, cell, "summary.flops_per_token", flops(b), flops(c));
+  exact(res, cell, "config.model.params", params(b), params(c));
   compare_numerics(res, cell, b, c, o);
-  const size_t ranks = std::min(b["ranks"].size(), c["ranks"].size());
-  if (b["ranks"].size() != c["ranks"].size())
-    exact(res, cell, "ranks", json(b["ranks"].size()), json(c["ranks"].size()));
+  const auto& branks = b.rank_records();
+  const auto& cranks = c.rank_records();
+  const size_t ranks = std::min(branks.size(), cranks.size());
+  if (branks.size() != cranks.size()) exact(res, cell, "ranks", json(branks.size()), json(cranks.size()));
   for (size_t i = 0; i < ranks; ++i) {
-    const auto& br = b["ranks"][i];
-    const auto& cr = c["ranks"][i];
+    const auto& br = branks[i];
+    const auto& cr = cranks[i];
     const std::string r = "ranks[" + std::to_string(i) + "].";
     // Every category either side has: a category new in the current reports (e.g. `buffers`)
     // is a change until the baseline is refreshed.
-    const auto& bm_states = br["memory"]["model_states_bytes"];
-    const auto& cm_states = cr["memory"]["model_states_bytes"];
+    const json bm_states = to_json(br.memory.model_states_bytes);
+    const json cm_states = to_json(cr.memory.model_states_bytes);
     for (const auto& [k, v] : bm_states.items()) exact(res, cell, r + "memory.model_states_bytes." + k, v, cm_states.value(k, json()));
     for (const auto& [k, v] : cm_states.items())
       if (!bm_states.contains(k)) exact(res, cell, r + "memory.model_states_bytes." + k, json(), v);
     // Offload (docs/metrics.md): bytes each way in the last step, when either side offloads.
-    const json bo = br.value("offload", json()), co = cr.value("offload", json());
-    if (!bo.is_null() || !co.is_null())
-      for (const char* k : {"h2d_bytes", "d2h_bytes"})
-        exact(res, cell, r + "offload.last_step." + k, bo.is_null() ? json() : bo["last_step"][k],
-              co.is_null() ? json() : co["last_step"][k]);
-    for (const auto& [kind, v] : br["comm"].items()) {
-      exact(res, cell, r + "comm." + kind + ".count", v["count"], cr["comm"][kind]["count"]);
-      exact(res, cell, r + "comm." + kind + ".bytes", v["bytes"], cr["comm"][kind]["bytes"]);
+    if (br.offload || cr.offload)
+      for (const bool h2d : {true, false})
+        exact(res, cell, r + "offload.last_step." + (h2d ? "h2d_bytes" : "d2h_bytes"), offload_bytes(br, h2d),
+              offload_bytes(cr, h2d));
+    for (const auto& [kind, v] : br.comm) {
+      const auto it = cr.comm.find(kind);
+      exact(res, cell, r + "comm." + kind + ".count", v.count, it == cr.comm.end() ? json() : json(it->second.count));
+      exact(res, cell, r + "comm." + kind + ".bytes", v.bytes, it == cr.comm.end() ? json() : json(it->second.bytes));
     }
-    compare_peaks(res, cell, r, br["memory"], cr["memory"], i == 0, o);
+    compare_peaks(res, cell, r, br.memory, cr.memory, i == 0, o);
   }
 }
 }  // namespace
@@ -234,17 +249,23 @@ std::string RegressResult::to_text() const {
   return o.str();
 }
 
-std::string config_key(const json& r) {
+std::string config_key(const json& report) {
+  const RunReport r = run_report_from_json(report);
+  const RunConfig& cfg = r.config;
+  if (cfg.cell) return "cell:" + *cfg.cell;  // a failed matrix cell
   json k;
-  const auto& cfg = r["config"];
-  if (cfg.contains("cell")) return "cell:" + cfg["cell"].get<std::string>();  // a failed matrix cell
-  json model = cfg.value("model", json::object());
-  model.erase("params");
+  json model = json::object();
+  if (cfg.model) {
+    ModelConfig m = *cfg.model;
+    m.params.reset();  // counts follow from the dims
+    m.extra.keys.erase("params");
+    model = to_json(m);
+  }
   k["model"] = model;
-  k["backend"] = cfg.value("backend", json::object());
-  k["train"] = cfg.value("train", json::object());
-  k["data"] = cfg.contains("data") ? cfg["data"].value("kind", "") : "";
-  k["world_size"] = r.contains("env") ? r["env"].value("world_size", 0) : cfg.value("world_size", 0);
+  k["backend"] = cfg.backend ? to_json(*cfg.backend) : json::object();
+  k["train"] = cfg.train ? to_json(*cfg.train) : json::object();
+  k["data"] = cfg.data ? cfg.data->kind.value_or("") : "";
+  k["world_size"] = r.env ? r.env->world_size : cfg.world_size.value_or(0);
   return k.dump();  // nlohmann orders object keys: canonical
 }
 
@@ -259,29 +280,33 @@ bool configs_compatible(const json& a, const json& b) {
   return a == b;
 }
 
-RegressResult compare_reports(const std::vector<json>& baseline, const std::vector<json>& current,
+RegressResult compare_reports(const std::vector<json>& baseline_json, const std::vector<json>& current_json,
                               const RegressOptions& o) {
+  std::vector<RunReport> baseline, current;
+  for (const auto& j : baseline_json) baseline.push_back(run_report_from_json(j));
+  for (const auto& j : current_json) current.push_back(run_report_from_json(j));
   RegressResult res;
   // Cells are matched by name (a matrix's cell id, a file's stem), else by configuration.
-  std::map<std::string, const json*> cur_by_cell, cur_by_key;
-  for (const auto& c : current) {
-    cur_by_cell[cell_name(c)] = &c;
-    if (c["status"]["state"] == "ok") cur_by_key[config_key(c)] = &c;
+  std::map<std::string, const RunReport*> cur_by_cell, cur_by_key;
+  for (size_t i = 0; i < current.size(); ++i) {
+    cur_by_cell[cell_name(current[i])] = &current[i];
+    if (current[i].ok()) cur_by_key[config_key(current_json[i])] = &current[i];
   }
   std::map<std::string, bool> used;
-  for (const auto& b : baseline) {
-    const json* c = nullptr;
+  for (size_t i = 0; i < baseline.size(); ++i) {
+    const RunReport& b = baseline[i];
+    const RunReport* c = nullptr;
     if (auto it = cur_by_cell.find(cell_name(b)); it != cur_by_cell.end()) c = it->second;
-    if (!c && b["status"]["state"] == "ok")
-      if (auto it = cur_by_key.find(config_key(b)); it != cur_by_key.end()) c = it->second;
+    if (!c && b.ok())
+      if (auto it = cur_by_key.find(config_key(baseline_json[i])); it != cur_by_key.end()) c = it->second;
     if (!c) {
       res.missing.push_back(cell_name(b));
       continue;
     }
     used[cell_name(*c)] = true;
-    const bool both_ok = c->at("status").at("state") == "ok" && b["status"]["state"] == "ok";
-    if (both_ok && (!configs_compatible(b["config"], c->at("config")) ||
-                    b["env"].value("world_size", 0) != c->at("env").value("world_size", 0))) {
+    const bool both_ok = c->ok() && b.ok();
+    const int64_t bw = b.env ? b.env->world_size : 0, cw = c->env ? c->env->world_size : 0;
+    if (both_ok && (!configs_compatible(to_json(b.config), to_json(c->config)) || bw != cw)) {
       res.checks.push_back({cell_name(*c), "config", "", "", "changed", true,
                             "same cell, different configuration: refresh the baseline on purpose"});
       continue;

@@ -11,8 +11,8 @@
 #include <limits>
 #include <sstream>
 
+#include "reports/columns.hpp"
 #include "reports/report.hpp"
-#include "reports/stats.hpp"
 #include "reports/svg.hpp"
 #include "reports/svg_interval.hpp"
 #include "runtime/errors.hpp"
@@ -21,10 +21,6 @@ namespace zb::reports {
 
 namespace {
 using json = nlohmann::json;
-
-constexpr double kMiB = 1024.0 * 1024.0;
-const char* kCategories[] = {"params", "master_params", "grads", "optimizer", "buffers"};
-constexpr int kNumCategories = 5;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -44,199 +40,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// One row's numbers, taken from a report (max over ranks where per-rank).
-struct Row {
-  std::string cell, backend, precision, state, error;
-  int world = 0;
-  int64_t skipped_steps = 0;  // summary.skipped_steps: optimizer steps the fp16 loss scaler skipped
-  int warnings = 0;  // config.warnings: the run is the framework's, maybe not what the file's author expected
-  double tps = 0, step_s = 0, mfu = 0, mfu_6n = 0, peak_mib = 0, comm_mib = 0, final_loss = NAN, overlap = NAN;
-  // tokens/GPU/s's 95% interval: the order-statistic interval of the median step time over the
-  // measured steps (reports/stats.hpp median_interval), mapped through tokens / step time.
-  double tps_lo = NAN, tps_hi = NAN, tps_coverage = NAN;
-  int tps_n = 0;
-  std::string plan_key;  // the precision plan's "compute / optimizer updates" pair, for the pivot
-  // peak_mib: the program-order peak (memory.peak_program_bytes, deterministic), or the observed
-  // one for a report without it (older, CUDA); observed_mib: memory.peak_tracked_bytes, as the
-  // allocator saw it (depends on when collectives complete). Max over ranks.
-  double observed_mib = 0;
-  double est_mib = NAN;  // the pre-flight estimate of the peak (max over ranks)
-  double peak_over_est = NAN;  // the rank with the largest peak (peak_mib's): that peak / its own estimate
-  double cat_mib[kNumCategories] = {0, 0, 0, 0, 0};  // on the device
-  double host_mib = 0;        // model states offloaded to host memory (max over ranks)
-  double offload_mib = NAN;   // host<->device bytes in the last step, both ways (NaN: no offload)
-  double states_mib() const {
-    double sum = 0;
-    for (double m : cat_mib) sum += m;
-    return sum;
-  }
-  bool projected = false;                  // a `zerobench project` output
-  std::string workload;                    // what a projection and a measurement must share
-  double predicted_tps = NAN, prediction_error = NAN;  // filled when a projection matches
-};
-
-// Model dims, backend, precision, batch shape, W and nodes: a projection predicts a measured
-// run when these agree.
-std::string workload_key(const json& r) {
-  if (!r.contains("env") || !r.contains("config") || !r["config"].contains("model")) return "";
-  const auto& c = r["config"];
-  json k;
-  for (const char* d : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) k[d] = c["model"].value(d, 0);
-  k["backend"] = c["backend"].value("name", "");
-  k["precision"] = c["backend"].value("precision", "");
-  for (const char* t : {"micro_batch", "seq_len", "grad_accum"}) k[t] = c.value("train", json::object()).value(t, 0);
-  k["world_size"] = r["env"].value("world_size", 0);
-  k["nodes"] = r["env"].value("nodes", 1);
-  return k.dump();
-}
-
-Row row_of(const json& r) {
-  Row row;
-  row.cell = r.value("_cell", r.value("run_id", "?"));
-  const auto& cfg = r["config"];
-  if (cfg.contains("backend")) {
-    row.backend = cfg["backend"].value("name", "?");
-    row.precision = cfg["backend"].value("precision", "?");
-  } else if (cfg.contains("options")) {
-    row.backend = cfg["options"].value("backend", "?");
-    row.precision = cfg["options"].value("precision", "?");
-  }
-  row.state = r["status"]["state"];
-  if (r.contains("summary") && r["summary"].is_object()) row.skipped_steps = r["summary"].value("skipped_steps", int64_t(0));
-  row.error = r["status"]["error"];
-  if (cfg.contains("warnings") && cfg["warnings"].is_array()) row.warnings = int(cfg["warnings"].size());
-  if (row.state != "ok") return row;
-  row.world = r["env"]["world_size"];
-  const auto& s = r["summary"];
-  row.tps = s["tokens_per_gpu_per_s"]["median"];
-  row.step_s = s["step_time_s"]["median"];
-  row.mfu = s["mfu"];
-  row.mfu_6n = s["mfu_6n"];
-  row.final_loss = s.value("final_loss", NAN);
-  std::vector<double> step_times;
-  for (const auto& st : r.value("steps", json::array()))
-    if (st.value("measured", false) && st.contains("time_s") && st["time_s"].is_number())
-      step_times.push_back(st["time_s"].get<double>());
-  const double tokens = s.value("tokens_per_rank_per_step", 0.0);
-  if (!step_times.empty() && tokens > 0) {
-    const auto iv = median_interval(step_times);
-    row.tps_lo = tokens / iv.hi;
-    row.tps_hi = tokens / iv.lo;
-    row.tps_coverage = iv.coverage;
-    row.tps_n = iv.n;
-  }
-  // The blog's pairing: modes that compute in the same dtype and update weights of the same dtype
-  // (FSDP mixed's fp32 flat parameters, ZeRO-3 bf16's fp32 masters) compare like for like.
-  if (cfg.contains("precision_plan") && cfg["precision_plan"].is_object()) {
-    const auto& pl = cfg["precision_plan"];
-    const auto updates = pl["master"].is_string() ? pl["master"] : pl["params"];
-    row.plan_key = "compute " + pl.value("compute", "?") + ", optimizer updates " + updates.get<std::string>() +
-                   " weights";
-  } else {
-    row.plan_key = "precision " + row.precision + " (report without config.precision_plan)";
-  }
-  for (const auto& rk : r["ranks"]) {
-    for (int c = 0; c < kNumCategories; ++c)  // `buffers` is absent from older reports
-      row.cat_mib[c] = std::max(row.cat_mib[c], rk["memory"]["model_states_bytes"].value(kCategories[c], 0.0) / kMiB);
-    const auto& states = rk["memory"]["model_states_bytes"];
-    if (states.contains("host"))
-      row.host_mib = std::max(row.host_mib, (states["host"].value("params", 0.0) + states["host"].value("master_params", 0.0) +
-                                             states["host"].value("grads", 0.0) + states["host"].value("optimizer", 0.0) +
-                                             states["host"].value("buffers", 0.0)) / kMiB);
-    if (rk.contains("offload") && rk["offload"].is_object()) {
-      const auto& l = rk["offload"]["last_step"];
-      const double mib = (l.value("h2d_bytes", 0.0) + l.value("d2h_bytes", 0.0)) / kMiB;
-      row.offload_mib = std::max(std::isfinite(row.offload_mib) ? row.offload_mib : 0.0, mib);
-    }
-    const auto& mem = rk["memory"];
-    const double observed = mem["peak_tracked_bytes"].get<double>() / kMiB;
-    const double peak = mem.contains("peak_program_bytes") && mem["peak_program_bytes"].is_number()
-                            ? mem["peak_program_bytes"].get<double>() / kMiB
-                            : observed;
-    row.observed_mib = std::max(row.observed_mib, observed);
-    const bool has_est =
-        rk["memory"].contains("estimated_peak_bytes") && rk["memory"]["estimated_peak_bytes"].get<double>() > 0;
-    const double est = has_est ? rk["memory"]["estimated_peak_bytes"].get<double>() / kMiB : NAN;
-    if (has_est) row.est_mib = std::max(std::isfinite(row.est_mib) ? row.est_mib : 0.0, est);
-    if (peak >= row.peak_mib) row.peak_over_est = has_est ? peak / est : NAN;
-    row.peak_mib = std::max(row.peak_mib, peak);
-    double comm = 0;
-    for (const auto& [k, v] : rk["comm"].items()) comm += v["bytes"].get<double>();
-    row.comm_mib = std::max(row.comm_mib, comm / kMiB);
-  }
-  if (r.contains("profile") && r["profile"].is_object() && r["profile"].contains("overlap_ratio"))
-    row.overlap = r["profile"]["overlap_ratio"];
-  row.projected = r.contains("projection");
-  if (row.projected) {
-    row.overlap = r["projection"].value("overlap_ratio", NAN);
-    row.predicted_tps = row.tps;
-  }
-  row.workload = workload_key(r);
-  return row;
-}
-
-std::vector<std::string> header(bool with_baseline, bool with_projection) {
-  std::vector<std::string> h = {"cell",          "backend",        "precision",       "W",
-                                "tokens/GPU/s",  "s/step",         "MFU",             "mfu_6n",
-                                "params MiB",    "master MiB",     "grads MiB",       "optimizer MiB",
-                                "buffers MiB",   "host MiB",      "peak MiB",        "observed peak MiB",
-                                "est. peak MiB", "peak/est",      "comm MiB/step",   "offload MiB/step",
-                                "overlap",
-                                "final loss",
-                                "status"};
-  if (with_baseline) {
-    h.insert(h.end() - 1, "tokens/GPU/s vs base");
-    h.insert(h.end() - 1, "peak MiB vs base");
-  }
-  if (with_projection) {
-    h.insert(h.end() - 1, "predicted tokens/GPU/s");
-    h.insert(h.end() - 1, "prediction error");
-  }
-  return h;
-}
-
-std::string relative(double v, double base) {
-  if (!(base > 0) || !std::isfinite(v)) return "-";
-  return fmt("%+.1f%%", (v / base - 1) * 100);
-}
-
-std::vector<std::string> cells_of(const Row& r, const Row* base, bool with_projection) {
-  auto dash_if_failed = [&](const std::string& s) { return r.state == "ok" ? s : std::string("-"); };
-  std::vector<std::string> c = {r.cell,
-                                r.backend,
-                                r.precision,
-                                dash_if_failed(std::to_string(r.world)),
-                                dash_if_failed(fmt("%.1f", r.tps)),
-                                dash_if_failed(fmt("%.4f", r.step_s)),
-                                dash_if_failed(fmt("%.3f", r.mfu)),
-                                dash_if_failed(fmt("%.3f", r.mfu_6n))};
-  for (double m : r.cat_mib) c.push_back(dash_if_failed(fmt("%.2f", m)));
-  c.push_back(dash_if_failed(fmt("%.2f", r.host_mib)));
-  c.push_back(dash_if_failed(fmt("%.2f", r.peak_mib)));
-  c.push_back(dash_if_failed(fmt("%.2f", r.observed_mib)));
-  c.push_back(r.state == "ok" && std::isfinite(r.est_mib) ? fmt("%.2f", r.est_mib) : "-");
-  c.push_back(r.state == "ok" && std::isfinite(r.peak_over_est) ? fmt("%.2f", r.peak_over_est) : "-");
-  c.push_back(dash_if_failed(fmt("%.2f", r.comm_mib)));
-  c.push_back(r.state == "ok" && std::isfinite(r.offload_mib) ? fmt("%.2f", r.offload_mib) : "-");
-  c.push_back(std::isfinite(r.overlap) ? fmt("%.2f", r.overlap) : "-");
-  c.push_back(std::isfinite(r.final_loss) ? fmt("%.4f", r.final_loss) : "-");
-  if (base) {
-    c.push_back(r.state == "ok" ? relative(r.tps, base->tps) : "-");
-    c.push_back(r.state == "ok" ? relative(r.peak_mib, base->peak_mib) : "-");
-  }
-  if (with_projection) {
-    c.push_back(std::isfinite(r.predicted_tps) ? fmt("%.1f", r.predicted_tps) : "-");
-    c.push_back(std::isfinite(r.prediction_error) ? fmt("%+.1f%%", 100 * r.prediction_error) : "-");
-  }
-  std::string status = r.state != "ok" ? r.state + ": " + r.error : r.projected ? "projected" : "ok";
-  // Flag a run that read a config file with warnings (config.warnings in its report).
-  if (r.warnings > 0) status += " (" + std::to_string(r.warnings) + " config warning" + (r.warnings > 1 ? "s" : "") + ")";
-  if (r.skipped_steps > 0)  // fp16: the loss scaler skipped these optimizer steps (an overflow)
-    status += " (" + std::to_string(r.skipped_steps) + " step" + (r.skipped_steps > 1 ? "s" : "") + " skipped: overflow)";
-  c.push_back(status);
-  return c;
-}
-
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -244,22 +47,18 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-std::string interval_text(const Row& r) {
-  if (r.state != "ok" || !std::isfinite(r.tps_lo)) return "-";
-  std::string t = fmt("%.1f", r.tps_lo) + " – " + fmt("%.1f", r.tps_hi);
-  if (r.tps_coverage < 0.95) t += fmt(" (%.0f%%", 100 * r.tps_coverage) + ", n=" + std::to_string(r.tps_n) + ")";
-  return t;
-}
+double tps_of(const RowContext& x) { return column_value(column("tokens_per_gpu_per_s.median"), x).value_or(0.0); }
 
 // FSDP vs DeepSpeed per precision: one row per precision plan class (what the matmuls run in and
 // what the optimizer updates), one column per backend; each cell the median tokens/GPU/s and its
 // interval (several runs of a backend in one class, e.g. two FSDP2 groupings: one line each).
-std::string render_pivot(const std::vector<Row>& rows) {
+std::string render_pivot(const std::vector<RowContext>& rows) {
   std::vector<std::string> keys, backends;
-  for (const auto& r : rows) {
-    if (r.state != "ok" || r.projected) continue;
-    if (std::find(keys.begin(), keys.end(), r.plan_key) == keys.end()) keys.push_back(r.plan_key);
-    if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
+  for (const auto& x : rows) {
+    if (!x.report.ok() || x.report.projected()) continue;
+    const auto k = precision_plan_key(x.report), b = x.report.config.backend_name();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    if (std::find(backends.begin(), backends.end(), b) == backends.end()) backends.push_back(b);
   }
   if (keys.empty()) return "";
   std::ostringstream o;
@@ -269,14 +68,17 @@ std::string render_pivot(const std::vector<Row>& rows) {
        "median tokens/GPU/s [95% interval].</p>\n<table><thead><tr><th>precision plan</th>";
   for (const auto& b : backends) o << "<th>" << svg::escape(b) << "</th>";
   o << "</tr></thead><tbody>\n";
+  const Column& interval = column("tokens_per_gpu_per_s.interval");
   for (const auto& k : keys) {
     o << "<tr><td>" << svg::escape(k) << "</td>";
     for (const auto& b : backends) {
       std::string cell;
-      for (const auto& r : rows) {
-        if (r.state != "ok" || r.projected || r.plan_key != k || r.backend != b) continue;
-        cell += (cell.empty() ? "" : "<br>") + fmt("%.1f", r.tps) + " [" + svg::escape(interval_text(r)) + "]" +
-                " <small>" + svg::escape(r.cell) + "</small>";
+      for (const auto& x : rows) {
+        if (!x.report.ok() || x.report.projected() || precision_plan_key(x.report) != k ||
+            x.report.config.backend_name() != b)
+          continue;
+        cell += (cell.empty() ? "" : "<br>") + fmt("%.1f", tps_of(x)) + " [" + svg::escape(cell_text(interval, x)) +
+                "]" + " <small>" + svg::escape(x.report.cell_name()) + "</small>";
       }
       o << "<td>" << (cell.empty() ? "-" : cell) << "</td>";
     }
@@ -286,8 +88,8 @@ std::string render_pivot(const std::vector<Row>& rows) {
   return o.str();
 }
 
-std::string render_html(const std::vector<json>& reports, const std::vector<Row>& rows, const Row* base,
-                        const std::vector<std::string>& head, bool with_projection) {
+std::string render_html(const std::vector<RowContext>& rows, const RunReport* base,
+                        const std::vector<const Column*>& cols) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>zerobench report</title>\n"
     << "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
@@ -300,26 +102,19 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
        "step's bytes per rank. Peak is the program-order peak (communication buffers held from issue to wait: the "
        "same on every run), which peak/est compares with the estimate; the observed peak is what the allocator saw, "
        "which depends on when collectives completed.";
-  if (base) o << " Relative columns compare with cell <b>" << svg::escape(base->cell) << "</b>.";
+  if (base) o << " Relative columns compare with cell <b>" << svg::escape(base->cell_name()) << "</b>.";
   o << " The 95% interval of tokens/GPU/s is the order-statistic interval of the median step time over a run's "
        "measured steps (exact coverage shown when fewer steps give less than 95%); steps of one run are not "
        "independent draws, so it shows the run's own spread, not run-to-run noise (`zerobench compare` "
        "repeats runs for that).";
   o << "</p>\n<table><thead><tr>";
-  // The interval column follows tokens/GPU/s (HTML only: the Markdown/CSV columns are a contract).
-  const size_t tps_col = size_t(std::find(head.begin(), head.end(), "tokens/GPU/s") - head.begin());
-  for (size_t i = 0; i < head.size(); ++i) {
-    o << "<th>" << svg::escape(head[i]) << "</th>";
-    if (i == tps_col) o << "<th>95% interval</th>";
-  }
+  for (const Column* c : cols) o << "<th>" << svg::escape(c->header) << "</th>";
   o << "</tr></thead><tbody>\n";
-  for (const auto& r : rows) {
+  for (const auto& x : rows) {
     o << "<tr>";
-    const auto c = cells_of(r, base, with_projection);
-    for (size_t i = 0; i < c.size(); ++i) {
-      o << (i + 1 == c.size() && r.state != "ok" ? "<td class=\"bad\">" : "<td>") << svg::escape(c[i]) << "</td>";
-      if (i == tps_col) o << "<td>" << svg::escape(interval_text(r)) << "</td>";
-    }
+    for (const Column* c : cols)
+      o << (c->key == "status" && !x.report.ok() ? "<td class=\"bad\">" : "<td>") << svg::escape(cell_text(*c, x))
+        << "</td>";
     o << "</tr>\n";
   }
   o << "</tbody></table>\n";
@@ -331,24 +126,31 @@ std::string render_html(const std::vector<json>& reports, const std::vector<Row>
       {"other (peak - states)", {}}};
   std::vector<svg::Series> loss, gnorm;
   double floor = NAN;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    if (r.state != "ok") continue;
-    labels.push_back(r.cell);
-    tps.push_back({r.cell, r.tps, std::isfinite(r.tps_lo) ? r.tps_lo : r.tps, std::isfinite(r.tps_hi) ? r.tps_hi : r.tps});
-    for (int c = 0; c < kNumCategories; ++c) mem[size_t(c)].second.push_back(r.cat_mib[c]);
-    mem[kNumCategories].second.push_back(std::max(0.0, r.peak_mib - r.states_mib()));
-    svg::Series l{r.cell, {}, {}}, g{r.cell, {}, {}};
-    for (const auto& s : reports[i]["steps"]) {
-      l.x.push_back(s["step"]);
-      l.y.push_back(s["loss"]);
-      if (s["grad_norm"].is_null()) continue;  // a step the fp16 loss scaler skipped: no norm
-      g.x.push_back(s["step"]);
-      g.y.push_back(s["grad_norm"]);
+  const Column& peak = column("peak_mib");
+  for (const auto& x : rows) {
+    const RunReport& r = x.report;
+    if (!r.ok()) continue;
+    labels.push_back(r.cell_name());
+    const double t = tps_of(x);
+    const auto iv = tps_interval(r);
+    tps.push_back({r.cell_name(), t, iv ? iv->lo : t, iv ? iv->hi : t});
+    double states = 0;
+    for (int c = 0; c < 5; ++c) {
+      mem[size_t(c)].second.push_back(category_mib(r, c));
+      states += category_mib(r, c);
+    }
+    mem[5].second.push_back(std::max(0.0, column_value(peak, x).value_or(0.0) - states));
+    svg::Series l{r.cell_name(), {}, {}}, g{r.cell_name(), {}, {}};
+    for (const auto& s : r.step_records()) {
+      l.x.push_back(double(s.step));
+      l.y.push_back(s.loss.value_or(NAN));
+      if (!s.grad_norm) continue;  // a step the fp16 loss scaler skipped: no norm
+      g.x.push_back(double(s.step));
+      g.y.push_back(*s.grad_norm);
     }
     loss.push_back(l);
     gnorm.push_back(g);
-    floor = reports[i]["summary"].value("entropy_floor_nats", NAN);
+    floor = r.summary ? r.summary->entropy_floor_nats.value_or(NAN) : NAN;
   }
   auto figure = [&](const std::string& svg_text, const std::string& caption) {
     o << "<figure>" << svg_text << "<figcaption>" << svg::escape(caption) << "</figcaption></figure>\n";
@@ -406,53 +208,59 @@ std::vector<json> load_reports(const std::vector<std::string>& paths) {
 }
 
 std::string render_table(const std::vector<json>& reports, const TableOptions& opts) {
-  std::vector<Row> rows;
-  for (const auto& r : reports) rows.push_back(row_of(r));
-  const Row* base = nullptr;
+  std::vector<RunReport> records;
+  records.reserve(reports.size());
+  for (const auto& r : reports) records.push_back(run_report_from_json(r));
+  std::vector<RowContext> rows;
+  for (const auto& r : records) rows.push_back({r, nullptr, std::nullopt});
+  const RunReport* base = nullptr;
   if (!opts.baseline.empty()) {
-    for (const auto& r : rows)
-      if (r.cell == opts.baseline) base = &r;
+    for (const auto& r : records)
+      if (r.cell_name() == opts.baseline) base = &r;
     if (!base) throw UsageError("--baseline cell '" + opts.baseline + "' is not among the reports");
   }
   // Projections beside measurements: a measured row whose workload a projection predicts
-  // gets the predicted throughput and the error (predicted - measured) / measured.
+  // gets the predicted throughput (and the prediction error column its error).
   bool with_projection = false;
-  for (const auto& r : rows) with_projection = with_projection || r.projected;
-  for (auto& r : rows) {
-    if (r.projected || r.state != "ok" || r.workload.empty()) continue;
-    for (const auto& p : rows)
-      if (p.projected && p.workload == r.workload && r.tps > 0) {
-        r.predicted_tps = p.tps;
-        r.prediction_error = (p.tps - r.tps) / r.tps;
-      }
+  for (auto& x : rows) {
+    x.base = base;
+    if (x.report.ok() && x.report.projected()) {
+      with_projection = true;
+      x.predicted_tps = tps_of(x);
+    }
   }
-  const auto head = header(base != nullptr, with_projection);
-  if (opts.format == "html") return render_html(reports, rows, base, head, with_projection);
+  for (auto& x : rows) {
+    const auto key = workload_key(x.report);
+    if (x.report.projected() || !x.report.ok() || key.empty()) continue;
+    for (const auto& p : rows)
+      if (p.report.ok() && p.report.projected() && workload_key(p.report) == key && tps_of(x) > 0)
+        x.predicted_tps = tps_of(p);
+  }
+  if (opts.format == "html") return render_html(rows, base, shown_columns(base != nullptr, with_projection, true));
+  const auto cols = shown_columns(base != nullptr, with_projection, false);
   std::ostringstream o;
   if (opts.format == "csv") {
-    for (size_t i = 0; i < head.size(); ++i) o << (i ? "," : "") << csv_field(head[i]);
+    for (size_t i = 0; i < cols.size(); ++i) o << (i ? "," : "") << csv_field(cols[i]->header);
     o << "\n";
-    for (const auto& r : rows) {
-      const auto c = cells_of(r, base, with_projection);
-      for (size_t i = 0; i < c.size(); ++i) o << (i ? "," : "") << csv_field(c[i]);
+    for (const auto& x : rows) {
+      for (size_t i = 0; i < cols.size(); ++i) o << (i ? "," : "") << csv_field(cell_text(*cols[i], x));
       o << "\n";
     }
     return o.str();
   }
   if (opts.format != "md") throw UsageError("--format must be md, csv or html, got '" + opts.format + "'");
   o << "|";
-  for (const auto& h : head) o << " " << h << " |";
+  for (const Column* c : cols) o << " " << c->header << " |";
   o << "\n|";
-  for (size_t i = 0; i < head.size(); ++i) o << (i < 3 || i + 1 == head.size() ? "---|" : "---:|");
+  for (const Column* c : cols) o << (c->left ? "---|" : "---:|");
   o << "\n";
-  for (const auto& r : rows) {
+  for (const auto& x : rows) {
     o << "|";
-    for (const auto& c : cells_of(r, base, with_projection)) o << " " << c << " |";
+    for (const Column* c : cols) o << " " << cell_text(*c, x) << " |";
     o << "\n";
   }
   return o.str();
 }
-
 // ---- crossval documents ----
 
 namespace {

@@ -87,11 +87,17 @@ TEST(Table, MarkdownAndCsvCarryTheBlogColumnsAndRelativeColumns) {
   EXPECT_NE(md.find("-50.0%"), std::string::npos) << md;  // tokens/GPU/s vs base
   const auto csv = reports::render_table(rs, {"csv", ""});
   EXPECT_EQ(count(csv, "\n"), 3);
-  // ... params, master, grads, optimizer, buffers, host MiB, peak, observed peak, est., peak/est, comm,
-  // offload MiB/step, ... (a report without peak_program_bytes: its peak is the observed one)
-  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,0.95,0.00,0.00,0.00,0.00,0.00,4.77,4.77,-,-,0.01,-,-,6.5000,ok"),
+  // ... tokens/opt. step (512 tokens x W=1), params, master, grads, optimizer, buffers, host MiB,
+  // peak, observed peak, est., peak/est, comm, offload MiB/step, ... (a report without
+  // peak_program_bytes: its peak is the observed one)
+  EXPECT_NE(csv.find("fsdp_mixed,fsdp,mixed,1,5120.0,0.1000,0.300,0.400,512,0.95,0.00,0.00,0.00,0.00,0.00,4.77,4.77,-,-,0.01,-,-,6.5000,ok"),
             std::string::npos)
       << csv;
+  // tokens/opt. step is the global batch: each rank's 512 tokens per optimizer step times W.
+  auto w4 = rs[0];
+  w4["env"]["world_size"] = 4;
+  EXPECT_NE(reports::render_table({w4}, {"csv", ""}).find("fsdp_mixed,fsdp,mixed,4,5120.0,0.1000,0.300,0.400,2048,"),
+            std::string::npos);
   auto failed = reports::failed_report("oom", "CUDA out of memory", json::object());
   failed["_cell"] = "big";
   EXPECT_NE(reports::render_table({failed}, {}).find("oom: CUDA out of memory"), std::string::npos);

@@ -1,5 +1,5 @@
-// analysis.cpp — the compare document's numbers (see analysis.hpp). Report fields read (reports/
-// SCHEMA.md): summary.{tokens_per_gpu_per_s,step_time_s}.median, summary.{mfu,mfu_6n},
+// analysis.cpp — the compare document's numbers (see analysis.hpp). Report fields read, typed
+// (reports/run_report.hpp; SCHEMA.md): summary.{tokens_per_gpu_per_s,step_time_s}.median, summary.{mfu,mfu_6n},
 // summary.tokens_per_rank_per_step, config.{backend,train,precision_plan,applied,ignored,warnings},
 // ranks[i].memory.{model_states_bytes,model_states_total_bytes,peak_tracked_bytes,peak_rss_bytes,
 // estimate.peak_bytes}, ranks[i].comm.<kind>.{count,bytes,time_s} (the last step),
@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "bench/compare/config_diff.hpp"
+#include "reports/run_report.hpp"
 #include "reports/stats.hpp"
 
 namespace zb::bench::compare {
@@ -19,14 +20,12 @@ namespace {
 using json = nlohmann::json;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A number at a JSON pointer, NaN when absent, null or not a number.
-double num(const json& j, const char* pointer) {
-  if (!j.is_object()) return kNaN;
-  const json::json_pointer p(pointer);
-  if (!j.contains(p)) return kNaN;
-  const auto& v = j.at(p);
-  return v.is_number() ? v.get<double>() : kNaN;
-}
+using reports::RunReport;
+using Run = std::optional<RunReport>;  // nullopt: no report
+
+// A typed number, NaN when absent (or null).
+double num(const std::optional<double>& v) { return v ? *v : kNaN; }
+double num(const std::optional<int64_t>& v) { return v ? double(*v) : kNaN; }
 
 json num_json(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -40,40 +39,35 @@ json interval_json(const std::vector<double>& sample) {
           {"k", r.k}};
 }
 
-bool ok(const json& report) {
-  return report.is_object() && report.contains("status") && report["status"].value("state", "") == "ok";
-}
+bool ok(const Run& report) { return report && report->ok(); }
 
-std::vector<double> series(const json& report, const char* key) {
+std::vector<double> series(const RunReport& report, std::optional<double> reports::StepRecord::*field) {
   std::vector<double> out;
-  if (!report.is_object() || !report.contains("steps") || !report["steps"].is_array()) return out;
-  for (const auto& s : report["steps"])
-    out.push_back(s.contains(key) && s[key].is_number() ? s[key].get<double>() : kNaN);
+  for (const auto& s : report.step_records()) out.push_back(num(s.*field));
   return out;
 }
 
-json memory_of(const json& report) {
+json memory_of(const RunReport& report) {
   json ranks = json::array();
   double max_states = kNaN, max_peak = kNaN, max_est = kNaN;
   auto up = [](double& m, double v) {
     if (std::isfinite(v)) m = std::isfinite(m) ? std::max(m, v) : v;
   };
-  if (report.contains("ranks") && report["ranks"].is_array())
-    for (const auto& r : report["ranks"]) {
-      const json& m = r.contains("memory") ? r["memory"] : json::object();
-      double est = num(m, "/estimate/peak_bytes");
-      if (!std::isfinite(est)) est = num(m, "/estimated_peak_bytes");
-      const double states = num(m, "/model_states_total_bytes"), peak = num(m, "/peak_tracked_bytes");
-      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))},
-                       {"model_states_bytes", m.value("model_states_bytes", json::object())},
-                       {"model_states_total_bytes", num_json(states)},
-                       {"peak_tracked_bytes", num_json(peak)},
-                       {"estimate_peak_bytes", num_json(est)},
-                       {"peak_rss_bytes", num_json(num(m, "/peak_rss_bytes"))}});
-      up(max_states, states);
-      up(max_peak, peak);
-      up(max_est, est);
-    }
+  for (const auto& r : report.rank_records()) {
+    const auto& m = r.memory;
+    double est = m.estimate ? num(m.estimate->peak_bytes) : kNaN;
+    if (!std::isfinite(est)) est = num(m.estimated_peak_bytes);
+    const double states = num(m.model_states_total_bytes), peak = double(m.peak_tracked_bytes);
+    ranks.push_back({{"rank", r.rank},
+                     {"model_states_bytes", reports::to_json(m.model_states_bytes)},
+                     {"model_states_total_bytes", num_json(states)},
+                     {"peak_tracked_bytes", num_json(peak)},
+                     {"estimate_peak_bytes", num_json(est)},
+                     {"peak_rss_bytes", num_json(double(m.peak_rss_bytes))}});
+    up(max_states, states);
+    up(max_peak, peak);
+    up(max_est, est);
+  }
   return {{"ranks", ranks},
           {"max",
            {{"model_states_total_bytes", num_json(max_states)},
@@ -81,30 +75,29 @@ json memory_of(const json& report) {
             {"estimate_peak_bytes", num_json(max_est)}}}};
 }
 
-json comm_of(const json& report, const std::vector<json>& ok_runs) {
+json comm_of(const RunReport& report, const std::vector<const RunReport*>& ok_runs) {
   json ranks = json::array();
-  if (report.contains("ranks") && report["ranks"].is_array())
-    for (const auto& r : report["ranks"]) {
-      json kinds = json::object();
-      double bytes = 0, count = 0, time = 0;
-      if (r.contains("comm") && r["comm"].is_object())
-        for (const auto& [kind, c] : r["comm"].items()) {
-          const double b = num(c, "/bytes"), n = num(c, "/count"), t = num(c, "/time_s");
-          kinds[kind] = {{"count", num_json(n)}, {"bytes", num_json(b)}, {"time_s", num_json(t)}};
-          if (std::isfinite(b)) bytes += b;
-          if (std::isfinite(n)) count += n;
-          if (std::isfinite(t)) time += t;
-        }
-      ranks.push_back({{"rank", r.value("rank", int(ranks.size()))},
-                       {"kinds", kinds},
-                       {"count_per_step", count},
-                       {"bytes_per_step", bytes},
-                       {"time_s_per_step", time}});
+  for (const auto& r : report.rank_records()) {
+    json kinds = json::object();
+    double bytes = 0, count = 0, time = 0;
+    for (const auto& [kind, c] : r.comm) {
+      const double b = double(c.bytes), n = double(c.count), t = num(c.time_s);
+      kinds[kind] = {{"count", num_json(n)}, {"bytes", num_json(b)}, {"time_s", num_json(t)}};
+      if (std::isfinite(b)) bytes += b;
+      if (std::isfinite(n)) count += n;
+      if (std::isfinite(t)) time += t;
     }
+    ranks.push_back({{"rank", r.rank},
+                     {"kinds", kinds},
+                     {"count_per_step", count},
+                     {"bytes_per_step", bytes},
+                     {"time_s_per_step", time}});
+  }
   std::vector<double> exposed, overlap;
-  for (const auto& run : ok_runs) {
-    if (const double e = num(run, "/profile/exposed_comm_s"); std::isfinite(e)) exposed.push_back(e);
-    if (const double o = num(run, "/profile/overlap_ratio"); std::isfinite(o)) overlap.push_back(o);
+  for (const RunReport* run : ok_runs) {
+    if (!run->profile) continue;
+    if (const double e = num(run->profile->exposed_comm_s); std::isfinite(e)) exposed.push_back(e);
+    if (const double o = num(run->profile->overlap_ratio); std::isfinite(o)) overlap.push_back(o);
   }
   return {{"ranks", ranks},
           {"profiled", !exposed.empty()},
@@ -148,24 +141,31 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
       {"baseline", sides.empty() ? "" : sides.front().label},
       {"sides", json::array()},
       {"comparisons", json::array()}};
-  std::vector<json> first_ok(sides.size());  // each side's first successful report (curves, memory, config)
+  // Every run as the typed record (nullopt: no report).
+  std::vector<std::vector<Run>> typed(sides.size());
+  for (size_t s = 0; s < sides.size(); ++s)
+    for (const json& r : sides[s].runs)
+      typed[s].push_back(r.is_object() ? Run(reports::run_report_from_json(r)) : std::nullopt);
+  std::vector<const RunReport*> first_ok(sides.size(), nullptr);  // each side's first successful report (curves, memory, config)
   std::vector<std::vector<double>> tok(sides.size()), step(sides.size());  // per round, NaN if not ok
   for (size_t s = 0; s < sides.size(); ++s) {
     const auto& side = sides[s];
     json runs = json::array();
     std::vector<double> t_ok, st_ok, mfu_ok, mfu6_ok;
-    std::vector<json> ok_runs;
+    std::vector<const RunReport*> ok_runs;
     for (size_t i = 0; i < side.runs.size(); ++i) {
-      const json& r = side.runs[i];
+      const Run& r = typed[s][i];
       const bool good = ok(r);
-      const double t = num(r, "/summary/tokens_per_gpu_per_s/median"), st = num(r, "/summary/step_time_s/median");
-      const double mfu = num(r, "/summary/mfu"), mfu6 = num(r, "/summary/mfu_6n");
+      const reports::Summary* sum = r && r->summary ? &*r->summary : nullptr;
+      const double t = sum ? sum->tokens_per_gpu_per_s.median : kNaN, st = sum ? sum->step_time_s.median : kNaN;
+      const double mfu = sum ? sum->mfu : kNaN, mfu6 = sum ? sum->mfu_6n : kNaN;
+      const reports::Profile* prof = r && r->profile ? &*r->profile : nullptr;
       tok[s].push_back(good ? t : kNaN);
       step[s].push_back(good ? st : kNaN);
       std::string state = "missing", error = "no report";
-      if (r.is_object() && r.contains("status")) {
-        state = r["status"].value("state", "missing");
-        error = r["status"].value("error", "");
+      if (r) {
+        state = r->status.state;
+        error = r->status.error;
       }
       runs.push_back({{"round", int(i) + 1},
                       {"report", i < side.report_files.size() ? side.report_files[i] : ""},
@@ -175,18 +175,17 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
                       {"step_time_s", num_json(st)},
                       {"mfu", num_json(mfu)},
                       {"mfu_6n", num_json(mfu6)},
-                      {"exposed_comm_s", num_json(num(r, "/profile/exposed_comm_s"))},
-                      {"overlap_ratio", num_json(num(r, "/profile/overlap_ratio"))}});
+                      {"exposed_comm_s", num_json(prof ? num(prof->exposed_comm_s) : kNaN)},
+                      {"overlap_ratio", num_json(prof ? num(prof->overlap_ratio) : kNaN)}});
       if (!good) continue;
-      if (first_ok[s].is_null()) first_ok[s] = r;
-      ok_runs.push_back(r);
+      if (!first_ok[s]) first_ok[s] = &*r;
+      ok_runs.push_back(&*r);
       if (std::isfinite(t)) t_ok.push_back(t);
       if (std::isfinite(st)) st_ok.push_back(st);
       if (std::isfinite(mfu)) mfu_ok.push_back(mfu);
       if (std::isfinite(mfu6)) mfu6_ok.push_back(mfu6);
     }
-    const json& rep = first_ok[s];
-    const json config = rep.is_object() && rep.contains("config") ? rep["config"] : json(nullptr);
+    const RunReport* rep = first_ok[s];
     json entry = {{"label", side.label},
                   {"spec", side.spec},
                   {"runs", runs},
@@ -197,38 +196,41 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
                     {"step_time_s", interval_json(st_ok)},
                     {"mfu", interval_json(mfu_ok)},
                     {"mfu_6n", interval_json(mfu6_ok)}}}};
-    if (config.is_object()) {
-      entry["backend"] = config.value(json::json_pointer("/backend/name"), "");
-      entry["precision"] = config.value(json::json_pointer("/backend/precision"), "");
+    if (rep) {
+      const reports::RunConfig& config = rep->config;
+      entry["backend"] = config.backend ? config.backend->name.value_or("") : "";
+      entry["precision"] = config.backend ? config.backend->precision.value_or("") : "";
       // Table 2 comes only from the report's own typed plan; absent: null (rendered "—").
-      entry["precision_plan"] = config.contains("precision_plan") ? config["precision_plan"] : json(nullptr);
-      entry["train"] = {{"micro_batch", num_json(num(config, "/train/micro_batch"))},
-                        {"grad_accum", num_json(num(config, "/train/grad_accum"))},
-                        {"seq_len", num_json(num(config, "/train/seq_len"))},
-                        {"tokens_per_rank_per_step", num_json(num(rep, "/summary/tokens_per_rank_per_step"))}};
-      entry["provenance"] = {{"source_files", config.value("source_files", json::array())},
-                             {"applied", config.value("applied", json::array())},
-                             {"ignored", config.value("ignored", json::array())},
-                             {"warnings", config.value("warnings", json::array())}};
-      entry["memory"] = memory_of(rep);
-      entry["comm"] = comm_of(rep, ok_runs);
-      const auto loss = series(rep, "loss"), gn = series(rep, "grad_norm");
+      entry["precision_plan"] = config.precision_plan ? reports::to_json(*config.precision_plan) : json(nullptr);
+      const reports::TrainConfig train = config.train ? *config.train : reports::TrainConfig{};
+      entry["train"] = {{"micro_batch", num_json(num(train.micro_batch))},
+                        {"grad_accum", num_json(num(train.grad_accum))},
+                        {"seq_len", num_json(num(train.seq_len))},
+                        {"tokens_per_rank_per_step",
+                         num_json(rep->summary ? double(rep->summary->tokens_per_rank_per_step) : kNaN)}};
+      entry["provenance"] = {{"source_files", config.source_files.value_or(json::array())},
+                             {"applied", config.applied.value_or(json::array())},
+                             {"ignored", config.ignored.value_or(json::array())},
+                             {"warnings", config.warnings ? json(*config.warnings) : json::array()}};
+      entry["memory"] = memory_of(*rep);
+      entry["comm"] = comm_of(*rep, ok_runs);
+      const auto loss = series(*rep, &reports::StepRecord::loss), gn = series(*rep, &reports::StepRecord::grad_norm);
       json steps = json::array();
-      for (const auto& st : rep["steps"]) steps.push_back(st.value("step", int(steps.size())));
+      for (const auto& st : rep->step_records()) steps.push_back(st.step);
       json l = json::array(), g = json::array();
       for (double v : loss) l.push_back(num_json(v));
       for (double v : gn) g.push_back(num_json(v));
       // Repetitions train the same seed and data: their curves should be identical; say if not.
       double across = kNaN;
-      for (const auto& r : ok_runs)
-        for (const char* key : {"loss", "grad_norm"}) {
-          const double d = max_relative_difference(series(rep, key), series(r, key));
+      for (const RunReport* r : ok_runs)
+        for (const auto key : {&reports::StepRecord::loss, &reports::StepRecord::grad_norm}) {
+          const double d = max_relative_difference(series(*rep, key), series(*r, key));
           if (std::isfinite(d)) across = std::isfinite(across) ? std::max(across, d) : d;
         }
       entry["curves"] = {{"step", steps},
                          {"loss", l},
                          {"grad_norm", g},
-                         {"round", 1 + int(std::find_if(side.runs.begin(), side.runs.end(), ok) - side.runs.begin())},
+                         {"round", 1 + int(std::find_if(typed[s].begin(), typed[s].end(), ok) - typed[s].begin())},
                          {"max_rel_diff_across_rounds", num_json(ok_runs.size() > 1 ? across : kNaN)},
                          {"identical_across_rounds", ok_runs.size() > 1 ? json(across == 0) : json(nullptr)}};
     } else {
@@ -291,8 +293,7 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
   }
   std::vector<json> configs;
   for (size_t s = 0; s < sides.size(); ++s)
-    configs.push_back(first_ok[s].is_object() && first_ok[s].contains("config") ? first_ok[s]["config"]
-                                                                                : json(nullptr));
+    configs.push_back(first_ok[s] ? reports::to_json(first_ok[s]->config) : json(nullptr));
   out["config_differences"] = config_differences(configs);
   json workload_keys = json::array();
   for (const auto& d : out["config_differences"])

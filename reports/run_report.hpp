@@ -1,0 +1,346 @@
+// run_report.hpp — the typed report record (schema `zerobench.report` v1, reports/SCHEMA.md):
+// RunReport {schema, status, Env, RunConfig, Summary, RankRecord[], StepRecord[], Profile?,
+// Projection?}. Owns: the record's fields, their one JSON mapping (from_json / to_json, generated
+// from each struct's `fields()` list), validation, and the list of documented keys the SCHEMA.md
+// check compares with. Keys a struct does not type are carried unchanged in its `extra`, so a
+// report parses and re-serialises to the same JSON. Must not: compute metrics or render anything.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zb::reports {
+
+// Each struct lists its typed members once, in `fields(V&)`: `v("key", member)`. A member is a
+// number, string, bool, a nested struct, std::optional<...> (absent, or holding another type
+// such as null: then the value stays in `extra`), std::vector<...> or std::map<std::string, ...>.
+// `extra` holds every key the struct does not type, unchanged, and the value of a typed key whose
+// JSON type differs from the member's (an integer read into a double keeps its spelling: its
+// value is in the member too, but the JSON wins when written); `absent`, the member keys the
+// JSON lacked (not written back). So a parsed report re-serialises to the same JSON.
+struct Carried {
+  nlohmann::json keys = nlohmann::json::object();
+  std::vector<std::string> absent;
+  bool contains(const std::string& key) const { return keys.contains(key); }
+};
+
+struct DistributionRecord {  // summary.tokens_per_gpu_per_s, summary.step_time_s
+  double median = 0, p10 = 0, p90 = 0, min = 0, max = 0, mean = 0;
+  int64_t n = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("median", median); v("p10", p10); v("p90", p90); v("min", min); v("max", max); v("mean", mean); v("n", n);
+  }
+};
+
+struct Env {
+  std::string device, torch, compiler, host, git_sha, peak_source;
+  int64_t world_size = 0, nodes = 0, device_count = 0;
+  double peak_tflops = 0;
+  std::optional<bool> emulated, projected;
+  std::optional<std::string> cpu_capability, cpu_math_pins;
+  std::optional<int64_t> threads_per_rank;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("device", device); v("torch", torch); v("compiler", compiler); v("host", host); v("git_sha", git_sha);
+    v("peak_source", peak_source); v("world_size", world_size); v("nodes", nodes); v("device_count", device_count);
+    v("peak_tflops", peak_tflops); v("emulated", emulated); v("projected", projected);
+    v("cpu_capability", cpu_capability); v("cpu_math_pins", cpu_math_pins); v("threads_per_rank", threads_per_rank);
+  }
+};
+
+struct ParamCounts {  // config.model.params
+  int64_t total = 0;
+  std::optional<int64_t> non_embedding, embedding;
+  Carried extra;
+  template <class V> void fields(V& v) { v("total", total); v("non_embedding", non_embedding); v("embedding", embedding); }
+};
+
+struct ModelConfig {
+  std::optional<std::string> preset;
+  std::optional<int64_t> layers, hidden, heads, kv_heads, ffn, vocab;
+  std::optional<ParamCounts> params;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("preset", preset); v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
+    v("ffn", ffn); v("vocab", vocab); v("params", params);
+  }
+};
+
+struct BackendConfig {
+  std::optional<std::string> name, precision;
+  std::optional<nlohmann::json> options;  // every option, as the framework names it: carried whole
+  Carried extra;
+  template <class V> void fields(V& v) { v("name", name); v("precision", precision); v("options", options); }
+};
+
+struct TrainConfig {
+  std::optional<int64_t> micro_batch, seq_len, grad_accum, steps;
+  std::optional<double> lr;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
+  }
+};
+
+struct PrecisionPlan {  // config.precision_plan (backends/precision_plan.hpp)
+  std::string load, params, compute, reduce, grads, optimizer_states, notes;
+  std::optional<std::string> master;  // null: the optimizer updates `params` (the null stays in extra)
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("load", load); v("params", params); v("compute", compute); v("reduce", reduce); v("grads", grads);
+    v("optimizer_states", optimizer_states); v("notes", notes); v("master", master);
+  }
+  // What the optimizer updates: the master copy, else the parameters.
+  const std::string& updates() const { return master ? *master : params; }
+};
+
+struct DataConfig {
+  std::optional<std::string> kind;
+  Carried extra;
+  template <class V> void fields(V& v) { v("kind", kind); }
+};
+
+struct FailedCellOptions {  // config.options: a matrix cell that never wrote a report
+  std::optional<std::string> backend, precision;
+  Carried extra;
+  template <class V> void fields(V& v) { v("backend", backend); v("precision", precision); }
+};
+
+struct RunConfig {
+  std::optional<ModelConfig> model;
+  std::optional<BackendConfig> backend;
+  std::optional<TrainConfig> train;
+  std::optional<PrecisionPlan> precision_plan;
+  std::optional<DataConfig> data;
+  std::optional<std::vector<std::string>> warnings;
+  std::optional<nlohmann::json> source_files, applied, ignored;  // provenance: carried whole
+  std::optional<std::string> cell;                 // a failed matrix cell's id
+  std::optional<FailedCellOptions> options;        // ... and its options
+  std::optional<int64_t> world_size;               // ... and its world
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("model", model); v("backend", backend); v("train", train); v("precision_plan", precision_plan); v("data", data);
+    v("warnings", warnings); v("source_files", source_files); v("applied", applied); v("ignored", ignored);
+    v("cell", cell); v("options", options); v("world_size", world_size);
+  }
+  // The backend and precision names (a failed matrix cell's from its options), "?" when unknown.
+  std::string backend_name() const;
+  std::string precision_name() const;
+};
+
+struct FlopsPerToken {
+  double six_n = 0, palm = 0, palm_recompute = 0;
+  Carried extra;
+  template <class V> void fields(V& v) { v("six_n", six_n); v("palm", palm); v("palm_recompute", palm_recompute); }
+};
+
+struct Summary {
+  DistributionRecord tokens_per_gpu_per_s, step_time_s;
+  double mfu = 0, mfu_6n = 0, hfu = 0;
+  int64_t tokens_per_rank_per_step = 0;
+  std::optional<double> mfu_vs_measured_gemm, final_loss, entropy_floor_nats;
+  std::optional<FlopsPerToken> flops_per_token;
+  std::optional<int64_t> measured_steps, skipped_steps;
+  std::optional<std::string> throughput_note;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("tokens_per_gpu_per_s", tokens_per_gpu_per_s); v("step_time_s", step_time_s); v("mfu", mfu); v("mfu_6n", mfu_6n);
+    v("hfu", hfu); v("tokens_per_rank_per_step", tokens_per_rank_per_step); v("mfu_vs_measured_gemm", mfu_vs_measured_gemm);
+    v("final_loss", final_loss); v("entropy_floor_nats", entropy_floor_nats); v("flops_per_token", flops_per_token);
+    v("measured_steps", measured_steps); v("skipped_steps", skipped_steps); v("throughput_note", throughput_note);
+  }
+};
+
+struct HostModelStates {  // ranks[i].memory.model_states_bytes.host
+  std::optional<int64_t> params, master_params, grads, optimizer, buffers;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("params", params); v("master_params", master_params); v("grads", grads); v("optimizer", optimizer);
+    v("buffers", buffers);
+  }
+  int64_t total() const {
+    return params.value_or(0) + master_params.value_or(0) + grads.value_or(0) + optimizer.value_or(0) +
+           buffers.value_or(0);
+  }
+};
+
+struct ModelStates {  // ranks[i].memory.model_states_bytes
+  int64_t params = 0, master_params = 0, grads = 0, optimizer = 0;
+  std::optional<int64_t> buffers;  // absent from reports written before it existed
+  std::optional<HostModelStates> host;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("params", params); v("master_params", master_params); v("grads", grads); v("optimizer", optimizer);
+    v("buffers", buffers); v("host", host);
+  }
+};
+
+struct ProgramOrder {  // ranks[i].memory.program_order
+  std::optional<bool> exact;
+  Carried extra;
+  template <class V> void fields(V& v) { v("exact", exact); }
+};
+
+struct MemoryEstimate {  // ranks[i].memory.estimate (null without an estimate: the null stays in extra)
+  std::optional<int64_t> peak_bytes;
+  Carried extra;
+  template <class V> void fields(V& v) { v("peak_bytes", peak_bytes); }
+};
+
+struct RankMemory {
+  ModelStates model_states_bytes;
+  int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
+  std::optional<int64_t> model_states_total_bytes;
+  std::optional<MemoryEstimate> estimate;
+  std::optional<int64_t> estimated_peak_bytes, peak_program_bytes;  // peak_program_bytes null on CUDA
+  std::optional<ProgramOrder> program_order;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("model_states_bytes", model_states_bytes); v("peak_tracked_bytes", peak_tracked_bytes);
+    v("peak_rss_bytes", peak_rss_bytes); v("estimated_peak_bytes", estimated_peak_bytes);
+    v("peak_program_bytes", peak_program_bytes); v("program_order", program_order);
+    v("model_states_total_bytes", model_states_total_bytes); v("estimate", estimate);
+  }
+};
+
+struct CommStat {  // ranks[i].comm.<kind>
+  int64_t count = 0, bytes = 0;
+  std::optional<double> time_s;
+  Carried extra;
+  template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); v("time_s", time_s); }
+};
+
+struct OffloadTraffic {  // ranks[i].offload.last_step
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+  Carried extra;
+  template <class V> void fields(V& v) { v("h2d_bytes", h2d_bytes); v("d2h_bytes", d2h_bytes); }
+};
+
+struct Offload {  // ranks[i].offload (null without offload: the null stays in extra)
+  std::optional<OffloadTraffic> last_step;
+  Carried extra;
+  template <class V> void fields(V& v) { v("last_step", last_step); }
+};
+
+struct RankRecord {
+  int64_t rank = 0;
+  RankMemory memory;
+  std::map<std::string, CommStat> comm;  // one step's traffic (the last), by kind
+  std::optional<Offload> offload;
+  std::optional<std::vector<double>> step_times_s;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("rank", rank); v("memory", memory); v("comm", comm); v("offload", offload); v("step_times_s", step_times_s);
+  }
+};
+
+struct LossScale {  // steps[j].loss_scale (fp16 only)
+  double scale = 0, next_scale = 0;
+  bool overflow = false, skipped = false;
+  Carried extra;
+  template <class V> void fields(V& v) { v("scale", scale); v("next_scale", next_scale); v("overflow", overflow); v("skipped", skipped); }
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  std::optional<double> loss, grad_norm, lr, time_s;  // null (NaN/Inf, a skipped step's norm) stays in extra
+  std::optional<bool> measured;
+  std::optional<LossScale> loss_scale;
+  std::optional<double> lost_update_fraction;  // --measure-lost-updates only
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("time_s", time_s);
+    v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
+  }
+  bool skipped() const { return loss_scale && loss_scale->skipped; }
+};
+
+struct Profile {  // profile (null unless --profile/--trace: the null stays in RunReport::extra)
+  std::optional<double> overlap_ratio, exposed_comm_s;
+  Carried extra;
+  template <class V> void fields(V& v) { v("overlap_ratio", overlap_ratio); v("exposed_comm_s", exposed_comm_s); }
+};
+
+struct Projection {  // projection: a report written by `zerobench project`
+  double step_time_s = 0, tokens_per_gpu_per_s = 0, mfu = 0, exposed_comm_s = 0;
+  std::optional<double> overlap_ratio;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("step_time_s", step_time_s); v("tokens_per_gpu_per_s", tokens_per_gpu_per_s); v("mfu", mfu);
+    v("exposed_comm_s", exposed_comm_s); v("overlap_ratio", overlap_ratio);
+  }
+};
+
+struct SchemaTag {
+  std::string name;
+  int64_t version = 0;
+  Carried extra;
+  template <class V> void fields(V& v) { v("name", name); v("version", version); }
+};
+
+struct Status {
+  std::string state, error;
+  std::optional<int64_t> step;  // diverged only
+  Carried extra;
+  template <class V> void fields(V& v) { v("state", state); v("error", error); v("step", step); }
+};
+
+struct RunReport {
+  SchemaTag schema;
+  std::string run_id, created;
+  Status status;
+  RunConfig config;
+  std::optional<Env> env;
+  std::optional<Summary> summary;
+  std::optional<std::vector<RankRecord>> ranks;
+  std::optional<std::vector<StepRecord>> steps;
+  std::optional<Profile> profile;
+  std::optional<Projection> projection;
+  std::optional<std::string> cell;  // "_cell": the file's stem, set by load_reports (not in files)
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("schema", schema); v("run_id", run_id); v("created", created); v("status", status); v("config", config);
+    v("env", env); v("summary", summary); v("ranks", ranks); v("steps", steps); v("profile", profile);
+    v("projection", projection); v("_cell", cell);
+  }
+
+  bool ok() const { return status.state == "ok"; }
+  bool projected() const { return projection.has_value(); }
+  // The cell name: "_cell", else run_id, else "?" (a report without run_id).
+  std::string cell_name() const;
+  const std::vector<RankRecord>& rank_records() const;
+  const std::vector<StepRecord>& step_records() const;
+};
+
+// The one JSON mapping. from_json expects a valid report (validate_run_report first).
+RunReport run_report_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const RunReport& r);
+nlohmann::json to_json(const RunConfig& c);
+nlohmann::json to_json(const ParamCounts& p);
+nlohmann::json to_json(const ModelConfig& m);
+nlohmann::json to_json(const BackendConfig& b);
+nlohmann::json to_json(const TrainConfig& t);
+nlohmann::json to_json(const PrecisionPlan& p);
+nlohmann::json to_json(const FlopsPerToken& f);
+nlohmann::json to_json(const ModelStates& m);
+nlohmann::json to_json(const ProgramOrder& p);
+
+// Every problem found (empty = valid): missing keys, wrong types, bad status (reports/report.hpp's
+// validate_report is this).
+std::vector<std::string> validate_run_report(const nlohmann::json& report);
+
+// The record's typed keys as SCHEMA.md writes them (`ranks[i].memory.peak_tracked_bytes`,
+// `ranks[i].comm.<kind>.bytes`), and the documented keys it carries untyped in `extra`.
+std::vector<std::string> run_report_typed_keys();
+const std::vector<std::string>& run_report_carried_keys();
+// Problems between SCHEMA.md's text and the record (empty = they agree): a typed key with no
+// documentation (neither its own row, nor named in the meaning of its parent's row), a documented
+// key neither typed nor carried.
+std::vector<std::string> check_schema_doc(const std::string& schema_md);
+
+}  // namespace zb::reports

@@ -1,0 +1,145 @@
+// test_run_report.cpp — the typed report record (reports/run_report.hpp): every committed report
+// parses and re-serialises to the same JSON, the typed fields hold the values, validation still
+// refuses what it refused, and SCHEMA.md documents exactly the record's keys (planted faults).
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "reports/report.hpp"
+#include "reports/run_report.hpp"
+
+namespace {
+using json = nlohmann::json;
+using namespace zb::reports;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every *.json under `dir` whose schema is zerobench.report (recursively; POSIX, not std::filesystem).
+void find_reports(const std::string& dir, std::vector<std::string>& out) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string path = dir + "/" + name;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      find_reports(path, out);
+    } else if (name.size() > 5 && name.substr(name.size() - 5) == ".json") {
+      const json j = json::parse(slurp(path), nullptr, false);
+      if (j.is_object() && j.contains("schema") && j["schema"].is_object() &&
+          j["schema"].value("name", "") == kSchemaName)
+        out.push_back(path);
+    }
+  }
+  closedir(d);
+}
+
+std::vector<std::string> committed_reports() {
+  std::vector<std::string> out;
+  find_reports(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/baselines", out);
+  find_reports(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results", out);
+  return out;
+}
+
+TEST(RunReport, EveryCommittedReportRoundTripsByteForByte) {
+  const auto files = committed_reports();
+  ASSERT_GE(files.size(), 60u);  // 24 cpu-smoke baselines + 39 results reports when this was written
+  for (const auto& f : files) {
+    const std::string text = slurp(f);
+    const json j = json::parse(text);
+    ASSERT_TRUE(validate_report(j).empty()) << f;
+    const RunReport r = run_report_from_json(j);
+    const json back = to_json(r);
+    EXPECT_EQ(back.dump(2), j.dump(2)) << f;
+    EXPECT_EQ(back.dump(2) + "\n", text) << f << ": the file is not write_json_atomic's text";
+    // The typed fields hold the values (not everything carried in extra).
+    EXPECT_FALSE(r.extra.contains("summary") || r.extra.contains("env") || r.extra.contains("ranks")) << f;
+    ASSERT_TRUE(r.summary && r.env && r.ranks && r.steps) << f;
+    EXPECT_EQ(r.summary->tokens_per_gpu_per_s.median, j["summary"]["tokens_per_gpu_per_s"]["median"].get<double>());
+    EXPECT_EQ(r.env->world_size, j["env"]["world_size"].get<int64_t>());
+    EXPECT_EQ(r.ranks->at(0).memory.peak_tracked_bytes, j["ranks"][0]["memory"]["peak_tracked_bytes"].get<int64_t>());
+    EXPECT_EQ(r.steps->size(), j["steps"].size());
+    EXPECT_EQ(r.config.backend_name(), j["config"]["backend"]["name"].get<std::string>());
+  }
+}
+
+TEST(RunReport, FailedAndHandBuiltReportsRoundTrip) {
+  json failed = failed_report("timeout", "rank 1 timed out", {{"cell", "c1"}, {"options", {{"backend", "fsdp"}}}});
+  ASSERT_TRUE(validate_report(failed).empty());
+  RunReport r = run_report_from_json(failed);
+  EXPECT_EQ(to_json(r), failed);
+  EXPECT_FALSE(r.env.has_value());
+  EXPECT_EQ(r.config.backend_name(), "fsdp");
+  EXPECT_EQ(r.config.precision_name(), "?");
+  // null where a number is typed (a diverged step's loss, a skipped step's grad norm, CUDA's
+  // peak_program_bytes) is carried as null, not turned into 0.
+  json step = {{"step", 3}, {"loss", nullptr}, {"grad_norm", nullptr}, {"lr", 1e-3}, {"time_s", 0.5}};
+  json j = failed;
+  j["steps"] = json::array({step});
+  j["profile"] = nullptr;
+  r = run_report_from_json(j);
+  EXPECT_FALSE(r.steps->at(0).loss.has_value());
+  EXPECT_DOUBLE_EQ(*r.steps->at(0).lr, 1e-3);
+  EXPECT_FALSE(r.profile.has_value());
+  EXPECT_EQ(to_json(r).dump(), j.dump());
+  // A record filled in code writes its typed fields.
+  RunReport made;
+  made.schema = {kSchemaName, kSchemaVersion, {}};
+  made.run_id = "x";
+  made.created = "2026-11-27T00:00:00Z";
+  made.status.state = "failed";
+  made.status.error = "e";
+  EXPECT_TRUE(validate_report(to_json(made)).empty()) << validate_report(to_json(made)).front();
+}
+
+TEST(RunReport, ValidationRefusesWhatItRefused) {
+  const auto files = committed_reports();
+  ASSERT_FALSE(files.empty());
+  json j = json::parse(slurp(files.front()));
+  j["summary"]["mfu"] = "high";
+  auto p = validate_report(j);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.front(), "summary/mfu: expected number");
+  j = json::parse(slurp(files.front()));
+  j["status"]["state"] = "fine";
+  EXPECT_FALSE(validate_report(j).empty());
+}
+
+TEST(RunReport, SchemaDocMatchesTheRecord) {
+  const std::string md = slurp(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/SCHEMA.md");
+  const auto problems = check_schema_doc(md);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  // Planted: the loss_scale row removed -> its typed keys are undocumented.
+  std::string no_row = md;
+  const auto at = no_row.find("| `steps[j].loss_scale` |");
+  ASSERT_NE(at, std::string::npos);
+  no_row.erase(at, no_row.find('\n', at) + 1 - at);
+  const auto missing = check_schema_doc(no_row);
+  ASSERT_FALSE(missing.empty());
+  EXPECT_EQ(missing.front(), "SCHEMA.md does not document the record's key steps[i].loss_scale.scale");
+  // Planted: a documented key the record does not have.
+  std::string extra_row = md;
+  extra_row.insert(extra_row.find("| `summary.skipped_steps` |"), "| `summary.tokens_per_watt` | number | made up |\n");
+  const auto unknown = check_schema_doc(extra_row);
+  ASSERT_EQ(unknown.size(), 1u);
+  EXPECT_EQ(unknown.front(), "SCHEMA.md documents summary.tokens_per_watt, which the record neither types nor carries");
+  // Planted: a dim dropped from config.model's meaning.
+  std::string no_dim = md;
+  no_dim.replace(no_dim.find("`kv_heads`, "), 12, "");
+  const auto dim = check_schema_doc(no_dim);
+  ASSERT_EQ(dim.size(), 1u);
+  EXPECT_EQ(dim.front(), "SCHEMA.md does not document the record's key config.model.kv_heads");
+}
+
+}  // namespace
