@@ -55,7 +55,9 @@ struct BackendInfo {
   // topology, not a bare world size: a shard group may be a node (HYBRID_SHARD), not the world.
   std::function<ModelStateBytes(const EngineSpec&, const Topology&, int rank)> expected_bytes;
   // Pre-flight peak estimate for `rank` of the job (may be empty: no estimate, no check);
-  // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them.
+  // `gloo`: collectives run through Gloo in host memory (CPU), which stages some of them. Each
+  // built-in backend's formulas live in its folder (<x>/<x>_estimate.cpp, on the shared terms of
+  // memory_estimate.hpp); the registry marks a Gloo run's host terms as device memory.
   std::function<PeakEstimate(const EngineSpec&, const Topology&, int rank, bool gloo)> estimate_peak;
   // The dtypes the engine holds and moves each piece of model state in, for spec.precision and
   // spec.options (from the same dtype rules the engine allocates with). Throws UsageError for a
@@ -84,6 +86,9 @@ struct BackendInfo {
   // `from_file`, else empty), noting each as "command line, over the config file" when from_file,
   // and validates the result. Empty when flags is and the options need no completion.
   std::function<void(const FlagValues&, bool from_file, EngineSpec& spec, config::ConfigNotes& notes)> apply_flags;
+  // What changing each of its options does (bench/compare's config differences); empty: none
+  // described (a differing key then shows "no description").
+  std::vector<OptionEffect> option_effects;
   // Whether these options load the initial weights on rank 0 and broadcast them (the default
   // --load-strategy with --model-dir). Empty: never.
   std::function<bool(const nlohmann::json& options)> broadcasts_initial_weights;

@@ -76,6 +76,15 @@ struct BackendFlag {
   bool refused_elsewhere = true;
 };
 
+// What changing one of a backend's options does, for `zerobench compare`'s config differences
+// (bench/compare/config_diff.cpp looks a differing key up by its last component). A backend
+// describes the keys its options and its report's resolved options hold; a key several backends
+// share is described once (the first registered backend's sentence is the one shown).
+struct OptionEffect {
+  std::string key;     // "sharding_strategy", "stage3_max_live_parameters", ...
+  std::string effect;  // one sentence, paraphrasing the upstream documentation of the option
+};
+
 // A flag's value as the command line gave it.
 struct FlagValue {
   std::string text;     // as typed ("true" for a switch)

@@ -404,7 +404,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
         // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
         {"model_states_expected_bytes",
          backends::to_json(backends::backend(o.backend).expected_bytes(spec, topology, world.rank))},
-        // The pre-flight estimate of this rank's peak (backends/memory_estimate.cpp), next to the
+        // The pre-flight estimate of this rank's peak (BackendInfo::estimate_peak), next to the
         // measured peaks below (peak_tracked_bytes: the counting CPU allocator or CUDA allocated).
         {"estimated_peak_bytes", estimate ? estimate->peak_bytes() : 0},
         {"estimate", estimate ? backends::to_json(*estimate) : json(nullptr)},

@@ -102,7 +102,7 @@ const std::set<std::string> kRemovedZero = {"mics_shard_size", "mics_hierarchica
 // DeepSpeedZeroConfig's alias= names: file spelling -> pydantic field name (populate_by_name
 // accepts both).
 const std::map<std::string, std::string> kZeroAliases = {
-    {"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
+    {zero_keys::kPrefetchBucketSize, "prefetch_bucket_size"},
     {"stage3_param_persistence_threshold", "param_persistence_threshold"},
     {"stage3_model_persistence_threshold", "model_persistence_threshold"},
     {"stage3_max_live_parameters", "max_live_parameters"},
@@ -316,7 +316,7 @@ void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& acce
     seen[field] = spelled;
     // HF fills "auto" only for these three spellings (trainer_config_finalize, hidden-size based);
     // any other "auto" is dropped by DeepSpeedConfigModel(strict=False): the default applies.
-    const bool hf_auto = is_auto(v) && (spelled == "reduce_bucket_size" || spelled == "stage3_prefetch_bucket_size" ||
+    const bool hf_auto = is_auto(v) && (spelled == "reduce_bucket_size" || spelled == zero_keys::kPrefetchBucketSize ||
                                         spelled == "stage3_param_persistence_threshold");
     const bool dropped_auto = is_auto(v) && !hf_auto;
     auto count = [&](int64_t& out, int64_t auto_value, int64_t min) {
@@ -332,7 +332,7 @@ void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& acce
       notes.apply(key, text(v), note_default("reduce_bucket_size " + std::to_string(o.reduce_bucket_size)));
     } else if (field == "prefetch_bucket_size") {
       count(o.stage3_prefetch_bucket_size, int64_t(0.9 * double(H) * double(H)), 0);
-      notes.apply(key, text(v), note_default("stage3_prefetch_bucket_size " + std::to_string(o.stage3_prefetch_bucket_size)));
+      notes.apply(key, text(v), note_default(std::string(zero_keys::kPrefetchBucketSize) + " " + std::to_string(o.stage3_prefetch_bucket_size)));
     } else if (field == "param_persistence_threshold") {
       count(o.stage3_param_persistence_threshold, 10 * H, 0);
       notes.apply(key, text(v),

@@ -31,15 +31,30 @@ struct DeepSpeedOffloadParam {
   int64_t buffer_count = 5, buffer_size = 100000000, max_in_cpu = 1000000000;
 };
 
+// zero_optimization's counts that ZeRO-3 reads: the key as files spell it (the alias of
+// DeepSpeedZeroConfig's field) and DeepSpeed's default, each defined once, here beside their
+// reader (read_deepspeed_zero). The zero3 backend's options default to them
+// (backends/zero3/zero3_options.hpp); tools that write or map DeepSpeed files name the keys
+// through them (bench/translate).
+namespace zero_keys {
+inline constexpr const char* kPrefetchBucketSize = "stage3_prefetch_bucket_size";
+inline constexpr int64_t kDefaultReduceBucketSize = 500000000;
+inline constexpr int64_t kDefaultPrefetchBucketSize = 50000000;
+inline constexpr int64_t kDefaultParamPersistenceThreshold = 100000;
+inline constexpr int64_t kDefaultMaxLiveParameters = 1000000000;
+inline constexpr int64_t kDefaultMaxReuseDistance = 1000000000;
+inline constexpr int64_t kDefaultSubGroupSize = 1000000000;
+}  // namespace zero_keys
+
 // zero_optimization's fields as DeepSpeedZeroConfig names and defaults them (stage-3 names).
 struct DeepSpeedZeroConfig {
   int64_t stage = 0;
-  int64_t reduce_bucket_size = 500000000;               // elements per gradient reduce bucket
-  int64_t stage3_prefetch_bucket_size = 50000000;       // elements prefetched ahead
-  int64_t stage3_param_persistence_threshold = 100000;  // numel <= this: never released
-  int64_t stage3_max_live_parameters = 1000000000;
-  int64_t stage3_max_reuse_distance = 1000000000;
-  int64_t sub_group_size = 1000000000;                  // 0: one sub-group per parameter
+  int64_t reduce_bucket_size = zero_keys::kDefaultReduceBucketSize;  // elements per gradient reduce bucket
+  int64_t stage3_prefetch_bucket_size = zero_keys::kDefaultPrefetchBucketSize;  // elements prefetched ahead
+  int64_t stage3_param_persistence_threshold = zero_keys::kDefaultParamPersistenceThreshold;  // numel <= this: never released
+  int64_t stage3_max_live_parameters = zero_keys::kDefaultMaxLiveParameters;
+  int64_t stage3_max_reuse_distance = zero_keys::kDefaultMaxReuseDistance;
+  int64_t sub_group_size = zero_keys::kDefaultSubGroupSize;  // 0: one sub-group per parameter
   bool overlap_comm = true;
   bool contiguous_gradients = true;
   DeepSpeedOffloadOptimizer offload_optimizer;  // also from the deprecated cpu_offload

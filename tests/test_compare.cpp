@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "backends/backend_info.hpp"
 #include "bench/compare/analysis.hpp"
 #include "bench/compare/config_diff.hpp"
 #include "bench/compare/sides.hpp"
@@ -421,4 +422,22 @@ TEST(CompareRender, CommittedBlogCompareRegeneratesFromItsRuns) {
   r = run_zerobench("compare --from-dir " + dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(slurp(dir + "/compare.json"), slurp(committed + "/compare.json"));
+}
+
+// A backend's option effects are its own (BackendInfo::option_effects, e.g. zero3_config.cpp) and
+// reach the diff through the registry: a backend registered by a program (as the toy backend is)
+// describes its keys with no edit to bench/compare; the general sentences (backend, precision,
+// config.train) are not overridden by a backend's. Registered last in this file: earlier tests
+// see only the built-in backends.
+TEST(CompareAnalysis, OptionEffectsComeFromTheRegisteredBackends) {
+  EXPECT_NE(config_effect("options.stage3_prefetch_bucket_size").find("all-gathered ahead"), std::string::npos);
+  EXPECT_EQ(config_effect("options.bucket_cap_mb"), "DDP all-reduce bucket size: how many all-reduces a step issues");
+  EXPECT_EQ(config_effect("options.effects_test_knob"), "no description");
+  const std::string general = config_effect("backend");
+  backends::BackendInfo info;
+  info.name = "effects_test";
+  info.option_effects = {{"effects_test_knob", "a test backend's own knob"}, {"backend", "not the general sentence"}};
+  backends::register_backend(info);
+  EXPECT_EQ(config_effect("options.effects_test_knob"), "a test backend's own knob");
+  EXPECT_EQ(config_effect("backend"), general);
 }

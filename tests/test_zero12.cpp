@@ -265,7 +265,7 @@ TEST(Zero12Options, RefusalsNameTheKey) {
   EXPECT_THROW(backends::backend("zero1").expected_bytes(spec, 2, 0), UsageError);
 }
 
-// The pre-flight estimate (memory_estimate.cpp estimate_zero12 + zero12_estimate.cpp) against the
+// The pre-flight estimate (zero12_estimate.cpp) against the
 // measured peak of every rank, within 5% as for the other backends; with one term the engine
 // really holds left out (the IPG bucket: 1 GB of bf16 at the default 5e8 elements), the same gate
 // fails.

@@ -43,4 +43,9 @@ void apply_flags(const FlagValues& given, bool /*from_file*/, EngineSpec& spec, 
   spec.options["bucket_cap_mb"] = it != given.end() ? it->second.number : 25.0;
 }
 
+// torch/nn/parallel/distributed.py (DistributedDataParallel's bucket_cap_mb).
+std::vector<OptionEffect> option_effects() {
+  return {{"bucket_cap_mb", "DDP all-reduce bucket size: how many all-reduces a step issues"}};
+}
+
 }  // namespace zb::backends::ddp

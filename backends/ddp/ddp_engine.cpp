@@ -161,14 +161,14 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   models::RopeCache rope_;
 };
 
+}  // namespace
+
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& /*topo*/, int /*rank*/) {
   const auto d = dtypes_for(spec.precision);
   const int64_t n = models::count_params(spec.model).total;
   const int64_t e = int64_t(c10::elementSize(d.storage));
   return {n * e, 0, n * e, 2 * n * e, 0, {}};
 }
-
-}  // namespace
 
 // DDP with torch.autocast's mixed precision: fp32 replicas (loaded in fp32), bf16 compute, the
 // gradients accumulate into the fp32 leaves and are all-reduced in fp32 (reducer.cpp buckets
@@ -188,6 +188,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.estimate_peak = estimate_peak;  // ddp_estimate.cpp
   info.precision_plan = precision_plan;
   // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
   info.config_claim = config_claim;
@@ -195,6 +196,7 @@ BackendInfo backend_info() {
   info.read_config = read_config;
   info.flags = cli_flags();
   info.apply_flags = apply_flags;
+  info.option_effects = option_effects();  // ddp_config.cpp
   // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
   info.projection = projection_hooks();
   // -- shard layout (backends/shard_layout.hpp)

@@ -120,4 +120,37 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
 
 bool broadcasts_initial_weights(const nlohmann::json& options) { return options.value("sync_module_states", false); }
 
+// The sentences paraphrase torch/distributed/fsdp/api.py (ShardingStrategy, BackwardPrefetch,
+// MixedPrecision, CPUOffload) and fully_sharded_data_parallel.py's arguments.
+std::vector<OptionEffect> option_effects() {
+  return {
+      {"sharding_strategy",
+       "what is sharded: FULL_SHARD shards parameters, gradients and optimizer states; "
+       "SHARD_GRAD_OP keeps parameters gathered between forward and backward (more memory, "
+       "fewer all-gathers); NO_SHARD is DDP"},
+      {"backward_prefetch",
+       "when the next unit's all-gather is issued in backward (BACKWARD_PRE overlaps more, "
+       "holds one more unit's parameters)"},
+      {"forward_prefetch",
+       "issues the next unit's all-gather before the current forward runs (more overlap, "
+       "one more gathered unit in memory)"},
+      {"limit_all_gathers", "bounds all-gathers in flight (rate limiter): less peak memory, possibly less overlap"},
+      {"param_dtype", "dtype of the gathered parameters, hence of the all-gather and the compute"},
+      {"reduce_dtype", "dtype of the gradient reduce-scatter: bytes on the wire and rounding of the reduction"},
+      {"flat_param_dtype",
+       "dtype of the sharded flat parameter the optimizer updates: fp32 keeps exact masters, "
+       "bf16 halves the bytes but rounds small updates away"},
+      {"gradient_predivide_factor", "gradients divided before the reduction (overflow headroom); numerics only"},
+      {"gradient_postdivide_factor", "gradients divided after the reduction; numerics only"},
+      {"use_orig_params", "original parameters exposed as views (optimizer per parameter); no change to the math"},
+      {"sync_module_states", "rank 0's initial weights broadcast at start; one-off cost, not in the step time"},
+      {"cpu_ram_efficient_loading", "only rank 0 loads the checkpoint into CPU RAM; load time and host memory"},
+      {"state_dict_type", "checkpoint layout (full or sharded); no effect on the step"},
+      {"auto_wrap_policy", "which modules become FSDP units: granularity of gathers and frees"},
+      {"offload_params", "parameters and gradients kept in host memory: less device memory, transfers each step"},
+      {"shard_group_size", "ranks a parameter is sharded over: the per-rank share of model states"},
+      {"hybrid_shard_group_size", "HYBRID_SHARD: shard within a group, replicate across groups"},
+  };
+}
+
 }  // namespace zb::backends::fsdp

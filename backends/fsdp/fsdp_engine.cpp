@@ -619,6 +619,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   FsdpObserver observer_;
 };
 
+}  // namespace
+
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
   const auto opts = fsdp_options_from_json(spec.options);
   const auto d = dtypes_for(spec.precision, opts);
@@ -631,8 +633,6 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
   if (opts.offload_params) return offloaded_bytes(elems * e);  // fsdp_offload_estimate.hpp
   return {elems * e, 0, elems * e, 2 * elems * e, 0, {}};
 }
-
-}  // namespace
 
 void set_observer(Engine& engine, FsdpObserver observer) {
   if (auto* f = dynamic_cast<FsdpEngine*>(&engine)) f->set_observer(std::move(observer));
@@ -664,6 +664,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed", "fp16"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.estimate_peak = estimate_peak;  // fsdp_estimate.cpp
   info.precision_plan = precision_plan;
   // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
   info.config_claim = config_claim;
@@ -672,6 +673,7 @@ BackendInfo backend_info() {
   info.flags = cli_flags();
   info.flags_title = "FSDP";
   info.apply_flags = apply_flags;
+  info.option_effects = option_effects();  // fsdp_config.cpp
   info.broadcasts_initial_weights = broadcasts_initial_weights;
   // -- crossval, checkpoints and studies
   info.crossval = crossval_reference();

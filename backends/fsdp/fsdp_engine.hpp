@@ -22,6 +22,9 @@
 namespace zb::backends::fsdp {
 
 BackendInfo backend_info();
+// BackendInfo::expected_bytes (fsdp_engine.cpp) and estimate_peak (fsdp_estimate.cpp).
+ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int rank);
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 // The ranks a unit's FlatParameter is sharded over (BackendInfo::shard_layout) are in
 // fsdp_layout.hpp: shard_layout(spec, topo).shard_size.
 

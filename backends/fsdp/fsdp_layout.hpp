@@ -2,7 +2,7 @@
 // precision mode, the sharding strategy after FSDP1's world-size-1 switch, the shard group it
 // implies and each unit's FlatParameter padding (the run's ShardLayout, BackendInfo::
 // shard_layout), the gradient divide factors. Owns: those pure functions, shared by the engine
-// (fsdp_engine.cpp), its closed form and the memory estimate (backends/memory_estimate.cpp).
+// (fsdp_engine.cpp), its closed form and the memory estimate (fsdp_estimate.cpp).
 // Must not: allocate tensors or create process groups (the engine does, from the ShardLayout).
 // Upstream: torch/distributed/fsdp/_init_utils.py (_init_core_state, _init_process_group_state_
 // for_hybrid_shard, _get_gradient_predivide_factor via DefaultState), _flat_param.py (padding).

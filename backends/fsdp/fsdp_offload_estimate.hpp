@@ -28,7 +28,7 @@ ModelStateBytes offloaded_bytes(int64_t shard_bytes);
 // Zero without offload.
 common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const Topology& topo, int rank);
 
-// The estimate's offload terms, added to estimate_fsdp's (backends/memory_estimate.cpp): the
+// The estimate's offload terms, added to fsdp_estimate.cpp's: the
 // device's sharded gradients held from their reduce-scatter to the final callback, the device
 // copy of the host shard an in-flight prefetch all-gather reads, NO_SHARD's device copies of the
 // root and the current block, and the gradient-norm transient moved to the host. No-op without offload.

@@ -183,4 +183,18 @@ bool broadcasts_initial_weights(const nlohmann::json& options) {
   return options.value("cpu_ram_efficient_loading", false);
 }
 
+// The sentences paraphrase torch/distributed/fsdp/_fully_shard/_fully_shard.py (fully_shard's
+// arguments, MixedPrecisionPolicy); FSDP1's shared keys (reduce_dtype, offload_params, ...) are
+// described by fsdp_config.cpp.
+std::vector<OptionEffect> option_effects() {
+  return {
+      {"reshard_after_forward", "FSDP2: free gathered parameters after forward (true) or keep them for backward"},
+      {"output_dtype", "FSDP2: dtype the unit's outputs are cast to"},
+      {"fsdp2_grouping", "FSDP2: which modules form one parameter group (one all-gather each)"},
+      {"modules_to_forward_prefetch", "FSDP2: explicit forward prefetch depth"},
+      {"modules_to_backward_prefetch", "FSDP2: explicit backward prefetch depth"},
+      {"force_sum_reduction_for_comms", "FSDP2: SUM collectives with a post-divide instead of AVG; numerics only"},
+  };
+}
+
 }  // namespace zb::backends::fsdp2

@@ -444,6 +444,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "low", "mixed", "fp16"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
   info.expected_bytes = closed_form_bytes;
+  info.estimate_peak = estimate_peak;  // fsdp2_estimate.cpp
   info.precision_plan = precision_plan;
   // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
   info.config_claim = config_claim;
@@ -451,6 +452,7 @@ BackendInfo backend_info() {
   info.flags = cli_flags();
   info.flags_title = "FSDP2";
   info.apply_flags = apply_flags;
+  info.option_effects = option_effects();  // fsdp2_config.cpp
   info.broadcasts_initial_weights = broadcasts_initial_weights;
   // -- crossval, checkpoints and studies
   info.crossval = crossval_reference();

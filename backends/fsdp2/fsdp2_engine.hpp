@@ -40,6 +40,8 @@
 namespace zb::backends::fsdp2 {
 
 BackendInfo backend_info();
+// BackendInfo::estimate_peak (fsdp2_estimate.cpp; expected_bytes is fsdp2_layout.hpp's closed_form_bytes).
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 
 // Test and profiling hook, called with the group index (forward order), its label and the bytes
 // its unsharded buffers hold right after the event. Events: "unshard" (all-gather issued),

@@ -3,7 +3,7 @@
 // mesh, each parameter's dim-0 Shard layout (_fsdp_param.py _init_sharded_param), the fully_shard
 // groups (PyTorch's recipe or accelerate's fsdp2_prepare_model) and the closed-form bytes per rank.
 // Owns: those pure functions, shared by the engine (fsdp2_engine.cpp) and the memory estimate
-// (backends/memory_estimate.cpp). Must not: allocate tensors or talk to process groups.
+// (fsdp2_estimate.cpp). Must not: allocate tensors or talk to process groups.
 #pragma once
 #include <c10/core/ScalarType.h>
 

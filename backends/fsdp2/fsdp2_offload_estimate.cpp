@@ -12,7 +12,7 @@ void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& 
   const auto o = fsdp2_options_from_json(spec.options);
   if (!o.offloads()) return;
   // Host gradients: set_to_none after each step, made again in backward (as the device ones
-  // without offload: memory_estimate.cpp add_common's grads_set_to_none).
+  // without offload: memory_estimate.hpp add_common's grads_set_to_none).
   std::vector<PeakEstimate::Term> moved;
   for (auto it = e.terms.begin(); it != e.terms.end();) {
     if (it->location == "host" && it->name == "host grads") {

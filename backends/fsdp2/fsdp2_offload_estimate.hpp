@@ -1,8 +1,8 @@
 // fsdp2_offload_estimate.hpp — the pre-flight estimate's CPUOffloadPolicy terms for FSDP2-mode
-// (backends/memory_estimate.cpp estimate_fsdp2 calls it last; docs/metrics.md names the terms).
+// (fsdp2_estimate.cpp calls it last; docs/metrics.md names the terms).
 // Owns: where offloaded states sit in the step's moments and the device/host transients the
 // offload path adds (backends/fsdp2/fsdp2_offload.hpp). Must not: estimate anything that does not
-// change with offload (estimate_fsdp2 does).
+// change with offload (fsdp2_estimate.cpp does).
 #pragma once
 #include "backends/engine.hpp"
 

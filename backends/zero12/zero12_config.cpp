@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backends/common/deepspeed_option_effects.hpp"
 #include "config/accelerate_deepspeed.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"
@@ -169,5 +170,9 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
     spec.options = to_json(zero12_options_from_json(to_json(z), stage));  // validates: exit 2 on a refused value
   };
 }
+
+// The keys every DeepSpeed stage shares (common/deepspeed_option_effects.cpp); ZeRO-1/2's own
+// (reduce_scatter, allgather_bucket_size, ...) are not described yet.
+std::vector<OptionEffect> option_effects() { return common::deepspeed_option_effects(); }
 
 }  // namespace zb::backends::zero12

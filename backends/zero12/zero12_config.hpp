@@ -22,6 +22,8 @@ void accept_stage(const config::DeepSpeedStage& s, int stage);
 std::function<int(const ConfigIdentity&)> config_claim_for(int stage);
 std::function<void(const ConfigInput&, ResolvedConfig&)> read_config_for(int stage);
 std::vector<BackendFlag> cli_flags(int stage);
+// BackendInfo::option_effects: what changing each option does (bench/compare's config diff).
+std::vector<OptionEffect> option_effects();
 std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> apply_flags_for(int stage);
 
 // --zero-stage given with a backend that does not run that stage: one line (shared with zero3,

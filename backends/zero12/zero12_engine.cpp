@@ -216,8 +216,6 @@ std::vector<at::Tensor> Zero12Engine::full_parameters() {
   return out;
 }
 
-namespace {
-
 // What the engine owns at the end of the last micro-batch's backward (after the epilogue):
 // the whole flat buffer with its alignment pad, the fp32 master partition, two fp32 AdamW states
 // on it, and the gradients of this rank's params_in_partition (the grads_in_partition buffer
@@ -240,6 +238,8 @@ ModelStateBytes expected_bytes_for(const EngineSpec& spec, const Topology& topo,
   b.optimizer = 2 * l.partition * 4;
   return b;
 }
+
+namespace {
 
 // DeepSpeed ZeRO-1/2: the model in its dtype (bf16 / fp16 with "bf16" / "fp16": enabled), gradients and their
 // reduction in it (communication_data_type may change the reduction), an fp32 master partition.
@@ -269,6 +269,9 @@ BackendInfo backend_info(int stage) {
   info.expected_bytes = [stage](const EngineSpec& s, const Topology& t, int rank) {
     return expected_bytes_for(s, t, rank, stage);
   };
+  info.estimate_peak = [stage](const EngineSpec& s, const Topology& t, int rank, bool gloo) {
+    return estimate_peak(s, t, rank, gloo, stage);  // zero12_estimate.cpp
+  };
   info.precision_plan = [stage](const EngineSpec& s) { return precision_plan(s, stage); };
   // -- config files and CLI flags (zero12_config.cpp)
   info.config_claim = config_claim_for(stage);
@@ -277,6 +280,7 @@ BackendInfo backend_info(int stage) {
   info.flags = cli_flags(stage);
   info.flags_title = "ZeRO-" + std::to_string(stage);
   info.apply_flags = apply_flags_for(stage);
+  info.option_effects = option_effects();  // zero12_config.cpp
   // -- crossval (zero12_crossval.cpp): real DeepSpeed stage 1/2 through run_deepspeed.py
   info.crossval = crossval_reference(stage);
   // -- shard layout (zero12_layout.cpp)

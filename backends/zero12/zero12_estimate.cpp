@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "backends/memory_estimate.hpp"
+#include "backends/zero12/zero12_engine.hpp"
 #include "backends/zero12/zero12_layout.hpp"
 
 namespace zb::backends::zero12 {
@@ -85,6 +87,16 @@ std::vector<EstimateTerm> estimate_terms(const EngineSpec& spec, const Topology&
   t.push_back({"fp32 gradient partition", "optimizer_step", l.partition * e + (e != 4 ? l.partition * 4 : 0) + largest * 8,
                "P*model bytes" + std::string(e != 4 ? " + P*4" : "") + " + largest parameter*8 (norm in fp64)"});
   return t;
+}
+
+// zero1/zero2: the whole flat model-dtype buffer resident, partitioned fp32 master and states; the
+// gradients of this rank's partition (set to None after each step, made again in backward).
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool /*gloo*/, int stage) {
+  PeakEstimate e = estimate::for_layout(shard_layout(spec, topo));
+  const int md = spec.precision == "bf16" ? 2 : 4;
+  estimate::add_common(e, spec, expected_bytes_for(spec, topo, rank, stage), md, /*grads_set_to_none=*/true);
+  for (auto& t : estimate_terms(spec, topo, rank, stage)) e.terms.push_back({t.name, t.phase, t.bytes, t.formula});
+  return e;
 }
 
 }  // namespace zb::backends::zero12

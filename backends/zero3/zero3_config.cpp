@@ -2,6 +2,7 @@
 #include "backends/zero3/zero3_config.hpp"
 #include "backends/zero3/zero3_granularity.hpp"
 
+#include "backends/common/deepspeed_option_effects.hpp"
 #include "config/accelerate_deepspeed.hpp"
 #include "runtime/errors.hpp"
 
@@ -189,6 +190,28 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
   // Needs the model: checked here, before any rank starts, so the refusal is one line (the engine
   // checks again for callers that build an EngineSpec themselves).
   check_module_granularity(z.stage3_module_granularity_threshold, spec.model);
+}
+
+// The sentences paraphrase deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig's fields); the
+// keys every DeepSpeed stage shares are common/deepspeed_option_effects.cpp's.
+std::vector<OptionEffect> option_effects() {
+  std::vector<OptionEffect> e = common::deepspeed_option_effects();
+  e.insert(e.end(), {
+      {"ipg_buffer_bytes", "bytes of the IPG gradient buckets (reduce_bucket_size x dtype): resident per rank"},
+      {"stage3_prefetch_bucket_size", "elements all-gathered ahead of use: more overlap, more gathered memory"},
+      {"stage3_param_persistence_threshold",
+       "parameters this small are gathered once and kept whole on every "
+       "rank: fewer all-gathers, more resident memory"},
+      {"persistent_numel", "elements kept whole on every rank (the persistence threshold's result)"},
+      {"persistent_params", "parameters kept whole on every rank (the persistence threshold's result)"},
+      {"stage3_max_live_parameters", "upper bound on gathered parameter elements alive at once"},
+      {"stage3_max_reuse_distance", "a parameter reused within this many elements is not released"},
+      {"sub_group_size",
+       "elements per fp32 optimizer sub-group: the optimizer step's granularity and its "
+       "temporary memory"},
+      {"sub_groups", "how many fp32 optimizer sub-groups the parameters form"},
+  });
+  return e;
 }
 
 }  // namespace zb::backends::zero3

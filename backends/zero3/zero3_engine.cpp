@@ -185,8 +185,6 @@ nlohmann::json Zero3Engine::resolved_options() const {
   return j;
 }
 
-namespace {
-
 // ZeRO-3 partitions over the run's shard layout: the whole data-parallel group (no hpZ/MiCS).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
   const auto o = zero3_options_from_json(spec.options);
@@ -219,8 +217,6 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
   return split_offloaded(b, o, partitions * e, o.offload_optimizer.enabled() ? partitions * 4 : 0);
 }
 
-}  // namespace
-
 // DeepSpeed ZeRO-3: parameters made by zero.Init in the model dtype (bf16 with "bf16": enabled),
 // gradients reduced in communication_data_type and kept in grad_accum_dtype, and an fp32 master
 // partition per sub-group that AdamW updates (stage3.py _create_fp32_partitions) in every mode.
@@ -242,6 +238,7 @@ BackendInfo backend_info() {
   info.precisions = {"fp32", "bf16", "fp16"};
   info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
   info.expected_bytes = expected_bytes;
+  info.estimate_peak = estimate_peak;  // zero3_estimate.cpp
   info.precision_plan = precision_plan;
   // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
   info.config_claim = config_claim;
@@ -250,6 +247,7 @@ BackendInfo backend_info() {
   info.flags = cli_flags();
   info.flags_title = "ZeRO-3";
   info.apply_flags = apply_flags;
+  info.option_effects = option_effects();  // zero3_config.cpp
   // -- crossval, checkpoints and studies
   info.crossval = crossval_reference();
   info.checkpoint = checkpoint_layout();

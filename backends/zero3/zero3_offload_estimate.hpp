@@ -1,5 +1,5 @@
 // zero3_offload_estimate.hpp — the pre-flight estimate's offload terms for ZeRO3-mode
-// (backends/memory_estimate.cpp estimate_zero3 calls it last). Owns: the transients the offload
+// (zero3_estimate.cpp calls it last). Owns: the transients the offload
 // data path adds (zero3_offload.cpp) and where they live; the resident host bytes come from
 // expected_bytes().host through add_common. Must not: count resident model states again.
 #pragma once

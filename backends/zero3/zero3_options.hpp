@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/common/loss_scaler.hpp"
+#include "config/deepspeed_zero_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -47,13 +48,14 @@ struct OffloadParamOptions {
 inline constexpr const char* kCpuAdam = "DeepSpeedCPUAdam";
 inline constexpr const char* kTorchAdamW = "torch.optim.AdamW";
 
+// The counts default to DeepSpeed's, defined once beside their reader (config::zero_keys).
 struct Zero3Options {
-  int64_t reduce_bucket_size = 500000000;           // elements per gradient reduce bucket
-  int64_t stage3_prefetch_bucket_size = 50000000;   // elements prefetched ahead (trace-based)
-  int64_t stage3_param_persistence_threshold = 100000;  // numel <= this: never released
-  int64_t stage3_max_live_parameters = 1000000000;
-  int64_t stage3_max_reuse_distance = 1000000000;   // keep a param if reused within this many elements
-  int64_t sub_group_size = 1000000000;              // fp32 master / optimizer step granularity (0: one per param)
+  int64_t reduce_bucket_size = config::zero_keys::kDefaultReduceBucketSize;  // elements per gradient reduce bucket
+  int64_t stage3_prefetch_bucket_size = config::zero_keys::kDefaultPrefetchBucketSize;  // elements prefetched ahead (trace-based)
+  int64_t stage3_param_persistence_threshold = config::zero_keys::kDefaultParamPersistenceThreshold;  // numel <= this: never released
+  int64_t stage3_max_live_parameters = config::zero_keys::kDefaultMaxLiveParameters;
+  int64_t stage3_max_reuse_distance = config::zero_keys::kDefaultMaxReuseDistance;  // keep a param if reused within this many elements
+  int64_t sub_group_size = config::zero_keys::kDefaultSubGroupSize;  // fp32 master / optimizer step granularity (0: one per param)
   bool overlap_comm = true;                         // stage 3 turns it on by default
   bool contiguous_gradients = true;
   std::string communication_data_type;              // "" = model dtype; bf16 | fp16 | fp32

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/zero3/zero3_options.hpp"
 #include "backends/zero3/zero3_padding.hpp"
 #include "runtime/errors.hpp"
 
@@ -28,15 +29,19 @@ using common::unit_share;
 class Zero3Builder {
  public:
   Zero3Builder(const ProgramInput& in, const CollectiveCost& cost) : in_(in), cost_(cost), W_(in.world) {
+    // The report's resolved options (config.backend.options: the engine's names, e.g.
+    // communication_data_type as a torch dtype, which zero3_options_from_json does not read);
+    // a key the report lacks takes Zero3Options' default, defined once (zero3_options.hpp).
     const auto& o = in.options;
-    prefetch_bucket_ = o.value("stage3_prefetch_bucket_size", int64_t(50000000));
-    max_live_ = o.value("stage3_max_live_parameters", int64_t(1000000000));
-    reuse_distance_ = o.value("stage3_max_reuse_distance", int64_t(1000000000));
-    reduce_bucket_ = o.value("reduce_bucket_size", int64_t(500000000));
-    overlap_comm_ = o.value("overlap_comm", true);
-    contiguous_ = o.value("contiguous_gradients", true);
+    const Zero3Options d;
+    prefetch_bucket_ = o.value("stage3_prefetch_bucket_size", d.stage3_prefetch_bucket_size);
+    max_live_ = o.value("stage3_max_live_parameters", d.stage3_max_live_parameters);
+    reuse_distance_ = o.value("stage3_max_reuse_distance", d.stage3_max_reuse_distance);
+    reduce_bucket_ = o.value("reduce_bucket_size", d.reduce_bucket_size);
+    overlap_comm_ = o.value("overlap_comm", d.overlap_comm);
+    contiguous_ = o.value("contiguous_gradients", d.contiguous_gradients);
     sub_groups_ = o.value("sub_groups", int64_t(1));  // the engine's resolved option
-    const int64_t persistence = o.value("stage3_param_persistence_threshold", int64_t(100000));
+    const int64_t persistence = o.value("stage3_param_persistence_threshold", d.stage3_param_persistence_threshold);
     model_ = program_dtype_option(o, "model_dtype", program_compute_dtype(in.precision));
     comm_ = program_dtype_option(o, "communication_data_type", model_);
     cpu_ = in.exec == ExecModel::kHostIsDevice;

@@ -1,84 +1,31 @@
-// config_diff.cpp — differing config keys and their effects (see config_diff.hpp).
-// The effect sentences paraphrase the upstream documentation of each option: PyTorch
-// torch/distributed/fsdp/api.py (ShardingStrategy, BackwardPrefetch, MixedPrecision) and
-// fully_shard.py (FSDP2), DeepSpeed runtime/zero/config.py (DeepSpeedZeroConfig fields).
+// config_diff.cpp — differing config keys and their effects (see config_diff.hpp). The effect
+// sentences of a backend's options are the backend's own (BackendInfo::option_effects, e.g.
+// backends/fsdp/fsdp_config.cpp, paraphrasing the upstream documentation of each option); the
+// general ones (backend, precision, config.train) are here.
 #include "bench/compare/config_diff.hpp"
 
 #include <map>
 #include <set>
+
+#include "backends/backend_info.hpp"
 
 namespace zb::bench::compare {
 
 namespace {
 using json = nlohmann::json;
 
-const std::map<std::string, std::string>& effects() {
+// The keys that are no one backend's options: the backend and precision, the options every
+// engine's report holds, and config.train's. Each backend describes its own options
+// (BackendInfo::option_effects, in its folder); a key described here wins over a backend's.
+const std::map<std::string, std::string>& general_effects() {
   static const std::map<std::string, std::string> e = {
       {"backend", "a different engine: how parameters, gradients and optimizer states are sharded and communicated"},
       {"precision", "dtypes of the stored parameters, the compute and the optimizer (Table 2)"},
-      // fsdp / fsdp2 (torch/distributed/fsdp/api.py, _fully_shard/_fully_shard.py)
-      {"sharding_strategy",
-       "what is sharded: FULL_SHARD shards parameters, gradients and optimizer states; "
-       "SHARD_GRAD_OP keeps parameters gathered between forward and backward (more memory, "
-       "fewer all-gathers); NO_SHARD is DDP"},
-      {"backward_prefetch",
-       "when the next unit's all-gather is issued in backward (BACKWARD_PRE overlaps more, "
-       "holds one more unit's parameters)"},
-      {"forward_prefetch",
-       "issues the next unit's all-gather before the current forward runs (more overlap, "
-       "one more gathered unit in memory)"},
-      {"limit_all_gathers", "bounds all-gathers in flight (rate limiter): less peak memory, possibly less overlap"},
-      {"param_dtype", "dtype of the gathered parameters, hence of the all-gather and the compute"},
-      {"reduce_dtype", "dtype of the gradient reduce-scatter: bytes on the wire and rounding of the reduction"},
-      {"flat_param_dtype",
-       "dtype of the sharded flat parameter the optimizer updates: fp32 keeps exact masters, "
-       "bf16 halves the bytes but rounds small updates away"},
-      {"gradient_predivide_factor", "gradients divided before the reduction (overflow headroom); numerics only"},
-      {"gradient_postdivide_factor", "gradients divided after the reduction; numerics only"},
-      {"use_orig_params", "original parameters exposed as views (optimizer per parameter); no change to the math"},
-      {"sync_module_states", "rank 0's initial weights broadcast at start; one-off cost, not in the step time"},
-      {"cpu_ram_efficient_loading", "only rank 0 loads the checkpoint into CPU RAM; load time and host memory"},
-      {"state_dict_type", "checkpoint layout (full or sharded); no effect on the step"},
-      {"auto_wrap_policy", "which modules become FSDP units: granularity of gathers and frees"},
-      {"offload_params", "parameters and gradients kept in host memory: less device memory, transfers each step"},
-      {"shard_group_size", "ranks a parameter is sharded over: the per-rank share of model states"},
-      {"hybrid_shard_group_size", "HYBRID_SHARD: shard within a group, replicate across groups"},
-      {"reshard_after_forward", "FSDP2: free gathered parameters after forward (true) or keep them for backward"},
-      {"output_dtype", "FSDP2: dtype the unit's outputs are cast to"},
-      {"fsdp2_grouping", "FSDP2: which modules form one parameter group (one all-gather each)"},
-      {"modules_to_forward_prefetch", "FSDP2: explicit forward prefetch depth"},
-      {"modules_to_backward_prefetch", "FSDP2: explicit backward prefetch depth"},
-      {"force_sum_reduction_for_comms", "FSDP2: SUM collectives with a post-divide instead of AVG; numerics only"},
+      // options every engine's report holds
       {"clip_grad_norm", "which framework's gradient-norm clipping (its norm's dtype and order)"},
       {"optimizer", "the optimizer implementation and the dtype it updates in"},
       {"sync_each_batch", "reduce gradients after every micro-batch instead of only the last"},
       {"activation_checkpointing", "recompute each block in backward: less activation memory, about 1/3 more compute"},
-      // zero3 (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig)
-      {"stage", "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
-      {"reduce_bucket_size",
-       "elements per gradient reduce bucket: the IPG buffer's bytes per rank and how many "
-       "reduce-scatters a step issues"},
-      {"ipg_buffer_bytes", "bytes of the IPG gradient buckets (reduce_bucket_size x dtype): resident per rank"},
-      {"stage3_prefetch_bucket_size", "elements all-gathered ahead of use: more overlap, more gathered memory"},
-      {"stage3_param_persistence_threshold",
-       "parameters this small are gathered once and kept whole on every "
-       "rank: fewer all-gathers, more resident memory"},
-      {"persistent_numel", "elements kept whole on every rank (the persistence threshold's result)"},
-      {"persistent_params", "parameters kept whole on every rank (the persistence threshold's result)"},
-      {"stage3_max_live_parameters", "upper bound on gathered parameter elements alive at once"},
-      {"stage3_max_reuse_distance", "a parameter reused within this many elements is not released"},
-      {"sub_group_size",
-       "elements per fp32 optimizer sub-group: the optimizer step's granularity and its "
-       "temporary memory"},
-      {"sub_groups", "how many fp32 optimizer sub-groups the parameters form"},
-      {"overlap_comm", "gradient reduction overlapped with backward (two buckets alternate)"},
-      {"contiguous_gradients", "gradients copied into one contiguous buffer as they are produced"},
-      {"communication_data_type", "dtype of the gradient reduce-scatter"},
-      {"grad_accum_dtype", "dtype gradients are accumulated in between micro-batches"},
-      {"model_dtype", "dtype of the partitioned parameters and of the compute"},
-      {"reduces_every_micro_batch", "gradients reduced every micro-batch (DeepSpeed ZeRO-2/3 has no no_sync)"},
-      // ddp
-      {"bucket_cap_mb", "DDP all-reduce bucket size: how many all-reduces a step issues"},
       // train
       {"micro_batch",
        "samples per rank per micro-batch: tokens per step, activation memory; throughput is "
@@ -123,6 +70,14 @@ const std::map<std::string, std::string>& effects() {
   return e;
 }
 
+// The general sentences, then every registered backend's (the first to describe a key wins).
+std::map<std::string, std::string> effects() {
+  std::map<std::string, std::string> e = general_effects();
+  for (const auto& b : backends::registered_backends())
+    for (const auto& o : b.option_effects) e.emplace(o.key, o.effect);
+  return e;
+}
+
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
   if (j.is_object() && !j.empty()) {
     for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
@@ -147,7 +102,7 @@ std::map<std::string, json> flat_config(const json& config) {
 std::string config_effect(const std::string& key) {
   const auto dot = key.rfind('.');
   const std::string last = dot == std::string::npos ? key : key.substr(dot + 1);
-  const auto& e = effects();
+  const auto e = effects();
   const auto it = e.find(last);
   return it == e.end() ? "no description" : it->second;
 }

@@ -8,6 +8,8 @@
 
 #include <map>
 
+#include "config/deepspeed_zero_config.hpp"
+
 namespace zb::bench::translate {
 
 std::string to_string(Scope s) {
@@ -31,6 +33,9 @@ const char* kTpu = "TPU only";
 const char* kBatch = "FSDP has no batch settings: the training script's dataloader and Accelerator set them "
                      "(the guide, \"Training\"); zerobench --micro-batch / --grad-accum / --grad-clip";
 const char* kZeroInit = "(zero.Init: implied by stage 3)";
+// DeepSpeed's prefetch budget, as its reader spells it (config/deepspeed_zero_config.hpp).
+const std::string kPrefetchKey = config::zero_keys::kPrefetchBucketSize;
+const std::string kPrefetch = "zero_optimization." + kPrefetchKey;
 }  // namespace
 
 const std::vector<Rule>& rules() {
@@ -89,10 +94,10 @@ const std::vector<Rule>& rules() {
        "int N -> 3 with zero_hpz_partition_size N (approximate)"},
       {F, "fsdp_offload_params", kToDs, "zero_optimization.offload_param.device,zero_optimization.offload_optimizer.device", M,
        "FSDP offloads all or nothing; DeepSpeed offloads params and optimizer separately (the guide, \"Offloading\")"},
-      {F, "fsdp_backward_prefetch", kToDs, "zero_optimization.stage3_prefetch_bucket_size", A,
+      {F, "fsdp_backward_prefetch", kToDs, kPrefetch, A,
        "FSDP prefetches by policy (the next unit); DeepSpeed by a budget of elements along the recorded trace, both "
        "passes (partitioned_param_coordinator.py fetch_sub_module: only when prefetch_bucket_sz > 0); NO_PREFETCH -> 0"},
-      {F, "fsdp_forward_prefetch", kToDs, "zero_optimization.stage3_prefetch_bucket_size", A,
+      {F, "fsdp_forward_prefetch", kToDs, kPrefetch, A,
        "DeepSpeed's prefetch covers forward and backward alike (one budget; the guide, \"Prefetching\")"},
       {F, "fsdp_backward_prefetch_policy", kToDs, "", I,
        "the old spelling; accelerate 1.15 never reads it (FSDP1 then runs with backward_prefetch None)"},
@@ -164,11 +169,11 @@ const std::vector<Rule>& rules() {
        "the old spelling of offload_param cpu"},
       {D, "zero_optimization.offload_param.*", kToAnyFsdp, "", N, "FSDP's CPUOffload has no such setting"},
       {D, "zero_optimization.offload_optimizer.*", kToAnyFsdp, "", N, "FSDP's CPUOffload has no such setting"},
-      {D, "zero_optimization.stage3_prefetch_bucket_size", kToFsdp,
+      {D, kPrefetch, kToFsdp,
        "fsdp_config.fsdp_backward_prefetch,fsdp_config.fsdp_forward_prefetch", A,
        "> 0 or \"auto\" -> BACKWARD_PRE + forward prefetch (DeepSpeed prefetches along its trace in both passes); "
        "0 -> NO_PREFETCH, false"},
-      {D, "zero_optimization.stage3_prefetch_bucket_size", kToFsdp2, "", N,
+      {D, kPrefetch, kToFsdp2, "", N,
        "FSDP2 prefetches one group implicitly; accelerate's FSDP2 has no prefetch keys (to_fsdp2.py removes them)"},
       {D, "zero_optimization.overlap_comm", kToAnyFsdp, "", N, "FSDP always overlaps its collectives on side streams"},
       {D, "zero_optimization.stage3_param_persistence_threshold", kToAnyFsdp, "", N,
@@ -223,7 +228,7 @@ const std::vector<AddedRule>& added_rules() {
       {kToDs, "zero_optimization.overlap_comm", "FSDP always overlaps its reduce-scatter on a side stream"},
       {kToDs, "zero_optimization.reduce_bucket_size",
        "\"auto\" as accelerate's templates write it (transformers fills hidden^2); FSDP reduce-scatters each unit at once"},
-      {kToDs, "zero_optimization.stage3_prefetch_bucket_size",
+      {kToDs, kPrefetch,
        "no prefetch key: FSDP2 prefetches implicitly -> \"auto\"; FSDP1 without fsdp_backward_prefetch -> 0"},
       {kToDs, "zero_optimization.stage3_param_persistence_threshold",
        "FSDP keeps no parameter unsharded; 0 keeps none whole (DeepSpeed's default 1e5 would)"},
@@ -244,9 +249,9 @@ const std::vector<AddedRule>& added_rules() {
       {kToAnyFsdp, "fsdp_config.fsdp_state_dict_type",
        "stage3_gather_16bit_weights_on_model_save absent: DeepSpeed's default false -> SHARDED_STATE_DICT"},
       {kToAnyFsdp, "fsdp_config.fsdp_backward_prefetch",
-       "stage3_prefetch_bucket_size absent: DeepSpeed's default 5e7 prefetches -> BACKWARD_PRE"},
+       kPrefetchKey + " absent: DeepSpeed's default 5e7 prefetches -> BACKWARD_PRE"},
       {kToAnyFsdp, "fsdp_config.fsdp_forward_prefetch",
-       "stage3_prefetch_bucket_size absent: DeepSpeed's default 5e7 prefetches in forward too"},
+       kPrefetchKey + " absent: DeepSpeed's default 5e7 prefetches in forward too"},
       {kToAnyFsdp, "fsdp_config.fsdp_offload_params", "no offload key: DeepSpeed's default none"},
       {kToAnyFsdp, "fsdp_config.fsdp_sharding_strategy", "no stage: DeepSpeed's default 0 -> NO_SHARD"},
       {kToAnyFsdp, "fsdp_config.fsdp_reshard_after_forward", "no stage: DeepSpeed's default 0 -> false"},
@@ -299,7 +304,7 @@ std::string added_reason(Target to, const std::string& target_key) {
 
 std::string canonical_ds_key(const std::string& dotted) {
   static const std::map<std::string, std::string> aliases = {
-      {"zero_optimization.prefetch_bucket_size", "zero_optimization.stage3_prefetch_bucket_size"},
+      {"zero_optimization.prefetch_bucket_size", kPrefetch},
       {"zero_optimization.param_persistence_threshold", "zero_optimization.stage3_param_persistence_threshold"},
       {"zero_optimization.model_persistence_threshold", "zero_optimization.stage3_model_persistence_threshold"},
       {"zero_optimization.max_live_parameters", "zero_optimization.stage3_max_live_parameters"},

@@ -25,11 +25,11 @@ unsigned target_bit(Target t);
 
 struct Rule {
   Scope scope;
-  const char* key;     // normalized source key; "x.*" matches x and everything under it; "*" anything
+  std::string key;     // normalized source key; "x.*" matches x and everything under it; "*" anything
   unsigned to;         // target bits this rule serves
-  const char* target;  // target key(s), comma-separated; "(…)" = no literal key; "" = none
+  std::string target;  // target key(s), comma-separated; "(…)" = no literal key; "" = none
   Kind kind;
-  const char* reason;
+  std::string reason;
 };
 const std::vector<Rule>& rules();
 // The rule for a normalized key: exact match first, then the longest "x.*" prefix, then "*".
@@ -38,8 +38,8 @@ const Rule& find_rule(Scope scope, const std::string& key, Target to);
 
 struct AddedRule {
   unsigned to;
-  const char* target;  // target key
-  const char* reason;
+  std::string target;  // target key
+  std::string reason;
 };
 const std::vector<AddedRule>& added_rules();
 // Why the translation writes `target_key` when no source key set it.

@@ -15,6 +15,7 @@
 #include "bench/config_resolve.hpp"
 #include "bench/run_options.hpp"
 #include "bench/translate/mapping.hpp"
+#include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench::translate {
@@ -233,7 +234,7 @@ Concepts deepspeed_concepts(const Source& s) {
   c.offload_optimizer = off(device_of(at(zo, "offload_optimizer"))) || truthy(at(zo, "cpu_offload")) ||
                         off(text(at(s.plugin, "offload_optimizer_device")));
   // Prefetch: on unless the budget is 0 (partitioned_param_coordinator.py fetch_sub_module).
-  json pf = at(zo, "stage3_prefetch_bucket_size");
+  json pf = at(zo, config::zero_keys::kPrefetchBucketSize);
   if (pf.is_null()) pf = at(zo, "prefetch_bucket_size");
   c.prefetch = c.forward_prefetch = pf.is_null() || is_auto(pf) || as_int(pf, 1) > 0;
   // Checkpoint: gather 16-bit weights on save (any alias), or the plugin's zero3_save_16bit_model.
@@ -276,7 +277,7 @@ ojson build_deepspeed(const Source& s, const Concepts& c) {
   if (s.format != Format::kDataParallel) {
     zo["overlap_comm"] = true;
     zo["reduce_bucket_size"] = "auto";
-    zo["stage3_prefetch_bucket_size"] = c.prefetch ? ojson("auto") : ojson(0);
+    zo[config::zero_keys::kPrefetchBucketSize] = c.prefetch ? ojson("auto") : ojson(0);
     zo["stage3_param_persistence_threshold"] = 0;
   }
   if (c.full_state_dict >= 0) zo["stage3_gather_16bit_weights_on_model_save"] = c.full_state_dict == 1;

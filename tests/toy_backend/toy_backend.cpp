@@ -9,7 +9,7 @@
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/common/projection_program.hpp"
-#include "backends/memory_estimate.hpp"
+#include "backends/ddp/ddp_engine.hpp"
 #include "models/llama.hpp"
 #include "runtime/errors.hpp"
 
@@ -137,7 +137,7 @@ backends::BackendInfo backend_info() {
   info.expected_bytes = expected_bytes;
   // The replica, gradients and AdamW states DDP holds, and its transients: DDP's estimate (the
   // per-parameter all-reduces work in place, as its buckets do).
-  info.estimate_peak = backends::estimate_ddp;
+  info.estimate_peak = backends::ddp::estimate_peak;
   info.projection.program = toy_program;  // shard_elements empty: the whole model on every rank
   info.precision_plan = [](const EngineSpec&) {
     backends::PrecisionPlan p;

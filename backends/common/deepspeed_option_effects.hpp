@@ -1,0 +1,14 @@
+// deepspeed_option_effects.hpp — what changing an option every DeepSpeed ZeRO stage shares does
+// (stage, reduce_bucket_size, overlap_comm, the dtypes), for the zero3 and zero1/zero2 backends'
+// BackendInfo::option_effects (bench/compare's config diff). Owns: those sentences. Must not:
+// describe one stage's own options (each backend's <x>_config.cpp does).
+#pragma once
+#include <vector>
+
+#include "backends/config_hooks.hpp"
+
+namespace zb::backends::common {
+
+std::vector<OptionEffect> deepspeed_option_effects();
+
+}  // namespace zb::backends::common

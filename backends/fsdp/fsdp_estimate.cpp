@@ -1,0 +1,90 @@
+// fsdp_estimate.cpp — fsdp's (FSDP1's) pre-flight peak estimate (BackendInfo::estimate_peak;
+// the shared terms and moments are backends/memory_estimate.hpp's, docs/metrics.md; CPUOffload's
+// terms fsdp_offload_estimate.cpp's). Owns: FSDP1's own terms, as fsdp_engine.cpp allocates
+// them. Must not: allocate or measure anything.
+#include "backends/fsdp/fsdp_engine.hpp"
+
+#include <algorithm>
+
+#include "backends/fsdp/fsdp_layout.hpp"
+#include "backends/fsdp/fsdp_offload_estimate.hpp"
+#include "backends/memory_estimate.hpp"
+
+namespace zb::backends::fsdp {
+
+using namespace estimate;
+
+// fsdp: flat shards of S-padded units; unsharded units in the param dtype p while gathered;
+// gradients reduced in r.
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int rank, bool gloo) {
+  const auto o = fsdp_options_from_json(spec.options);
+  // The shard group the engine builds (HYBRID_SHARD: the node's ranks, not the world) and each
+  // unit's padded flat parameter, from the run's layout.
+  const auto layout = shard_layout(spec, world);
+  const int S = layout.shard_size;
+  PeakEstimate e = for_layout(layout);
+  const bool fp32_flat = spec.precision == "mixed" || spec.precision == "fp16";  // fp32 flat, low-precision compute
+  const int s = fp32_flat || spec.precision == "fp32" ? 4 : 2;
+  const int p = spec.precision == "fp32" ? 4 : 2;
+  const int r = spec.precision == "fp32" ? 4 : fp32_flat && o.reduce_dtype == "fp32" ? 4 : p;
+  const auto a = add_common(e, spec, expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
+  const bool sharded = S > 1;
+  int64_t root = 0, block = 0, all = 0;
+  for (size_t u = 0; u < layout.unit_padded.size(); ++u) {
+    const int64_t padded = layout.unit_padded[u];  // numel when unsharded
+    if (u == 0) root = padded;
+    else block = std::max(block, padded);
+    all += padded;
+  }
+  const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
+  if (sharded && o.sharding_strategy == ShardingStrategy::kShardGradOp) {
+    e.terms.push_back({"unsharded units", kFwdBwd, all * p,
+                       "sum(padded units)*p: SHARD_GRAD_OP keeps every unit gathered from forward to its post-backward"});
+  } else if (!sharded) {
+    if (p != s) e.terms.push_back({"bf16 unit copies", kFwdBwd, all * p, "sum(units)*p: NO_SHARD's compute copies"});
+  } else {
+    // The root is never resharded after forward; the root's pre-backward hook (on the loss)
+    // prefetches the last block (BACKWARD_PRE), and each block's pre-backward the next one.
+    e.terms.push_back({"unsharded units", kLossHead, (root + (prefetch ? block : 0)) * p,
+                       prefetch ? "(root + block)*p (the root, and the last block prefetched)" : "root*p"});
+    e.terms.push_back({"unsharded units", kBackward, (root + (prefetch ? 2 : 1) * block) * p,
+                       prefetch ? "(root + 2*block)*p (the root, the current block, the prefetched one)"
+                                : "(root + block)*p"});
+    // The prefetch all-gather runs while the loss head's backward computes: its input (the
+    // shard cast to p under "mixed", _mp_shard) and, on Gloo, a flat output-sized staging buffer
+    // (ProcessGroupGloo AsyncAllgatherWork).
+    // The same for the next block's prefetch during a block's backward.
+    const int64_t staging = (s != p ? block / S * p : 0) + (gloo ? block * p : 0);
+    const std::string staging_formula = std::string(s != p ? "block/S*p (_mp_shard)" : "") +
+                                        (s != p && gloo ? " + " : "") + (gloo ? "block*p (Gloo's flat output)" : "");
+    if (prefetch && staging > 0) {
+      e.terms.push_back({"prefetch all-gather staging", kLossHead, staging, staging_formula});
+      e.terms.push_back({"prefetch all-gather staging", kBackward, staging, staging_formula});
+    }
+  }
+  // A block's backward: autograd accumulates the unit's flat gradient (p) from each weight's
+  // gradient expanded to the unit's size (NarrowBackward: another unit-sized tensor); the root's
+  // flat gradient accumulates from the LM head's onward until the embedding's arrives last. The
+  // previous unit's reduce-scatter is in flight meanwhile, its input held (and on Gloo cloned,
+  // ProcessGroupGloo::reduce_scatter_tensor_coalesced), by when that unit's activations are freed.
+  // A block's flat gradient is whole only once its own activations are freed, so one block's
+  // activations come off the "backward" moment.
+  const int64_t acc = root * p + 2 * block * p + (r != p ? block * r : 0);
+  const int64_t in_flight = sharded ? block * r * (gloo ? 2 : 1) : 0;
+  const int64_t block_act = a.blocks.bytes / std::max<int64_t>(1, spec.model.layers);
+  e.terms.push_back({"unsharded gradients", kBackward,
+                     std::max<int64_t>(0, acc + std::max<int64_t>(0, in_flight - block_act) - block_act),
+                     "(root + 2*block)*p" + std::string(r != p ? " + block*r" : "") +
+                         " + max(0, in-flight reduce-scatter block*r" + (gloo ? "*2 (Gloo's clone)" : "") +
+                         " - a block's activations) - a block's activations"});
+  // After the last gradient: the root's reduce-scatter input (and Gloo's clone of it).
+  e.terms.push_back({"root gradient reduce-scatter", kEndOfBackward,
+                     root * p + (r != p ? root * r : 0) + (sharded && gloo ? root * r : 0),
+                     "root*p" + std::string(r != p ? " + root*r" : "") + (sharded && gloo ? " + root*r (Gloo's clone)" : "")});
+  // The largest original-parameter view in this rank's shard (FSDP1 clips over per-parameter views).
+  add_optimizer_transient(e, std::min(spec.model.vocab * spec.model.hidden, std::max(root, block) / (sharded ? S : 1)), s);
+  add_offload_terms(e, spec, world, rank, gloo);  // CPUOffload (backends/fsdp/fsdp_offload_estimate.cpp)
+  return e;
+}
+
+}  // namespace zb::backends::fsdp
