@@ -355,3 +355,31 @@ TEST(Batching, BadLengthsFilesAreRefusedNamingTheField) {
   std::remove(path.c_str());
   std::remove(csv.c_str());
 }
+
+// The loss is averaged over the step's label tokens, not per micro-batch or per rank: the same
+// rows split 1 x 4, 4 x 1 (micro-batch x grad_accum) or over 2 ranks give the same losses.
+// Documents of 2, 5, 3 and 4 tokens have 1, 4, 2 and 3 labels: a mean of per-micro-batch means
+// (or of per-rank means) would differ.
+TEST(Batching, TheLossAveragesOverTheStepsLabelsHoweverTheRowsAreSplit) {
+  const auto path = token_file("split_docs.bin", {2, 5, 3, 4});
+  const std::vector<std::string> layouts = {"--micro-batch 4", "--micro-batch 1 --grad-accum 4",
+                                            "--micro-batch 1 --grad-accum 2 --nproc 2"};
+  std::vector<std::vector<double>> losses;
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    const auto out = temp_path("split_" + std::to_string(k) + ".json");
+    const auto r = zb::test_support::run_zerobench("run --backend ddp --model tiny --steps 3 --warmup 1 --seq-len 6 "
+                                                   "--threads 1 --quiet --batching pad " + layouts[k] + " --data " +
+                                                   spec_of(path) + " --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto report = zb::reports::read_report(out);
+    losses.emplace_back();
+    for (const auto& s : report["steps"]) losses.back().push_back(s["loss"].get<double>());
+    std::remove(out.c_str());
+  }
+  std::remove(path.c_str());
+  for (size_t k = 1; k < layouts.size(); ++k) {
+    ASSERT_EQ(losses[k].size(), 3u);
+    EXPECT_NEAR(losses[k][0], losses[0][0], 1e-6 * losses[0][0]) << layouts[k];
+    for (size_t i = 1; i < 3; ++i) EXPECT_NEAR(losses[k][i], losses[0][i], 1e-4 * losses[0][i]) << layouts[k] << " step " << i;
+  }
+}
