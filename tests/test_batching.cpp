@@ -383,3 +383,24 @@ TEST(Batching, TheLossAveragesOverTheStepsLabelsHoweverTheRowsAreSplit) {
     for (size_t i = 1; i < 3; ++i) EXPECT_NEAR(losses[k][i], losses[0][i], 1e-4 * losses[0][i]) << layouts[k] << " step " << i;
   }
 }
+
+// The memory estimate knows the per-document shapes: with pack, the additive [B, 1, T, T] mask
+// (512 KiB here), RoPE at the positions and the ids; its peak meets the tracked peak as pack-naive's does.
+TEST(Batching, MemoryEstimateCountsTheMaskAndPositions) {
+  const auto path = token_file("memory_docs.bin", std::vector<int64_t>(40, 100));
+  int64_t gap[2] = {0, 0};
+  const char* modes[2] = {"pack-naive", "pack"};
+  for (int m = 0; m < 2; ++m) {
+    const auto out = temp_path(std::string("memory_") + modes[m] + ".json");
+    const auto r = zb::test_support::run_zerobench(std::string("run --backend ddp --model tiny --steps 2 --warmup 1 --seq-len 256 "
+                                                               "--micro-batch 2 --threads 1 --quiet --batching ") +
+                                                   modes[m] + " --data " + spec_of(path) + " --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto mem = zb::reports::read_report(out)["ranks"][0]["memory"];
+    gap[m] = mem["peak_tracked_bytes"].get<int64_t>() - mem["estimated_peak_bytes"].get<int64_t>();
+    std::remove(out.c_str());
+  }
+  std::remove(path.c_str());
+  EXPECT_LE(std::abs(gap[0]), 1024) << gap[0];
+  EXPECT_EQ(gap[1], gap[0]);
+}
