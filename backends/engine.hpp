@@ -48,6 +48,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   bool activation_checkpointing = false;
   std::string data = "markov";
+  std::string batching;  // --batching pad|pack|pack-naive; "": pack-naive for a file (docs/data.md)
   bool measure_lost_updates = false;  // the precision study's rounding diagnostic
 };
 

@@ -43,8 +43,21 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
   if (states.buffers > 0)
     e.terms.push_back({"communication buffers", kResident, states.buffers,
                        "expected_bytes().buffers (ZeRO-3's IPG bucket: reduce_bucket_size*comm bytes)"});
-  e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 16,
-                     "grad_accum*B*T*16 (int64 tokens and targets of every micro-batch, made before the step)"});
+  // --batching pad|pack (models/batching.hpp): rows of documents padded to T; every micro-batch
+  // also carries int64 position_ids and document ids, and its forward builds RoPE at those
+  // positions and one additive block-diagonal mask that every layer's SDPA saves by reference.
+  const bool per_document = t.batching == "pad" || t.batching == "pack";
+  if (!per_document) {
+    e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 16,
+                       "grad_accum*B*T*16 (int64 tokens and targets of every micro-batch, made before the step)"});
+  } else {
+    e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 32,
+                       "grad_accum*B*T*32 (int64 tokens, targets, position_ids, document ids, padding included)"});
+    e.terms.push_back({"document mask", kFwdBwd, t.micro_batch * t.seq_len * t.seq_len * c,
+                       "B*T*T*c (the additive block-diagonal causal mask, saved once for all layers)"});
+    e.terms.push_back({"rope at positions", kFwdBwd, 2 * t.micro_batch * t.seq_len * m.head_dim() * c,
+                       "2*B*T*head_dim*c (cos, sin gathered at position_ids)"});
+  }
   e.terms.push_back({"rope tables", kResident, 2 * t.seq_len * m.head_dim() * c, "2*T*head_dim*c (cos, sin)"});
   const auto a = models::activation_memory(m, t.micro_batch, t.seq_len, c, t.activation_checkpointing);
   e.terms.push_back({"activations: " + a.blocks.name, kFwdBwd, a.blocks.bytes, a.blocks.formula});

@@ -394,6 +394,10 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   if (r.emulate_world_size > 0) throw UsageError("crossval runs real ranks on both sides: --emulate-world-size is not supported");
   if (r.profile || !r.trace.empty()) throw UsageError("crossval does not profile: drop --profile/--trace");
   if (!r.fault_inject.empty()) throw UsageError("crossval does not take --fault-inject");
+  if (!r.train.batching.empty() && r.train.batching != "pack-naive")
+    throw UsageError("crossval --batching " + r.train.batching +
+                     ": the reference runners train one causal mask a row (no position_ids or document mask); "
+                     "use --batching pack-naive");
   if (o.logits && r.device != "cpu") throw UsageError("crossval --logits --device " + r.device + ": the logits check runs on cpu only");
   // Both sides on one device kind (zerobench's --device is forwarded; the runners get --device
   // and the backend that goes with it), refused here before anything is written or started.

@@ -154,8 +154,35 @@ json data_json(const backends::EngineSpec& spec, const models::DataSource& data)
               {"files", corpus->files()},
               {"documents", corpus->documents()},
               {"tokens", corpus->tokens()},
-              {"batching", "pack-naive"}});
+              {"batching", spec.train.batching.empty() ? std::string("pack-naive") : spec.train.batching}});
   return j;
+}
+
+// summary.batching (a token file): the measured steps' rows as every rank draws them, averaged
+// per rank per step: real tokens, documents, labels, padding fraction, and the attention span
+// (sum of document length^2 / real tokens) the attention FLOPs are counted from.
+json batching_stats(const backends::EngineSpec& spec, const models::DataSource& data,
+                    const std::vector<StepRecord>& steps, int world) {
+  const auto& t = spec.train;
+  double real = 0, documents = 0, labels = 0, pairs = 0, slots = 0, n = 0;
+  for (const auto& s : steps) {
+    if (!s.measured) continue;
+    n += 1;
+    for (int64_t a = 0; a < t.grad_accum; ++a)
+      for (int r = 0; r < world; ++r) {
+        const auto b = data.samples(models::first_sample_index(s.step, a, t.grad_accum, r, world, t.micro_batch),
+                                    t.micro_batch, t.seq_len);
+        real += double(b.real_tokens), documents += double(b.documents), labels += double(b.label_tokens);
+        pairs += b.attention_pairs, slots += double(b.tokens.numel());
+      }
+  }
+  const double per = std::max(1.0, n * double(world));
+  return {{"mode", t.batching.empty() ? std::string("pack-naive") : t.batching},
+          {"real_tokens_per_rank_per_step", real / per},
+          {"documents_per_rank_per_step", documents / per},
+          {"label_tokens_per_rank_per_step", labels / per},
+          {"padding_fraction", slots > 0 ? 1.0 - real / slots : 0.0},
+          {"attention_span", real > 0 ? pairs / real : 0.0}};
 }
 
 json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
@@ -350,7 +377,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
 
   const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
   const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
-  auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
+  auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed, spec.train.batching);
   // Engine construction is the load: with --model-dir its weights come through the strategy's
   // loader (lifecycle.load in the report, docs/lifecycle.md).
   auto load = begin_load(o, resolved, spec, world, side);
@@ -476,11 +503,17 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
 
   const auto& t = spec.train;
   const int64_t tokens_per_step = t.micro_batch * t.seq_len * t.grad_accum;
+  // Real tokens (padding excluded) count for tokens/GPU/s and MFU; attention FLOPs follow the
+  // documents' lengths (docs/data.md). Synthetic rows are all real tokens under one causal mask.
+  const auto docs = models::token_corpus(*data) ? batching_stats(spec, *data, result.steps, world.size) : json(nullptr);
+  const double real_per_step = docs.is_null() ? double(tokens_per_step) : docs["real_tokens_per_rank_per_step"].get<double>();
   std::vector<double> tps;
-  for (double s : step_times) tps.push_back(reports::tokens_per_gpu_per_s(tokens_per_step, s));
+  for (double s : step_times) tps.push_back(s > 0 ? real_per_step / s : 0.0);
   const auto step_dist = reports::summarize(step_times);
-  const double tps_median = reports::tokens_per_gpu_per_s(tokens_per_step, step_dist.median);
-  const auto flops = models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing);
+  const double tps_median = step_dist.median > 0 ? real_per_step / step_dist.median : 0.0;
+  const auto flops = docs.is_null() ? models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing)
+                                    : models::flops_per_real_token(spec.model, docs["attention_span"].get<double>(),
+                                                                   t.activation_checkpointing);
 
   json steps = json::array();
   for (const auto& s : result.steps) {
@@ -557,6 +590,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.summary["final_loss"] = result.steps.back().loss;
   // The best achievable loss where the data define one (synthetic); absent for real text.
   if (std::isfinite(data->entropy_floor_nats())) parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
+  if (!docs.is_null()) parts.summary["batching"] = docs;
   // Steps skipped on overflow: fp16 (every step carries its loss scale), or a bf16/fp32 ZeRO-1/2
   // step DeepSpeed skips (only that step carries one). Absent when no step carries a record.
   bool scaled = false;
@@ -617,8 +651,11 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
 // sample the run trains on (its steps, then its traced steps) checks each token id those samples
 // read against the vocabulary, so a bad file exits 2 with one line, here, not from every rank.
 void preflight_data(const RunOptions& o, const backends::EngineSpec& spec, int64_t first_step) {
-  if (spec.train.data == "random" || spec.train.data == "markov") return;
-  const auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed);
+  const bool synthetic = spec.train.data == "random" || spec.train.data == "markov";
+  if (synthetic && spec.train.batching.empty()) return;
+  // --batching pad|pack with synthetic data exits 2 here.
+  const auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed, spec.train.batching);
+  if (synthetic) return;
   const auto& t = spec.train;
   const int world = o.world_size();
   const int64_t last = t.steps + (o.profile || !o.trace.empty() ? o.profile_steps : 0);

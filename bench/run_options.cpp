@@ -189,9 +189,13 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
   app.add_flag("--measure-lost-updates", t.measure_lost_updates,
                "record per step the fraction of weights whose AdamW update rounded away");
-  app.add_option("--data", t.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID (docs/data.md)")
+  app.add_option("--data", t.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")
       ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"))
       ->capture_default_str();
+  app.add_option("--batching", t.batching,
+                 "pad|pack|pack-naive: documents padded a row each, packed with per-document attention, or "
+                 "concatenated under one causal mask (the default for a file; docs/data.md)")
+      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
   app.add_option("--seed", t.seed, "seed for weights and data")->capture_default_str();
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--out", o.out, "report path (default out/<backend>-<precision>-<model>-w<W>.json)");

@@ -59,7 +59,31 @@ class StepRunner {
                                t.micro_batch, t.seq_len);
         for (const auto& x : {b.tokens.contiguous(), b.targets.contiguous()})
           batch_bytes.append(static_cast<const char*>(x.data_ptr()), x.nbytes());
-        batches.push_back({b.tokens.to(device), b.targets.to(device)});
+        if (b.document_ids.defined()) {  // per-document batching: the mask's input too
+          batch_bytes.append(static_cast<const char*>(b.document_ids.data_ptr()), b.document_ids.nbytes());
+          b.position_ids = b.position_ids.to(device);
+          b.document_ids = b.document_ids.to(device);
+        }
+        b.tokens = b.tokens.to(device);
+        b.targets = b.targets.to(device);
+        batches.push_back(std::move(b));
+      }
+    }
+    // Per-document batches average the loss over the step's label tokens, all ranks and micro-
+    // batches together (HF Trainer: num_items_in_batch gathered across devices when
+    // average_tokens_across_devices, the summed loss divided by it and multiplied by the number of
+    // processes, which the gradient average divides again): micro-batch a's summed loss is scaled
+    // by world / labels. One causal mask (no -100 labels) keeps the mean per micro-batch / grad_accum.
+    const bool per_document = !batches.empty() && batches.front().document_ids.defined();
+    double labels = 0;  // the step's label tokens, all ranks (an emulated rank: its own x world)
+    if (per_document) {
+      for (const auto& b : batches) labels += double(b.label_tokens);
+      if (side_.world().emulated) {
+        labels *= double(world);
+      } else {
+        auto n = at::tensor({labels}, at::TensorOptions().dtype(at::kDouble)).to(device);
+        side_.all_reduce_sum(n);  // uncounted bookkeeping
+        labels = n.cpu().item<double>();
       }
     }
     const std::string batch_sha256 = config::sha256_hex(batch_bytes);
@@ -71,7 +95,12 @@ class StepRunner {
     at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
     for (int64_t a = 0; a < t.grad_accum; ++a) {
       const bool last = a + 1 == t.grad_accum;
-      loss_sum += engine_.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
+      if (per_document) {  // summed loss x grad_accum x world / labels: rec.loss below is then the step's mean
+        loss_sum += engine_.forward_backward(batches[size_t(a)], double(world) / labels, last).to(at::kDouble) *
+                    (double(t.grad_accum) * double(world) / labels);
+      } else {
+        loss_sum += engine_.forward_backward(batches[size_t(a)], 1.0 / double(t.grad_accum), last);
+      }
       // Taken at every step's last backward: the last step's value stands (or the diverged step's).
       if (last) result.model_state_bytes = engine_.model_state_bytes();
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "models/batching.hpp"
 #include "models/token_data.hpp"
 #include "runtime/errors.hpp"
 
@@ -29,16 +30,26 @@ int64_t pick(const double* cum, int64_t n, double u) {
   return std::min<int64_t>(std::upper_bound(cum, cum + n, u) - cum, n - 1);
 }
 
-// Real tokens from a Megatron indexed dataset or a flat token file, packed naively: the seeded
-// document order of DocumentStream, one causal mask across document boundaries.
+// Real tokens from a Megatron indexed dataset or a flat token file in the seeded document order
+// of DocumentStream: packed naively (one causal mask across document boundaries) or, with
+// --batching pad|pack, rows of whole documents (models/batching.hpp).
 class FileData : public DataSource {
  public:
-  FileData(const DataSpec& spec, int64_t vocab, uint64_t seed)
-      : kind_(spec.value), stream_(std::shared_ptr<const TokenCorpus>(TokenCorpus::open(spec, vocab)), seed) {}
+  FileData(const DataSpec& spec, int64_t vocab, uint64_t seed, Batching batching)
+      : kind_(spec.value),
+        stream_(std::shared_ptr<const TokenCorpus>(TokenCorpus::open(spec, vocab)), seed),
+        batcher_(stream_, batching) {}
   std::string kind() const override { return kind_; }
   // Unknown: real text has no computable entropy rate (reports leave the floor out).
   double entropy_floor_nats() const override { return std::numeric_limits<double>::quiet_NaN(); }
   const TokenCorpus& corpus() const { return stream_.corpus(); }
+  Batch samples(int64_t first, int64_t count, int64_t seq_len) const override {
+    if (batcher_.mode() != Batching::PackNaive) return batcher_.samples(first, count, seq_len);
+    Batch b = DataSource::samples(first, count, seq_len);
+    b.documents = 0;
+    for (int64_t i = 0; i < count; ++i) b.documents += batcher_.naive_documents(first + i, seq_len);
+    return b;
+  }
 
  protected:
   void fill_sample(int64_t index, int64_t length, int64_t* out) const override { stream_.fill(index, length, out); }
@@ -46,6 +57,7 @@ class FileData : public DataSource {
  private:
   std::string kind_;
   DocumentStream stream_;
+  DocumentBatcher batcher_;
 };
 }  // namespace
 
@@ -58,7 +70,13 @@ Batch DataSource::samples(int64_t first, int64_t count, int64_t seq_len) const {
   auto all = at::empty({count, seq_len + 1}, at::kLong);
   auto* p = all.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) fill_sample(first + i, seq_len + 1, p + i * (seq_len + 1));
-  return {all.narrow(1, 0, seq_len).contiguous(), all.narrow(1, 1, seq_len).contiguous()};
+  Batch b;
+  b.tokens = all.narrow(1, 0, seq_len).contiguous();
+  b.targets = all.narrow(1, 1, seq_len).contiguous();
+  b.real_tokens = b.label_tokens = count * seq_len;
+  b.documents = count;  // synthetic: each row is one sequence
+  b.attention_pairs = double(count) * double(seq_len) * double(seq_len);
+  return b;
 }
 
 int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum, int rank, int world,
@@ -66,10 +84,17 @@ int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum
   return ((step * grad_accum + accum_index) * world + rank) * micro_batch;
 }
 
-std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed) {
-  if (kind == "markov") return std::make_unique<MarkovData>(vocab, seed);
-  if (kind == "random") return std::make_unique<RandomData>(vocab, seed);
-  return std::make_unique<FileData>(parse_data_spec(kind), vocab, seed);  // UsageError for a bad value
+std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed,
+                                             const std::string& batching) {
+  const Batching mode = batching.empty() ? Batching::PackNaive : parse_batching(batching);
+  if (kind == "markov" || kind == "random") {
+    if (mode != Batching::PackNaive)
+      throw UsageError("--batching " + batching + " needs documents: --data " + kind +
+                       " is one unbroken sequence a row (give --data megatron:, tokens: or lengths:)");
+    if (kind == "markov") return std::make_unique<MarkovData>(vocab, seed);
+    return std::make_unique<RandomData>(vocab, seed);
+  }
+  return std::make_unique<FileData>(parse_data_spec(kind), vocab, seed, mode);  // UsageError for a bad value
 }
 
 MarkovData::MarkovData(int64_t vocab, uint64_t seed, int branching, double sharpness)

@@ -14,7 +14,15 @@ namespace zb::models {
 
 struct Batch {
   at::Tensor tokens;   // [B, T] int64
-  at::Tensor targets;  // [B, T] int64 (tokens shifted by one)
+  at::Tensor targets;  // [B, T] int64 (tokens shifted by one); -100: no label (padding, a document's last token)
+  // Per-document attention (--batching pad|pack, models/batching.hpp): [B, T] int64 positions
+  // restarting at 0 per document, and per-row document ids (-1 on padding) that the block-diagonal
+  // causal mask is built from. Undefined: one causal mask over each row, positions 0..T-1.
+  at::Tensor position_ids, document_ids;
+  int64_t real_tokens = 0;     // positions that hold a document's token (not padding)
+  int64_t documents = 0;       // documents in the rows (a document cut by a row boundary counts in each)
+  int64_t label_tokens = 0;    // targets other than -100
+  double attention_pairs = 0;  // sum over the attention blocks of length^2 (T^2 a row under one causal mask)
 };
 
 class DataSource {
@@ -23,8 +31,9 @@ class DataSource {
   virtual std::string kind() const = 0;
   // Best achievable mean cross-entropy in nats (the data's entropy rate).
   virtual double entropy_floor_nats() const = 0;
-  // Samples [first, first + count) of the infinite deterministic stream, each T+1 tokens long.
-  Batch samples(int64_t first, int64_t count, int64_t seq_len) const;
+  // Samples [first, first + count) of the infinite deterministic stream, each T+1 tokens long
+  // (per-document batching: rows of documents, see Batch).
+  virtual Batch samples(int64_t first, int64_t count, int64_t seq_len) const;
 
  protected:
   virtual void fill_sample(int64_t index, int64_t length, int64_t* out) const = 0;
@@ -35,7 +44,9 @@ class DataSource {
 int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum, int rank, int world,
                            int64_t micro_batch);
 
-std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed);
+// batching: --batching ("" = pack-naive); pad and pack need documents (a file), else UsageError.
+std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed,
+                                             const std::string& batching = "");
 
 // The Markov language: each token has `branching` successors with Dirichlet(1)-drawn weights
 // sharpened by `sharpness`; sequences start from the stationary distribution.

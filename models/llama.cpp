@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <limits>
 
 namespace zb::models {
 
@@ -20,7 +21,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * normed.to(x.scalar_type());
 }
 
-// x [B, nh, T, hd] -> rotate-half RoPE with cos/sin [T, hd].
+// x [B, nh, T, hd] -> rotate-half RoPE with cos/sin [T, hd] (or [B, 1, T, hd] at position_ids).
 at::Tensor apply_rope(const at::Tensor& x, const RopeCache& rope) {
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
@@ -37,6 +38,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
     ctx->saved_data["cos"] = rope->cos;
     ctx->saved_data["sin"] = rope->sin;
+    if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
     ctx->saved_data["x"] = x;
     // Weights are kept as plain references (no version check): an engine may free and refill
     // their storage between forward and backward, exactly what FSDP does with its flat buffer.
@@ -48,7 +50,8 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto* cfg = reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt());
-    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
+    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
+    if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) rope.mask = m->second.toTensor();
     auto x = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
     std::vector<at::Tensor> w;
     for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) w.push_back(t.detach().requires_grad_(true));
@@ -75,7 +78,22 @@ RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarTyp
   auto inv_freq = at::pow(cfg.rope_theta, -at::arange(0, hd, 2, opts) / double(hd));
   auto angles = at::outer(at::arange(seq_len, opts), inv_freq);
   auto emb = at::cat({angles, angles}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  return {emb.cos().to(dtype), emb.sin().to(dtype), {}};
+}
+
+// HF LlamaRotaryEmbedding computes cos/sin of inv_freq * position_ids in fp32; the table's row p
+// holds the same products, so gathering rows is the same rotation. torchtitan's document masking
+// (and HF's packed-sequence mask, masking_utils.py find_packed_sequence_indices) lets a query see
+// the earlier keys of its own document only.
+RopeCache document_attention(const RopeCache& full, const at::Tensor& position_ids, const at::Tensor& document_ids) {
+  const int64_t B = position_ids.size(0), T = position_ids.size(1);
+  const auto flat = position_ids.reshape({-1});
+  auto at_positions = [&](const at::Tensor& table) {
+    return table.index_select(0, flat).view({B, 1, T, table.size(-1)});
+  };
+  const auto same_document = document_ids.unsqueeze(2).eq(document_ids.unsqueeze(1));  // [B, T, T]
+  const auto causal = at::ones({T, T}, document_ids.options().dtype(at::kBool)).tril();
+  return {at_positions(full.cos), at_positions(full.sin), at::logical_and(same_document, causal).unsqueeze(1)};
 }
 
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope) {
@@ -96,8 +114,12 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
   auto v = out(kWv, at::linear(h, w(kWv))).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
-  auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                               /*scale=*/std::nullopt, /*enable_gqa=*/cfg.kv_heads != cfg.heads);
+  // Per-document attention: the boolean block-diagonal causal mask (CPU: SDPA's masked kernels;
+  // CUDA: memory-efficient attention with the mask; the varlen flash path is not used).
+  const bool masked = rope.mask.defined();
+  auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/masked ? std::optional<at::Tensor>(rope.mask) : std::nullopt,
+                                               /*dropout_p=*/0.0, /*is_causal=*/!masked, /*scale=*/std::nullopt,
+                                               /*enable_gqa=*/cfg.kv_heads != cfg.heads);
   auto attn_out = out(kWo, at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w(kWo)));
   auto x1 = x + attn_out;
   // SwiGLU MLP: down(silu(gate(h)) * up(h)).
@@ -109,7 +131,14 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
 }
 
 at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
-                          const RopeCache& rope, const ForwardOptions& opts) {
+                          const RopeCache& batch_rope, const ForwardOptions& opts) {
+  // SDPA converts a boolean mask to the query's dtype and its CPU flash kernel saves that copy for
+  // backward, one per layer; an additive mask (0 / -inf) in the compute dtype, made once here, is
+  // saved by reference: one [B, 1, T, T] for all layers, the same attention.
+  RopeCache rope = batch_rope;
+  if (rope.mask.defined() && rope.mask.scalar_type() == at::kBool)
+    rope.mask = at::zeros(rope.mask.sizes(), rope.cos.options())
+                    .masked_fill_(rope.mask.logical_not(), -std::numeric_limits<double>::infinity());
   const bool per_module = params.per_module();
   std::vector<at::Tensor> root;
   if (!per_module) root = params.unit_weights(kRootUnit);
@@ -137,7 +166,10 @@ at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const
 at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
                         const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts) {
   auto logits = forward_logits(cfg, params, tokens, rope, opts);
-  auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}));
+  // ignore_index -100 (HF ForCausalLMLoss): padding and each document's last token carry no label.
+  auto loss = at::cross_entropy_loss(logits.reshape({-1, cfg.vocab}).to(at::kFloat), targets.reshape({-1}),
+                                     /*weight=*/{}, opts.sum_loss ? at::Reduction::Sum : at::Reduction::Mean,
+                                     /*ignore_index=*/-100);
   return params.after_unit_forward(kRootUnit, loss);
 }
 

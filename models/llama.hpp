@@ -38,14 +38,24 @@ class UnitParamSource {
   virtual at::Tensor after_module_forward(int unit, int index, at::Tensor output) { return output; }
 };
 
-// cos/sin tables [T, head_dim] for rotate-half RoPE (HF Llama), in the compute dtype.
+// cos/sin tables [T, head_dim] for rotate-half RoPE (HF Llama), in the compute dtype. With
+// per-document attention (document_attention) cos/sin are [B, 1, T, head_dim], taken at the
+// batch's position_ids, and mask [B, 1, T, T] (bool, true = attend) is block-diagonal causal;
+// an undefined mask is one causal mask over the whole row.
 struct RopeCache {
   at::Tensor cos, sin;
+  at::Tensor mask;
 };
 RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarType dtype, at::Device device);
+// The cache of a batch with position_ids and document_ids [B, T] (models/data.hpp Batch): HF
+// Llama's RoPE at position_ids, and a query attends to the keys of its own document at or before it.
+RopeCache document_attention(const RopeCache& full, const at::Tensor& position_ids, const at::Tensor& document_ids);
 
 struct ForwardOptions {
   bool activation_checkpointing = false;  // recompute each block in backward
+  // The loss is the sum over label tokens (targets other than -100), not their mean: the caller
+  // divides by the step's label count (HF Trainer's num_items_in_batch).
+  bool sum_loss = false;
 };
 
 // tokens: [B, T] int64 -> logits [B, T, V] in the weights' dtype. Every unit but the root has
@@ -53,7 +63,8 @@ struct ForwardOptions {
 at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
                           const RopeCache& rope, const ForwardOptions& opts = {});
 
-// tokens, targets: [B, T] int64. Returns the mean next-token cross-entropy over B*T (fp32 scalar).
+// tokens, targets: [B, T] int64. Returns the mean next-token cross-entropy over the targets other
+// than -100 (fp32 scalar; their sum with opts.sum_loss).
 // Logits are upcast to fp32 for the loss, as HF's LlamaForCausalLM does.
 at::Tensor forward_loss(const ModelConfig& cfg, UnitParamSource& params, const at::Tensor& tokens,
                         const at::Tensor& targets, const RopeCache& rope, const ForwardOptions& opts);

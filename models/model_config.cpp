@@ -114,10 +114,15 @@ ParamCounts count_params(const ModelConfig& cfg) {
 }
 
 FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, bool activation_checkpointing) {
+  return flops_per_real_token(cfg, double(seq_len), activation_checkpointing);
+}
+
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, bool activation_checkpointing) {
   const ParamCounts n = count_params(cfg);
   // Attention score/value matmuls: forward 2*2*L*H*Q*T per token, x3 with backward = 12*L*H*Q*T
-  // (torchtitan components/metrics.py, PaLM appendix B; not discounted for causality).
-  const double attn = 12.0 * double(cfg.layers) * double(cfg.heads) * double(cfg.head_dim()) * double(seq_len);
+  // (torchtitan components/metrics.py, PaLM appendix B; not discounted for causality). A token of a
+  // document of l tokens attends over l (block-diagonal attention): T becomes sum(l^2) / tokens.
+  const double attn = 12.0 * double(cfg.layers) * double(cfg.heads) * double(cfg.head_dim()) * attention_span;
   FlopsPerToken f;
   f.six_n = 6.0 * double(n.total);
   f.palm = 6.0 * double(n.non_embedding) + attn;

@@ -63,5 +63,9 @@ struct FlopsPerToken {
   double palm_recompute = 0;  // palm + the forward of every checkpointed block again (for HFU)
 };
 FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, bool activation_checkpointing);
+// The same per real (non-padding) token of rows of documents: attention_span = the sum over the
+// attention blocks of length^2 / the real tokens (seq_len under one causal mask a row; less when
+// each document attends only to itself). flops_per_token(cfg, T, ac) is this with span T.
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, bool activation_checkpointing);
 
 }  // namespace zb::models

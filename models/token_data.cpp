@@ -6,6 +6,8 @@
 //         into .bin) | i64 document_indices[D] (0, then the sequence index ending each document,
 //         the last = N) | [i8 sequence_modes[N], multimodal only: ignored]
 //   .bin: the tokens of every sequence, in the dtype the code names.
+// Also the document-length distribution (lengths:FILE, LengthsCorpus below): exact lengths from a
+// JSON or CSV histogram, synthetic tokens.
 #include "models/token_data.hpp"
 
 #include <fcntl.h>
@@ -18,6 +20,8 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/errors.hpp"
 
@@ -264,13 +268,135 @@ class FlatCorpus : public TokenCorpus {
   std::vector<int64_t> starts_;  // token index of each document's first token
 };
 
+// A document-length distribution (--data lengths:FILE, docs/data.md): exact lengths and counts
+// as scripts/document_lengths.py writes them from a corpus, as JSON
+//   {"format": "zerobench-document-lengths", "version": 1, "documents": D, "tokens": N,
+//    "histogram": [{"length": L, "count": C}, ...]}
+// or CSV (a "length,count" header, then one "L,C" line per length). Documents are the histogram's
+// lengths, each repeated count times in file order; their tokens are synthesised: uniform ids
+// drawn by splitmix64 from (document, offset). Reads are bounded: the file, the documents.
+class LengthsCorpus : public TokenCorpus {
+ public:
+  static constexpr uint64_t kMaxFileBytes = uint64_t(64) << 20;
+  static constexpr int64_t kMaxDocuments = int64_t(1) << 24;
+  static constexpr int64_t kMaxLength = int64_t(1) << 31;
+
+  LengthsCorpus(const std::string& path, int64_t vocab) : TokenCorpus(vocab), path_(path) {
+    const MappedFile file(path);
+    if (file.size() > kMaxFileBytes)
+      throw UsageError(path + ": " + str(file.size()) + " bytes: a lengths file is at most " + str(kMaxFileBytes) + " bytes");
+    const auto* p = file.size() ? file.bytes(0, file.size()) : nullptr;
+    const std::string text(reinterpret_cast<const char*>(p), size_t(file.size()));
+    std::vector<std::pair<int64_t, int64_t>> entries;  // (length, count)
+    const bool csv = path.size() > 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
+    csv ? parse_csv(text, entries) : parse_json(text, entries);
+    std::vector<int64_t> lengths;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto [length, count] = entries[i];
+      const std::string where = path + ": histogram[" + std::to_string(i) + "]";
+      if (length < 1 || length > kMaxLength)
+        throw UsageError(where + ".length " + str(length) + " must lie in [1, " + str(kMaxLength) + "]");
+      if (count < 1) throw UsageError(where + ".count " + str(count) + " must be at least 1");
+      if (count > kMaxDocuments - int64_t(lengths.size()))
+        throw UsageError(where + ".count " + str(count) + ": more than " + str(kMaxDocuments) +
+                         " documents in all (one length is held per document)");
+      lengths.insert(lengths.end(), size_t(count), length);
+    }
+    if (declared_documents_ >= 0 && declared_documents_ != int64_t(lengths.size()))
+      throw UsageError(path + ": documents " + str(declared_documents_) + " but the histogram counts " +
+                       str(int64_t(lengths.size())));
+    const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
+    if (declared_tokens_ >= 0 && declared_tokens_ != tokens)
+      throw UsageError(path + ": tokens " + str(declared_tokens_) + " but the histogram's lengths sum to " + str(tokens));
+    set_documents(std::move(lengths), path);
+  }
+
+  std::string format() const override { return "lengths"; }
+  std::vector<std::string> files() const override { return {path_}; }
+
+  void read(int64_t d, int64_t offset, int64_t count, int64_t* out) const override {
+    for (int64_t t = 0; t < count; ++t) {
+      uint64_t s = uint64_t(d) * 0x9E3779B97F4A7C15ULL ^ uint64_t(offset + t) * 0xD1B54A32D192ED03ULL;
+      out[t] = int64_t(splitmix64(s) % uint64_t(vocab_));
+    }
+  }
+
+ private:
+  void parse_json(const std::string& text, std::vector<std::pair<int64_t, int64_t>>& entries) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw UsageError(path_ + ": not JSON (byte " + std::to_string(e.byte) + ")");
+    }
+    auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!j.is_object() || !j.contains(key)) throw UsageError(path_ + ": field '" + key + "' is missing");
+      return j[key];
+    };
+    if (field("format") != "zerobench-document-lengths")
+      throw UsageError(path_ + ": field 'format' is " + field("format").dump() + ", not \"zerobench-document-lengths\"");
+    if (field("version") != 1) throw UsageError(path_ + ": field 'version' is " + field("version").dump() + ", not 1");
+    declared_documents_ = count_field(field("documents"), "documents");
+    declared_tokens_ = count_field(field("tokens"), "tokens");
+    const auto& h = field("histogram");
+    if (!h.is_array()) throw UsageError(path_ + ": field 'histogram' is not an array");
+    for (size_t i = 0; i < h.size(); ++i) {
+      const std::string where = "histogram[" + std::to_string(i) + "]";
+      if (!h[i].is_object() || !h[i].contains("length") || !h[i].contains("count"))
+        throw UsageError(path_ + ": " + where + " must be {\"length\": L, \"count\": C}");
+      entries.emplace_back(count_field(h[i]["length"], where + ".length"), count_field(h[i]["count"], where + ".count"));
+    }
+  }
+
+  void parse_csv(const std::string& text, std::vector<std::pair<int64_t, int64_t>>& entries) {
+    size_t line_start = 0;
+    int64_t line_no = 0;
+    while (line_start < text.size()) {
+      size_t end = text.find('\n', line_start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(line_start, end - line_start);
+      line_start = end + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line_no == 1) {
+        if (line != "length,count")
+          throw UsageError(path_ + ": line 1 is '" + line.substr(0, 40) + "', not the header 'length,count'");
+        continue;
+      }
+      if (line.empty()) continue;
+      const auto comma = line.find(',');
+      int64_t length = 0, count = 0;
+      if (comma == std::string::npos || !parse_int(line.substr(0, comma), length) ||
+          !parse_int(line.substr(comma + 1), count))
+        throw UsageError(path_ + ": line " + str(line_no) + " '" + line.substr(0, 40) + "' is not LENGTH,COUNT");
+      entries.emplace_back(length, count);
+    }
+    if (line_no == 0) throw UsageError(path_ + ": empty (a CSV lengths file starts with 'length,count')");
+  }
+
+  int64_t count_field(const nlohmann::json& v, const std::string& name) const {
+    if (!v.is_number_integer()) throw UsageError(path_ + ": field '" + name + "' is " + v.dump().substr(0, 40) + ", not an integer");
+    return v.get<int64_t>();
+  }
+
+  std::string path_;
+  int64_t declared_documents_ = -1, declared_tokens_ = -1;
+};
+
 }  // namespace
 
 DataSpec parse_data_spec(const std::string& value) {
   DataSpec spec;
   spec.value = value;
   if (value == "random" || value == "markov") return spec;
-  const std::string usage = " (random, markov, megatron:PREFIX or tokens:PATH:uint16|uint32:eos=ID; docs/data.md)";
+  const std::string usage =
+      " (random, markov, megatron:PREFIX, tokens:PATH:uint16|uint32:eos=ID or lengths:FILE.json|csv; docs/data.md)";
+  if (value.rfind("lengths:", 0) == 0) {
+    spec.format = DataSpec::Format::Lengths;
+    spec.path = value.substr(8);
+    if (spec.path.empty()) throw UsageError("--data '" + value + "': lengths: needs a file path" + usage);
+    return spec;
+  }
   if (value.rfind("megatron:", 0) == 0) {
     spec.format = DataSpec::Format::Megatron;
     spec.path = value.substr(9);
@@ -350,6 +476,7 @@ const unsigned char* MappedFile::bytes(uint64_t offset, uint64_t n) const {
 std::unique_ptr<TokenCorpus> TokenCorpus::open(const DataSpec& spec, int64_t vocab) {
   if (spec.format == DataSpec::Format::Megatron) return std::make_unique<MegatronCorpus>(spec.path, vocab);
   if (spec.format == DataSpec::Format::Flat) return std::make_unique<FlatCorpus>(spec, vocab);
+  if (spec.format == DataSpec::Format::Lengths) return std::make_unique<LengthsCorpus>(spec.path, vocab);
   throw UsageError("--data '" + spec.value + "' is synthetic, not a file");
 }
 

@@ -16,7 +16,7 @@ namespace zb::models {
 class DataSource;
 
 struct DataSpec {
-  enum class Format { Synthetic, Megatron, Flat };
+  enum class Format { Synthetic, Megatron, Flat, Lengths };
   Format format = Format::Synthetic;
   std::string value;    // the --data value as given
   std::string path;     // Megatron: the prefix (PREFIX.bin, PREFIX.idx); flat: the file

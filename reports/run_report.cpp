@@ -462,6 +462,22 @@ std::vector<std::string> validate_run_report(const json& r) {
       for (const char* k : {"overflow", "skipped"}) require(st, where, std::string("loss_scale/") + k, Type::Bool, p);
     }
   }
+  // summary.batching (a token file's runs, docs/data.md): the per-document counts behind tokens/GPU/s.
+  if (r.contains("summary") && r["summary"].is_object() && r["summary"].contains("batching")) {
+    const size_t before = p.size();
+    require(r, "", "summary/batching/mode", Type::String, p);
+    for (const char* k : {"real_tokens_per_rank_per_step", "documents_per_rank_per_step", "label_tokens_per_rank_per_step",
+                          "padding_fraction", "attention_span"})
+      require(r, "", std::string("summary/batching/") + k, Type::Number, p);
+    if (p.size() == before) {
+      const auto& b = r["summary"]["batching"];
+      const auto mode = b["mode"].get<std::string>();
+      if (mode != "pad" && mode != "pack" && mode != "pack-naive")
+        p.push_back("summary/batching/mode: must be pad, pack or pack-naive, got " + mode);
+      const double f = b["padding_fraction"].get<double>();
+      if (!(f >= 0 && f < 1)) p.push_back("summary/batching/padding_fraction: must lie in [0, 1), got " + std::to_string(f));
+    }
+  }
   return p;
 }
 

@@ -139,6 +139,19 @@ struct FlopsPerToken {
   template <class V> void fields(V& v) { v("six_n", six_n); v("palm", palm); v("palm_recompute", palm_recompute); }
 };
 
+struct BatchingSummary {  // summary.batching: a token file's runs (docs/data.md)
+  std::string mode;
+  double real_tokens_per_rank_per_step = 0, documents_per_rank_per_step = 0, label_tokens_per_rank_per_step = 0,
+         padding_fraction = 0, attention_span = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("mode", mode); v("real_tokens_per_rank_per_step", real_tokens_per_rank_per_step);
+    v("documents_per_rank_per_step", documents_per_rank_per_step);
+    v("label_tokens_per_rank_per_step", label_tokens_per_rank_per_step); v("padding_fraction", padding_fraction);
+    v("attention_span", attention_span);
+  }
+};
+
 struct Summary {
   DistributionRecord tokens_per_gpu_per_s, step_time_s;
   double mfu = 0, mfu_6n = 0, hfu = 0;
@@ -147,12 +160,14 @@ struct Summary {
   std::optional<FlopsPerToken> flops_per_token;
   std::optional<int64_t> measured_steps, skipped_steps;
   std::optional<std::string> throughput_note;
+  std::optional<BatchingSummary> batching;
   Carried extra;
   template <class V> void fields(V& v) {
     v("tokens_per_gpu_per_s", tokens_per_gpu_per_s); v("step_time_s", step_time_s); v("mfu", mfu); v("mfu_6n", mfu_6n);
     v("hfu", hfu); v("tokens_per_rank_per_step", tokens_per_rank_per_step); v("mfu_vs_measured_gemm", mfu_vs_measured_gemm);
     v("final_loss", final_loss); v("entropy_floor_nats", entropy_floor_nats); v("flops_per_token", flops_per_token);
     v("measured_steps", measured_steps); v("skipped_steps", skipped_steps); v("throughput_note", throughput_note);
+    v("batching", batching);
   }
 };
 

@@ -10,10 +10,15 @@ at::Tensor forward_backward(const models::ModelConfig& cfg, models::UnitParamSou
                             double loss_scale, double amp_scale) {
   models::ForwardOptions fo;
   fo.activation_checkpointing = activation_checkpointing;
+  // Per-document batches (--batching pad|pack): positions and the block-diagonal mask from the
+  // batch; the loss is summed over labels and loss_scale holds 1 / the step's label count.
+  const bool per_document = batch.document_ids.defined();
+  fo.sum_loss = per_document;
   at::Tensor loss;
   {
     runtime::nvtx::Range range("forward");
-    loss = models::forward_loss(cfg, params, batch.tokens, batch.targets, rope, fo);
+    const auto r = per_document ? models::document_attention(rope, batch.position_ids, batch.document_ids) : rope;
+    loss = models::forward_loss(cfg, params, batch.tokens, batch.targets, r, fo);
   }
   {
     runtime::nvtx::Range range("backward");

@@ -48,6 +48,7 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
   if (given("--threads")) w.emplace_back("threads", std::to_string(o.threads));
   w.emplace_back("device", o.device);
   if (given("--data")) w.emplace_back("data", o.data);
+  if (given("--batching")) w.emplace_back("batching", o.batching);
   if (given("--seed")) w.emplace_back("seed", std::to_string(o.seed));
   if (o.activation_checkpointing) w.emplace_back("activation-checkpointing", "true");
   if (!o.no_profile) {
@@ -222,8 +223,10 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "every side recomputes each block in backward (a trainer setting, not in either config file)");
-  app.add_option("--data", o.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID (docs/data.md)")
+  app.add_option("--data", o.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")
       ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"));
+  app.add_option("--batching", o.batching, "pad|pack|pack-naive: how every side's documents form rows (docs/data.md)")
+      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
   app.add_option("--seed", o.seed, "seed for weights and data");
   app.add_option("--timeout", o.timeout_s, "per-run wall limit in seconds")->check(Positive())->capture_default_str();
   app.add_option("--repeat", o.repeat, "repetitions per side, interleaved A B A B ...")

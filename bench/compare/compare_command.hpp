@@ -24,7 +24,7 @@ struct CompareOptions {
   int64_t layers = 0;                         // 0: the model's own
   bool activation_checkpointing = false;      // every side recomputes each block (HF's gradient_checkpointing)
   int threads = 0;
-  std::string device = "cpu", data;
+  std::string device = "cpu", data, batching;
   uint64_t seed = 0;
   double timeout_s = 600;  // per run
   int repeat = 6;          // rounds; 6 is the smallest n whose min-max median interval reaches 95%

@@ -54,6 +54,7 @@ const std::vector<std::string>& workload_flags() {
                                                  "threads",
                                                  "device",
                                                  "data",
+                                                 "batching",
                                                  "seed",
                                                  "timeout",
                                                  "out",
