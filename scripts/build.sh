@@ -4,9 +4,10 @@
 # Used by bench.sh, test.sh and gpu-first.sh. Env: BUILD_DIR (default build), ZEROBENCH_CUDA
 # (auto|ON|OFF), BUILD_TYPE (default RelWithDebInfo), JOBS (default nproc), ZEROBENCH_VENV /
 # ZEROBENCH_PYTHON (the torch to build against), ZEROBENCH_DEPS_PREFIX (Debian packages unpacked
-# with dpkg -x instead of installed: cmake/DepsPrefix.cmake).
+# with dpkg -x instead of installed: cmake/DepsPrefix.cmake), WERROR=1 (compiler warnings are
+# errors: -DZEROBENCH_WERROR=ON; .ci/run sets it).
 # Reconfigures when what it configured with changes: it records the CUDA option, the torch it
-# finds (interpreter, version, location), the deps prefix and the build type in
+# finds (interpreter, version, location), the deps prefix, the build type and WERROR in
 # <build>/zerobench-configure.stamp and re-runs CMake when they differ — from a fresh cache when
 # the torch changed (CMake caches Torch_DIR and would keep the old one).
 set -euo pipefail
@@ -31,12 +32,18 @@ torch_id="$("${python}" -c 'import importlib.metadata as m, importlib.util as u;
 cuda="${ZEROBENCH_CUDA:-auto}"
 build_type="${BUILD_TYPE:-RelWithDebInfo}"
 deps="${ZEROBENCH_DEPS_PREFIX:-}"
+case "${WERROR:-0}" in
+  0) werror=OFF ;;
+  1) werror=ON ;;
+  *) echo "build.sh: WERROR must be 0 or 1, got '${WERROR}'" >&2; exit 2 ;;
+esac
 stamp_file="${build_dir}/zerobench-configure.stamp"
 torch_line="torch=${python} ${torch_id}"
 want="cuda=${cuda}
 ${torch_line}
 deps=${deps}
-build_type=${build_type}"
+build_type=${build_type}
+werror=${werror}"
 
 have=""
 [ -f "${stamp_file}" ] && have="$(cat "${stamp_file}")"
@@ -45,10 +52,11 @@ if [ ! -f "${build_dir}/build.ninja" ] || [ "${have}" != "${want}" ]; then
     echo "[build] torch changed (${torch_id}): configuring ${build_dir} from a fresh cache"
     rm -f "${build_dir}/CMakeCache.txt"
   elif [ -f "${build_dir}/CMakeCache.txt" ]; then
-    echo "[build] configuration changed (ZEROBENCH_CUDA=${cuda}, deps '${deps}', ${build_type}): reconfiguring ${build_dir}"
+    echo "[build] configuration changed (ZEROBENCH_CUDA=${cuda}, deps '${deps}', ${build_type}, ZEROBENCH_WERROR=${werror}): reconfiguring ${build_dir}"
   fi
   cmake -S "${root}" -B "${build_dir}" -G Ninja \
-    -DCMAKE_BUILD_TYPE="${build_type}" -DZEROBENCH_CUDA="${cuda}" -DZEROBENCH_DEPS_PREFIX="${deps}"
+    -DCMAKE_BUILD_TYPE="${build_type}" -DZEROBENCH_CUDA="${cuda}" -DZEROBENCH_DEPS_PREFIX="${deps}" \
+    -DZEROBENCH_WERROR="${werror}"
   printf '%s\n' "${want}" > "${stamp_file}"
 fi
 # Arguments name the targets to build (default: all), e.g. `scripts/build.sh zerobench test_cuda`.

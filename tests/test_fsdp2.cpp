@@ -362,7 +362,7 @@ size_t index_of(const std::vector<std::string>& v, const std::string& x, int nth
 }
 }  // namespace
 
-TEST(Fsdp2Schedule, ImplicitPrefetchGathersTheNextGroupInReversePostForwardOrder) {
+TEST(Fsdp2Prefetch, ImplicitPrefetchGathersTheNextGroupInReversePostForwardOrder) {
   const auto t = trace_one_step({}, 3);
   // Forward: each group gathered in its own pre-forward. Backward: the root's pre-backward
   // prefetches unit3 (the last post-forward before it), each block's pre-backward the block before
@@ -378,7 +378,7 @@ TEST(Fsdp2Schedule, ImplicitPrefetchGathersTheNextGroupInReversePostForwardOrder
   EXPECT_GT(index_of(t.events, "unshard:unit2"), index_of(t.events, "post_forward:unit1"));
 }
 
-TEST(Fsdp2Schedule, ExplicitPrefetchListsIssueGathersEarlier) {
+TEST(Fsdp2Prefetch, ExplicitPrefetchListsIssueGathersEarlier) {
   Fsdp2Options o;
   o.modules_to_forward_prefetch = 1;
   o.modules_to_backward_prefetch = 2;
@@ -392,7 +392,7 @@ TEST(Fsdp2Schedule, ExplicitPrefetchListsIssueGathersEarlier) {
             "all_reduce:grad_norm");
 }
 
-TEST(Fsdp2Schedule, AccelerateGroupingRegathersTheEmbeddingAndKeepsTheTail) {
+TEST(Fsdp2Prefetch, AccelerateGroupingRegathersTheEmbeddingAndKeepsTheTail) {
   Fsdp2Options o;
   o.grouping = "accelerate";
   const auto t = trace_one_step(o, 2);

@@ -369,7 +369,10 @@ TEST(EnvGate, AMissingLibraryFailsOnlyWhenEachIsRequired) {
 
 TEST(EnvGate, ThisProcessReadsItsOwnMaps) {
   const auto maps = runtime::read_self_maps();
-  EXPECT_NE(maps.find("test_gpu_readiness"), std::string::npos);  // the executable itself is mapped
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(maps.find(std::string(exe, static_cast<size_t>(n))), std::string::npos);  // the executable itself is mapped
 }
 
 // ---- the datasheet peak by exact SKU (names as cudaGetDeviceProperties / nvidia-smi print them) ----
@@ -603,7 +606,7 @@ TEST(CudaMemoryPreflight, RanksSharingAGpuFollowPickDevicesRoundRobin) {
   EXPECT_EQ(bench::ranks_sharing_gpu(3, 2, 1), 1);
 }
 
-// ---- build.sh reconfigures when what it configured with changes ----
+// ---- build.sh reconfigures when what it configured with changes (CUDA option, torch, WERROR) ----
 
 TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
   // A cmake stand-in on PATH records each call: build.sh's decisions are seen without building.
@@ -627,6 +630,14 @@ TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
   const auto torch = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true");  // another interpreter: another torch
   EXPECT_EQ(configures(torch), 3) << torch.output;
   EXPECT_NE(torch.output.find("from a fresh cache"), std::string::npos) << torch.output;
+  const auto werror = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1");  // warnings as errors (.ci/run)
+  EXPECT_EQ(configures(werror), 4) << werror.output;
+  EXPECT_EQ(configures(build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1")), 4);
+  const auto bad = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=yes");
+  EXPECT_NE(bad.output.find("WERROR must be 0 or 1, got 'yes'"), std::string::npos) << bad.output;
+  EXPECT_EQ(configures(bad), 4) << bad.output;
   const auto calls = read_file(dir + "/calls");
   EXPECT_NE(calls.find("-DZEROBENCH_CUDA=ON"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("-DZEROBENCH_WERROR=OFF"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("-DZEROBENCH_WERROR=ON"), std::string::npos) << calls;
 }
