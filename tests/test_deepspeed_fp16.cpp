@@ -72,7 +72,7 @@ std::vector<std::vector<StepSeen>> drive(const std::string& backend, const DeepS
       for (int a = 0; a < 2; ++a) {
         auto b = data->samples(models::first_sample_index(step, a, 2, world.rank, w, spec.train.micro_batch),
                                spec.train.micro_batch, spec.train.seq_len);
-        engine->forward_backward({b.tokens, b.targets}, 0.5, a == 1);
+        engine->forward_backward({b.tokens, b.targets, {}, {}}, 0.5, a == 1);
       }
       std::vector<at::Tensor> before;
       for (const auto& [name, t] : engine->state_tensors()) before.push_back(t.clone());

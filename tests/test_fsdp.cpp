@@ -360,7 +360,7 @@ int64_t optimizer_step_transient(const std::string& backend, const backends::Eng
   for (int64_t step = 0; step < 2; ++step) {
     auto b = data->samples(models::first_sample_index(step, 0, 1, 0, w, spec.train.micro_batch), spec.train.micro_batch,
                            spec.train.seq_len);
-    engine->forward_backward({b.tokens, b.targets}, 1.0, true);
+    engine->forward_backward({b.tokens, b.targets, {}, {}}, 1.0, true);
     runtime::reset_tracked_cpu_peak();
     const int64_t entry = runtime::tracked_cpu_bytes();
     engine->optimizer_step(1e-3);
