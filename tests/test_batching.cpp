@@ -62,6 +62,14 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
+// The batch's per-document counts (Batch: real tokens, documents, labels, sum of length^2).
+void expect_counts(const Batch& b, int64_t real_tokens, int64_t documents, int64_t label_tokens, double pairs) {
+  EXPECT_EQ(b.real_tokens, real_tokens);
+  EXPECT_EQ(b.documents, documents);
+  EXPECT_EQ(b.label_tokens, label_tokens);
+  EXPECT_EQ(b.attention_pairs, pairs);
+}
+
 }  // namespace
 
 // Pad: one document piece a row. Lengths 5 3 7 2 9 with T = 8 are pieces 5 3 7 2 8 1 (the 9 is
@@ -70,10 +78,7 @@ TEST(Batching, PadRowsAndPaddingFractionByHand) {
   const auto path = token_file("pad_hand.bin", {5, 3, 7, 2, 9});
   const auto data = make_data_source(spec_of(path), kVocab, 7, "pad");
   const auto b = data->samples(0, 6, 8);
-  EXPECT_EQ(b.real_tokens, 26);
-  EXPECT_EQ(b.documents, 6);
-  EXPECT_EQ(b.label_tokens, 20);
-  EXPECT_EQ(b.attention_pairs, 152.0);
+  expect_counts(b, 26, 6, 20, 152.0);
   EXPECT_EQ(b.targets.ne(-100).sum().item<int64_t>(), 20);
   EXPECT_EQ(b.document_ids.ge(0).sum().item<int64_t>(), 26);
   // Row 0 is the first document of the seeded order, then padding.
@@ -100,10 +105,7 @@ TEST(Batching, PackRowsByHand) {
   const auto path = token_file("pack_hand.bin", {3, 3, 3, 3, 3});
   const auto data = make_data_source(spec_of(path), kVocab, 7, "pack");
   const auto b = data->samples(0, 3, 8);
-  EXPECT_EQ(b.real_tokens, 15);
-  EXPECT_EQ(b.documents, 5);
-  EXPECT_EQ(b.label_tokens, 10);
-  EXPECT_EQ(b.attention_pairs, 45.0);
+  expect_counts(b, 15, 5, 10, 45.0);
   EXPECT_EQ(row(b.position_ids, 0), (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1}));
   EXPECT_EQ(row(b.document_ids, 0), (std::vector<int64_t>{0, 0, 0, 1, 1, 1, -1, -1}));
   EXPECT_EQ(row(b.document_ids, 2), (std::vector<int64_t>{0, 0, 0, -1, -1, -1, -1, -1}));
