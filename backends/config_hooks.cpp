@@ -19,6 +19,7 @@ config::TrainingArguments training_arguments(const TrainConfig& t) {
   a.beta2 = t.beta2;
   a.eps = t.eps;
   a.grad_clip = t.grad_clip;
+  a.adamw_impl = t.adamw_impl;
   return a;
 }
 
@@ -35,6 +36,7 @@ void apply_training_arguments(const config::TrainingArguments& a, TrainConfig& t
   t.beta2 = a.beta2;
   t.eps = a.eps;
   t.grad_clip = a.grad_clip;
+  t.adamw_impl = a.adamw_impl;
 }
 
 config::TrainerArgs trainer_args(const ConfigRequest& req) {

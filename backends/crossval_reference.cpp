@@ -6,7 +6,7 @@ namespace zb::backends {
 
 StateExplanation adamw_step_counters(int64_t tensors, const std::string& which) {
   // torch.optim.AdamW(fused=True) keeps `step` as a 0-dim fp32 tensor on the parameter's device
-  // for each parameter it steps; zerobench's FusedAdamW holds them too but, as for every backend,
+  // for each parameter it steps; zerobench's AdamW holds them too but, as for every backend,
   // does not count them in model_states_bytes (docs/metrics.md).
   return StateExplanation{4 * tensors, /*zerobench_reports=*/false,
                           "torch.optim.AdamW's per-parameter `step` counter (a 0-dim fp32 tensor for each of " +

@@ -96,7 +96,7 @@ struct CrossvalReference {
 
 // The difference every backend whose reference steps torch.optim.AdamW(fused=True) shares:
 // AdamW's per-parameter `step` counter, a 0-dim fp32 tensor for each of `tensors` stepped
-// tensors (`which` says which), that zerobench's FusedAdamW also holds but does not count.
+// tensors (`which` says which), that zerobench's AdamW also holds but does not count.
 StateExplanation adamw_step_counters(int64_t tensors, const std::string& which);
 
 }  // namespace zb::backends

@@ -18,6 +18,7 @@
 #include "backends/common/lost_updates.hpp"
 #include "backends/precision_plan.hpp"
 #include "backends/topology.hpp"
+#include "config/adamw_impl.hpp"
 #include "config/deepspeed_scheduler.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
@@ -44,6 +45,9 @@ struct TrainConfig {
   config::DeepSpeedScheduler deepspeed_scheduler;  // lr in it is the optimizer's lr
   double weight_decay = 0.0;  // HF Trainer's default
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Which torch.optim.AdamW implementation (config/adamw_impl.hpp): HF Trainer's default fused=True,
+  // or what --optim adamw_torch / DeepSpeed's torch_adam pick.
+  config::AdamWImpl adamw_impl = config::AdamWImpl::kFused;
   double grad_clip = 1.0;     // max global grad norm; 0 disables
   uint64_t seed = 1234;
   bool activation_checkpointing = false;

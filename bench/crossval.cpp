@@ -110,6 +110,7 @@ json train_json(const backends::TrainConfig& t) {
           {"lr_schedule", t.lr_schedule},   {"lr_warmup_steps", t.lr_warmup_steps},
           {"min_lr_ratio", t.min_lr_ratio}, {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},    {"eps", t.eps},
+          {"adamw_impl", config::adamw_impl_name(t.adamw_impl)},
           {"grad_clip", t.grad_clip},       {"seed", t.seed},
           {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing},
           {"sync_each_batch", t.sync_each_batch}};

@@ -132,6 +132,7 @@ json train_json(const backends::TrainConfig& t) {
           {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},
           {"eps", t.eps},
+          {"adamw_impl", config::adamw_impl_name(t.adamw_impl)},
           {"grad_clip", t.grad_clip},
           {"seed", t.seed},
           {"activation_checkpointing", t.activation_checkpointing},

@@ -3,6 +3,7 @@
 #include "bench/run_options.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "bench/flag_checks.hpp"
 #include "config/hf_scheduler.hpp"
@@ -183,6 +184,13 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay")
       ->check(NonNegative())
       ->capture_default_str();
+  app.add_option("--optim", t.adamw_impl,
+                 "adamw_torch_fused|adamw_torch: HF TrainingArguments' optim, torch.optim.AdamW with fused=True (HF's "
+                 "default) or torch's default (foreach on CUDA, the for-loop on CPU); a DeepSpeed optimizer section "
+                 "decides for itself")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, config::AdamWImpl>{
+          {"adamw_torch_fused", config::AdamWImpl::kFused}, {"adamw_torch", config::AdamWImpl::kTorchDefault}}))
+      ->default_str("adamw_torch_fused");
   app.add_option("--grad-clip", t.grad_clip, "max global gradient norm (0 = off)")
       ->check(NonNegative())
       ->capture_default_str();

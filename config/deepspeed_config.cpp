@@ -298,7 +298,24 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
   t.beta2 = 0.999;
   t.eps = 1e-8;
   t.weight_decay = torch_adam && decoupled ? 1e-2 : 0.0;
-  const std::string impl = torch_adam ? (decoupled ? "torch.optim.AdamW" : "torch.optim.Adam")
+  // Which torch.optim.AdamW implementation (adamw_impl.hpp). torch_adam: foreach from the params
+  // (get_optimizer_configuration pops it, default None) and fused (passed on to the constructor);
+  // torch refuses both true. Otherwise DeepSpeed's own optimizer, whose arithmetic zerobench runs
+  // with the fused AdamW (FusedAdam; DeepSpeedCPUAdam under offload is the engine's own).
+  t.adamw_impl = AdamWImpl::kFused;
+  if (torch_adam) {
+    const bool fused = p.contains("fused") && python_truthy(p["fused"]);
+    const bool foreach_given = p.contains("foreach") && !p["foreach"].is_null();
+    if (fused && foreach_given && python_truthy(p["foreach"]))
+      throw UsageError("optimizer.params.fused and foreach both true: torch.optim.AdamW refuses it "
+                       "(`fused` and `foreach` cannot be `True` together.)");
+    t.adamw_impl = fused            ? AdamWImpl::kFused
+                   : !foreach_given ? AdamWImpl::kTorchDefault
+                   : python_truthy(p["foreach"]) ? AdamWImpl::kForeach
+                                                 : AdamWImpl::kForLoop;
+  }
+  const std::string torch_class = decoupled ? "torch.optim.AdamW" : "torch.optim.Adam";
+  const std::string impl = torch_adam ? torch_class + adamw_constructor(t.adamw_impl).substr(17)  // "(fused=True)", ...
                            : cpu_adam ? "DeepSpeedCPUAdam (optimizer offload)"
                                       : "FusedAdam";
   notes.apply("optimizer.type", type, impl + (decoupled ? " (decoupled weight decay)" : " (L2 weight decay)"));
@@ -348,7 +365,20 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
       if (as_bool(key, v)) throw UsageError(key + " true is not implemented (plain AdamW)");
       notes.apply(key, text(v), "off");
     } else if (k == "foreach" || k == "fused" || k == "capturable" || k == "differentiable") {
-      notes.ignore(key, text(v), "kernel choice of torch's optimizer; the update arithmetic is the same");
+      // Only torch.optim.AdamW takes them: FusedAdam and DeepSpeedCPUAdam have no such parameter
+      // (engine.py passes the remaining params to the constructor: a TypeError).
+      if (!torch_adam)
+        throw UsageError(key + " " + text(v) + ": DeepSpeed passes it to " +
+                         (cpu_adam ? "DeepSpeedCPUAdam" : "FusedAdam") + ", which fails: __init__() got an unexpected "
+                         "keyword argument '" + k + "' (it is torch.optim.AdamW's, with torch_adam: true)");
+      if (k == "capturable" && python_truthy(v))
+        throw UsageError(key + " " + text(v) + ": AdamW's capturable (graph-capture) update is not implemented");
+      if (k == "differentiable")
+        notes.ignore(key, text(v), "autograd through the update: the same arithmetic, no second-order use here");
+      else if (k == "capturable")
+        notes.apply(key, text(v), "off");
+      else
+        notes.apply(key, text(v), impl + " (torch's rule for foreach and fused)");
     } else if (k == "fp32_optimizer_states") {
       if (!cpu_adam) {
         notes.ignore(key, text(v), "read by DeepSpeedCPUAdam (optimizer offload) only");

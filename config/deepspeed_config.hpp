@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "config/adamw_impl.hpp"
 #include "config/config_notes.hpp"
 #include "config/deepspeed_scheduler.hpp"
 #include "config/deepspeed_zero_config.hpp"
@@ -29,6 +30,7 @@ struct TrainingArguments {
   DeepSpeedScheduler deepspeed_scheduler;
   double weight_decay = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double grad_clip = 1.0;
+  AdamWImpl adamw_impl = AdamWImpl::kFused;  // --optim, or torch_adam's foreach/fused (adamw_impl.hpp)
 };
 
 // What HF's Trainer would hold as TrainingArguments: zerobench's flags. "auto" takes their values

@@ -150,6 +150,16 @@ std::vector<Case> cases() {
       {"torch-adam-false-string", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", "false"}}), ""},
       {"adam-w-mode-int", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", 1}, {"adam_w_mode", 0}}),
        ""},
+      // torch.optim.AdamW's implementation keywords: with torch_adam DeepSpeed pops foreach and
+      // passes fused on; without it they reach FusedAdam, which takes neither (TypeError), and
+      // torch refuses both true.
+      {"torch-adam-foreach", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", true}, {"foreach", false}}),
+       ""},
+      {"torch-adam-fused", K::kAccepted, "initialize", optimizer({{"lr", 1e-3}, {"torch_adam", true}, {"fused", true}}), ""},
+      {"foreach-without-torch-adam", K::kInvalid, "initialize", optimizer({{"lr", 1e-3}, {"foreach", true}}),
+       "unexpected keyword argument 'foreach'"},
+      {"fused-and-foreach", K::kInvalid, "initialize",
+       optimizer({{"lr", 1e-3}, {"torch_adam", true}, {"fused", true}, {"foreach", true}}), "cannot be `True` together"},
   };
 }
 

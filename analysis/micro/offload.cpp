@@ -4,7 +4,7 @@
 //                                       CUDA: backends/common/host_offload.hpp host_empty + HostCopies)
 //   offload/d2h/<dtype>/numel:N         device -> host, the gradient copy-out
 //   offload/host_adamw/fp32/numel:N     one AdamW step on host fp32 tensors (common/optim.hpp
-//                                       FusedAdamW: at::_fused_adamw_ on CPU), the host optimizer
+//                                       AdamW (fused): at::_fused_adamw_ on CPU), the host optimizer
 // Counters: bytes and GBps for the copies, params and ns_per_param for the host optimizer; the
 // projection's calibration reads them (calibration.hpp OffloadFit). On a CPU-only machine both
 // buffers are host memory: the copies are memcpy, the figure a host-to-host bandwidth.
@@ -44,7 +44,7 @@ void register_host_adamw(Harness& h, int64_t numel) {
                                [&h, numel](benchmark::State& state) {
                                  const auto opts = at::TensorOptions().dtype(at::kFloat);  // host
                                  auto param = at::ones({numel}, opts), grad = at::full({numel}, 1e-3, opts);
-                                 backends::common::FusedAdamW adam({param}, {});
+                                 backends::common::AdamW adam({param}, {});
                                  auto op = [&] { adam.step({grad}, 1e-4); };
                                  op();  // warm-up
                                  const double per_op = h.run_loop(state, op);

@@ -94,6 +94,20 @@ void client_adamw_on_host(json& ds, std::vector<std::string>& notes) {
                   "torch.optim.AdamW(fused=True) steps the host fp32 partitions, as HF's Trainer passes it");
 }
 
+nlohmann::json deepspeed_adamw_section(const TrainConfig& t, bool torch_adam) {
+  nlohmann::json params = {{"lr", t.lr},
+                           {"betas", {t.beta1, t.beta2}},
+                           {"eps", t.eps},
+                           {"weight_decay", t.weight_decay},
+                           {"torch_adam", torch_adam}};
+  if (torch_adam) {
+    if (t.adamw_impl == config::AdamWImpl::kFused) params["fused"] = true;
+    if (t.adamw_impl == config::AdamWImpl::kForeach) params["foreach"] = true;
+    if (t.adamw_impl == config::AdamWImpl::kForLoop) params["foreach"] = false;
+  }
+  return {{"type", "AdamW"}, {"params", params}};
+}
+
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {
   const auto& opts = c.report.value("config", nlohmann::json::object())
                          .value("backend", nlohmann::json::object())

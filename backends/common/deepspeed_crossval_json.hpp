@@ -39,6 +39,12 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
 // the reference runner passes its client AdamW(fused=True) — zerobench's host optimizer.
 void client_adamw_on_host(nlohmann::json& ds, std::vector<std::string>& notes);
 
+// The "optimizer" section DeepSpeed builds zerobench's host optimizer from under offload_optimizer:
+// AdamW with the run's lr, betas, eps and weight decay, and torch_adam — then with the foreach /
+// fused that gave train.adamw_impl (engine.py get_optimizer_configuration pops foreach, passes
+// fused on), so DeepSpeed builds the same torch.optim.AdamW implementation.
+nlohmann::json deepspeed_adamw_section(const TrainConfig& t, bool torch_adam);
+
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c);
 
 }  // namespace zb::backends::common

@@ -1,4 +1,4 @@
-// optim.cpp — fused AdamW, LR schedule, the frameworks' gradient norms (see optim.hpp).
+// optim.cpp — torch.optim.AdamW (fused, foreach, for-loop), LR schedule, the frameworks' gradient norms (see optim.hpp).
 #include "backends/common/optim.hpp"
 
 #include <cmath>
@@ -7,19 +7,22 @@
 
 namespace zb::backends::common {
 
-AdamWOptions adamw_options(const TrainConfig& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
+AdamWOptions adamw_options(const TrainConfig& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay, t.adamw_impl}; }
 
-FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts) : params_(std::move(params)), opts_(opts) {
-  TORCH_CHECK(!params_.empty(), "FusedAdamW needs at least one parameter");
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions opts) : params_(std::move(params)), opts_(opts) {
+  TORCH_CHECK(!params_.empty(), "AdamW needs at least one parameter");
   int64_t total = 0;
   for (const auto& p : params_) {
     TORCH_CHECK(p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
-                "FusedAdamW: every parameter must share one dtype and device");
+                "AdamW: every parameter must share one dtype and device");
     total += p.numel();
   }
+  opts_.impl = config::resolve_adamw_impl(opts_.impl, params_[0].is_cuda());
+  // torch keeps the step on the parameter's device only for fused (and capturable).
+  const auto step_device = opts_.impl == config::AdamWImpl::kFused ? params_[0].device() : at::Device(at::kCPU);
   exp_avg_flat_ = at::zeros({total}, params_[0].options());
   exp_avg_sq_flat_ = at::zeros({total}, params_[0].options());
-  state_steps_flat_ = at::zeros({int64_t(params_.size())}, at::TensorOptions().dtype(at::kFloat).device(params_[0].device()));
+  state_steps_flat_ = at::zeros({int64_t(params_.size())}, at::TensorOptions().dtype(at::kFloat).device(step_device));
   int64_t offset = 0;
   for (const auto& p : params_) {
     exp_avgs_.push_back(exp_avg_flat_.narrow(0, offset, p.numel()).view(p.sizes()));
@@ -29,15 +32,15 @@ FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts) : para
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> FusedAdamW::state(const std::string& prefix) const {
+std::vector<std::pair<std::string, at::Tensor>> AdamW::state(const std::string& prefix) const {
   return {{prefix + "exp_avg", exp_avg_flat_}, {prefix + "exp_avg_sq", exp_avg_sq_flat_}, {prefix + "step", state_steps_flat_}};
 }
 
-void FusedAdamW::state_loaded() { step_ = int64_t(state_steps_flat_[0].item<float>()); }
+void AdamW::state_loaded() { step_ = int64_t(state_steps_flat_[0].item<float>()); }
 
-void FusedAdamW::step(const std::vector<at::Tensor>& grads, double lr) {
+void AdamW::step(const std::vector<at::Tensor>& grads, double lr) {
   at::NoGradGuard no_grad;
-  TORCH_CHECK(grads.size() == params_.size(), "FusedAdamW: ", grads.size(), " gradients for ", params_.size(),
+  TORCH_CHECK(grads.size() == params_.size(), "AdamW: ", grads.size(), " gradients for ", params_.size(),
               " parameters");
   ++step_;
   if (measure_) {
@@ -56,10 +59,62 @@ void FusedAdamW::step(const std::vector<at::Tensor>& grads, double lr) {
     }
     lost_ = total;
   }
+  switch (opts_.impl) {
+    case config::AdamWImpl::kFused: return step_fused(grads, lr);
+    case config::AdamWImpl::kForeach: return step_foreach(grads, lr);
+    default: return step_for_loop(grads, lr);
+  }
+}
+
+void AdamW::step_fused(const std::vector<at::Tensor>& grads, double lr) {
   // torch/optim/adam.py _fused_adam: steps += 1, then one fused kernel over the lists.
   at::_foreach_add_(state_steps_, 1);
   at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, state_steps_, lr, opts_.beta1,
                     opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+// torch 2.11 adam.py _multi_tensor_adam (capturable=False, amsgrad=False, maximize=False,
+// decoupled weight decay), op for op: Python floats are doubles here, the bias corrections are
+// computed on the host from each counter's value (_get_value), the step sizes negated as
+// `(lr / bc) * -1`, the square root of bias_correction2 as `bc ** 0.5`.
+void AdamW::step_foreach(const std::vector<at::Tensor>& grads, double lr) {
+  at::_foreach_add_(state_steps_, at::scalar_tensor(1.0, at::kFloat), 1.0);  // CPU counters: a CPU tensor
+  if (opts_.weight_decay != 0) at::_foreach_mul_(params_, 1 - lr * opts_.weight_decay);
+  at::_foreach_lerp_(exp_avgs_, grads, 1 - opts_.beta1);
+  at::_foreach_mul_(exp_avg_sqs_, opts_.beta2);
+  at::_foreach_addcmul_(exp_avg_sqs_, grads, grads, 1 - opts_.beta2);
+  std::vector<at::Scalar> step_size, bc2_sqrt;
+  for (const auto& s : state_steps_) {
+    const double step = double(s.item<float>());
+    step_size.emplace_back((lr / (1 - std::pow(opts_.beta1, step))) * -1);
+    bc2_sqrt.emplace_back(std::pow(1 - std::pow(opts_.beta2, step), 0.5));
+  }
+  auto denom = at::_foreach_sqrt(exp_avg_sqs_);
+  at::_foreach_div_(denom, bc2_sqrt);
+  at::_foreach_add_(denom, opts_.eps);
+  at::_foreach_addcdiv_(params_, exp_avgs_, denom, step_size);
+}
+
+// torch 2.11 adam.py _single_tensor_adam (capturable=False, differentiable=False, amsgrad=False,
+// maximize=False, decoupled weight decay), op for op, one parameter at a time.
+void AdamW::step_for_loop(const std::vector<at::Tensor>& grads, double lr) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto param = params_[i];
+    auto exp_avg = exp_avgs_[i];
+    auto exp_avg_sq = exp_avg_sqs_[i];
+    auto step_t = state_steps_[i];
+    step_t.add_(1);
+    if (opts_.weight_decay != 0) param.mul_(1 - lr * opts_.weight_decay);
+    exp_avg.lerp_(grads[i], 1 - opts_.beta1);
+    exp_avg_sq.mul_(opts_.beta2).addcmul_(grads[i], grads[i], 1 - opts_.beta2);
+    const double step = double(step_t.item<float>());
+    const double bias_correction1 = 1 - std::pow(opts_.beta1, step);
+    const double bias_correction2 = 1 - std::pow(opts_.beta2, step);
+    const double step_size = lr / bias_correction1;
+    const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
+    auto denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(opts_.eps);
+    param.addcdiv_(exp_avg, denom, -step_size);
+  }
 }
 
 LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {

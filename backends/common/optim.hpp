@@ -1,10 +1,13 @@
 // optim.hpp — the optimizer pieces engines share, made of the ATen ops their upstream calls:
-//  - AdamW = torch.optim.AdamW(fused=True): HF Trainer's default optimizer for torch >= 2.8
-//    (transformers training_args.py `default_optim = "adamw_torch_fused"`; trainer_optimizer.py
-//    passes fused=True), for accelerate+FSDP1, DDP, and as DeepSpeed's client optimizer when the
-//    DeepSpeed JSON has no "optimizer" section (the blog's). torch/optim/adam.py `_fused_adam`:
-//    `_foreach_add_(state_steps, 1)` then `at::_fused_adamw_` over the tensor lists, on CPU and
-//    CUDA alike — no full-size temporaries.
+//  - AdamW = torch.optim.AdamW in each of its three implementations (config/adamw_impl.hpp):
+//    fused=True is HF Trainer's default optimizer for torch >= 2.8 (transformers
+//    training_args.py `default_optim = "adamw_torch_fused"`; trainer_optimizer.py passes
+//    fused=True), for accelerate+FSDP1, FSDP2, DDP, and as DeepSpeed's client optimizer when the
+//    DeepSpeed JSON has no "optimizer" section (the blog's): torch/optim/adam.py `_fused_adam`,
+//    `_foreach_add_(state_steps, 1)` then `at::_fused_adamw_` over the tensor lists — no
+//    full-size temporaries. `--optim adamw_torch` and DeepSpeed's `torch_adam` take torch's
+//    foreach=None: `_multi_tensor_adam` on CUDA, `_single_tensor_adam` (one tensor at a time) on
+//    CPU, op for op as torch 2.11 writes them, so each is bitwise the reference's.
 //  - gradient norms and clipping as each framework computes them (see the functions below).
 // Owns: that arithmetic, the LR schedule, the lost-update diagnostic. Must not: know how the
 // buffers were sharded.
@@ -17,22 +20,28 @@
 
 #include "backends/common/comm.hpp"
 #include "backends/engine.hpp"
+#include "config/adamw_impl.hpp"
 
 namespace zb::backends::common {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  config::AdamWImpl impl = config::AdamWImpl::kFused;  // kTorchDefault resolves by the parameters' device
 };
 AdamWOptions adamw_options(const TrainConfig& train);
 
-// AdamW over a list of parameter tensors (views are fine), updated in place by at::_fused_adamw_.
-// States exp_avg/exp_avg_sq are in the parameters' dtype (bf16 states for bf16 parameters — FSDP
-// low precision — fp32 otherwise), one flat buffer each with a view per parameter (torch keeps a
-// zeros_like per parameter: the same bytes); one fp32 step counter per parameter, as torch's
-// fused path keeps it (_get_scalar_dtype(is_fused=True)).
-class FusedAdamW {
+// torch.optim.AdamW over a list of parameter tensors (views are fine), updated in place by the
+// implementation opts.impl names (kTorchDefault resolved by the parameters' device at
+// construction: foreach on CUDA, the for-loop elsewhere). States exp_avg/exp_avg_sq are in the
+// parameters' dtype (bf16 states for bf16 parameters — FSDP low precision — fp32 otherwise), one
+// flat buffer each with a view per parameter (torch keeps a zeros_like per parameter: the same
+// bytes); one fp32 step counter per parameter: on the parameters' device for fused
+// (_get_scalar_dtype(is_fused=True), device=p.device), on the host otherwise (torch.tensor(0.0)),
+// as torch keeps them.
+class AdamW {
  public:
-  FusedAdamW(std::vector<at::Tensor> params, AdamWOptions opts);
+  AdamW(std::vector<at::Tensor> params, AdamWOptions opts);
+  config::AdamWImpl impl() const { return opts_.impl; }  // resolved: never kTorchDefault
   // grads[i]: same numel and dtype as params[i].
   void step(const std::vector<at::Tensor>& grads, double lr);
   int64_t state_bytes() const { return int64_t(exp_avg_flat_.nbytes() + exp_avg_sq_flat_.nbytes()); }
@@ -50,6 +59,9 @@ class FusedAdamW {
   LostUpdates last_lost_updates() const { return lost_; }
 
  private:
+  void step_fused(const std::vector<at::Tensor>& grads, double lr);
+  void step_foreach(const std::vector<at::Tensor>& grads, double lr);
+  void step_for_loop(const std::vector<at::Tensor>& grads, double lr);
   std::vector<at::Tensor> params_, exp_avgs_, exp_avg_sqs_, state_steps_;
   at::Tensor exp_avg_flat_, exp_avg_sq_flat_, state_steps_flat_;
   AdamWOptions opts_;

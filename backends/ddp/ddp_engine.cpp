@@ -67,7 +67,7 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
         grads_.push_back(w.grad());
       }
     }
-    optimizer_ = std::make_unique<common::FusedAdamW>(params, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::AdamW>(params, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.compute, dev);
     comm_.reset_stats();
@@ -121,7 +121,7 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
     return {{"bucket_cap_mb", bucket_cap_mb(spec_)},
             {"gradient_as_bucket_view", true},
             {"sync_each_batch", spec_.train.sync_each_batch},
-            {"optimizer", "torch.optim.AdamW(fused=True)"},
+            {"optimizer", config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda())},
             {"param_dtype", std::string(c10::toString(dtypes_.compute))},
             {"storage_dtype", std::string(c10::toString(dtypes_.storage))}};
   }
@@ -157,7 +157,7 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   std::vector<std::vector<at::Tensor>> leaves_;
   std::vector<int64_t> unit_offsets_;
   std::vector<at::Tensor> grads_;  // per-parameter views into flat_grads_
-  std::unique_ptr<common::FusedAdamW> optimizer_;
+  std::unique_ptr<common::AdamW> optimizer_;
   models::RopeCache rope_;
 };
 

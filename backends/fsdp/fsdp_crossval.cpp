@@ -50,7 +50,7 @@ std::optional<StateExplanation> explain_state(const CrossvalCase& c, int rank, c
   const bool host = category == "host.optimizer";
   const nlohmann::json& side = host && zb.contains("host") ? zb["host"] : zb;
   if ((category == "optimizer" || host) && side.contains("optimizer") && side["optimizer"].is_number_integer()) {
-    // zerobench's FusedAdamW keeps exp_avg / exp_avg_sq over each unit's whole shard, the
+    // zerobench's AdamW keeps exp_avg / exp_avg_sq over each unit's whole shard, the
     // FlatParameter's tail padding included; FSDP1 with use_orig_params=True steps the original
     // parameters' sharded views, so AdamW never sees the padding.
     const int64_t pad = shard_pieces(c, rank).padding;

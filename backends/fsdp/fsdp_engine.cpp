@@ -129,7 +129,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       shards.push_back(unit.shard);
       units_.push_back(std::move(unit));
     }
-    optimizer_ = std::make_unique<common::FusedAdamW>(shards, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::AdamW>(shards, common::adamw_options(spec_.train));
     if (spec_.precision == "fp16") scaler_ = std::make_unique<common::ShardedGradScaler>();
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.param, dev);
@@ -424,7 +424,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     j["sync_each_batch"] = spec_.train.sync_each_batch;
     j.erase("offload_params");
     j["cpu_offload"] = {{"offload_params", opts_.offload_params}};  // FSDP1's CPUOffload, as api.py names it
-    j["optimizer"] = std::string("torch.optim.AdamW(fused=True)") + (offload_ ? " on the host shards" : "");
+    j["optimizer"] = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !offload_) +
+                     (offload_ ? " on the host shards" : "");
     j["clip_grad_norm"] = "FullyShardedDataParallel.clip_grad_norm_";
     return j;
   }
@@ -610,7 +611,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   at::Tensor local_params_;  // every unit's shard, contiguous (on the host with offload)
   std::unique_ptr<FlatParamOffload> offload_;  // CPUOffload(offload_params=True); null without
   at::Device local_device_ = at::kCPU;         // the compute device
-  std::unique_ptr<common::FusedAdamW> optimizer_;
+  std::unique_ptr<common::AdamW> optimizer_;
   std::unique_ptr<common::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
   common::PlantedStepAllocation planted_ = common::PlantedStepAllocation::from_env();
   models::RopeCache rope_;

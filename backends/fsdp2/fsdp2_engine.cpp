@@ -181,7 +181,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     // unpadded local tensor (zeros_like on the DTensor).
     std::vector<at::Tensor> locals;
     for (const auto& p : pg_.params) locals.push_back(p.local);
-    optimizer_ = std::make_unique<common::FusedAdamW>(locals, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::AdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     if (spec_.precision == "fp16") scaler_ = std::make_unique<common::ShardedGradScaler>();
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, pg_.dtypes.compute(), dev);
@@ -354,7 +354,8 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     auto name = [](std::optional<at::ScalarType> t) {
       return t ? std::string(c10::toString(*t)) : std::string("None");
     };
-    j["optimizer"] = std::string("torch.optim.AdamW(fused=True)") + (opts_.offloads() ? " on the host" : "");
+    j["optimizer"] = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !opts_.offloads()) +
+                     (opts_.offloads() ? " on the host" : "");
     j["fully_shard_offload_policy"] = offload_policy_text(opts_);
     j["sharded_param_dtype"] = std::string(c10::toString(pg_.dtypes.orig));
     j["mp_param_dtype"] = name(pg_.dtypes.param);
@@ -414,7 +415,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   ParamGroups pg_;    // parameters, groups, collectives (FSDPParamGroup, FSDPParam, FSDPCommContext)
   State state_{pg_};  // FSDPState hooks over pg_
   std::vector<std::vector<int>> param_of_;         // [unit][spec index] -> pg_.params index
-  std::unique_ptr<common::FusedAdamW> optimizer_;  // over every parameter's local tensor
+  std::unique_ptr<common::AdamW> optimizer_;  // over every parameter's local tensor
   std::unique_ptr<common::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
   HostOffload offload_;                            // CPUOffloadPolicy's host side (disabled: none)
   models::RopeCache rope_;

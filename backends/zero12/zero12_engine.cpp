@@ -63,7 +63,7 @@ Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, 
     setup_offload();  // the master, its states and the fp32 gradient on the host (zero12_offload.cpp)
   } else {
     master_ = partition_.detach().clone().to(at::kFloat);
-    optimizer_ = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::AdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
   }
   params_in_partition_ = layout_.params_in_partition(rank);
@@ -188,9 +188,9 @@ nlohmann::json Zero12Engine::resolved_options() const {
   // all_gather_into_tensor of the whole flat buffer; allgather_bucket_size is read only without it.
   j["allgather"] = "all_gather_into_tensor of the flat buffer (allgather_bucket_size unused, as upstream)";
   j["allgather_partitions_effect"] = "none (DeepSpeed 0.19.8 does not pass it to DeepSpeedZeroOptimizer)";
-  j["optimizer"] = !opts_.offload() ? "torch.optim.AdamW(fused=True) on the fp32 partition"
-                  : opts_.host_optimizer == kCpuAdam ? "DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition"
-                                                     : "torch.optim.AdamW(fused=True) on the host fp32 partition";
+  j["optimizer"] = !opts_.offload() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on the fp32 partition"
+                  : opts_.host_optimizer == kCpuAdam ? std::string("DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition")
+                                                     : config::adamw_description(spec_.train.adamw_impl, false) + " on the host fp32 partition";
   j["check_grad_overflow"] = dtypes_.model == at::kBFloat16 || fp16();
   if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
     j["fp16"] = common::to_json(opts_.fp16);

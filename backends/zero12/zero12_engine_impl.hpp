@@ -113,7 +113,7 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   at::Tensor flat_params_;              // [padded], model dtype
   at::Tensor partition_;                // this rank's view [P]
   at::Tensor master_;                   // fp32 [P]
-  std::unique_ptr<common::FusedAdamW> optimizer_;
+  std::unique_ptr<common::AdamW> optimizer_;
   std::vector<at::Tensor> anchors_;     // one 0-d leaf per parameter (flat index)
   std::vector<at::Tensor> grads_;       // param.grad by flat index (undefined: None)
   std::vector<bool> reduced_;           // params_already_reduced

@@ -55,7 +55,7 @@ void Zero12Engine::setup_offload() {
       throw UsageError("--measure-lost-updates with offload_optimizer and DeepSpeedCPUAdam is not implemented");
     cpu_adam_ = std::make_unique<zero3::CpuAdam>(master_, common::adamw_options(spec_.train));
   } else {
-    optimizer_ = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<common::AdamW>(std::vector<at::Tensor>{master_}, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
   }
 }

@@ -47,15 +47,10 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
     common::client_adamw_on_host(ds, notes);
   } else {
     const bool torch_adam = o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW;
-    ds["optimizer"] = {{"type", "AdamW"},
-                       {"params",
-                        {{"lr", t.lr},
-                         {"betas", {t.beta1, t.beta2}},
-                         {"eps", t.eps},
-                         {"weight_decay", t.weight_decay},
-                         {"torch_adam", torch_adam}}}};
+    ds["optimizer"] = common::deepspeed_adamw_section(t, torch_adam);
     notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
-                    (torch_adam ? "torch_adam: torch.optim.AdamW" : "DeepSpeedCPUAdam") + "), as zerobench runs it");
+                    (torch_adam ? "torch_adam: " + config::adamw_description(t.adamw_impl, false) : "DeepSpeedCPUAdam") +
+                    "), as zerobench runs it");
   }
   return ds;
 }

@@ -167,10 +167,10 @@ nlohmann::json Zero3Engine::resolved_options() const {
   j["persistent_numel"] = persistent_numel;
   j["ipg_buffer_bytes"] = ipg_buffer_bytes(opts_, dtypes_);
   j["reduces_every_micro_batch"] = true;
-  j["optimizer"] = !offload_optimizer() ? "torch.optim.AdamW(fused=True) on each fp32 sub-group"
+  j["optimizer"] = !offload_optimizer() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on each fp32 sub-group"
                    : opts_.host_optimizer == kCpuAdam
-                       ? "DeepSpeedCPUAdam on each host fp32 sub-group (offload_optimizer)"
-                       : "torch.optim.AdamW(fused=True) on each host fp32 sub-group (offload_optimizer)";
+                       ? std::string("DeepSpeedCPUAdam on each host fp32 sub-group (offload_optimizer)")
+                       : config::adamw_description(spec_.train.adamw_impl, false) + " on each host fp32 sub-group (offload_optimizer)";
   if (!offload_optimizer()) j.erase("host_optimizer");
   j["hpz_group_size"] = hpz_;  // effective: min(zero_hpz_partition_size, W), 1 = off
   if (hpz_ > 1) j["hpz_group"] = hpz_group_ranks(comm_.rank(), hpz_);

@@ -101,7 +101,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
     std::vector<int> ids;
     at::Tensor master;  // fp32 [numel]; on the host with offload_optimizer
     at::Tensor grad32;  // offload_optimizer: fp32_partitioned_groups_flat[i].grad, a host buffer kept [numel]
-    std::unique_ptr<common::FusedAdamW> optimizer;  // torch.optim.AdamW(fused=True)
+    std::unique_ptr<common::AdamW> optimizer;  // torch.optim.AdamW(fused=True)
     std::unique_ptr<CpuAdam> cpu_adam;              // DeepSpeedCPUAdam (offload_optimizer)
   };
   struct BucketEntry {

@@ -43,7 +43,7 @@ void Zero3Engine::make_sub_group_state(SubGroup& sg) {
     } else {
       sg.master = parts.to(at::kFloat).clone();
     }
-    sg.optimizer = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{sg.master},
+    sg.optimizer = std::make_unique<common::AdamW>(std::vector<at::Tensor>{sg.master},
                                                         common::adamw_options(spec_.train));
     sg.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
     return;
@@ -65,7 +65,7 @@ void Zero3Engine::make_sub_group_state(SubGroup& sg) {
       throw UsageError("--measure-lost-updates with offload_optimizer and DeepSpeedCPUAdam is not implemented");
     sg.cpu_adam = std::make_unique<CpuAdam>(sg.master, common::adamw_options(spec_.train));
   } else {
-    sg.optimizer = std::make_unique<common::FusedAdamW>(std::vector<at::Tensor>{sg.master},
+    sg.optimizer = std::make_unique<common::AdamW>(std::vector<at::Tensor>{sg.master},
                                                         common::adamw_options(spec_.train));
     sg.optimizer->set_measure_lost_updates(spec_.train.measure_lost_updates);
   }

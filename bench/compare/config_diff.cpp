@@ -42,6 +42,7 @@ const std::map<std::string, std::string>& general_effects() {
       {"weight_decay", "AdamW decoupled weight decay: changes the losses"},
       {"betas", "AdamW moment decay rates: changes the losses"},
       {"eps", "AdamW epsilon: changes the losses slightly"},
+      {"adamw_impl", "torch.optim.AdamW implementation (fused, foreach, for-loop): the updates round differently in the last bit; the kernels differ in speed"},
       {"seed", "initial weights and data: different losses"},
       {"data", "the training data: different losses"},
       {"measure_lost_updates", "records the lost-update diagnostic: extra work per step"},

@@ -174,6 +174,31 @@ def step_hf_scheduler(scheduler, amp):
         scheduler.step()
 
 
+def adamw_kwargs(train):
+    """torch.optim.AdamW's implementation keywords for zerobench's config.train.adamw_impl
+    (config/adamw_impl.hpp): fused=True (HF Trainer's default), nothing (torch's foreach=None),
+    foreach=True, or foreach=False (the for-loop)."""
+    impl = train.get("adamw_impl", "fused")
+    kwargs = {"fused": {"fused": True}, "default": {}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
+    if impl not in kwargs:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: adamw_impl {impl!r} is not one of {sorted(kwargs)}")
+    return kwargs[impl]
+
+
+def adamw_name(train):
+    """The constructor call adamw() makes, for notes: "torch.optim.AdamW(fused=True)", ..."""
+    kw = adamw_kwargs(train)
+    return "torch.optim.AdamW(" + (", ".join(f"{k}={v}" for k, v in kw.items()) or "foreach=None") + ")"
+
+
+def adamw(params, train):
+    """The optimizer zerobench's engines step (backends/common/optim.hpp): torch.optim.AdamW with the
+    run's lr, betas, eps, weight decay and implementation."""
+    b1, b2 = train["betas"]
+    return torch.optim.AdamW(params, lr=train["lr"], betas=(b1, b2), eps=train["eps"],
+                             weight_decay=train["weight_decay"], **adamw_kwargs(train))
+
+
 def group_lr(optimizer):
     """The lr the optimizer's next step() uses: every param group's "lr" (one value; zerobench steps
     every parameter at one lr, so groups that differ are an error naming them)."""

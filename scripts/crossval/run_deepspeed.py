@@ -127,7 +127,6 @@ def make_runner(spec, work, device):
         if dist.get_rank() == 0:
             zbmodel.load_weights(net, state)
     t = spec["train"]
-    b1, b2 = t["betas"]
     if own_optimizer:  # DeepSpeed builds it from the JSON's "optimizer" section (DeepSpeedCPUAdam / torch AdamW)
         import time
         started = time.time()
@@ -135,15 +134,14 @@ def make_runner(spec, work, device):
                                                           lr_scheduler=hf_scheduler_callable(t))
         build_s = time.time() - started
     else:
-        optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
-                                      weight_decay=t["weight_decay"], fused=True)
+        optimizer = common.adamw(net.parameters(), t)
         engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config,
                                                           lr_scheduler=common.hf_scheduler(t, optimizer))
         build_s = None
     check_setup(engine, spec, ds_config, device)
     runner = DeepSpeedRunner(engine, ds_optimizer, t, deepspeed.__version__, ds_config)
     if own_optimizer:
-        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {basic_optimizer_name(engine)} on the host "
                         f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s" +
                         (" (with the cpu_adam JIT build on a cold cache)"
                          if type(engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam" else "")]
@@ -199,8 +197,9 @@ class DeepSpeedRunner:
         # deepspeed.initialize (--lr-scheduler-type; engine.py _take_model_step steps it after
         # every applied step, the Trainer's own step() is a no-op under DeepSpeed).
         self.deepspeed_schedules = "scheduler" in ds_config or train["lr_schedule"].startswith("hf:")
-        self.notes = ["client optimizer torch.optim.AdamW(fused=True) with zero_allow_untested_optimizer, as transformers' "
-                      "deepspeed_optim_sched passes HF Trainer's default optimizer"]
+        self.notes = [f"client optimizer {common.adamw_name(train)} with zero_allow_untested_optimizer, as transformers' "
+                      "deepspeed_optim_sched passes HF Trainer's " +
+                      ("default optimizer" if train.get("adamw_impl", "fused") == "fused" else "--optim adamw_torch")]
         if train["lr_schedule"].startswith("hf:"):
             self.notes.append(common.hf_scheduler_note(train) + ", passed to deepspeed.initialize (lr_scheduler=)")
         elif self.deepspeed_schedules:
@@ -327,13 +326,11 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     net = zbmodel.LlamaForCausalLM(cfg)
     zbmodel.load_weights(net, common.load_weights_file(work))
     t = spec["train"]
-    b1, b2 = t["betas"]
     if own_optimizer:
         engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config,
                                                           lr_scheduler=hf_scheduler_callable(t))
     else:
-        optimizer = torch.optim.AdamW(net.parameters(), lr=t["lr"], betas=(b1, b2), eps=t["eps"],
-                                      weight_decay=t["weight_decay"], fused=True)
+        optimizer = common.adamw(net.parameters(), t)
         engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config,
                                                           lr_scheduler=common.hf_scheduler(t, optimizer))
     stage = engine.zero_optimization_stage()
@@ -352,9 +349,19 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
                          f"offload_optimizer {offload_optimizer}")
     runner = DeepSpeedZero12Runner(engine, ds_optimizer, t, deepspeed.__version__, stage, ds_config)
     if own_optimizer:
-        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {type(engine.basic_optimizer).__name__} on the host "
+        runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {basic_optimizer_name(engine)} on the host "
                         "(optimizer offload)"]
     return runner
+
+
+def basic_optimizer_name(engine):
+    """The class DeepSpeed built from the "optimizer" section; for torch's AdamW also the foreach and
+    fused it was built with (get_optimizer_configuration passes params.foreach, default None)."""
+    opt = engine.basic_optimizer
+    name = type(opt).__name__
+    if isinstance(opt, torch.optim.Optimizer) and type(opt).__module__.startswith("torch.optim"):
+        name += f"(foreach={opt.defaults.get('foreach')}, fused={opt.defaults.get('fused')})"
+    return name
 
 
 class DeepSpeedZero12Runner(DeepSpeedRunner):

@@ -152,16 +152,15 @@ class Fsdp1Runner:
 
     def __init__(self, wrapped, train, fsdp_cls, device):
         self.model, self.train, self.fsdp_cls = wrapped, train, fsdp_cls
-        b1, b2 = train["betas"]
         # Built after accelerate's upcast (HF Trainer creates the optimizer after prepare_model
         # for FSDP); AdamW's states are created at the first step, over the sharded views.
-        self.optimizer = torch.optim.AdamW(wrapped.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
-                                           weight_decay=train["weight_decay"], fused=True)
+        self.optimizer = common.adamw(wrapped.parameters(), train)
         self.sync_each_batch = bool(train.get("sync_each_batch", False))
         self.device = device
         self.amp = common.AmpScaler(device) if any(
             m.mixed_precision.param_dtype == torch.float16 for m in fsdp_cls.fsdp_modules(wrapped)) else None
-        self.notes = ["use_orig_params=True and torch.optim.AdamW(fused=True): accelerate's and HF Trainer's defaults",
+        self.notes = [f"use_orig_params=True and {common.adamw_name(train)}" +
+                      (": accelerate's and HF Trainer's defaults" if train.get("adamw_impl", "fused") == "fused" else ""),
                       f"device_id={device.torch}, process group {device.backend}"]
         self.scheduler = common.hf_scheduler(train, self.optimizer)  # HF Trainer's, after its optimizer
         if self.scheduler is not None:

@@ -162,12 +162,11 @@ class Fsdp2Runner:
 
     def __init__(self, net, train, sync_each_batch, device, amp=False):
         self.model, self.train, self.device = net, train, device
-        b1, b2 = train["betas"]
-        self.optimizer = torch.optim.AdamW(net.parameters(), lr=train["lr"], betas=(b1, b2), eps=train["eps"],
-                                           weight_decay=train["weight_decay"], fused=True)
+        self.optimizer = common.adamw(net.parameters(), train)
         self.sync_each_batch = sync_each_batch
         self.amp = common.AmpScaler(device) if amp else None
-        self.notes = ["torch.optim.AdamW(fused=True) over the DTensor parameters (HF Trainer's default optimizer)"]
+        self.notes = [f"{common.adamw_name(train)} over the DTensor parameters" +
+                      (" (HF Trainer's default optimizer)" if train.get("adamw_impl", "fused") == "fused" else "")]
         self.scheduler = common.hf_scheduler(train, self.optimizer)  # HF Trainer's, after its optimizer
         if self.scheduler is not None:
             self.notes.append(common.hf_scheduler_note(train))

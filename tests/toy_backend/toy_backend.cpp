@@ -37,7 +37,7 @@ class ToyEngine final : public backends::Engine, public models::UnitParamSource 
       units_.push_back(std::move(leaves));
       flats_.push_back(flat);
     }
-    optimizer_ = std::make_unique<backends::common::FusedAdamW>(params_, backends::common::adamw_options(spec_.train));
+    optimizer_ = std::make_unique<backends::common::AdamW>(params_, backends::common::adamw_options(spec_.train));
     rope_ = models::make_rope_cache(spec_.model, spec_.train.seq_len, at::kFloat, world.device);
     comm_.reset_stats();
   }
@@ -91,7 +91,7 @@ class ToyEngine final : public backends::Engine, public models::UnitParamSource 
   backends::common::Comm comm_;
   std::vector<std::vector<at::Tensor>> units_;
   std::vector<at::Tensor> flats_, params_, grads_;
-  std::unique_ptr<backends::common::FusedAdamW> optimizer_;
+  std::unique_ptr<backends::common::AdamW> optimizer_;
   models::RopeCache rope_;
 };
 
