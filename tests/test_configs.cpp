@@ -111,7 +111,9 @@ TEST_P(RealConfig, RunsWithEveryKeyAccountedForOrExits2NamingTheKey) {
   std::stringstream text;
   text << in.rdbuf();
   json root;
-  const bool is_json = c.file.size() > 5 && c.file.substr(c.file.size() - 5) == ".json";
+  // DeepSpeed JSON whatever the name (open-instruct ships its configs as .conf): an object.
+  const auto first = text.str().find_first_not_of(" \t\r\n");
+  const bool is_json = first != std::string::npos && text.str()[first] == '{';
   if (is_json) {
     root = json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
   } else {
@@ -323,6 +325,22 @@ TEST(DeepSpeedConfig, SubGroupSizeZeroTrainsWithOneSubGroupPerParameter) {
 }
 
 // ---- accelerate configs ---------------------------------------------------------------------
+
+// OpenRLHF's ddpo_ds_config.json: CPU offload of both states and an "aio" section. aio configures
+// NVMe swapping only, so it is ignored — and its reason must not claim offload is off.
+TEST(DeepSpeedConfig, AioUnderCpuOffloadIsIgnoredAsNvmeOnly) {
+  const auto r = resolve({"--config", kCorpus + "openrlhf_ddpo_ds_config.json", "--model", "tiny"});
+  EXPECT_EQ(r.spec.options["offload_optimizer"]["device"], "cpu") << r.spec.options.dump();
+  EXPECT_EQ(r.spec.options["offload_param"]["device"], "cpu") << r.spec.options.dump();
+  int seen = 0;
+  for (const auto& k : r.provenance.notes.ignored)
+    if (k.key == "aio") {
+      ++seen;
+      EXPECT_NE(k.note.find("nothing is offloaded to NVMe"), std::string::npos) << k.note;
+      EXPECT_EQ(k.note.find("offload is off"), std::string::npos) << k.note;
+    }
+  EXPECT_EQ(seen, 1);
+}
 
 TEST(AccelerateConfig, PicksTheBackendAndRefusesAConflictingFlag) {
   EXPECT_EQ(resolve({"--config", kCorpus + "trl_fsdp1.yaml"}).backend, "fsdp");
