@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 
@@ -61,6 +63,30 @@ json yaml_to_json(const YAML::Node& n, const std::string& where) {
   return yaml_to_json_bounded(n, yaml_scalar, where);
 }
 
+
+// The offset of the first byte that is not strict UTF-8 (Python's "utf-8" codec: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0, min = 0;
+    if (b < 0x80) { ++i; continue; }
+    if ((b & 0xE0) == 0xC0) n = 1, cp = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0) n = 2, cp = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0) n = 3, cp = b & 0x07, min = 0x10000;
+    else return i;
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return i;
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += n + 1;
+  }
+  return std::string::npos;
+}
 }  // namespace
 
 std::string read_config_bytes(const std::string& path, const std::string& flag) {
@@ -108,6 +134,14 @@ LoadedConfig load_config(const std::string& path, const std::string& flag) {
   d.flag = flag;
   d.bytes = read_config_bytes(path, flag);
   const std::string where = flag + " " + path + ": ";
+  // accelerate opens the YAML with encoding="utf-8" and DeepSpeed json.load()s the JSON as text:
+  // a byte that is not UTF-8 is a UnicodeDecodeError there, before any key is read.
+  if (const size_t bad = first_invalid_utf8(d.bytes); bad != std::string::npos) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(d.bytes[bad])));
+    throw UsageError(where + "not UTF-8 text: byte " + std::to_string(bad) + " is " + hex +
+                     " (accelerate and DeepSpeed read config files as UTF-8 and refuse it)");
+  }
   auto first = d.bytes.find_first_not_of(" \t\r\n");
   const bool looks_json = (first != std::string::npos && d.bytes[first] == '{') ||
                           (path.size() > 5 && path.substr(path.size() - 5) == ".json");

@@ -51,7 +51,7 @@ const std::map<std::string, std::string> kTopIgnored = {
     {"datastates", "checkpoint engine"},
     {"log_level", "logging"},
     {"dataloader_drop_last", "DeepSpeed's own dataloader; zerobench generates its batches"},
-    {"aio", "NVMe offload I/O; offload is off"},
+    {"aio", "async I/O for NVMe offload only; nothing is offloaded to NVMe (device nvme is refused)"},
     {"autotuning", "read by DeepSpeed's autotuner launcher, not by training"},
     {"activation_checkpointing", "configures deepspeed.checkpointing.checkpoint, which HF models do not call "
                                  "(use --activation-checkpointing)"},

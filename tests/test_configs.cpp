@@ -111,7 +111,9 @@ TEST_P(RealConfig, RunsWithEveryKeyAccountedForOrExits2NamingTheKey) {
   std::stringstream text;
   text << in.rdbuf();
   json root;
-  const bool is_json = c.file.size() > 5 && c.file.substr(c.file.size() - 5) == ".json";
+  // DeepSpeed JSON whatever the name (open-instruct ships its configs as .conf): an object.
+  const auto first = text.str().find_first_not_of(" \t\r\n");
+  const bool is_json = first != std::string::npos && text.str()[first] == '{';
   if (is_json) {
     root = json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
   } else {
@@ -324,6 +326,22 @@ TEST(DeepSpeedConfig, SubGroupSizeZeroTrainsWithOneSubGroupPerParameter) {
 
 // ---- accelerate configs ---------------------------------------------------------------------
 
+// OpenRLHF's ddpo_ds_config.json: CPU offload of both states and an "aio" section. aio configures
+// NVMe swapping only, so it is ignored — and its reason must not claim offload is off.
+TEST(DeepSpeedConfig, AioUnderCpuOffloadIsIgnoredAsNvmeOnly) {
+  const auto r = resolve({"--config", kCorpus + "openrlhf_ddpo_ds_config.json", "--model", "tiny"});
+  EXPECT_EQ(r.spec.options["offload_optimizer"]["device"], "cpu") << r.spec.options.dump();
+  EXPECT_EQ(r.spec.options["offload_param"]["device"], "cpu") << r.spec.options.dump();
+  int seen = 0;
+  for (const auto& k : r.provenance.notes.ignored)
+    if (k.key == "aio") {
+      ++seen;
+      EXPECT_NE(k.note.find("nothing is offloaded to NVMe"), std::string::npos) << k.note;
+      EXPECT_EQ(k.note.find("offload is off"), std::string::npos) << k.note;
+    }
+  EXPECT_EQ(seen, 1);
+}
+
 TEST(AccelerateConfig, PicksTheBackendAndRefusesAConflictingFlag) {
   EXPECT_EQ(resolve({"--config", kCorpus + "trl_fsdp1.yaml"}).backend, "fsdp");
   EXPECT_EQ(resolve({"--config", kCorpus + "trl_zero3.yaml"}).backend, "zero3");
@@ -443,6 +461,35 @@ TEST(AccelerateConfig, YamlScalarsAreTypedAsPyYamlTypesThem) {
 }
 
 // ---- Reports say what they ran from -------------------------------------------------------------
+
+// accelerate opens its YAML with encoding="utf-8", DeepSpeed json.load()s its JSON as text: a byte
+// that is not UTF-8 anywhere in the file (a value, a comment) is refused before any key is read.
+// Found by the mutation test: a 0xFF where a YAML comment began reached a JSON dump and ended the
+// run with nlohmann's type_error (exit 1) instead of one line and exit 2.
+TEST(ConfigFile, BytesThatAreNotUtf8AreRefusedNamingTheByte) {
+  const std::string yaml_head = "distributed_type: FSDP\nnum_processes: 2  ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {yaml_head + "\xff the number of GPUs\n", "byte 41 is 0xFF"},           // the mutant: '#' -> 0xFF
+      {yaml_head + "# \xc0\xaf overlong\n", "byte 43 is 0xC0"},              // an overlong '/'
+      {yaml_head + "# \xed\xa0\x80 a surrogate\n", "byte 43 is 0xED"},      // U+D800
+      {yaml_head + "# cut \xe4\xb8", "byte 47 is 0xE4"},                      // truncated at the end
+  };
+  const auto p = temp_path("not_utf8.yaml");
+  for (const auto& [text, what] : bad) {
+    std::ofstream(p, std::ios::binary) << text;
+    const auto e = usage_error({"--config", p, "--model", "tiny"});
+    EXPECT_NE(e.find("not UTF-8 text: " + what), std::string::npos) << e;
+  }
+  // A DeepSpeed JSON with the byte in a comment (nlohmann skips comments; Python does not).
+  const auto j = temp_path("not_utf8.json");
+  std::ofstream(j, std::ios::binary) << "{\"train_micro_batch_size_per_gpu\": 1, // \xff\n \"zero_optimization\": {\"stage\": 3}}";
+  EXPECT_NE(usage_error({"--config", j, "--model", "tiny"}).find("not UTF-8 text: byte 41 is 0xFF"), std::string::npos);
+  // UTF-8 text (a comment in Chinese, an accented value) reads as before.
+  std::ofstream(p, std::ios::binary) << "distributed_type: MULTI_GPU\nnum_processes: 2  # \xe8\x8a\x82\xe7\x82\xb9 caf\xc3\xa9 \xf0\x9f\x98\x80\n";
+  EXPECT_EQ(usage_error({"--config", p, "--model", "tiny"}), "");
+  std::remove(p.c_str());
+  std::remove(j.c_str());
+}
 
 TEST(ConfigProvenance, Sha256IsTheStandardDigest) {
   const auto p = write_file("abc.txt", "abc");

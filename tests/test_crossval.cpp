@@ -607,33 +607,40 @@ struct RealFileCase {
   std::vector<std::string> precisions;      // the modes run (the file's, or --precision)
   std::vector<std::string> substitutions;   // a fragment of each substitution the document lists
   std::string refusal;                      // exit 2: a fragment of the one line
+  std::string upstream_note;                // a fragment of a note the reference runner recorded ("" none)
 };
 
 void PrintTo(const RealFileCase& c, std::ostream* os) { *os << c.kind << ": " << c.file; }
 
 std::vector<RealFileCase> real_file_cases() {
   return {
-      {"stage1", "axolotl_zero1.json", "", "zero1", {"fp32"}, {}, ""},
-      {"stage2", "llamafactory_ds_z2_config.json", "", "zero2", {"fp32"}, {}, ""},
+      {"stage1", "axolotl_zero1.json", "", "zero1", {"fp32"}, {}, "", ""},
+      {"stage2", "llamafactory_ds_z2_config.json", "", "zero2", {"fp32"}, {}, "", ""},
       // bf16.enabled true and field-name spellings (max_live_parameters, ...): with and without --precision.
-      {"stage3", "axolotl_zero3_bf16.json", "", "zero3", {"bf16"}, {}, ""},
-      {"stage3-precision-given", "axolotl_zero3_bf16.json", "--precision bf16", "zero3", {"bf16"}, {}, ""},
-      {"offload", "axolotl_zero2.json", "", "zero2", {"fp32"}, {}, ""},
+      {"stage3", "axolotl_zero3_bf16.json", "", "zero3", {"bf16"}, {}, "", ""},
+      {"stage3-precision-given", "axolotl_zero3_bf16.json", "--precision bf16", "zero3", {"bf16"}, {}, "", ""},
+      {"offload", "axolotl_zero2.json", "", "zero2", {"fp32"}, {}, "", ""},
       // Both offloads, bf16, sub_group_size 0 (one fp32 sub-group per parameter: the group norms
       // stacked in DeepSpeed's order) and zero_force_ds_cpu_optimizer false (the client
       // AdamW(fused=True) on the host, as HF's Trainer passes it): bitwise.
-      {"offload-client-adamw", "axolotl_zero3_bf16_cpuoffload_all.json", "", "zero3", {"bf16"}, {}, ""},
+      {"offload-client-adamw", "axolotl_zero3_bf16_cpuoffload_all.json", "", "zero3", {"bf16"}, {}, "", ""},
       // A WarmupDecayLR section with "auto"s, filled as transformers fills them; the warm-up DeepSpeed
       // refuses at 0 steps given as its refusal says. DeepSpeed's own scheduler sets the reference's lr.
-      {"scheduler", "openassistant_zero_config.json", "--lr-warmup-steps 2", "zero2", {"fp32"}, {}, ""},
+      {"scheduler", "openassistant_zero_config.json", "--lr-warmup-steps 2", "zero2", {"fp32"}, {}, "", ""},
       {"fp16-refused", "deepspeedexamples_autotuning_ds_config_fp16_z3.json", "", "", {}, {},
-       "DeepSpeed ZeRO-3 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16"},
-      {"fsdp1", "trl_fsdp1.yaml", "", "fsdp", {"mixed"}, {"sync_module_states true"}, ""},
+       "DeepSpeed ZeRO-3 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16", ""},
+      {"fsdp1", "trl_fsdp1.yaml", "", "fsdp", {"mixed"}, {"sync_module_states true"}, "", ""},
       {"fsdp2", "llamafactory_fsdp2_config_qwen35.yaml", "", "fsdp2", {"mixed"},
-       {"cpu_ram_efficient_loading true", "fsdp_transformer_layer_cls_to_wrap names Qwen3_5DecoderLayer"}, ""},
+       {"cpu_ram_efficient_loading true", "fsdp_transformer_layer_cls_to_wrap names Qwen3_5DecoderLayer"}, "", ""},
       // accelerate's fsdp_offload_params: true asks for CPUOffloadPolicy(pin_memory=True).
       {"fsdp2-offload-pinned", "trl_fsdp2.yaml", "--fsdp2-offload-policy cpu", "fsdp2", {"mixed"},
-       {"CPUOffloadPolicy(pin_memory=True) runs unpinned on both sides"}, ""},
+       {"CPUOffloadPolicy(pin_memory=True) runs unpinned on both sides"}, "", ""},
+      // A file that names no fsdp_auto_wrap_policy: accelerate's NO_WRAP, the blocks in the root group.
+      {"fsdp2-no-wrap", "trl_tests_fsdp2.yaml", "", "fsdp2", {"fp32"}, {"cpu_ram_efficient_loading true"}, "",
+       "auto_wrap_policy NO_WRAP: no block is wrapped"},
+      // fsdp_activation_checkpointing: true, as accelerate's fsdp2_apply_ac wraps the blocks' children.
+      {"fsdp2-activation-checkpointing", "trl_fsdp2_sharding_2gpus.yaml", "", "fsdp2", {"mixed"},
+       {"cpu_ram_efficient_loading true"}, "", "activation checkpointing: checkpoint_wrapper"},
   };
 }
 }  // namespace
@@ -677,6 +684,10 @@ TEST_P(CrossvalRealFile, AgreesOrIsRefusedUpFrontWithOneLine) {
     }
     if (c.substitutions.empty()) {
       EXPECT_EQ(mode["substitutions"].size(), 0u) << subs;
+    }
+    if (!c.upstream_note.empty()) {
+      const std::string notes = mode["upstream_notes"].dump();
+      EXPECT_NE(notes.find(c.upstream_note), std::string::npos) << c.upstream_note << " not in " << notes;
     }
   }
   // The DeepSpeed JSON both sides read holds each setting once, in its canonical spelling.

@@ -357,7 +357,7 @@ TEST(MutationTest, EveryMutationOfTheRealFilesIsAcceptedOrRefusedWithExitTwo) {
   const int64_t rss_before = runtime::current_rss_bytes();
   uint32_t seed = 26;
   // accelerate YAML/JSON and DeepSpeed JSON: the corpus and the project's own example configs.
-  auto configs = files_in(kSource + "/tests/configs/real/", {".yaml", ".json"});
+  auto configs = files_in(kSource + "/tests/configs/real/", {".yaml", ".json", ".conf"});  // .conf: JSON
   for (const auto& f : files_in(kSource + "/bench/configs/", {".yaml", ".json"})) configs.push_back(f);
   ASSERT_GE(configs.size(), 20u);
   for (const auto& file : configs) {

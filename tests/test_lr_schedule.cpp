@@ -394,7 +394,8 @@ TEST(LrSchedule, RealFilesWithAScheduleRunWithAWarmUp) {
                                    {"accelerate_zero_stage2_offload_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
                                    {"accelerate_zero_stage3_offload_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
                                    {"openassistant_zero_config.json", {{"type", "WarmupDecayLR"}, {"params", decay}}},
-                                   {"openassistant_zero3_config_sft.json", {{"type", "WarmupDecayLR"}, {"params", decay_linear}}}};
+                                   {"openassistant_zero3_config_sft.json", {{"type", "WarmupDecayLR"}, {"params", decay_linear}}},
+                                   {"open-instruct_stage3_no_offloading.conf", {{"type", "WarmupDecayLR"}, {"params", decay}}}};
   std::vector<Case> cases;
   for (const auto& f : files) cases.push_back({f.name, f.section, 1e-3, 4});
   const auto ref = deepspeed(cases);

@@ -60,7 +60,8 @@ std::vector<std::string> corpus() {
   if (DIR* d = opendir(kCorpus.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string n = e->d_name;
-      if (n.size() > 5 && (n.substr(n.size() - 5) == ".yaml" || n.substr(n.size() - 5) == ".json")) files.push_back(n);
+      const std::string ext = n.size() > 5 ? n.substr(n.size() - 5) : "";
+      if (ext == ".yaml" || ext == ".json" || ext == ".conf") files.push_back(n);  // .conf: open-instruct's JSON
     }
     closedir(d);
   }

@@ -22,11 +22,13 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
            "is not set up by scripts/crossval/run_fsdp2.py" + way;
   if (o.force_sum_reduction_for_comms)
     return "PyTorch FSDP2 with force_sum_reduction_for_comms is not set up by scripts/crossval/run_fsdp2.py" + way;
-  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP")
-    return "PyTorch FSDP2 with fsdp_auto_wrap_policy " + o.auto_wrap_policy +
-           " is not set up by scripts/crossval/run_fsdp2.py (TRANSFORMER_BASED_WRAP only)" + way;
-  if (o.activation_checkpointing || spec.train.activation_checkpointing)
-    return "PyTorch FSDP2 with activation checkpointing is not set up by scripts/crossval/run_fsdp2.py" + way;
+  // NO_WRAP: the blocks stay in the root group on both sides. Activation checkpointing is
+  // accelerate's fsdp2_apply_ac, which finds the blocks through the auto-wrap policy: under
+  // NO_WRAP it has none (it calls None), so that pair has no upstream run to compare with.
+  if (o.auto_wrap_policy == "NO_WRAP" && (o.activation_checkpointing || spec.train.activation_checkpointing))
+    return "PyTorch FSDP2 with activation checkpointing and fsdp_auto_wrap_policy NO_WRAP is not set up by "
+           "scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac finds the blocks through the auto-wrap "
+           "policy, and NO_WRAP has none)" + way;
   return "";
 }
 

@@ -18,6 +18,13 @@ Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp
   accelerate      accelerate 1.15 fsdp2_prepare_model: each block (TRANSFORMER_BASED_WRAP),
                   fully_shard(embed_tokens), fully_shard([norm, lm_head], reshard_after_forward=
                   False), then fully_shard(model) without reshard_after_forward.
+  With auto_wrap_policy NO_WRAP (accelerate's default when the file names none) no block is
+  wrapped: the blocks' parameters stay in the root group (fsdp2_prepare_auto_wrap_policy returns
+  None; the embedding and [norm, lm_head] are still carved out under the accelerate grouping).
+Activation checkpointing (fsdp_activation_checkpointing) as accelerate 1.15 fsdp2_apply_ac does
+it, before sharding: every child of a module the auto-wrap policy matches (each decoder block's
+self_attn, mlp and two norms) is replaced by checkpoint_wrapper(child, preserve_rng_state=False)
+(non-reentrant torch.utils.checkpoint); the block itself stays the fully_shard unit.
 Precision (accelerate's FullyShardedDataParallelPlugin.set_mixed_precision for fsdp_version 2):
   fp32   fp32 model, MixedPrecisionPolicy()
   mixed  bf16-loaded model upcast to fp32 before sharding ("Upcast to fp32 master weights;
@@ -44,8 +51,8 @@ pin_memory=True needs CUDA (page-locked memory): on --device cpu it is refused b
 the process group is "cuda:nccl,cpu:gloo" under offload, as torchtune sets it: clip_grad_norm_
 all-reduces the norms of host gradients on the CPU backend (pytorch#148532).
 Options zerobench's fsdp2 offers that this reference does not set up (HSDP, explicit prefetch,
-force_sum_reduction_for_comms, cpu_ram_efficient_loading, NO_WRAP) are refused by name: the run
-fails rather than compare different set-ups.
+force_sum_reduction_for_comms, cpu_ram_efficient_loading) are refused by name: the run fails
+rather than compare different set-ups.
 """
 import math
 import os
@@ -74,8 +81,7 @@ def make_runner(spec, work, device):
                          "needs CUDA (page-locked memory); pass --fsdp2-offload-pin-memory false on --device cpu")
     dist.init_process_group("cuda:nccl,cpu:gloo" if offload and device.kind == "cuda" else device.backend)
     unsupported = {"dp_replicate_size": 1, "modules_to_forward_prefetch": 0, "modules_to_backward_prefetch": 0,
-                   "force_sum_reduction_for_comms": False, "cpu_ram_efficient_loading": False,
-                   "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
+                   "force_sum_reduction_for_comms": False, "cpu_ram_efficient_loading": False}
     for key, default in unsupported.items():
         if opts.get(key, default) != default:
             raise SystemExit(f"run_fsdp2.py: fsdp2 option {key}={opts[key]!r} is not set up by this reference "
@@ -98,10 +104,19 @@ def make_runner(spec, work, device):
         policy = MixedPrecisionPolicy(param_dtype=torch.float16,
                                       reduce_dtype=_dtype(opts.get("reduce_dtype", ""), torch.float16),
                                       output_dtype=_dtype(opts.get("output_dtype", ""), torch.float16))
+    wrap_blocks = opts.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
+    if wrap_blocks not in ("TRANSFORMER_BASED_WRAP", "NO_WRAP"):
+        raise SystemExit(f"run_fsdp2.py: fsdp2 option auto_wrap_policy={wrap_blocks!r} is not set up by this reference")
+    wrap_blocks = wrap_blocks == "TRANSFORMER_BASED_WRAP"
+    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
+        if not wrap_blocks:  # fsdp2_apply_ac calls the policy function, None under NO_WRAP
+            raise SystemExit("run_fsdp2.py: activation checkpointing with auto_wrap_policy NO_WRAP: accelerate's "
+                             "fsdp2_apply_ac has no policy to find the blocks by (it calls None)")
+        apply_activation_checkpointing(net)
     reshard = opts.get("reshard_after_forward", True)
     mesh = init_device_mesh(device.kind, (dist.get_world_size(),))
     off = CPUOffloadPolicy(pin_memory=pin) if offload else OffloadPolicy()
-    for layer in net.model.layers:
+    for layer in (net.model.layers if wrap_blocks else []):
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
     if opts.get("grouping", "root") == "accelerate":
         fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy,
@@ -109,23 +124,30 @@ def make_runner(spec, work, device):
         fully_shard([net.model.norm, net.lm_head], mesh=mesh, reshard_after_forward=False, mp_policy=policy,
                     offload_policy=off)
     fully_shard(net, mesh=mesh, mp_policy=policy, offload_policy=off)  # reshard_after_forward=None: False for the root
-    check_setup(net, reshard, policy, device, offload)
-    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
-        raise SystemExit("run_fsdp2.py: activation checkpointing is not set up by this reference")
-    return Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")), device,
-                       amp=precision == "fp16")
+    check_setup(net, reshard if wrap_blocks else None, policy, device, offload)
+    runner = Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")), device,
+                         amp=precision == "fp16")
+    if not wrap_blocks:
+        runner.notes.append("auto_wrap_policy NO_WRAP: no block is wrapped; the blocks' parameters are in the root "
+                            "group (accelerate fsdp2_prepare_model)")
+    if any(type(m).__name__ == "CheckpointWrapper" for m in net.modules()):
+        runner.notes.append("activation checkpointing: checkpoint_wrapper(child, preserve_rng_state=False) on each "
+                            "block's self_attn, mlp and norms (accelerate fsdp2_apply_ac)")
+    return runner
 
 
 def check_setup(net, reshard, policy, device, offload):
-    """Fails unless every block's parameter group runs what zerobench was asked for: a 1-D mesh
-    over all W ranks (no HSDP), reshard_after_forward as resolved (True: the post-forward mesh is
-    the group's own; False: none; an int n: a shard mesh of n ranks, 1 meaning False and W
-    meaning True, as _fsdp_init.py _get_post_forward_mesh_info normalises it), the
-    MixedPrecisionPolicy, the offload policy, and every local shard on the rank's device (the
-    CPU with offload)."""
+    """Fails unless every block's parameter group (under NO_WRAP, reshard None: the root group
+    that holds the blocks) runs what zerobench was asked for: a 1-D mesh over all W ranks (no
+    HSDP), reshard_after_forward as resolved (True: the post-forward mesh is the group's own;
+    False: none; an int n: a shard mesh of n ranks, 1 meaning False and W meaning True, as
+    _fsdp_init.py _get_post_forward_mesh_info normalises it; not checked for the root, whose
+    None becomes False at lazy init), the MixedPrecisionPolicy, the offload policy, and every
+    local shard on the rank's device (the CPU with offload)."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import HSDPMeshInfo
     world = dist.get_world_size()
-    for i, layer in enumerate(net.model.layers):
+    units = list(enumerate(net.model.layers)) if reshard is not None else [("root", net)]
+    for i, layer in units:
         group = layer._get_fsdp_state()._fsdp_param_group
         if group is None:
             raise SystemExit(f"run_fsdp2.py: block {i} has no FSDP parameter group")
@@ -134,7 +156,9 @@ def check_setup(net, reshard, policy, device, offload):
             raise SystemExit(f"run_fsdp2.py: block {i} shards over a mesh of shape {tuple(info.mesh.shape)}, "
                              f"expected ({world},)")
         post = group.post_forward_mesh_info
-        if reshard is True or (not isinstance(reshard, bool) and reshard == world):
+        if reshard is None:
+            ok = True
+        elif reshard is True or (not isinstance(reshard, bool) and reshard == world):
             ok = post is info
         elif reshard is False or reshard == 1:
             ok = post is None
@@ -154,6 +178,19 @@ def check_setup(net, reshard, policy, device, offload):
     for name, p in net.named_parameters():
         if p.to_local().device != want:
             raise SystemExit(f"run_fsdp2.py: {name} is on {p.to_local().device}, asked for {want}")
+
+
+def apply_activation_checkpointing(net):
+    """accelerate 1.15 fsdp2_apply_ac: each child of a module the TRANSFORMER_BASED_WRAP policy
+    matches (a decoder block) becomes checkpoint_wrapper(child, preserve_rng_state=False),
+    registered under the same name (parameter order and names below the wrapper unchanged)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    for layer in net.model.layers:
+        for name, child in list(layer.named_children()):
+            layer.register_module(name, checkpoint_wrapper(child, preserve_rng_state=False))
+    wrapped = sum(1 for m in net.modules() if type(m).__name__ == "CheckpointWrapper")
+    if wrapped != 4 * len(net.model.layers):
+        raise SystemExit(f"run_fsdp2.py: {wrapped} modules under checkpoint_wrapper, expected 4 per block")
 
 
 class Fsdp2Runner:
