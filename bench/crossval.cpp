@@ -111,7 +111,8 @@ json train_json(const backends::TrainConfig& t) {
           {"min_lr_ratio", t.min_lr_ratio}, {"weight_decay", t.weight_decay},
           {"betas", {t.beta1, t.beta2}},    {"eps", t.eps},
           {"grad_clip", t.grad_clip},       {"seed", t.seed},
-          {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing},
+          {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing.enabled()},
+          {"activation_checkpointing_mode", t.activation_checkpointing.name()},
           {"sync_each_batch", t.sync_each_batch}};
 }
 

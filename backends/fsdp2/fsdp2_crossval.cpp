@@ -25,7 +25,7 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
   if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP")
     return "PyTorch FSDP2 with fsdp_auto_wrap_policy " + o.auto_wrap_policy +
            " is not set up by scripts/crossval/run_fsdp2.py (TRANSFORMER_BASED_WRAP only)" + way;
-  if (o.activation_checkpointing || spec.train.activation_checkpointing)
+  if (o.activation_checkpointing || spec.train.activation_checkpointing.enabled())
     return "PyTorch FSDP2 with activation checkpointing is not set up by scripts/crossval/run_fsdp2.py" + way;
   return "";
 }
