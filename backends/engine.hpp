@@ -20,6 +20,7 @@
 #include "backends/topology.hpp"
 #include "config/adamw_impl.hpp"
 #include "config/deepspeed_scheduler.hpp"
+#include "models/activation_checkpointing.hpp"
 #include "models/data.hpp"
 #include "models/model_config.hpp"
 #include "models/weight_source.hpp"
@@ -50,7 +51,8 @@ struct TrainConfig {
   config::AdamWImpl adamw_impl = config::AdamWImpl::kFused;
   double grad_clip = 1.0;     // max global grad norm; 0 disables
   uint64_t seed = 1234;
-  bool activation_checkpointing = false;
+  // --activation-checkpointing none|full|selective-layer:N (models/activation_checkpointing.hpp)
+  models::ActivationCheckpointing activation_checkpointing;
   std::string data = "markov";
   std::string batching;  // --batching pad|pack|pack-naive; "": pack-naive for a file (docs/data.md)
   bool measure_lost_updates = false;  // the precision study's rounding diagnostic

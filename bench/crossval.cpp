@@ -112,7 +112,8 @@ json train_json(const backends::TrainConfig& t) {
           {"betas", {t.beta1, t.beta2}},    {"eps", t.eps},
           {"adamw_impl", config::adamw_impl_name(t.adamw_impl)},
           {"grad_clip", t.grad_clip},       {"seed", t.seed},
-          {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing},
+          {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing.enabled()},
+          {"activation_checkpointing_mode", t.activation_checkpointing.name()},
           {"sync_each_batch", t.sync_each_batch}};
 }
 

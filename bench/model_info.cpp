@@ -77,8 +77,8 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
 int model_info_command(const ModelInfoOptions& o) {
   const auto cfg = o.run.model_config();
   const auto n = models::count_params(cfg);
-  const auto f = models::flops_per_token(cfg, o.seq_len, false);
-  const auto f_ac = models::flops_per_token(cfg, o.seq_len, true);
+  const auto f = models::flops_per_token(cfg, o.seq_len, models::ActivationCheckpointing::none());
+  const auto f_ac = models::flops_per_token(cfg, o.seq_len, models::ActivationCheckpointing::full());
   nlohmann::json modes = nlohmann::json::object(), estimates = nlohmann::json::object(),
                  plans = nlohmann::json::object();
   nlohmann::json by_device = {{"cpu", nlohmann::json::object()}, {"cuda", nlohmann::json::object()}};
@@ -137,7 +137,8 @@ int model_info_command(const ModelInfoOptions& o) {
                       {"estimated_peak_bytes_per_rank",
                        {{"micro_batch", o.run.train.micro_batch},
                         {"seq_len", o.seq_len},
-                        {"activation_checkpointing", o.run.train.activation_checkpointing},
+                        {"activation_checkpointing", o.run.train.activation_checkpointing.enabled()},
+                        {"activation_checkpointing_mode", o.run.train.activation_checkpointing.name()},
                         {"device", o.run.device},
                         {"modes", estimates},
                         {"by_device", by_device}}},
@@ -176,7 +177,10 @@ int model_info_command(const ModelInfoOptions& o) {
                 pl["master"].is_null() ? "-" : pl["master"].get<std::string>().c_str(),
                 pl["optimizer_states"].get<std::string>().c_str());
   std::printf("estimated peak per rank (micro-batch %lld, T=%lld%s), one per device:\n", (long long)o.run.train.micro_batch,
-              (long long)o.seq_len, o.run.train.activation_checkpointing ? ", activation checkpointing" : "");
+              (long long)o.seq_len,
+              o.run.train.activation_checkpointing.enabled()
+                  ? (", activation checkpointing " + o.run.train.activation_checkpointing.name()).c_str()
+                  : "");
   std::printf("  cpu run: Gloo stages each collective in host memory, which is also the device's (host terms "
               "counted)\n  gpu run: NCCL, the device's memory alone (host terms apart: the offload table)\n");
   std::printf("  %-14s %-33s %s\n", "mode", "   cpu run", "   gpu run");

@@ -135,7 +135,9 @@ json train_json(const backends::TrainConfig& t) {
           {"adamw_impl", config::adamw_impl_name(t.adamw_impl)},
           {"grad_clip", t.grad_clip},
           {"seed", t.seed},
-          {"activation_checkpointing", t.activation_checkpointing},
+          // Both keys (issue 37): the boolean every report has (anything checkpointed) and the mode.
+          {"activation_checkpointing", t.activation_checkpointing.enabled()},
+          {"activation_checkpointing_mode", t.activation_checkpointing.name()},
           {"measure_lost_updates", t.measure_lost_updates}};
 }
 
@@ -592,6 +594,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   // The best achievable loss where the data define one (synthetic); absent for real text.
   if (std::isfinite(data->entropy_floor_nats())) parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
   if (!docs.is_null()) parts.summary["batching"] = docs;
+  // Counted in backward (models::recomputed_flops): rank 0's last step, with checkpointing only.
+  if (spec.train.activation_checkpointing.enabled())
+    parts.summary["recompute_flops_per_step"] = result.steps.back().recompute_flops;
   // Steps skipped on overflow: fp16 (every step carries its loss scale), or a bf16/fp32 ZeRO-1/2
   // step DeepSpeed skips (only that step carries one). Absent when no step carries a record.
   bool scaled = false;

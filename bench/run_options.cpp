@@ -135,6 +135,15 @@ void check_hf_schedule(const backends::TrainConfig& t, const std::set<std::strin
 }
 }  // namespace
 
+void add_activation_checkpointing_option(CLI::App& app, models::ActivationCheckpointing& ac, const std::string& help) {
+  // A bare flag gives CLI11's "true" (an option that may take no value is flag-like): full.
+  app.add_option_function<std::string>(
+         "--activation-checkpointing",
+         [&ac](const std::string& v) { ac = *models::parse_activation_checkpointing(v); }, help)
+      ->expected(0, 1)
+      ->check(CLI::Validator(models::activation_checkpointing_problem, "MODE", "AC"));
+}
+
 void add_run_options(CLI::App& app, RunOptions& o) {
   auto& t = o.train;
   app.add_option("--nproc", o.nproc, "ranks to launch on this machine (built-in launcher)")
@@ -194,7 +203,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--grad-clip", t.grad_clip, "max global gradient norm (0 = off)")
       ->check(NonNegative())
       ->capture_default_str();
-  app.add_flag("--activation-checkpointing", t.activation_checkpointing, "recompute each block in backward");
+  add_activation_checkpointing_option(app, t.activation_checkpointing,
+                                      "blocks recomputed in backward: none, full (the bare flag: every block), "
+                                      "selective-layer:N (blocks N, 2N, ...: torchtitan's selective AC; docs/metrics.md)");
   app.add_flag("--measure-lost-updates", t.measure_lost_updates,
                "record per step the fraction of weights whose AdamW update rounded away");
   app.add_option("--data", t.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")

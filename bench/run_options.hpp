@@ -93,6 +93,9 @@ std::string precisions_help(bool crossval_only = false);
 // Records which flags `app` (after parsing) was given: o.given and the *_given fields.
 void mark_given(const CLI::App& app, RunOptions& o);
 
+// --activation-checkpointing [none|full|selective-layer:N] into `ac`; bare, it means full.
+void add_activation_checkpointing_option(CLI::App& app, models::ActivationCheckpointing& ac, const std::string& help);
+
 // The model-shape flags only (for model-info).
 void add_model_options(CLI::App& app, RunOptions& o);
 

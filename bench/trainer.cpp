@@ -9,6 +9,7 @@
 
 #include "backends/common/optim.hpp"
 #include "config/config_file.hpp"
+#include "models/llama.hpp"
 #include "profiler/host_source.hpp"
 #include "profiler/nvtx_capture.hpp"
 #include "profiler/tracer.hpp"
@@ -88,6 +89,7 @@ class StepRunner {
     }
     const std::string batch_sha256 = config::sha256_hex(batch_bytes);
     runtime::synchronize(device);  // the window starts with the device idle
+    const int64_t recomputed_before = models::recomputed_flops();
     const int64_t window_start = profiler::now_ns();
     timer_->start();
     // Summed in fp64: the mean over ranks and micro-batches of the fp32 losses is then exact
@@ -134,6 +136,7 @@ class StepRunner {
     rec.measured = step >= t.warmup;
     rec.lost_update_fraction = lost_fraction;
     rec.comm = result.comm_last_step;
+    rec.recompute_flops = models::recomputed_flops() - recomputed_before;
     rec.peak_tracked_bytes = runtime::tracked_peak_bytes(device);
     if (!device.is_cuda()) {
       rec.peak_program_bytes = runtime::program_peak_bytes();

@@ -29,6 +29,7 @@ struct StepRecord {
   bool measured = false; // false for warm-up steps
   double lost_update_fraction = -1;  // over all ranks; -1 unless train.measure_lost_updates
   CommSnapshot comm{};   // this rank's collectives in this step (crossval compares them per step)
+  int64_t recompute_flops = 0;  // FLOPs this rank's backward spent recomputing checkpointed blocks
   // This step's memory high-water marks (the peaks are reset as the step starts): the counting
   // CPU allocator or CUDA allocated bytes, and on CUDA the caching allocator's allocated/reserved.
   int64_t peak_tracked_bytes = 0;

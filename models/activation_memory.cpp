@@ -25,18 +25,29 @@ int64_t block_saved_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
          4 * B * m.heads * T;
 }
 
-ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, bool ckpt) {
+ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, const ActivationCheckpointing& ac) {
   ActivationMemory a;
   const int64_t N = B * T, H = m.hidden, F = m.ffn, V = m.vocab, L = m.layers;
   const int64_t block = block_saved_bytes(m, B, T, c);
-  a.blocks = ckpt ? MemoryTerm{"checkpointed block inputs", L * c * N * H,
-                               "L*c*N*H (each checkpointed block keeps its input)"}
-                  : MemoryTerm{"block activations", L * block,
-                               "L*(8NH + 6cNH + 2cN*KV + 4cNF + 8N + 4*B*nh*T) (what autograd saves per block)"};
+  const int64_t k = ac.checkpointed_blocks(L);
+  const std::string per_block = "(8NH + 6cNH + 2cN*KV + 4cNF + 8N + 4*B*nh*T)";
+  if (k == L && L > 0) {
+    a.blocks = {"checkpointed block inputs", L * c * N * H, "L*c*N*H (each checkpointed block keeps its input)"};
+  } else if (k == 0) {
+    a.blocks = {"block activations", L * block, "L*" + per_block + " (what autograd saves per block)"};
+  } else {  // selective-layer:N: blocks N, 2N, ... keep their input, the others their activations
+    a.blocks = {"block activations and checkpointed inputs", k * c * N * H + (L - k) * block,
+                "k*c*N*H + (L-k)*" + per_block + " (k = " + std::to_string(k) + " of L blocks checkpointed, " +
+                    ac.name() + ")"};
+  }
   a.head_saved = {"loss head", head_saved(m, N, c), "4NH + 2cNH + 4N + 4NV (final RMSNorm, fp32 log-softmax output)"};
   a.head_backward = {"loss-head backward", 8 * N * V, "8NV (fp32 gradient in and out of log_softmax)"};
   // A block's backward: the gradient of its output (cNH) and the three cNF gradients at the
-  // SwiGLU product; under checkpointing the block's recomputed activations first.
+  // SwiGLU product; a checkpointed block's recomputed activations first. The peak is the last
+  // block's backward (every earlier block's tensors still held): when an earlier block is the
+  // last checkpointed one, the blocks after it hold at least its recompute, so only the last
+  // block's checkpointing counts.
+  const bool ckpt = L > 0 && ac.checkpoints_block(L);
   a.block_backward = {ckpt ? "block recompute and backward" : "block backward",
                       c * N * H + 3 * int64_t(c) * N * F + (ckpt ? block : 0),
                       ckpt ? "block activations + cNH + 3cNF" : "cNH + 3cNF"};

@@ -30,10 +30,10 @@ struct ActivationMemory {
   }
 };
 
-// compute_bytes: 2 (bf16 compute) or 4 (fp32). With activation checkpointing each block keeps
-// only its input and is recomputed in backward.
+// compute_bytes: 2 (bf16 compute) or 4 (fp32). A checkpointed block (ac.checkpoints_block) keeps
+// only its input and is recomputed in its backward; the others keep their activations.
 ActivationMemory activation_memory(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                                   bool activation_checkpointing);
+                                   const ActivationCheckpointing& ac);
 
 // One decoder block's saved tensors without checkpointing (the sum of activation_memory's per-block term).
 int64_t block_saved_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -29,6 +30,8 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeCache& rope) {
   auto rotated = at::cat({-x2, x1}, -1);
   return x * rope.cos + rotated * rope.sin;
 }
+
+std::atomic<int64_t> g_recomputed_flops{0};
 
 // Recomputes a block in backward instead of keeping its activations (torch.utils.checkpoint,
 // non-reentrant semantics seen from outside: inputs x and the 9 weights, output y).
@@ -60,6 +63,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       at::AutoGradMode enable(true);
       y = block_forward(*cfg, w, x, rope);
     }
+    g_recomputed_flops += block_forward_flops(*cfg, x.size(0), x.size(1));
     std::vector<at::Tensor> inputs{x};
     inputs.insert(inputs.end(), w.begin(), w.end());
     auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
@@ -70,6 +74,8 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 };
 
 }  // namespace
+
+int64_t recomputed_flops() { return g_recomputed_flops.load(); }
 
 RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarType dtype, at::Device device) {
   const int64_t hd = cfg.head_dim();
@@ -147,7 +153,7 @@ at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const
   auto x = root_out(kEmbedding, at::embedding(root_weight(kEmbedding), tokens));  // [B, T, H]
   for (int unit = 1; unit <= cfg.layers; ++unit) {
     x = params.before_unit_forward(unit, x);
-    if (opts.activation_checkpointing && at::GradMode::is_enabled()) {
+    if (opts.activation_checkpointing.checkpoints_block(unit) && at::GradMode::is_enabled()) {
       auto w = params.unit_weights(unit);
       x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
     } else if (per_module) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "models/activation_checkpointing.hpp"
 #include "models/model_config.hpp"
 
 namespace zb::models {
@@ -52,11 +53,15 @@ RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarTyp
 RopeCache document_attention(const RopeCache& full, const at::Tensor& position_ids, const at::Tensor& document_ids);
 
 struct ForwardOptions {
-  bool activation_checkpointing = false;  // recompute each block in backward
+  ActivationCheckpointing activation_checkpointing;  // the blocks recomputed in backward
   // The loss is the sum over label tokens (targets other than -100), not their mean: the caller
   // divides by the step's label count (HF Trainer's num_items_in_batch).
   bool sum_loss = false;
 };
+
+// FLOPs this process has spent recomputing checkpointed blocks in backward: each recompute adds
+// block_forward_flops (models/model_config.hpp) at its input's [B, T]. The trainer takes it per step.
+int64_t recomputed_flops();
 
 // tokens: [B, T] int64 -> logits [B, T, V] in the weights' dtype. Every unit but the root has
 // had its after_unit_forward; the root's comes with the loss (forward_loss).

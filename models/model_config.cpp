@@ -113,11 +113,21 @@ ParamCounts count_params(const ModelConfig& cfg) {
   return c;
 }
 
-FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, bool activation_checkpointing) {
+int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
+                                        const ActivationCheckpointing& activation_checkpointing) {
+  return activation_checkpointing.checkpointed_blocks(cfg.layers) * block_forward_flops(cfg, micro_batch, seq_len);
+}
+
+int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len) {
+  const int64_t N = micro_batch * seq_len;
+  return 2 * N * count_params(cfg).per_block + 4 * micro_batch * cfg.heads * cfg.head_dim() * seq_len * seq_len;
+}
+
+FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing) {
   return flops_per_real_token(cfg, double(seq_len), activation_checkpointing);
 }
 
-FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, bool activation_checkpointing) {
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing) {
   const ParamCounts n = count_params(cfg);
   // Attention score/value matmuls: forward 2*2*L*H*Q*T per token, x3 with backward = 12*L*H*Q*T
   // (torchtitan components/metrics.py, PaLM appendix B; not discounted for causality). A token of a
@@ -126,9 +136,16 @@ FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span
   FlopsPerToken f;
   f.six_n = 6.0 * double(n.total);
   f.palm = 6.0 * double(n.non_embedding) + attn;
-  // Recompute replays every block's forward once more: 2 * N_blocks + forward attention (attn/3).
+  // Recompute replays each checkpointed block's forward once more: 2 * N_block + its forward
+  // attention (attn / 3L) per block; full: 2 * N_blocks + attn / 3.
   f.palm_recompute = f.palm;
-  if (activation_checkpointing) f.palm_recompute += 2.0 * double(n.per_block * cfg.layers) + attn / 3.0;
+  const int64_t k = activation_checkpointing.checkpointed_blocks(cfg.layers);
+  if (k == cfg.layers && k > 0) {
+    f.palm_recompute += 2.0 * double(n.per_block * cfg.layers) + attn / 3.0;
+  } else if (k > 0) {
+    f.palm_recompute += double(k) * (2.0 * double(n.per_block) +
+                                     4.0 * double(cfg.heads) * double(cfg.head_dim()) * attention_span);
+  }
   return f;
 }
 

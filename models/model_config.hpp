@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "models/activation_checkpointing.hpp"
+
 namespace zb::models {
 
 struct ModelConfig {
@@ -62,10 +64,17 @@ struct FlopsPerToken {
   double palm = 0;         // 6 * N_non_embedding + 12 * L * H * Q * T (PaLM / torchtitan)
   double palm_recompute = 0;  // palm + the forward of every checkpointed block again (for HFU)
 };
-FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, bool activation_checkpointing);
+// One decoder block's forward FLOPs on a micro-batch [B, T], PaLM's convention: 2 per weight per
+// token (norms included) + 4*B*nh*hd*T^2 for the attention scores and values (not discounted for
+// causality). What recomputing a checkpointed block costs (models/llama.cpp counts it).
+int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len);
+// The FLOPs backward spends recomputing one micro-batch's checkpointed blocks.
+int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
+                                        const ActivationCheckpointing& activation_checkpointing);
+FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing);
 // The same per real (non-padding) token of rows of documents: attention_span = the sum over the
 // attention blocks of length^2 / the real tokens (seq_len under one causal mask a row; less when
 // each document attends only to itself). flops_per_token(cfg, T, ac) is this with span T.
-FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, bool activation_checkpointing);
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing);
 
 }  // namespace zb::models

@@ -81,9 +81,13 @@ struct BackendConfig {
 struct TrainConfig {
   std::optional<int64_t> micro_batch, seq_len, grad_accum, steps;
   std::optional<double> lr;
+  // none | full | selective-layer:N (reports before issue 37 have only the boolean
+  // activation_checkpointing, carried in extra: models::activation_checkpointing_of_report)
+  std::optional<std::string> activation_checkpointing_mode;
   Carried extra;
   template <class V> void fields(V& v) {
     v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
+    v("activation_checkpointing_mode", activation_checkpointing_mode);
   }
 };
 
@@ -158,7 +162,7 @@ struct Summary {
   int64_t tokens_per_rank_per_step = 0;
   std::optional<double> mfu_vs_measured_gemm, final_loss, entropy_floor_nats;
   std::optional<FlopsPerToken> flops_per_token;
-  std::optional<int64_t> measured_steps, skipped_steps;
+  std::optional<int64_t> measured_steps, skipped_steps, recompute_flops_per_step;
   std::optional<std::string> throughput_note;
   std::optional<BatchingSummary> batching;
   Carried extra;
@@ -167,7 +171,7 @@ struct Summary {
     v("hfu", hfu); v("tokens_per_rank_per_step", tokens_per_rank_per_step); v("mfu_vs_measured_gemm", mfu_vs_measured_gemm);
     v("final_loss", final_loss); v("entropy_floor_nats", entropy_floor_nats); v("flops_per_token", flops_per_token);
     v("measured_steps", measured_steps); v("skipped_steps", skipped_steps); v("throughput_note", throughput_note);
-    v("batching", batching);
+    v("batching", batching); v("recompute_flops_per_step", recompute_flops_per_step);
   }
 };
 

@@ -39,8 +39,11 @@ def setting(report):
         parts.append(f'T={t["seq_len"]}')
     if t["grad_accum"] != 1:
         parts.append(f'grad-accum {t["grad_accum"]}')
-    if t["activation_checkpointing"]:
+    mode = t.get("activation_checkpointing_mode", "full" if t["activation_checkpointing"] else "none")
+    if mode == "full":
         parts.append("act. ckpt")
+    elif mode != "none":
+        parts.append(f"act. ckpt {mode}")
     opts = cfg["backend"].get("options", {})
     if opts.get("sharding_strategy") not in (None, "FULL_SHARD"):
         parts.append(f'{opts["sharding_strategy"]} (shard group {opts.get("shard_group_size")})')

@@ -188,10 +188,10 @@ TEST(Batching, PadAndPackGiveTheSameLossPerLabelAndTheSameModelFlops) {
   const double l_pad = loss(pad), l_pack = loss(pack);
   EXPECT_NEAR(l_pad, l_pack, 1e-5 * l_pad);
   EXPECT_NEAR(l_pad, std::log(double(kVocab)), 0.2);  // near ln V at init: a real per-token mean
-  const auto f_pad = flops_per_real_token(cfg, pad.attention_pairs / double(pad.real_tokens), false);
-  const auto f_pack = flops_per_real_token(cfg, pack.attention_pairs / double(pack.real_tokens), false);
+  const auto f_pad = flops_per_real_token(cfg, pad.attention_pairs / double(pad.real_tokens), ActivationCheckpointing::none());
+  const auto f_pack = flops_per_real_token(cfg, pack.attention_pairs / double(pack.real_tokens), ActivationCheckpointing::none());
   EXPECT_EQ(f_pad.palm * double(pad.real_tokens), f_pack.palm * double(pack.real_tokens));
-  EXPECT_LT(f_pack.palm, flops_per_token(cfg, T, false).palm);
+  EXPECT_LT(f_pack.palm, flops_per_token(cfg, T, ActivationCheckpointing::none()).palm);
   std::remove(path.c_str());
 }
 
@@ -246,7 +246,7 @@ TEST(Batching, PadAndPackRunsTrainAlikeAndReportHonestCounts) {
     const auto& s = rep["summary"];
     const double real = s["batching"]["real_tokens_per_rank_per_step"].get<double>();
     EXPECT_DOUBLE_EQ(s["tokens_per_gpu_per_s"]["median"].get<double>(), real / s["step_time_s"]["median"].get<double>());
-    const auto f = flops_per_real_token(preset("tiny"), 3.0, false);
+    const auto f = flops_per_real_token(preset("tiny"), 3.0, ActivationCheckpointing::none());
     EXPECT_DOUBLE_EQ(s["flops_per_token"]["palm"].get<double>(), f.palm);
     EXPECT_TRUE(zb::reports::validate_report(rep).empty());
   }

@@ -74,7 +74,7 @@ TEST(FsdpFp32Parity, EveryStrategyAndPrefetchModeMatchesTheReference) {
   {
     SCOPED_TRACE("activation checkpointing W=2");
     auto ckpt = fsdp_spec("fp32", 1);
-    ckpt.train.activation_checkpointing = true;
+    ckpt.train.activation_checkpointing = models::ActivationCheckpointing::full();
     expect_matches_reference(ckpt, 2);
   }
 }

@@ -128,7 +128,7 @@ TEST(Fsdp2Fp32Parity, GroupingsPrefetchListsSyncModesAndCheckpointingMatchTheRef
     Fsdp2Options o;
     o.cpu_ram_efficient_loading = true;
     auto spec = fsdp2_spec("fp32", 1, o);
-    spec.train.activation_checkpointing = true;
+    spec.train.activation_checkpointing = models::ActivationCheckpointing::full();
     expect_matches_reference(spec, 2);
   }
 }

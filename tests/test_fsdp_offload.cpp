@@ -160,7 +160,7 @@ TEST(FsdpOffload, BytesByLocationAndTrafficPerStepEqualTheClosedFormOnEveryRank)
   // gathered parameters it saved) or HYBRID_SHARD (its norm all-reduce is over the shard group).
   {
     auto ckpt = offload_spec("mixed", 2, true);
-    ckpt.train.activation_checkpointing = true;
+    ckpt.train.activation_checkpointing = models::ActivationCheckpointing::full();
     auto prefetch = offload_spec("fp32", 1, true);
     FsdpOptions o;
     o.offload_params = true;

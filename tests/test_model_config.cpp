@@ -46,18 +46,18 @@ TEST(ModelConfig, UnitsAreRootThenBlocksAndSumToTotal) {
 
 TEST(Flops, SixNAndPalmFormulas) {
   const auto cfg = preset("granite-7b");
-  const auto f = flops_per_token(cfg, 4096, false);
+  const auto f = flops_per_token(cfg, 4096, ActivationCheckpointing::none());
   EXPECT_DOUBLE_EQ(f.six_n, 6.0 * 6738415616.0);
   EXPECT_DOUBLE_EQ(f.palm, 6.0 * double(6738415616 - 32000LL * 4096) + 12.0 * 32 * 32 * 128 * 4096);
   EXPECT_DOUBLE_EQ(f.palm_recompute, f.palm);
-  const auto fr = flops_per_token(cfg, 4096, true);
+  const auto fr = flops_per_token(cfg, 4096, ActivationCheckpointing::full());
   const double blocks = double(count_params(cfg).per_block * 32);
   EXPECT_DOUBLE_EQ(fr.palm_recompute, f.palm + 2.0 * blocks + 4.0 * 32 * 32 * 128 * 4096);
 }
 
 TEST(Flops, BlogGranite7bMfuIs041) {
   // FSDP vs DeepSpeed blog, Table 3: 3158.7 tokens/GPU/s on A100 (312 TFLOP/s) -> MFU 0.41.
-  const auto f = flops_per_token(preset("granite-7b"), 4096, false);
+  const auto f = flops_per_token(preset("granite-7b"), 4096, ActivationCheckpointing::none());
   const double mfu_6n = zb::reports::flops_utilisation(f.six_n, 3158.7, 312.0);
   EXPECT_NEAR(mfu_6n, 0.4093, 5e-5);
   EXPECT_DOUBLE_EQ(std::round(mfu_6n * 100) / 100, 0.41);

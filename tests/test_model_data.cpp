@@ -45,8 +45,8 @@ TEST(Model, ActivationCheckpointingGivesTheSameLossAndGradients) {
   MarkovData data(cfg.vocab, 1);
   auto batch = data.samples(10, 2, 16);
   auto rope = make_rope_cache(cfg, 16, at::kFloat, at::kCPU);
-  auto la = forward_loss(cfg, a, batch.tokens, batch.targets, rope, {false});
-  auto lb = forward_loss(cfg, b, batch.tokens, batch.targets, rope, {true});
+  auto la = forward_loss(cfg, a, batch.tokens, batch.targets, rope, {ActivationCheckpointing::none()});
+  auto lb = forward_loss(cfg, b, batch.tokens, batch.targets, rope, {ActivationCheckpointing::full()});
   EXPECT_DOUBLE_EQ(la.item<double>(), lb.item<double>());
   la.backward();
   lb.backward();

@@ -326,7 +326,7 @@ TEST(FlopsCosts, MatmulsAttentionAndElementwiseTrafficAtThePresetsRates) {
                         tokens * elementwise_bytes_per_token(cfg, 2) / 2039e9;
   EXPECT_NEAR(u.forward_s[1], expect, 1e-12);
   EXPECT_NEAR(u.backward_s[2], 2 * expect, 1e-12);
-  t.activation_checkpointing = true;
+  t.activation_checkpointing = models::ActivationCheckpointing::full();
   EXPECT_NEAR(flops_unit_costs(cfg, t, "mixed", p).backward_s[1], 3 * expect, 1e-12);
   // The elementwise tally for bf16 activations: 108 H + 20 KV + 10 F bytes per token.
   EXPECT_DOUBLE_EQ(elementwise_bytes_per_token(cfg, 2), 108.0 * 4096 + 20.0 * 4096 + 10.0 * 11008);

@@ -93,7 +93,7 @@ TEST(Zero3Fp32Parity, PrefetchReuseSubGroupsAndSmallBucketsKeepExactness) {
   {
     SCOPED_TRACE("activation checkpointing");
     auto spec = zero3_spec("fp32", 1, no_persistence());
-    spec.train.activation_checkpointing = true;
+    spec.train.activation_checkpointing = models::ActivationCheckpointing::full();
     expect_matches_reference(spec, 2);
   }
 }

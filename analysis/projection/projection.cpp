@@ -72,7 +72,7 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
     const double mem = tokens * elementwise_bytes_per_token(cfg, c) / hbm;
     const double fwd = gemm + attn + mem;
     u.forward_s.push_back(fwd);
-    u.backward_s.push_back(2 * fwd + (t.activation_checkpointing ? fwd : 0.0));
+    u.backward_s.push_back(2 * fwd + (t.activation_checkpointing.checkpoints_block(int64_t(b)) ? fwd : 0.0));
   }
   return u;
 }
@@ -106,7 +106,10 @@ ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel
   in.train.micro_batch = o.micro_batch > 0 ? o.micro_batch : tj.value("micro_batch", int64_t(1));
   in.train.seq_len = o.seq_len > 0 ? o.seq_len : tj.value("seq_len", int64_t(1));
   in.train.grad_accum = o.grad_accum > 0 ? o.grad_accum : tj.value("grad_accum", int64_t(1));
-  in.train.activation_checkpointing = o.activation_checkpointing || tj.value("activation_checkpointing", false);
+  in.train.activation_checkpointing =
+      models::activation_checkpointing_of_report(tj.value("activation_checkpointing_mode", std::string()),
+                                                 tj.value("activation_checkpointing", false))
+          .or_full_if(o.activation_checkpointing);
   in.world = o.world;
   in.nodes = o.nodes;
   in.exec = exec;
@@ -352,7 +355,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   config["train"]["micro_batch"] = train.micro_batch;
   config["train"]["seq_len"] = train.seq_len;
   config["train"]["grad_accum"] = train.grad_accum;
-  config["train"]["activation_checkpointing"] = train.activation_checkpointing;
+  config["train"]["activation_checkpointing"] = train.activation_checkpointing.enabled();
+  config["train"]["activation_checkpointing_mode"] = train.activation_checkpointing.name();
 
   json env = r["env"];
   env["device"] = cal.device.empty() ? env.value("device", std::string("unknown")) : cal.device;

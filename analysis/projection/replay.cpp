@@ -181,7 +181,8 @@ ScheduleInput schedule_input_of_report(const json& r) {
   in.train.micro_batch = t.value("micro_batch", int64_t(1));
   in.train.seq_len = t.value("seq_len", int64_t(1));
   in.train.grad_accum = t.value("grad_accum", int64_t(1));
-  in.train.activation_checkpointing = t.value("activation_checkpointing", false);
+  in.train.activation_checkpointing = models::activation_checkpointing_of_report(
+      t.value("activation_checkpointing_mode", std::string()), t.value("activation_checkpointing", false));
   in.train.sync_each_batch = t.value("sync_each_batch", false);
   in.backend = cfg.at("backend").value("name", "");
   in.precision = cfg["backend"].value("precision", "fp32");

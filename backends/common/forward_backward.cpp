@@ -6,7 +6,8 @@
 namespace zb::backends::common {
 
 at::Tensor forward_backward(const models::ModelConfig& cfg, models::UnitParamSource& params,
-                            const models::Batch& batch, const models::RopeCache& rope, bool activation_checkpointing,
+                            const models::Batch& batch, const models::RopeCache& rope,
+                            const models::ActivationCheckpointing& activation_checkpointing,
                             double loss_scale, double amp_scale) {
   models::ForwardOptions fo;
   fo.activation_checkpointing = activation_checkpointing;

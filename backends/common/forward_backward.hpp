@@ -11,7 +11,8 @@ namespace zb::backends::common {
 // loss_scale, in fp32: accelerate's scaler.scale(loss / gas) (an fp16 loss times GradScaler's fp32
 // 0-dim scale promotes to fp32), DeepSpeed's scale_if_loss (loss / gas, then * cur_scale).
 at::Tensor forward_backward(const models::ModelConfig& cfg, models::UnitParamSource& params,
-                            const models::Batch& batch, const models::RopeCache& rope, bool activation_checkpointing,
+                            const models::Batch& batch, const models::RopeCache& rope,
+                            const models::ActivationCheckpointing& activation_checkpointing,
                             double loss_scale, double amp_scale = 1.0);
 
 }  // namespace zb::backends::common

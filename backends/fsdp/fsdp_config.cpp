@@ -48,7 +48,7 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
   const auto& req = in.request;
   config::note_mixed_precision(root, req.precision_given ? req.precision + " (--precision)" : out.precision, mp, notes);
   const FsdpOptions o = options_from_accelerate(block);
-  if (o.activation_checkpointing) out.train.activation_checkpointing = true;
+  out.train.activation_checkpointing = out.train.activation_checkpointing.or_full_if(o.activation_checkpointing);
   out.options = to_json(o);
 }
 
@@ -115,7 +115,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     overridden("--fsdp-offload-params", "true");
   }
   spec.options = to_json(f);
-  if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+  spec.train.activation_checkpointing = spec.train.activation_checkpointing.or_full_if(f.activation_checkpointing);
 }
 
 bool broadcasts_initial_weights(const nlohmann::json& options) { return options.value("sync_module_states", false); }

@@ -352,7 +352,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     sync_ = last_micro_batch || spec_.train.sync_each_batch;
     planted_.hold();  // test-only: ZEROBENCH_TEST_PLANT_STEP_ALLOC (the memory gate's planted regression)
     return common::forward_backward(spec_.model, *this, batch, rope_,
-                                    spec_.train.activation_checkpointing || opts_.activation_checkpointing,
+                                    spec_.train.activation_checkpointing.or_full_if(opts_.activation_checkpointing),
                                     loss_scale, scaler_ ? scaler_->scale() : 1.0);  // fp16: scaler.scale(loss / gas)
   }
 

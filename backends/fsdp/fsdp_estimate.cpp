@@ -27,7 +27,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
   const int s = fp32_flat || spec.precision == "fp32" ? 4 : 2;
   const int p = spec.precision == "fp32" ? 4 : 2;
   const int r = spec.precision == "fp32" ? 4 : fp32_flat && o.reduce_dtype == "fp32" ? 4 : p;
-  const auto a = add_common(e, spec, expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
+  add_common(e, spec, expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
   const bool sharded = S > 1;
   int64_t root = 0, block = 0, all = 0;
   for (size_t u = 0; u < layout.unit_padded.size(); ++u) {
@@ -68,10 +68,11 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
   // previous unit's reduce-scatter is in flight meanwhile, its input held (and on Gloo cloned,
   // ProcessGroupGloo::reduce_scatter_tensor_coalesced), by when that unit's activations are freed.
   // A block's flat gradient is whole only once its own activations are freed, so one block's
-  // activations come off the "backward" moment.
+  // activations come off the "backward" moment: what it saved, or what a checkpointed block
+  // recomputed — the same bytes (block_saved_bytes), not the checkpointed input alone.
   const int64_t acc = root * p + 2 * block * p + (r != p ? block * r : 0);
   const int64_t in_flight = sharded ? block * r * (gloo ? 2 : 1) : 0;
-  const int64_t block_act = a.blocks.bytes / std::max<int64_t>(1, spec.model.layers);
+  const int64_t block_act = models::block_saved_bytes(spec.model, spec.train.micro_batch, spec.train.seq_len, p);
   e.terms.push_back({"unsharded gradients", kBackward,
                      std::max<int64_t>(0, acc + std::max<int64_t>(0, in_flight - block_act) - block_act),
                      "(root + 2*block)*p" + std::string(r != p ? " + block*r" : "") +

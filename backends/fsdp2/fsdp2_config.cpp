@@ -81,7 +81,7 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
                     std::to_string(o.dp_shard_size) + " (0: world size / the other)");
   }
   for (const auto& w : cfg.warnings) notes.warn(w);
-  if (o.activation_checkpointing) out.train.activation_checkpointing = true;
+  out.train.activation_checkpointing = out.train.activation_checkpointing.or_full_if(o.activation_checkpointing);
   out.options = to_json(o);
 }
 
@@ -176,7 +176,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     overridden("--cpu-ram-efficient-loading", "true");
   }
   spec.options = to_json(fsdp2_options_from_json(to_json(f)));
-  if (f.activation_checkpointing) spec.train.activation_checkpointing = true;
+  spec.train.activation_checkpointing = spec.train.activation_checkpointing.or_full_if(f.activation_checkpointing);
 }
 
 bool broadcasts_initial_weights(const nlohmann::json& options) {

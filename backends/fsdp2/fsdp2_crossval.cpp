@@ -25,10 +25,15 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
   // NO_WRAP: the blocks stay in the root group on both sides. Activation checkpointing is
   // accelerate's fsdp2_apply_ac, which finds the blocks through the auto-wrap policy: under
   // NO_WRAP it has none (it calls None), so that pair has no upstream run to compare with.
-  if (o.auto_wrap_policy == "NO_WRAP" && (o.activation_checkpointing || spec.train.activation_checkpointing))
+  if (o.auto_wrap_policy == "NO_WRAP" && (o.activation_checkpointing || spec.train.activation_checkpointing.enabled()))
     return "PyTorch FSDP2 with activation checkpointing and fsdp_auto_wrap_policy NO_WRAP is not set up by "
            "scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac finds the blocks through the auto-wrap "
            "policy, and NO_WRAP has none)" + way;
+  // The runner applies accelerate's fsdp2_apply_ac: every block, i.e. full.
+  if (spec.train.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::SelectiveLayer)
+    return "PyTorch FSDP2 with --activation-checkpointing " + spec.train.activation_checkpointing.name() +
+           " is not set up by scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac checkpoints every block: "
+           "full)" + way;
   return "";
 }
 

@@ -252,7 +252,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (auto& g : pg_.groups) g.reduce_grads = sync;
     auto loss =
         common::forward_backward(spec_.model, *this, batch, rope_,
-                                 spec_.train.activation_checkpointing || opts_.activation_checkpointing, loss_scale,
+                                 spec_.train.activation_checkpointing.or_full_if(opts_.activation_checkpointing), loss_scale,
                                  scaler_ ? scaler_->scale() : 1.0);  // fp16: scaler.scale(loss / gas)
     return loss.to(at::kFloat);
   }

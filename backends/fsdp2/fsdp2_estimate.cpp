@@ -27,7 +27,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   PeakEstimate e = for_layout(layout);
   const int s = int(c10::elementSize(d.orig)), p = int(c10::elementSize(d.compute())),
             r = int(c10::elementSize(d.comm_reduce()));
-  const auto a = add_common(e, spec, closed_form_bytes(spec, topo, rank), p, /*grads_set_to_none=*/true);
+  add_common(e, spec, closed_form_bytes(spec, topo, rank), p, /*grads_set_to_none=*/true);
   const auto& m = spec.model;
   const auto param_specs = models::unit_param_specs(m);
   // Per group: its unsharded all-gather size (S x the padded shards, elements) and its unpadded
@@ -79,10 +79,11 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   // the loss head's backward and waits for the final callback) and one block's — then the block's
   // post-backward copies them into a [S, shard] reduce-scatter input in r (chunk_cat) that stays
   // alive until the next group's post-backward (ReduceScatterState), Gloo cloning it while in
-  // flight. The in-flight one belongs to the block after, whose activations are freed by then.
+  // flight. The in-flight one belongs to the block after, whose activations are freed by then
+  // (what it saved, or what a checkpointed block recomputed: block_saved_bytes either way).
   const int64_t held = kept_numel * p + block_numel * p;
   const int64_t in_flight = S > 1 ? block * r * (gloo ? 2 : 1) : 0;
-  const int64_t block_act = a.blocks.bytes / L;
+  const int64_t block_act = models::block_saved_bytes(spec.model, spec.train.micro_batch, spec.train.seq_len, p);
   e.terms.push_back({"unsharded gradients", kBackward,
                      std::max<int64_t>(0, held + std::max<int64_t>(0, in_flight - block_act) - block_act),
                      "(kept numel + block numel)*p + max(0, in-flight reduce-scatter block*r" +

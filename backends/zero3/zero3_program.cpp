@@ -259,7 +259,7 @@ class Zero3Builder {
     module(0, 0);
     prog_.compute("F0", in_.costs.root_forward().first);  // the embedding
     for (int u = 1; u < units(); ++u) {
-      if (in_.train.activation_checkpointing) {  // unit_weights: the whole block fetched at once
+      if (in_.train.activation_checkpointing.checkpoints_block(u)) {  // unit_weights: the whole block at once
         release_held();
         for (int i = 0; i < unit_size(u); ++i) {
           fetch(first_[size_t(u)] + i);
@@ -292,7 +292,7 @@ class Zero3Builder {
       const auto shares = module_shares(u);
       // A checkpointed block recomputes as a whole: the engine fetches all its weights at the
       // block's pre-backward (reverse execution order).
-      const bool whole = in_.train.activation_checkpointing;
+      const bool whole = in_.train.activation_checkpointing.checkpoints_block(u);
       if (whole)
         for (int i = unit_size(u) - 1; i >= 0; --i) fetch(first_[size_t(u)] + i);
       for (int i = unit_size(u) - 1; i >= 0; --i) {

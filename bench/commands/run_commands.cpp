@@ -32,8 +32,9 @@ const CommandRegistrar kModelInfo(
        cmd.add_option("--micro-batch", info->run.train.micro_batch, "samples per rank, for the memory estimate")
            ->check(AtLeastOne())
            ->capture_default_str();
-       cmd.add_flag("--activation-checkpointing", info->run.train.activation_checkpointing,
-                    "estimate memory with activation checkpointing");
+       add_activation_checkpointing_option(cmd, info->run.train.activation_checkpointing,
+                                           "estimate memory with activation checkpointing: none, full (bare), "
+                                           "selective-layer:N");
        cmd.add_option("--device", info->run.device, "cpu (Gloo stages collectives in host memory) or cuda (NCCL)")
            ->check(CLI::IsMember({"cpu", "cuda"}))
            ->capture_default_str();

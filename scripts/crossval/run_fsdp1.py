@@ -106,12 +106,23 @@ def make_runner(spec, work, device):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
                 m._flat_param.data = m._flat_param.data.to(torch.float32)
                 m._handle._orig_param_dtype = torch.float32
-    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
+    mode = t.get("activation_checkpointing_mode") or ("full" if t.get("activation_checkpointing") else "none")
+    if mode == "none" and opts.get("activation_checkpointing"):  # accelerate's fsdp_activation_checkpointing
+        mode = "full"
+    if mode != "none":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+        # torchtitan's selective-layer:N (_apply_layer_sac): the blocks counted 1, 2, ... and the
+        # one whose count is a multiple of N wrapped (N = 0: every block); full: every block.
+        every = int(mode.split(":", 1)[1]) if mode.startswith("selective-layer:") else 1
+        blocks = [m for m in wrapped.modules() if isinstance(m, zbmodel.DecoderLayer)]
+        chosen = {id(b) for i, b in enumerate(blocks, 1) if every == 0 or i % every == 0}
         apply_activation_checkpointing(
             wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-            auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={zbmodel.DecoderLayer}))
+            check_fn=lambda m: id(m) in chosen)
+        wrapped_blocks = sum(1 for m in wrapped.modules() if type(m).__name__ == "CheckpointWrapper")
+        if wrapped_blocks != len(chosen):
+            raise SystemExit(f"run_fsdp1.py: {wrapped_blocks} blocks checkpoint-wrapped, expected {len(chosen)} ({mode})")
     return Fsdp1Runner(wrapped, t, FSDP, device)
 
 
