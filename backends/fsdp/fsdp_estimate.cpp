@@ -78,6 +78,13 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
                      "(root + 2*block)*p" + std::string(r != p ? " + block*r" : "") +
                          " + max(0, in-flight reduce-scatter block*r" + (gloo ? "*2 (Gloo's clone)" : "") +
                          " - a block's activations) - a block's activations"});
+  // Under no_sync accumulation (accelerate's non-final micro-batches; `if not
+  // state._sync_gradients: return` in _post_backward_hook) each unit's unsharded flat gradient —
+  // compute dtype p, unpadded — is held from the first micro-batch's backward to the last one's
+  // post-backward (fsdp_engine.cpp unsharded_grad). NO_SHARD's reduced gradient is a model state.
+  if (sharded && spec.train.grad_accum > 1 && !spec.train.sync_each_batch)
+    e.terms.push_back({"accumulated unsharded gradients", kFwdBwd, models::count_params(spec.model).total * p,
+                       "params*p (no_sync: held between micro-batches)"});
   // After the last gradient: the root's reduce-scatter input (and Gloo's clone of it).
   e.terms.push_back({"root gradient reduce-scatter", kEndOfBackward,
                      root * p + (r != p ? root * r : 0) + (sharded && gloo ? root * r : 0),
