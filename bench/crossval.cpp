@@ -103,7 +103,7 @@ json user_config_file(const RunOptions::Resolved& resolved, const std::string& k
   return file;
 }
 
-json train_json(const backends::TrainConfig& t) {
+json crossval_train_json(const backends::TrainConfig& t) {
   return {{"micro_batch", t.micro_batch},   {"seq_len", t.seq_len},
           {"grad_accum", t.grad_accum},     {"steps", t.steps},
           {"warmup", t.warmup},             {"lr", t.lr},
@@ -264,7 +264,7 @@ void check_same_run(const RunOptions& mode, const RunOptions::Resolved& expected
     throw RunError("crossval: zerobench refuses the file written for both sides, " + path + ": " + e.what());
   }
   auto run_of = [](const RunOptions::Resolved& r) {
-    return json{{"backend", r.backend}, {"precision", r.spec.precision}, {"train", train_json(r.spec.train)},
+    return json{{"backend", r.backend}, {"precision", r.spec.precision}, {"train", crossval_train_json(r.spec.train)},
                 {"options", r.spec.options}};
   };
   const json want = run_of(expected), have = run_of(got);
@@ -510,7 +510,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                       {"threads", threads},
                       {"model", {{"layers", spec.model.layers}, {"hidden", spec.model.hidden}, {"heads", spec.model.heads},
                                  {"kv_heads", spec.model.kv_heads}, {"ffn", spec.model.ffn}, {"vocab", spec.model.vocab}}},
-                      {"train", train_json(spec.train)},
+                      {"train", crossval_train_json(spec.train)},
                       {"options", plan.reference_options}};
     // Both sides see the same OpenMP environment (torchrun sets OMP_NUM_THREADS for its workers).
     std::vector<std::string> zb_argv = {"/usr/bin/env", "OMP_NUM_THREADS=" + std::to_string(threads),
@@ -601,7 +601,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
                          {"kv_heads", cfg.kv_heads}, {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
               // The first mode's resolved training settings (every mode resolves the same ones: the
               // precision changes no training setting).
-              {"train", train_json(plans.front().resolved.spec.train)},
+              {"train", crossval_train_json(plans.front().resolved.spec.train)},
               {"threads_per_rank", threads},
               {"modes", modes},
               {"verdict", {{"agree", agree}, {"reasons", reasons}}}};

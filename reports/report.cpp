@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
+#include "reports/report_builder.hpp"  // now_iso8601
 #include "reports/run_report.hpp"
 #include "runtime/errors.hpp"
 
@@ -21,14 +21,6 @@ namespace zb::reports {
 
 namespace {
 using json = nlohmann::json;
-
-std::string now_iso8601() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 std::vector<std::string> validate_report(const json& r) { return validate_run_report(r); }

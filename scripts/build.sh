@@ -5,9 +5,13 @@
 # (auto|ON|OFF), BUILD_TYPE (default RelWithDebInfo), JOBS (default nproc), ZEROBENCH_VENV /
 # ZEROBENCH_PYTHON (the torch to build against), ZEROBENCH_DEPS_PREFIX (Debian packages unpacked
 # with dpkg -x instead of installed: cmake/DepsPrefix.cmake), WERROR=1 (compiler warnings are
-# errors: -DZEROBENCH_WERROR=ON; .ci/run sets it).
+# errors: -DZEROBENCH_WERROR=ON; .ci/run sets it), UNITY=0|1 (default 1: a unity build,
+# -DZEROBENCH_UNITY=ON, each target's files compiled in batches: a cold build in about half the
+# CPU; UNITY=0 when editing a few files, so that an edit recompiles one file, not its batch),
+# DEBUG_INFO=lines|full (default lines: -g1, line tables without local variables, -DZEROBENCH_DEBUG_INFO;
+# full for gdb sessions that print variables).
 # Reconfigures when what it configured with changes: it records the CUDA option, the torch it
-# finds (interpreter, version, location), the deps prefix, the build type and WERROR in
+# finds (interpreter, version, location), the deps prefix, the build type, WERROR, UNITY and DEBUG_INFO in
 # <build>/zerobench-configure.stamp and re-runs CMake when they differ — from a fresh cache when
 # the torch changed (CMake caches Torch_DIR and would keep the old one).
 set -euo pipefail
@@ -37,13 +41,25 @@ case "${WERROR:-0}" in
   1) werror=ON ;;
   *) echo "build.sh: WERROR must be 0 or 1, got '${WERROR}'" >&2; exit 2 ;;
 esac
+case "${UNITY:-1}" in
+  0) unity=OFF ;;
+  1) unity=ON ;;
+  *) echo "build.sh: UNITY must be 0 or 1, got '${UNITY}'" >&2; exit 2 ;;
+esac
+debug_info="${DEBUG_INFO:-lines}"
+case "${debug_info}" in
+  lines|full) ;;
+  *) echo "build.sh: DEBUG_INFO must be lines or full, got '${debug_info}'" >&2; exit 2 ;;
+esac
 stamp_file="${build_dir}/zerobench-configure.stamp"
 torch_line="torch=${python} ${torch_id}"
 want="cuda=${cuda}
 ${torch_line}
 deps=${deps}
 build_type=${build_type}
-werror=${werror}"
+werror=${werror}
+unity=${unity}
+debug_info=${debug_info}"
 
 have=""
 [ -f "${stamp_file}" ] && have="$(cat "${stamp_file}")"
@@ -52,11 +68,12 @@ if [ ! -f "${build_dir}/build.ninja" ] || [ "${have}" != "${want}" ]; then
     echo "[build] torch changed (${torch_id}): configuring ${build_dir} from a fresh cache"
     rm -f "${build_dir}/CMakeCache.txt"
   elif [ -f "${build_dir}/CMakeCache.txt" ]; then
-    echo "[build] configuration changed (ZEROBENCH_CUDA=${cuda}, deps '${deps}', ${build_type}, ZEROBENCH_WERROR=${werror}): reconfiguring ${build_dir}"
+    echo "[build] configuration changed (ZEROBENCH_CUDA=${cuda}, deps '${deps}', ${build_type}, ZEROBENCH_WERROR=${werror}, ZEROBENCH_UNITY=${unity}, ZEROBENCH_DEBUG_INFO=${debug_info}): reconfiguring ${build_dir}"
   fi
   cmake -S "${root}" -B "${build_dir}" -G Ninja \
     -DCMAKE_BUILD_TYPE="${build_type}" -DZEROBENCH_CUDA="${cuda}" -DZEROBENCH_DEPS_PREFIX="${deps}" \
-    -DZEROBENCH_WERROR="${werror}"
+    -DZEROBENCH_WERROR="${werror}" -DZEROBENCH_UNITY="${unity}" \
+    -DZEROBENCH_DEBUG_INFO="${debug_info}"
   printf '%s\n' "${want}" > "${stamp_file}"
 fi
 # Arguments name the targets to build (default: all), e.g. `scripts/build.sh zerobench test_cuda`.

@@ -606,7 +606,7 @@ TEST(CudaMemoryPreflight, RanksSharingAGpuFollowPickDevicesRoundRobin) {
   EXPECT_EQ(bench::ranks_sharing_gpu(3, 2, 1), 1);
 }
 
-// ---- build.sh reconfigures when what it configured with changes (CUDA option, torch, WERROR) ----
+// ---- build.sh reconfigures when what it configured with changes (CUDA option, torch, WERROR, UNITY, DEBUG_INFO) ----
 
 TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
   // A cmake stand-in on PATH records each call: build.sh's decisions are seen without building.
@@ -615,8 +615,9 @@ TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
                                 << "if [ \"$1\" = -S ]; then mkdir -p \"$4\"; touch \"$4/build.ninja\" \"$4/CMakeCache.txt\"; fi\n";
   run_command("chmod +x '" + dir + "/cmake'");
   const auto build = [&](const std::string& env) {
-    // WERROR is unset first: CI exports WERROR=1 (.ci/run), and the default (0) is part of what is checked.
-    return run_command("cd '" + kSource + "' && unset WERROR && PATH='" + dir + "':$PATH BUILD_DIR='" + dir + "/build' " + env +
+    // WERROR, UNITY and DEBUG_INFO are unset first: CI exports WERROR=1 (.ci/run), and the defaults are
+    // part of what is checked.
+    return run_command("cd '" + kSource + "' && unset WERROR UNITY DEBUG_INFO && PATH='" + dir + "':$PATH BUILD_DIR='" + dir + "/build' " + env +
                        " scripts/build.sh 2>&1; grep -c -- ' -S ' '" + dir + "/calls'");
   };
   const auto configures = [](const test_support::BinaryResult& r) {
@@ -637,8 +638,25 @@ TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
   const auto bad = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=yes");
   EXPECT_NE(bad.output.find("WERROR must be 0 or 1, got 'yes'"), std::string::npos) << bad.output;
   EXPECT_EQ(configures(bad), 4) << bad.output;
+  const auto serial = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1 UNITY=0");  // one file per compile
+  EXPECT_EQ(configures(serial), 5) << serial.output;
+  EXPECT_NE(serial.output.find("ZEROBENCH_UNITY=OFF, "), std::string::npos) << serial.output;
+  EXPECT_EQ(configures(build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1 UNITY=0")), 5);
+  const auto bad_unity = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1 UNITY=on");
+  EXPECT_NE(bad_unity.output.find("UNITY must be 0 or 1, got 'on'"), std::string::npos) << bad_unity.output;
+  EXPECT_EQ(configures(bad_unity), 5) << bad_unity.output;
+  const auto full = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1 UNITY=0 DEBUG_INFO=full");  // -g
+  EXPECT_EQ(configures(full), 6) << full.output;
+  EXPECT_NE(full.output.find("ZEROBENCH_DEBUG_INFO=full): reconfiguring"), std::string::npos) << full.output;
+  const auto bad_debug = build("ZEROBENCH_CUDA=ON ZEROBENCH_PYTHON=/bin/true WERROR=1 UNITY=0 DEBUG_INFO=g1");
+  EXPECT_NE(bad_debug.output.find("DEBUG_INFO must be lines or full, got 'g1'"), std::string::npos) << bad_debug.output;
+  EXPECT_EQ(configures(bad_debug), 6) << bad_debug.output;
   const auto calls = read_file(dir + "/calls");
   EXPECT_NE(calls.find("-DZEROBENCH_CUDA=ON"), std::string::npos) << calls;
   EXPECT_NE(calls.find("-DZEROBENCH_WERROR=OFF"), std::string::npos) << calls;
   EXPECT_NE(calls.find("-DZEROBENCH_WERROR=ON"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("-DZEROBENCH_UNITY=ON"), std::string::npos) << calls;  // the default
+  EXPECT_NE(calls.find("-DZEROBENCH_UNITY=OFF"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("-DZEROBENCH_DEBUG_INFO=lines"), std::string::npos) << calls;  // the default
+  EXPECT_NE(calls.find("-DZEROBENCH_DEBUG_INFO=full"), std::string::npos) << calls;
 }

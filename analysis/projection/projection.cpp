@@ -19,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 using backends::common::CollectiveKind;
 
-double median(std::vector<double> v) {
+double median_or_zero(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -167,8 +167,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     for (auto& v : bwd) v /= double(accum_m);
     if (o.layers > 0 && o.layers != model_m.layers) {
       if (fwd.size() < 2) throw UsageError("project: --layers needs per-block times (" + per_unit_report_phrase() + ")");
-      const double bf = median(std::vector<double>(fwd.begin() + 1, fwd.end()));
-      const double bb = median(std::vector<double>(bwd.begin() + 1, bwd.end()));
+      const double bf = median_or_zero(std::vector<double>(fwd.begin() + 1, fwd.end()));
+      const double bb = median_or_zero(std::vector<double>(bwd.begin() + 1, bwd.end()));
       fwd.resize(1);
       bwd.resize(1);
       fwd.resize(size_t(o.layers) + 1, bf);

@@ -27,7 +27,7 @@ constexpr int64_t kMetadataFixedBytes = 8192;   // metadata.json's identity, for
 constexpr int64_t kMetadataBytesPerEntry = 256; // metadata.json: one per rank and per state tensor
 constexpr int64_t kConfigJsonBytes = 4096;      // full: the HF config.json
 
-void mkdirs(const std::string& path) {
+void make_checkpoint_dir(const std::string& path) {
   const auto failed = make_dirs(path);
   if (!failed.empty()) throw UsageError("--checkpoint-dir " + path + ": cannot create " + failed);
 }
@@ -88,7 +88,7 @@ void check_checkpoint_dir(const CheckpointOptions& opts, const std::string& back
   const auto need = checkpoint_disk_need(opts, backend, spec, world_size, first_step);
   if (need.saves <= 0) return;
   const std::string& dir = opts.dir;
-  mkdirs(dir);
+  make_checkpoint_dir(dir);
   // Writable: create and remove a probe file (access(W_OK) says yes to root on a read-only mode).
   const std::string probe = dir + "/.zerobench-write-probe-" + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
