@@ -129,8 +129,9 @@ TEST(AdamWImpl, EachImplementationIsTorchsBitForBitInFp32AndBf16) {
     EXPECT_EQ(differing_bits(ours(p, AdamWImpl::kTorchDefault), torch[3]), 0) << name;
     // The comparison sees an implementation swapped (the fault a fused run against a for-loop
     // reference was): fused and the for-loop round differently in fp32.
-    if (dtype == at::kFloat)
+    if (dtype == at::kFloat) {
       EXPECT_GT(differing_bits(ours(p, AdamWImpl::kFused), torch[2]), 0) << "fused vs the for-loop: indistinguishable";
+    }
   }
 }
 
