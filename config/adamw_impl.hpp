@@ -51,16 +51,20 @@ inline AdamWImpl resolve_adamw_impl(AdamWImpl i, bool cuda) {
   return cuda ? AdamWImpl::kForeach : AdamWImpl::kForLoop;
 }
 
-// The constructor call it stands for, for reports: "torch.optim.AdamW(fused=True)", ...
-inline std::string adamw_constructor(AdamWImpl i) {
+// The constructor's implementation keywords: "fused=True", "foreach=None", "foreach=True",
+// "foreach=False".
+inline std::string adamw_kwargs(AdamWImpl i) {
   switch (i) {
-    case AdamWImpl::kFused: return "torch.optim.AdamW(fused=True)";
-    case AdamWImpl::kTorchDefault: return "torch.optim.AdamW(foreach=None)";
-    case AdamWImpl::kForeach: return "torch.optim.AdamW(foreach=True)";
-    case AdamWImpl::kForLoop: return "torch.optim.AdamW(foreach=False)";
+    case AdamWImpl::kFused: return "fused=True";
+    case AdamWImpl::kTorchDefault: return "foreach=None";
+    case AdamWImpl::kForeach: return "foreach=True";
+    case AdamWImpl::kForLoop: return "foreach=False";
   }
-  return "torch.optim.AdamW(fused=True)";
+  return "fused=True";
 }
+
+// The constructor call it stands for, for reports: "torch.optim.AdamW(fused=True)", ...
+inline std::string adamw_constructor(AdamWImpl i) { return "torch.optim.AdamW(" + adamw_kwargs(i) + ")"; }
 
 // For reports: the constructor call, with what foreach=None became on this device —
 // "torch.optim.AdamW(fused=True)", "torch.optim.AdamW(foreach=None: for-loop)", ...

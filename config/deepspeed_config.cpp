@@ -315,7 +315,7 @@ void read_optimizer(const json& root, const TrainerArgs& args, DeepSpeedConfig& 
                                                  : AdamWImpl::kForLoop;
   }
   const std::string torch_class = decoupled ? "torch.optim.AdamW" : "torch.optim.Adam";
-  const std::string impl = torch_adam ? torch_class + adamw_constructor(t.adamw_impl).substr(17)  // "(fused=True)", ...
+  const std::string impl = torch_adam ? torch_class + "(" + adamw_kwargs(t.adamw_impl) + ")"
                            : cpu_adam ? "DeepSpeedCPUAdam (optimizer offload)"
                                       : "FusedAdam";
   notes.apply("optimizer.type", type, impl + (decoupled ? " (decoupled weight decay)" : " (L2 weight decay)"));
