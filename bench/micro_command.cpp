@@ -62,7 +62,7 @@ void fill_for_report(const MicroOptions& o, int world, SuiteOptions& s, int* thr
   if (world < 2)
     throw UsageError("micro --for: --nproc " + std::to_string(world) +
                      ": give the world size to project to (2 or more; at W=1 there are no collectives)");
-  const auto report = reports::read_report(o.for_report);
+  const auto report = reports::run_report_from_json(reports::read_report(o.for_report));
   projection::ProjectOptions po;
   po.world = world;
   po.report = o.for_report;
@@ -82,13 +82,14 @@ void fill_for_report(const MicroOptions& o, int world, SuiteOptions& s, int* thr
   exact.h2d_bytes.assign(need.h2d_bytes.begin(), need.h2d_bytes.end());
   exact.d2h_bytes.assign(need.d2h_bytes.begin(), need.d2h_bytes.end());
   exact.host_adam_params = need.host_optimizer_params;
-  exact.gemm_dtype = report["config"]["backend"].value("precision", "fp32") == "fp32" ? at::kFloat : at::kBFloat16;
+  const auto run = projection::schedule_input_of_report(report);
+  exact.gemm_dtype = run.precision == "fp32" ? at::kFloat : at::kBFloat16;
   if (dtypes.empty()) dtypes.push_back(exact.gemm_dtype);
   s.dtypes = dtypes;
   s.exact = exact;
-  s.model = projection::schedule_input_of_report(report).model;
-  s.tokens = report["config"]["train"].value("micro_batch", int64_t(1)) * report["config"]["train"].value("seq_len", int64_t(1));
-  if (threads && *threads <= 0) *threads = report["env"].value("threads_per_rank", 0);
+  s.model = run.model;
+  s.tokens = run.train.micro_batch * run.train.seq_len;
+  if (threads && *threads <= 0) *threads = report.env ? int(report.env->threads_per_rank.value_or(0)) : 0;
 }
 
 SuiteOptions suite_of(const MicroOptions& o, int world, int* threads = nullptr) {

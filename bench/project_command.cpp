@@ -102,20 +102,19 @@ int project_command(const ProjectOptions& o) {
   const auto out = project(report, cal, o);
   const auto problems = reports::validate_report(out);
   if (!problems.empty()) throw RunError("internal: projected report does not match its schema: " + problems.front());
-  const std::string path = o.out.empty() ? "out/projected-" + out["projection"]["backend"].get<std::string>() + "-w" +
-                                               std::to_string(o.world) + ".json"
-                                         : o.out;
+  const auto record = reports::run_report_from_json(out);
+  const reports::Projection& p = *record.projection;
+  const reports::ProjectionSource source = p.source_report.value_or(reports::ProjectionSource{});
+  const std::string backend = p.backend.value_or("");
+  const std::string path = o.out.empty() ? "out/projected-" + backend + "-w" + std::to_string(o.world) + ".json" : o.out;
   reports::write_json_atomic(path, out);
-  const auto& p = out["projection"];
   std::printf("| backend | W | nodes | step s | tokens/GPU/s | MFU | mfu_6n | exposed comm s | comm s | source step s (W=%d) |\n",
-              p["source_report"]["world_size"].get<int>());
+              int(source.world_size));
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %s | %d | %d | %.4f | %.1f | %.3f | %.3f | %.4f | %.4f | %.4f |\n",
-              p["backend"].get<std::string>().c_str(), o.world, o.nodes, p["step_time_s"].get<double>(),
-              p["tokens_per_gpu_per_s"].get<double>(), p["mfu"].get<double>(), p["mfu_6n"].get<double>(),
-              p["exposed_comm_s"].get<double>(), p["comm_s"].get<double>(),
-              p["source_report"]["step_time_s"].get<double>());
-  for (const auto& n : p["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
+  std::printf("| %s | %d | %d | %.4f | %.1f | %.3f | %.3f | %.4f | %.4f | %.4f |\n", backend.c_str(), o.world, o.nodes,
+              p.step_time_s, p.tokens_per_gpu_per_s, p.mfu, p.mfu_6n.value_or(0.0), p.exposed_comm_s,
+              p.comm_s.value_or(0.0), source.step_time_s);
+  for (const auto& n : p.notes.value_or(std::vector<std::string>{})) std::printf("note: %s\n", n.c_str());
   std::printf("projection: %s\n", path.c_str());
   return kExitOk;
 }

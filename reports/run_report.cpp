@@ -345,6 +345,7 @@ RunReport run_report_from_json(const json& j) {
 }
 json to_json(const RunReport& r) { return write(r); }
 json to_json(const RunConfig& c) { return write(c); }
+json to_json(const Env& e) { return write(e); }
 json to_json(const ParamCounts& p) { return write(p); }
 json to_json(const ModelConfig& m) { return write(m); }
 json to_json(const BackendConfig& b) { return write(b); }
@@ -494,7 +495,7 @@ const std::vector<std::string>& run_report_carried_keys() {
   static const std::vector<std::string> keys = {
       "config.shard_layout", "config.load", "config.checkpoint", "ranks[i].memory.model_states_expected_bytes",
       "ranks[i].comm_total.<kind>", "ranks[i].comm_steps[i].<kind>", "ranks[i].batch_sha256[i]",
-      "ranks[i].lifecycle.load", "ranks[i].lifecycle.checkpoint", "profile.units"};
+      "ranks[i].lifecycle.load", "ranks[i].lifecycle.checkpoint"};
   return keys;
 }
 

@@ -44,12 +44,15 @@ struct Env {
   std::optional<bool> emulated, projected;
   std::optional<std::string> cpu_capability, cpu_math_pins;
   std::optional<int64_t> threads_per_rank;
+  std::optional<double> measured_gemm_tflops;  // the square GEMM the rank probed at its start
+  std::optional<std::string> pg_backend;       // gloo | nccl
   Carried extra;
   template <class V> void fields(V& v) {
     v("device", device); v("torch", torch); v("compiler", compiler); v("host", host); v("git_sha", git_sha);
     v("peak_source", peak_source); v("world_size", world_size); v("nodes", nodes); v("device_count", device_count);
     v("peak_tflops", peak_tflops); v("emulated", emulated); v("projected", projected);
     v("cpu_capability", cpu_capability); v("cpu_math_pins", cpu_math_pins); v("threads_per_rank", threads_per_rank);
+    v("measured_gemm_tflops", measured_gemm_tflops); v("pg_backend", pg_backend);
   }
 };
 
@@ -63,11 +66,12 @@ struct ParamCounts {  // config.model.params
 struct ModelConfig {
   std::optional<std::string> preset;
   std::optional<int64_t> layers, hidden, heads, kv_heads, ffn, vocab;
+  std::optional<double> rope_theta, norm_eps;
   std::optional<ParamCounts> params;
   Carried extra;
   template <class V> void fields(V& v) {
     v("preset", preset); v("layers", layers); v("hidden", hidden); v("heads", heads); v("kv_heads", kv_heads);
-    v("ffn", ffn); v("vocab", vocab); v("params", params);
+    v("ffn", ffn); v("vocab", vocab); v("rope_theta", rope_theta); v("norm_eps", norm_eps); v("params", params);
   }
 };
 
@@ -84,10 +88,13 @@ struct TrainConfig {
   // none | full | selective-layer:N (reports before issue 37 have only the boolean
   // activation_checkpointing, carried in extra: models::activation_checkpointing_of_report)
   std::optional<std::string> activation_checkpointing_mode;
+  std::optional<bool> activation_checkpointing;  // any block recomputed (every report has it)
+  std::optional<bool> sync_each_batch;
   Carried extra;
   template <class V> void fields(V& v) {
     v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
     v("activation_checkpointing_mode", activation_checkpointing_mode);
+    v("activation_checkpointing", activation_checkpointing); v("sync_each_batch", sync_each_batch);
   }
 };
 
@@ -279,19 +286,48 @@ struct StepRecord {
   bool skipped() const { return loss_scale && loss_scale->skipped; }
 };
 
+struct ProfileUnits {  // profile.units: per-unit compute per optimizer step (docs/projection.md)
+  std::vector<double> forward_s, backward_s;  // [0] the root unit, [u >= 1] decoder block u
+  std::optional<double> optimizer_s, other_s, root_forward_pre_s, root_backward_post_s;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("forward_s", forward_s); v("backward_s", backward_s); v("optimizer_s", optimizer_s); v("other_s", other_s);
+    v("root_forward_pre_s", root_forward_pre_s); v("root_backward_post_s", root_backward_post_s);
+  }
+};
+
 struct Profile {  // profile (null unless --profile/--trace: the null stays in RunReport::extra)
   std::optional<double> overlap_ratio, exposed_comm_s;
+  std::optional<ProfileUnits> units;
   Carried extra;
-  template <class V> void fields(V& v) { v("overlap_ratio", overlap_ratio); v("exposed_comm_s", exposed_comm_s); }
+  template <class V> void fields(V& v) {
+    v("overlap_ratio", overlap_ratio); v("exposed_comm_s", exposed_comm_s); v("units", units);
+  }
+};
+
+struct ProjectionSource {  // projection.source_report: the measured run it was projected from
+  std::string run_id, device;
+  int64_t world_size = 0;
+  bool emulated = false;
+  double step_time_s = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("run_id", run_id); v("world_size", world_size); v("emulated", emulated); v("device", device);
+    v("step_time_s", step_time_s);
+  }
 };
 
 struct Projection {  // projection: a report written by `zerobench project`
   double step_time_s = 0, tokens_per_gpu_per_s = 0, mfu = 0, exposed_comm_s = 0;
-  std::optional<double> overlap_ratio;
+  std::optional<double> overlap_ratio, mfu_6n, comm_s;
+  std::optional<std::string> backend;
+  std::optional<std::vector<std::string>> notes;
+  std::optional<ProjectionSource> source_report;
   Carried extra;
   template <class V> void fields(V& v) {
     v("step_time_s", step_time_s); v("tokens_per_gpu_per_s", tokens_per_gpu_per_s); v("mfu", mfu);
-    v("exposed_comm_s", exposed_comm_s); v("overlap_ratio", overlap_ratio);
+    v("exposed_comm_s", exposed_comm_s); v("overlap_ratio", overlap_ratio); v("mfu_6n", mfu_6n); v("comm_s", comm_s);
+    v("backend", backend); v("notes", notes); v("source_report", source_report);
   }
 };
 
@@ -340,6 +376,7 @@ struct RunReport {
 RunReport run_report_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const RunReport& r);
 nlohmann::json to_json(const RunConfig& c);
+nlohmann::json to_json(const Env& e);
 nlohmann::json to_json(const ParamCounts& p);
 nlohmann::json to_json(const ModelConfig& m);
 nlohmann::json to_json(const BackendConfig& b);

@@ -77,18 +77,19 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
   return u;
 }
 
-ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel exec) {
+ScheduleInput projection_input(const reports::RunReport& r, const ProjectOptions& o, ExecModel exec) {
   if (o.world < 1) throw UsageError("project: --nproc " + std::to_string(o.world) + " must be >= 1");
   if (o.nodes < 1 || o.world % o.nodes != 0)
     throw UsageError("project: --nodes " + std::to_string(o.nodes) + " must divide --nproc " + std::to_string(o.world));
-  const auto& cfg_j = r.at("config");
-  const std::string report_backend = cfg_j["backend"].value("name", "");
+  const reports::BackendConfig backend_m = r.config.backend.value_or(reports::BackendConfig{});
+  const std::string report_backend = backend_m.name.value_or("");
   ScheduleInput in;
   in.backend = o.backend.empty() ? report_backend : o.backend;
   if (!modelled_backend(in.backend))
     throw UsageError("project: --backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() + ")");
-  in.precision = cfg_j["backend"].value("precision", "fp32");
-  in.options = in.backend == report_backend ? cfg_j["backend"].value("options", json::object()) : json::object();
+  in.precision = backend_m.precision.value_or("fp32");
+  in.options = in.backend == report_backend && backend_m.options && backend_m.options->is_object() ? *backend_m.options
+                                                                                                     : json::object();
   // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
   // what was asked for: a projection to another world size schedules the requested strategy.
   if (in.options.contains("sharding_strategy_requested") && o.world > 1) {
@@ -102,13 +103,13 @@ ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel
     in.model.layers = o.layers;
     in.model.preset = model_m.preset + (model_m.preset.find("+overrides") == std::string::npos ? "+overrides" : "");
   }
-  const auto& tj = cfg_j["train"];
-  in.train.micro_batch = o.micro_batch > 0 ? o.micro_batch : tj.value("micro_batch", int64_t(1));
-  in.train.seq_len = o.seq_len > 0 ? o.seq_len : tj.value("seq_len", int64_t(1));
-  in.train.grad_accum = o.grad_accum > 0 ? o.grad_accum : tj.value("grad_accum", int64_t(1));
+  const reports::TrainConfig tm = r.config.train.value_or(reports::TrainConfig{});
+  in.train.micro_batch = o.micro_batch > 0 ? o.micro_batch : tm.micro_batch.value_or(1);
+  in.train.seq_len = o.seq_len > 0 ? o.seq_len : tm.seq_len.value_or(1);
+  in.train.grad_accum = o.grad_accum > 0 ? o.grad_accum : tm.grad_accum.value_or(1);
   in.train.activation_checkpointing =
-      models::activation_checkpointing_of_report(tj.value("activation_checkpointing_mode", std::string()),
-                                                 tj.value("activation_checkpointing", false))
+      models::activation_checkpointing_of_report(tm.activation_checkpointing_mode.value_or(""),
+                                                 tm.activation_checkpointing.value_or(false))
           .or_full_if(o.activation_checkpointing);
   in.world = o.world;
   in.nodes = o.nodes;
@@ -116,13 +117,21 @@ ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel
   return in;
 }
 
+ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel exec) {
+  return projection_input(reports::run_report_from_json(r), o, exec);
+}
+
 json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
-  if (r.value("status", json::object()).value("state", "") != "ok")
+  return project(reports::run_report_from_json(r), cal, o);
+}
+
+json project(const reports::RunReport& r, const Calibration& cal, const ProjectOptions& o) {
+  if (!r.ok())
     throw UsageError("project: the report's status is not ok (nothing measured to project from)");
   const ExecModel exec = cal.pg_backend == "gloo" ? ExecModel::kHostIsDevice : ExecModel::kAsyncDevice;
   ScheduleInput in = projection_input(r, o, exec);
-  const auto& cfg_j = r["config"];
-  const std::string report_backend = cfg_j["backend"].value("name", "");
+  const reports::BackendConfig backend_m = r.config.backend.value_or(reports::BackendConfig{});
+  const std::string report_backend = backend_m.name.value_or("");
   const std::string backend = in.backend;
   const auto* modelled = modelled_backend(backend);
   const std::string precision = in.precision;
@@ -130,9 +139,10 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   const auto model_m = schedule_input_of_report(r).model;
   const auto model = in.model;
   const auto train = in.train;
-  const int64_t accum_m = cfg_j["train"].value("grad_accum", int64_t(1));
-  const int world_m = r["env"].value("world_size", 1);
-  const bool emulated_m = r["env"].value("emulated", false);
+  const int64_t accum_m = r.config.train ? r.config.train->grad_accum.value_or(1) : 1;
+  const reports::Env env_m = r.env.value_or(reports::Env{});
+  const int world_m = env_m.world_size > 0 ? int(env_m.world_size) : 1;
+  const bool emulated_m = env_m.emulated.value_or(false);
 
   std::string mode = o.compute;
   if (mode == "auto") mode = cal.preset ? "flops" : "measured";
@@ -153,12 +163,11 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   UnitCosts costs;
   json compute_j;
   if (mode == "measured") {
-    const auto& prof = r.value("profile", json());
-    if (!prof.is_object() || !prof.contains("units"))
+    if (!r.profile || !r.profile->units)
       throw UsageError("project: the report has no profile.units (re-run it with --profile)");
-    const auto& units = prof["units"];
-    std::vector<double> fwd = units["forward_s"].get<std::vector<double>>();
-    std::vector<double> bwd = units["backward_s"].get<std::vector<double>>();
+    const reports::ProfileUnits& units = *r.profile->units;
+    std::vector<double> fwd = units.forward_s;
+    std::vector<double> bwd = units.backward_s;
     if (modelled->projection.per_unit_times && int64_t(fwd.size()) != model_m.layers + 1)
       throw UsageError("project: the report has per-unit times for " + std::to_string(fwd.size()) + " units, not " +
                        std::to_string(model_m.layers + 1) + " (project from " + per_unit_report_phrase() + ": " +
@@ -177,14 +186,17 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     }
     // The optimizer's work is per shard element.
     const double shard_ratio = double(shard_elements(backend, model, options, o.world)) /
-                               double(shard_elements(report_backend, model_m, cfg_j["backend"].value("options", json::object()), world_m));
+                               double(shard_elements(report_backend, model_m,
+                                                  backend_m.options && backend_m.options->is_object() ? *backend_m.options
+                                                                                                      : json::object(),
+                                                  world_m));
     costs.forward_s = fwd;
     costs.backward_s = bwd;
-    costs.optimizer_s = units.value("optimizer_s", 0.0) * shard_ratio;
-    costs.other_s = units.value("other_s", 0.0);
+    costs.optimizer_s = units.optimizer_s.value_or(0.0) * shard_ratio;
+    costs.other_s = units.other_s.value_or(0.0);
     // Where the root's compute ran (§3): the embedding before block 1, its gradient after block 1.
-    costs.root_forward_pre_s = units.value("root_forward_pre_s", 0.0) / double(accum_m);
-    costs.root_backward_post_s = units.value("root_backward_post_s", 0.0) / double(accum_m);
+    costs.root_forward_pre_s = units.root_forward_pre_s.value_or(0.0) / double(accum_m);
+    costs.root_backward_post_s = units.root_backward_post_s.value_or(0.0) / double(accum_m);
     // CPU: W ranks computing at once share the host. `gemm` (what `auto`, the default, takes
     // when both measurements exist): the suite's own measurement — the square GEMM the report's
     // rank probed at its start (env.measured_gemm_tflops, analysis/micro/gemm.hpp) against the same
@@ -195,10 +207,10 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     // oversubscribe C cores.
     double slowdown = 1.0;
     std::string slowdown_basis = "none";
-    const int threads = r["env"].value("threads_per_rank", 1);
+    const int threads = int(env_m.threads_per_rank.value_or(1));
     if (exec == ExecModel::kHostIsDevice) {
       const std::string dt = precision == "fp32" ? "fp32" : "bf16";
-      const double alone = r["env"].value("measured_gemm_tflops", 0.0);
+      const double alone = env_m.measured_gemm_tflops.value_or(0.0);
       double together = 0;
       for (const auto& [d, v] : cal.gemm_tflops)
         if (d == dt) together = v;
@@ -286,8 +298,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
         peak_source = "measured: " + d + " square GEMM in " + cal.source;
       }
   if (peak <= 0) {
-    peak = r["env"].value("peak_tflops", 0.0);
-    peak_source = "the source report's: " + r["env"].value("peak_source", std::string());
+    peak = env_m.peak_tflops;
+    peak_source = "the source report's: " + env_m.peak_source;
   }
   json colls = json::object();
   for (int k = 0; k < int(CollectiveKind::kCount); ++k)
@@ -332,11 +344,11 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
       {"compute", compute_j},
       {"collectives", colls},
       {"source_report",
-       {{"run_id", r.value("run_id", "")},
+       {{"run_id", r.run_id},
         {"world_size", world_m},
         {"emulated", emulated_m},
-        {"device", r["env"].value("device", "")},
-        {"step_time_s", r["summary"]["step_time_s"].value("median", 0.0)}}},
+        {"device", env_m.device},
+        {"step_time_s", r.summary ? r.summary->step_time_s.median : 0.0}}},
       {"notes", notes}};
   if (o.timeline) {
     json spans = json::array();
@@ -345,7 +357,7 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
     projection["timeline"] = spans;
   }
 
-  json config = cfg_j;
+  json config = reports::to_json(r.config);
   const auto n = models::count_params(model);
   config["model"]["layers"] = model.layers;
   config["model"]["preset"] = model.preset;
@@ -358,8 +370,8 @@ json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   config["train"]["activation_checkpointing"] = train.activation_checkpointing.enabled();
   config["train"]["activation_checkpointing_mode"] = train.activation_checkpointing.name();
 
-  json env = r["env"];
-  env["device"] = cal.device.empty() ? env.value("device", std::string("unknown")) : cal.device;
+  json env = r.env ? reports::to_json(*r.env) : json::object();
+  env["device"] = cal.device.empty() ? (env_m.device.empty() ? std::string("unknown") : env_m.device) : cal.device;
   env["device_count"] = o.world;
   env["world_size"] = o.world;
   env["nodes"] = o.nodes;

@@ -11,6 +11,7 @@
 
 #include "analysis/projection/calibration.hpp"
 #include "analysis/projection/schedule.hpp"
+#include "reports/run_report.hpp"
 
 namespace zb::analysis::projection {
 
@@ -33,9 +34,13 @@ struct ProjectOptions {
 // The schedule input of projecting `report` with `o` (backend, its options as the target W runs
 // them, model, batch, W, nodes) under `exec`; costs and offload rates left empty. `project` fills
 // them; `zerobench micro --for` sizes its collectives from it (coverage.hpp step_sizes).
+// The report is read through its typed record (reports/run_report.hpp); the JSON overloads parse
+// it there first.
+ScheduleInput projection_input(const reports::RunReport& report, const ProjectOptions& o, ExecModel exec);
 ScheduleInput projection_input(const nlohmann::json& report, const ProjectOptions& o, ExecModel exec);
 
-// The projection itself (tests call it directly): a report JSON in, a report JSON out.
+// The projection itself (tests call it directly): a report in, a report JSON out.
+nlohmann::json project(const reports::RunReport& report, const Calibration& cal, const ProjectOptions& o);
 nlohmann::json project(const nlohmann::json& report, const Calibration& cal, const ProjectOptions& o);
 
 // Per-unit compute of one micro-batch from FLOPs at a preset's rates (docs/projection.md):

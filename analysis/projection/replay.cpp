@@ -163,34 +163,36 @@ std::vector<TracedStep> traced_steps(const json& trace, int64_t grad_accum) {
   return out;
 }
 
-ScheduleInput schedule_input_of_report(const json& r) {
-  const auto& cfg = r.at("config");
-  const auto& m = cfg.at("model");
+ScheduleInput schedule_input_of_report(const reports::RunReport& r) {
+  const reports::ModelConfig m = r.config.model.value_or(reports::ModelConfig{});
   ScheduleInput in;
-  in.model.preset = m.value("preset", "custom");
-  in.model.layers = m.value("layers", int64_t(0));
-  in.model.hidden = m.value("hidden", int64_t(0));
-  in.model.heads = m.value("heads", int64_t(0));
-  in.model.kv_heads = m.value("kv_heads", int64_t(0));
-  in.model.ffn = m.value("ffn", int64_t(0));
-  in.model.vocab = m.value("vocab", int64_t(0));
-  in.model.rope_theta = m.value("rope_theta", 10000.0);
-  in.model.norm_eps = m.value("norm_eps", 1e-5);
+  in.model.preset = m.preset.value_or("custom");
+  in.model.layers = m.layers.value_or(0);
+  in.model.hidden = m.hidden.value_or(0);
+  in.model.heads = m.heads.value_or(0);
+  in.model.kv_heads = m.kv_heads.value_or(0);
+  in.model.ffn = m.ffn.value_or(0);
+  in.model.vocab = m.vocab.value_or(0);
+  in.model.rope_theta = m.rope_theta.value_or(10000.0);
+  in.model.norm_eps = m.norm_eps.value_or(1e-5);
   in.model.validate();
-  const auto& t = cfg.at("train");
-  in.train.micro_batch = t.value("micro_batch", int64_t(1));
-  in.train.seq_len = t.value("seq_len", int64_t(1));
-  in.train.grad_accum = t.value("grad_accum", int64_t(1));
+  const reports::TrainConfig t = r.config.train.value_or(reports::TrainConfig{});
+  in.train.micro_batch = t.micro_batch.value_or(1);
+  in.train.seq_len = t.seq_len.value_or(1);
+  in.train.grad_accum = t.grad_accum.value_or(1);
   in.train.activation_checkpointing = models::activation_checkpointing_of_report(
-      t.value("activation_checkpointing_mode", std::string()), t.value("activation_checkpointing", false));
-  in.train.sync_each_batch = t.value("sync_each_batch", false);
-  in.backend = cfg.at("backend").value("name", "");
-  in.precision = cfg["backend"].value("precision", "fp32");
-  in.options = cfg["backend"].value("options", json::object());
-  in.world = r.at("env").value("world_size", 1);
-  in.nodes = r["env"].value("nodes", 1);
+      t.activation_checkpointing_mode.value_or(""), t.activation_checkpointing.value_or(false));
+  in.train.sync_each_batch = t.sync_each_batch.value_or(false);
+  const reports::BackendConfig b = r.config.backend.value_or(reports::BackendConfig{});
+  in.backend = b.name.value_or("");
+  in.precision = b.precision.value_or("fp32");
+  in.options = b.options && b.options->is_object() ? *b.options : json::object();
+  in.world = r.env && r.env->world_size > 0 ? int(r.env->world_size) : 1;
+  in.nodes = r.env && r.env->nodes > 0 ? int(r.env->nodes) : 1;
   return in;
 }
+
+ScheduleInput schedule_input_of_report(const json& r) { return schedule_input_of_report(reports::run_report_from_json(r)); }
 
 Calibration zero_cost_calibration(int world) {
   Calibration none;
@@ -324,10 +326,11 @@ ReplayedStep replay_program(Program p, const TracedStep& s) {
   return out;
 }
 
-json replay(const json& report, const json& trace) {
+json replay(const reports::RunReport& report, const json& trace) {
   const auto in = schedule_input_of_report(report);
-  if (report.at("env").value("pg_backend", "") != "gloo")
-    throw UsageError("replay: the report's run used " + report["env"].value("pg_backend", std::string("?")) +
+  const std::string pg = report.env && report.env->pg_backend ? *report.env->pg_backend : "";
+  if (pg != "gloo")
+    throw UsageError("replay: the report's run used " + (pg.empty() ? std::string("?") : pg) +
                      "; the replay reads a CPU (Gloo) trace");
   json steps = json::array();
   std::vector<double> errors;
@@ -351,12 +354,14 @@ json replay(const json& report, const json& trace) {
   const double median = n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
   return {{"backend", in.backend},
           {"world_size", in.world},
-          {"run_id", report.value("run_id", "")},
+          {"run_id", report.run_id},
           {"basis", "each traced step's own per-unit compute (profile unit_times) and collective lane times, "
                     "replayed through the projection's schedule at the run's world size"},
           {"steps", steps},
           {"median_error", median},
           {"max_abs_error", worst}};
 }
+
+json replay(const json& report, const json& trace) { return replay(reports::run_report_from_json(report), trace); }
 
 }  // namespace zb::analysis::projection

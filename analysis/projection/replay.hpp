@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "analysis/projection/schedule.hpp"
+#include "reports/run_report.hpp"
 
 namespace zb::analysis::projection {
 
@@ -53,6 +54,8 @@ struct TracedStep {
 std::vector<TracedStep> traced_steps(const nlohmann::json& trace, int64_t grad_accum);
 
 // The schedule input of a report's own run (backend, options, model, batch, W, nodes); no costs.
+// Read through the typed record; the JSON overload parses it there first.
+ScheduleInput schedule_input_of_report(const reports::RunReport& report);
 ScheduleInput schedule_input_of_report(const nlohmann::json& report);
 
 // One replayed step: the program built for the run with the step's own durations.
@@ -78,6 +81,7 @@ ReplayedStep replay_program(Program program, const TracedStep& step);
 
 // `zerobench project REPORT --replay TRACE`: every rank's every traced step replayed;
 // {"steps": [...], "max_abs_error", "median_error", ...}.
+nlohmann::json replay(const reports::RunReport& report, const nlohmann::json& trace);
 nlohmann::json replay(const nlohmann::json& report, const nlohmann::json& trace);
 
 }  // namespace zb::analysis::projection
