@@ -494,8 +494,7 @@ std::vector<std::string> run_report_typed_keys() {
 const std::vector<std::string>& run_report_carried_keys() {
   static const std::vector<std::string> keys = {
       "config.shard_layout", "config.load", "config.checkpoint", "ranks[i].memory.model_states_expected_bytes",
-      "ranks[i].comm_total.<kind>", "ranks[i].comm_steps[i].<kind>", "ranks[i].batch_sha256[i]",
-      "ranks[i].lifecycle.load", "ranks[i].lifecycle.checkpoint"};
+      "ranks[i].comm_total.<kind>", "ranks[i].comm_steps[i].<kind>", "ranks[i].batch_sha256[i]"};
   return keys;
 }
 

@@ -253,15 +253,45 @@ struct Offload {  // ranks[i].offload (null without offload: the null stays in e
   template <class V> void fields(V& v) { v("last_step", last_step); }
 };
 
+struct LoadRecord {  // ranks[i].lifecycle.load (docs/lifecycle.md)
+  double wall_s = 0;
+  int64_t bytes_read = 0;
+  std::optional<std::string> strategy;
+  std::optional<int64_t> rss_before_bytes, peak_rss_bytes;  // peak null: unknown (the null stays in extra)
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("strategy", strategy); v("wall_s", wall_s); v("bytes_read", bytes_read); v("rss_before_bytes", rss_before_bytes);
+    v("peak_rss_bytes", peak_rss_bytes);
+  }
+};
+
+struct CheckpointRecord {  // ranks[i].lifecycle.checkpoint (docs/lifecycle.md)
+  int64_t bytes_written = 0;
+  double save_s_max = 0, longest_wait_s = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("bytes_written", bytes_written); v("save_s_max", save_s_max); v("longest_wait_s", longest_wait_s);
+  }
+};
+
+struct RankLifecycle {  // ranks[i].lifecycle: the model load and the checkpoints (--model-dir, --checkpoint-dir)
+  std::optional<LoadRecord> load;
+  std::optional<CheckpointRecord> checkpoint;
+  Carried extra;
+  template <class V> void fields(V& v) { v("load", load); v("checkpoint", checkpoint); }
+};
+
 struct RankRecord {
   int64_t rank = 0;
   RankMemory memory;
   std::map<std::string, CommStat> comm;  // one step's traffic (the last), by kind
   std::optional<Offload> offload;
   std::optional<std::vector<double>> step_times_s;
+  std::optional<RankLifecycle> lifecycle;
   Carried extra;
   template <class V> void fields(V& v) {
     v("rank", rank); v("memory", memory); v("comm", comm); v("offload", offload); v("step_times_s", step_times_s);
+    v("lifecycle", lifecycle);
   }
 };
 

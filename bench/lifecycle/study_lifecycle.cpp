@@ -14,6 +14,7 @@
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/llama.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/subprocess.hpp"
 
@@ -104,22 +105,21 @@ int lifecycle_study_command(const LifecycleStudyOptions& opts) {
             cells.push_back({{"id", id}, {"state", "failed"}});
             continue;
           }
-          const auto rep = reports::read_report(report_path);
+          const auto rep = reports::run_report_from_json(reports::read_report(report_path));
           double rss0 = 0, rss_other = 0, read0 = 0, read_other = 0, load_s = 0, save_s = 0, wr0 = 0, wr_other = 0,
                  wait = 0;
-          for (const auto& rank : rep["ranks"]) {
-            const auto& l = rank["lifecycle"]["load"];
-            const auto& c = rank["lifecycle"]["checkpoint"];
-            const double rss = l["peak_rss_bytes"].is_number()
-                                   ? double(l["peak_rss_bytes"].get<int64_t>() - l["rss_before_bytes"].get<int64_t>())
-                                   : 0;
-            const bool zero = rank["rank"] == 0;
+          for (const auto& rank : rep.rank_records()) {
+            const auto life = rank.lifecycle.value_or(reports::RankLifecycle{});
+            const auto l = life.load.value_or(reports::LoadRecord{});
+            const auto c = life.checkpoint.value_or(reports::CheckpointRecord{});
+            const double rss = l.peak_rss_bytes ? double(*l.peak_rss_bytes - l.rss_before_bytes.value_or(0)) : 0;
+            const bool zero = rank.rank == 0;
             (zero ? rss0 : rss_other) = std::max(zero ? rss0 : rss_other, rss);
-            (zero ? read0 : read_other) = std::max(zero ? read0 : read_other, double(l["bytes_read"].get<int64_t>()));
-            (zero ? wr0 : wr_other) = std::max(zero ? wr0 : wr_other, double(c["bytes_written"].get<int64_t>()));
-            load_s = std::max(load_s, l["wall_s"].get<double>());
-            save_s = std::max(save_s, c["save_s_max"].get<double>());
-            wait = std::max(wait, c["longest_wait_s"].get<double>());
+            (zero ? read0 : read_other) = std::max(zero ? read0 : read_other, double(l.bytes_read));
+            (zero ? wr0 : wr_other) = std::max(zero ? wr0 : wr_other, double(c.bytes_written));
+            load_s = std::max(load_s, l.wall_s);
+            save_s = std::max(save_s, c.save_s_max);
+            wait = std::max(wait, c.longest_wait_s);
           }
           table << "| " << model << " | " << w << " | " << strategy << " | " << sd << " | " << mb(rss0) << " | "
                 << mb(rss_other) << " | " << mb(read0) << " | " << mb(read_other) << " | " << secs(load_s) << " | "
