@@ -41,6 +41,11 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
   app.add_option("--seq-len", o.seq_len, "flops mode: tokens per sample")->check(CLI::PositiveNumber);
   app.add_option("--grad-accum", o.grad_accum, "flops mode: micro-batches per step")->check(CLI::PositiveNumber);
   app.add_flag("--activation-checkpointing", o.activation_checkpointing, "flops mode: recompute each block in backward");
+  app.add_option("--data", o.data,
+                 "flops mode: price the rows of these documents (a token file or lengths:FILE, as `run --data`; "
+                 "default: the report's)");
+  app.add_option("--batching", o.batching, "flops mode: pad|pack|pack-naive rows of the documents (default: the report's)")
+      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
   app.add_option("--peak-tflops", o.peak_tflops, "peak for MFU (default: preset, measured GEMM, or the report's)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--timeline", o.timeline, "include every simulated compute/comm span in projection.timeline");

@@ -167,25 +167,16 @@ json data_json(const backends::EngineSpec& spec, const models::DataSource& data)
 json batching_stats(const backends::EngineSpec& spec, const models::DataSource& data,
                     const std::vector<StepRecord>& steps, int world) {
   const auto& t = spec.train;
-  double real = 0, documents = 0, labels = 0, pairs = 0, slots = 0, n = 0;
-  for (const auto& s : steps) {
-    if (!s.measured) continue;
-    n += 1;
-    for (int64_t a = 0; a < t.grad_accum; ++a)
-      for (int r = 0; r < world; ++r) {
-        const auto b = data.samples(models::first_sample_index(s.step, a, t.grad_accum, r, world, t.micro_batch),
-                                    t.micro_batch, t.seq_len);
-        real += double(b.real_tokens), documents += double(b.documents), labels += double(b.label_tokens);
-        pairs += b.attention_pairs, slots += double(b.tokens.numel());
-      }
-  }
-  const double per = std::max(1.0, n * double(world));
+  std::vector<int64_t> measured;
+  for (const auto& s : steps)
+    if (s.measured) measured.push_back(s.step);
+  const auto rows = models::row_stats(data, measured, t.grad_accum, world, t.micro_batch, t.seq_len);
   return {{"mode", t.batching.empty() ? std::string("pack-naive") : t.batching},
-          {"real_tokens_per_rank_per_step", real / per},
-          {"documents_per_rank_per_step", documents / per},
-          {"label_tokens_per_rank_per_step", labels / per},
-          {"padding_fraction", slots > 0 ? 1.0 - real / slots : 0.0},
-          {"attention_span", real > 0 ? pairs / real : 0.0}};
+          {"real_tokens_per_rank_per_step", rows.real_tokens},
+          {"documents_per_rank_per_step", rows.documents},
+          {"label_tokens_per_rank_per_step", rows.label_tokens},
+          {"padding_fraction", rows.padding_fraction},
+          {"attention_span", rows.attention_span}};
 }
 
 json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,

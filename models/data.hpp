@@ -44,6 +44,16 @@ class DataSource {
 int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum, int rank, int world,
                            int64_t micro_batch);
 
+// What the rows of some optimizer steps hold, per rank per step (summary.batching, docs/data.md):
+// real tokens (padding excluded), documents, label tokens, the padding fraction (padding ÷ slots)
+// and the attention span (the sum of attention-block length² ÷ real tokens: T under one causal
+// mask a row). `run` counts its measured steps; `project` the steps it prices, at its W and shape.
+struct RowStats {
+  double real_tokens = 0, documents = 0, label_tokens = 0, padding_fraction = 0, attention_span = 0;
+};
+RowStats row_stats(const DataSource& data, const std::vector<int64_t>& steps, int64_t grad_accum, int world,
+                   int64_t micro_batch, int64_t seq_len);
+
 // batching: --batching ("" = pack-naive); pad and pack need documents (a file), else UsageError.
 std::unique_ptr<DataSource> make_data_source(const std::string& kind, int64_t vocab, uint64_t seed,
                                              const std::string& batching = "");

@@ -41,7 +41,9 @@ Read parse(const json& j, int64_t& out) {
     return kLossy;
   }
   out = j.get<int64_t>();
-  return kExact;
+  // An unsigned value past int64's range (a 64-bit seed) wraps in the member (uint64_t(member)
+  // restores it) and is written back from extra as it was.
+  return j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX) ? kLossy : kExact;
 }
 Read parse(const json& j, bool& out) {
   if (!j.is_boolean()) return kFail;

@@ -83,7 +83,7 @@ struct BackendConfig {
 };
 
 struct TrainConfig {
-  std::optional<int64_t> micro_batch, seq_len, grad_accum, steps;
+  std::optional<int64_t> micro_batch, seq_len, grad_accum, steps, seed;
   std::optional<double> lr;
   // none | full | selective-layer:N (reports before issue 37 have only the boolean
   // activation_checkpointing, carried in extra: models::activation_checkpointing_of_report)
@@ -93,6 +93,7 @@ struct TrainConfig {
   Carried extra;
   template <class V> void fields(V& v) {
     v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
+    v("seed", seed);
     v("activation_checkpointing_mode", activation_checkpointing_mode);
     v("activation_checkpointing", activation_checkpointing); v("sync_each_batch", sync_each_batch);
   }
@@ -112,8 +113,9 @@ struct PrecisionPlan {  // config.precision_plan (backends/precision_plan.hpp)
 
 struct DataConfig {
   std::optional<std::string> kind;
+  std::optional<std::string> format, batching;  // a token file's (docs/data.md)
   Carried extra;
-  template <class V> void fields(V& v) { v("kind", kind); }
+  template <class V> void fields(V& v) { v("kind", kind); v("format", format); v("batching", batching); }
 };
 
 struct FailedCellOptions {  // config.options: a matrix cell that never wrote a report

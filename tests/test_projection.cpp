@@ -17,6 +17,7 @@
 #include "analysis/projection/projection.hpp"
 #include "analysis/projection/schedule.hpp"
 #include "analysis/projection/simulate.hpp"
+#include "models/model_config.hpp"
 #include "reports/report.hpp"
 #include "reports/table.hpp"
 #include "runtime/errors.hpp"
@@ -385,6 +386,75 @@ TEST(ProjectCli, AProfiledRunProjectsToAReportThatTheTableShowsBesideTheMeasurem
   EXPECT_EQ(r.exit_code, 0) << r.output;  // FLOPs need no profile
   r = test_support::run_zerobench("project " + dir + "/np.json --calibration " + dir + "/p.json --nproc 2");
   EXPECT_EQ(r.exit_code, 2) << r.output;  // a report is not a calibration
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Issue 37: `project` prices rows of documents from their real lengths. 64 documents of 4 tokens,
+// rows of 8: pad holds one document a row (4 real tokens, padding 1/2), pack two (8 real),
+// pack-naive 8 under one causal mask; the attention span is 4, 4 and 8. tokens/GPU/s counts
+// real tokens; the masked kernel (pad, pack) computes all T² scores, one causal mask half.
+TEST(ProjectRows, PadPackAndNaiveRowsArePricedFromTheDocumentLengths) {
+  const auto dir = test_support::temp_path("project_rows");
+  std::system(("mkdir -p " + dir).c_str());
+  {
+    std::ofstream f(dir + "/lengths.json");
+    f << R"({"format": "zerobench-document-lengths", "version": 1, "documents": 64, "tokens": 256,
+             "histogram": [{"length": 4, "count": 64}]})";
+  }
+  auto r = test_support::run_zerobench("run --nproc 1 --backend fsdp --precision fp32 --model tiny --steps 3 --warmup 1 "
+                                       "--threads 1 --micro-batch 2 --seq-len 8 --data lengths:" + dir +
+                                       "/lengths.json --batching pack --quiet --out " + dir + "/pack.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto measured = reports::read_report(dir + "/pack.json");
+  const auto& mb = measured["summary"]["batching"];
+  ASSERT_DOUBLE_EQ(mb["real_tokens_per_rank_per_step"].get<double>(), 16.0);
+  const auto p = *find_preset("a100-nvlink");
+  Calibration preset = Calibration::load("a100-nvlink");
+  ProjectOptions o;
+  o.world = 2;
+  o.compute = "flops";
+  std::map<std::string, json> out;
+  for (const std::string b : {"", "pad", "pack-naive"}) {
+    o.batching = b;
+    out[b.empty() ? "pack" : b] = project(measured, preset, o);
+  }
+  struct Want {
+    double real, padding, span;
+  };
+  const std::map<std::string, Want> want = {{"pack", {16, 0, 4}}, {"pad", {8, 0.5, 4}}, {"pack-naive", {16, 0, 8}}};
+  const auto cfg = models::preset("tiny");
+  for (const auto& [mode, w] : want) {
+    const auto& rep = out.at(mode);
+    const auto& b = rep["summary"]["batching"];
+    EXPECT_EQ(b["mode"], mode);
+    EXPECT_DOUBLE_EQ(b["real_tokens_per_rank_per_step"].get<double>(), w.real) << mode;
+    EXPECT_DOUBLE_EQ(b["padding_fraction"].get<double>(), w.padding) << mode;
+    EXPECT_DOUBLE_EQ(b["attention_span"].get<double>(), w.span) << mode;
+    EXPECT_EQ(rep["summary"]["tokens_per_rank_per_step"], 16);  // slots, padding included
+    const double step = rep["projection"]["step_time_s"].get<double>();
+    EXPECT_DOUBLE_EQ(rep["projection"]["tokens_per_gpu_per_s"].get<double>(), w.real / step) << mode;
+    const auto f = models::flops_per_real_token(cfg, w.span, models::ActivationCheckpointing::none());
+    EXPECT_DOUBLE_EQ(rep["summary"]["flops_per_token"]["palm"].get<double>(), f.palm) << mode;
+    EXPECT_TRUE(reports::validate_report(rep).empty()) << mode;
+  }
+  // Same slots, same masked kernel: pad's step costs pack's, for half the real tokens.
+  EXPECT_DOUBLE_EQ(out["pad"]["projection"]["step_time_s"].get<double>(), out["pack"]["projection"]["step_time_s"].get<double>());
+  // The mask's dense attention: 2·tokens·T·H more per block forward than one causal mask.
+  const double tokens = 2.0 * 8;
+  const double extra = 2 * tokens * 8 * double(cfg.hidden) / (p.peak_tflops * 1e12 * p.attention_efficiency);
+  EXPECT_NEAR(out["pack"]["projection"]["compute"]["forward_s"][1].get<double>() -
+                  out["pack-naive"]["projection"]["compute"]["forward_s"][1].get<double>(),
+              extra, 1e-15);
+  // Bad input, one line, exit 2: rows of documents without documents; --batching under measured compute.
+  r = test_support::run_zerobench("run --nproc 1 --backend fsdp --precision fp32 --model tiny --steps 2 --warmup 1 "
+                                  "--threads 1 --micro-batch 2 --seq-len 8 --quiet --out " + dir + "/markov.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& bad : {dir + "/markov.json --calibration a100-nvlink --nproc 2 --batching pad",
+                                dir + "/pack.json --calibration a100-nvlink --nproc 2 --compute measured --batching pad",
+                                dir + "/pack.json --calibration a100-nvlink --nproc 2 --batching packed"}) {
+    r = test_support::run_zerobench("project " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+  }
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -9,6 +9,8 @@
 #include "analysis/projection/coverage.hpp"
 #include "analysis/projection/replay.hpp"
 #include "backends/backend_info.hpp"
+#include "models/data.hpp"
+#include "models/token_data.hpp"
 #include "reports/metrics.hpp"
 #include "reports/report_builder.hpp"
 #include "runtime/errors.hpp"
@@ -68,7 +70,11 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
     for (const auto& s : specs[b])
       if (!s.is_norm) linear += double(s.numel());
     const double gemm = 2 * tokens * linear / gemm_rate;
-    const double attn = 2 * tokens * double(t.seq_len) * H / attn_rate;  // causal: half of 4·T·H per token
+    // One causal mask a row: the kernel skips the masked half of 4·T·H per token. Per-document
+    // attention (--batching pad|pack) hands SDPA a [B, 1, T, T] mask, and the masked kernel
+    // computes every score: 4·T·H per slot, padding included (docs/data.md).
+    const bool masked = t.batching == "pad" || t.batching == "pack";
+    const double attn = (masked ? 4 : 2) * tokens * double(t.seq_len) * H / attn_rate;
     const double mem = tokens * elementwise_bytes_per_token(cfg, c) / hbm;
     const double fwd = gemm + attn + mem;
     u.forward_s.push_back(fwd);
@@ -111,6 +117,10 @@ ScheduleInput projection_input(const reports::RunReport& r, const ProjectOptions
       models::activation_checkpointing_of_report(tm.activation_checkpointing_mode.value_or(""),
                                                  tm.activation_checkpointing.value_or(false))
           .or_full_if(o.activation_checkpointing);
+  const reports::DataConfig dm = r.config.data.value_or(reports::DataConfig{});
+  in.train.data = o.data.empty() ? dm.kind.value_or("markov") : o.data;
+  in.train.batching = !o.batching.empty() ? o.batching : o.data.empty() ? dm.batching.value_or("") : "";
+  in.train.seed = uint64_t(tm.seed.value_or(1234));
   in.world = o.world;
   in.nodes = o.nodes;
   in.exec = exec;
@@ -120,6 +130,68 @@ ScheduleInput projection_input(const reports::RunReport& r, const ProjectOptions
 ScheduleInput projection_input(const json& r, const ProjectOptions& o, ExecModel exec) {
   return projection_input(reports::run_report_from_json(r), o, exec);
 }
+
+namespace {
+// What the priced step's rows hold (docs/data.md): documents only for a token file. The measured
+// run's own numbers when nothing that changes its rows changed; else the documents drawn as
+// `run` would draw them at the projected W and shape, over the source's measured steps.
+struct PricedRows {
+  bool documents = false;
+  std::string mode, basis;
+  models::RowStats stats;
+};
+
+PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, const ProjectOptions& o) {
+  PricedRows rows;
+  const auto& t = in.train;
+  const reports::DataConfig dm = r.config.data.value_or(reports::DataConfig{});
+  const reports::TrainConfig tm = r.config.train.value_or(reports::TrainConfig{});
+  const bool synthetic = t.data == "markov" || t.data == "random";
+  if (synthetic && (t.batching.empty() || t.batching == "pack-naive")) return rows;
+  rows.documents = true;
+  rows.mode = t.batching.empty() ? "pack-naive" : t.batching;
+  const int world_m = r.env && r.env->world_size > 0 ? int(r.env->world_size) : 1;
+  const bool same_rows = t.data == dm.kind.value_or("markov") && rows.mode == dm.batching.value_or("pack-naive") &&
+                         in.world == world_m && t.micro_batch == tm.micro_batch.value_or(1) &&
+                         t.seq_len == tm.seq_len.value_or(1) && t.grad_accum == tm.grad_accum.value_or(1);
+  const auto* measured = r.summary && r.summary->batching ? &*r.summary->batching : nullptr;
+  if (same_rows && measured) {
+    rows.stats = {measured->real_tokens_per_rank_per_step, measured->documents_per_rank_per_step,
+                  measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span};
+    rows.basis = "the measured run's rows (summary.batching)";
+    return rows;
+  }
+  std::vector<int64_t> steps;
+  for (const auto& s : r.step_records())
+    if (s.measured.value_or(false)) steps.push_back(s.step);
+  if (steps.empty())
+    for (int64_t s = 0; s < 10; ++s) steps.push_back(s);
+  std::unique_ptr<models::DataSource> data;
+  try {
+    data = models::make_data_source(t.data, in.model.vocab, t.seed, t.batching);
+  } catch (const std::exception& e) {
+    // Only W changed and the documents are not here (a report measured elsewhere): a rank's rows
+    // at W are drawn from the same documents in the same way; their mean is the measured run's.
+    const bool only_world = t.data == dm.kind.value_or("markov") && rows.mode == dm.batching.value_or("pack-naive") &&
+                            t.micro_batch == tm.micro_batch.value_or(1) && t.seq_len == tm.seq_len.value_or(1) &&
+                            t.grad_accum == tm.grad_accum.value_or(1);
+    if (only_world && measured) {
+      rows.stats = {measured->real_tokens_per_rank_per_step, measured->documents_per_rank_per_step,
+                    measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span};
+      rows.basis = "the measured run's rows at W=" + std::to_string(world_m) + " (summary.batching; the documents " +
+                   "are not readable here to draw W=" + std::to_string(in.world) + "'s: " + e.what() + ")";
+      return rows;
+    }
+    throw UsageError("project: pricing " + rows.mode + " rows at W=" + std::to_string(in.world) + ", micro-batch " +
+                     std::to_string(t.micro_batch) + ", seq-len " + std::to_string(t.seq_len) + ", grad-accum " +
+                     std::to_string(t.grad_accum) + " needs the documents of --data " + t.data + ": " + e.what());
+  }
+  rows.stats = models::row_stats(*data, steps, t.grad_accum, in.world, t.micro_batch, t.seq_len);
+  rows.basis = "the documents of " + t.data + " drawn as `run` draws them at W=" + std::to_string(in.world) +
+               " over the source's " + std::to_string(steps.size()) + " measured steps";
+  return rows;
+}
+}  // namespace
 
 json project(const json& r, const Calibration& cal, const ProjectOptions& o) {
   return project(reports::run_report_from_json(r), cal, o);
@@ -153,6 +225,8 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   if (mode == "measured" && (o.micro_batch || o.seq_len || o.grad_accum || o.activation_checkpointing))
     throw UsageError("project: --micro-batch/--seq-len/--grad-accum/--activation-checkpointing change the measured "
                      "compute; they need --compute flops");
+  if (mode == "measured" && (!o.data.empty() || !o.batching.empty()))
+    throw UsageError("project: --data/--batching change the measured compute; they need --compute flops");
   // A measured calibration prices only the sizes it measured (coverage.hpp): refuse before
   // anything is priced outside them.
   const std::string why = uncovered(cal, step_sizes(in), "measure them: zerobench micro --for " +
@@ -282,9 +356,20 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   }
   const auto tl = simulate(program, exec);
 
+  // tokens/GPU/s counts real tokens only and the attention FLOPs follow the documents (docs/data.md).
   const int64_t tokens = train.micro_batch * train.seq_len * train.grad_accum;
-  const double tps = reports::tokens_per_gpu_per_s(tokens, tl.step_s);
-  const auto flops = models::flops_per_token(model, train.seq_len, train.activation_checkpointing);
+  const PricedRows rows = priced_rows(r, in, o);
+  const double real_tokens = rows.documents ? rows.stats.real_tokens : double(tokens);
+  const double tps = tl.step_s > 0 ? real_tokens / tl.step_s : 0.0;
+  const auto flops = rows.documents
+                         ? models::flops_per_real_token(model, rows.stats.attention_span, train.activation_checkpointing)
+                         : models::flops_per_token(model, train.seq_len, train.activation_checkpointing);
+  if (rows.documents) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s rows: %.1f real tokens of %lld slots per rank per step (padding %.1f%%), ",
+                  rows.mode.c_str(), rows.stats.real_tokens, (long long)tokens, 100 * rows.stats.padding_fraction);
+    notes.push_back(buf + rows.basis);
+  }
   double peak = o.peak_tflops;
   std::string peak_source = "flag";
   if (peak <= 0 && cal.preset) {
@@ -369,6 +454,10 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   config["train"]["grad_accum"] = train.grad_accum;
   config["train"]["activation_checkpointing"] = train.activation_checkpointing.enabled();
   config["train"]["activation_checkpointing_mode"] = train.activation_checkpointing.name();
+  if (!o.data.empty() || !o.batching.empty()) {
+    config["data"]["kind"] = train.data;
+    if (rows.documents) config["data"]["batching"] = rows.mode;
+  }
 
   json env = r.env ? reports::to_json(*r.env) : json::object();
   env["device"] = cal.device.empty() ? (env_m.device.empty() ? std::string("unknown") : env_m.device) : cal.device;
@@ -403,6 +492,13 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   parts.env = env;
   parts.config = config;
   parts.summary = reports::summary_json(throughput);
+  if (rows.documents)
+    parts.summary["batching"] = {{"mode", rows.mode},
+                                 {"real_tokens_per_rank_per_step", rows.stats.real_tokens},
+                                 {"documents_per_rank_per_step", rows.stats.documents},
+                                 {"label_tokens_per_rank_per_step", rows.stats.label_tokens},
+                                 {"padding_fraction", rows.stats.padding_fraction},
+                                 {"attention_span", rows.stats.attention_span}};
   parts.sections["projection"] = projection;
   return reports::build_report(parts);
 }

@@ -25,6 +25,7 @@ struct ProjectOptions {
   std::string compute = "auto";  // auto | measured | flops
   int64_t layers = 0, micro_batch = 0, seq_len = 0, grad_accum = 0;  // 0 = the report's
   bool activation_checkpointing = false;  // flops mode: recompute each block's forward
+  std::string data, batching;  // flops mode: price these documents / rows ("" = the report's; docs/data.md)
   double peak_tflops = 0;    // 0: the preset's, else the calibration's measured GEMM, else the report's
   bool timeline = false;     // include every simulated span in the output
   std::string cpu_contention = "auto";  // auto | cores | gemm (docs/projection.md)
