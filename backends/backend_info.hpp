@@ -128,8 +128,6 @@ const std::vector<BackendInfo>& registered_backends();
 void register_backend(BackendInfo info);
 // The backend `zerobench study lifecycle` runs by default (the one with lifecycle_study_default).
 std::string lifecycle_study_backend();
-// The dtype matmuls run in for a backend's precision mode: fp32 for "fp32", bf16 otherwise.
-at::ScalarType compute_dtype(const std::string& backend, const std::string& precision);
 const BackendInfo& backend(const std::string& name);  // throws UsageError naming it
 // Throws UsageError unless `backend` is registered and `precision` is one of its modes.
 void validate_precision(const std::string& backend, const std::string& precision);

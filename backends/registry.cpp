@@ -72,11 +72,6 @@ std::string lifecycle_study_backend() {
   return registered_backends().front().name;
 }
 
-at::ScalarType compute_dtype(const std::string& /*backend*/, const std::string& precision) {
-  if (precision == "fp16") return at::kHalf;  // zero3, fsdp, fsdp2 fp16 (loss scaling)
-  return precision == "fp32" ? at::kFloat : at::kBFloat16;
-}
-
 const BackendInfo& backend(const std::string& name) {
   std::string known;
   for (const auto& b : registered_backends()) {

@@ -369,7 +369,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                       backends::EngineSpec& spec, at::Device device, int threads, bool emulated, runtime::World& world) {
   backends::common::Comm side(world.side_channel());
 
-  const auto compute_dtype = backends::compute_dtype(o.backend, spec.precision);
+  // The dtype the matmuls run in, from the backend's own plan (an option such as FSDP's param_dtype
+  // moves it): the peak MFU divides by is that dtype's.
+  const auto compute_dtype = backends::backend(o.backend).precision_plan(spec).compute;
   const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
   auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed, spec.train.batching);
   // Engine construction is the load: with --model-dir its weights come through the strategy's
