@@ -1,7 +1,8 @@
 // experiment_commands.cpp — registers the commands that run many `run`s: `matrix` (every cell of
 // a benchmark matrix, resumable), `compare` (two or more configs on one workload, interleaved),
-// `crossval` (zerobench against the real framework) and `study precision|lifecycle`. Their logic is
-// in bench/matrix, bench/compare/, bench/crossval*, bench/study and bench/lifecycle/.
+// `crossval` (zerobench against the real framework) and `study precision|lifecycle|workload`. Their
+// logic is in bench/matrix, bench/compare/, bench/crossval*, bench/study, bench/lifecycle/ and
+// bench/workload/.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "bench/lifecycle/study_lifecycle.hpp"
 #include "bench/matrix.hpp"
 #include "bench/study.hpp"
+#include "bench/workload/study_workload.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench {
@@ -82,11 +84,41 @@ const CommandRegistrar kStudy({"study", "studies built from many runs", 80, [](C
   lifecycle_cmd->add_option("--backend", lifecycle->backend, "backend of every run")->capture_default_str();
   lifecycle_cmd->add_option("--timeout", lifecycle->timeout_s, "per-run timeout in seconds")->capture_default_str();
 
-  return CommandAction([study, lrs, lifecycle, precision](const std::vector<std::string>&) {
+  auto wl = std::make_shared<workload::WorkloadStudyOptions>();
+  auto* workload_cmd = study_cmd.add_subcommand(
+      "workload", "the blog's announced study: FSDP-mode vs ZeRO3-mode x pad|pack|pack-naive x activation "
+                  "checkpointing on a long-tailed document-length distribution (docs/workload.md)");
+  workload_cmd->add_option("--out", wl->out_dir, "directory for reports, summary and figures")->capture_default_str();
+  workload_cmd->add_option("--backends", wl->backends, "only these sides: fsdp (the blog's accelerate file), zero3 "
+                                                       "(its DeepSpeed file)")->delimiter(',');
+  workload_cmd->add_option("--batchings", wl->batchings, "pad, pack, pack-naive (comma-separated)")
+      ->delimiter(',')->capture_default_str();
+  workload_cmd->add_option("--ac-modes", wl->ac_modes, "activation-checkpointing modes: none, full, selective-layer:N")
+      ->delimiter(',')->capture_default_str();
+  workload_cmd->add_option("--fsdp-config", wl->fsdp_config, "FSDP-mode's accelerate config")->capture_default_str();
+  workload_cmd->add_option("--zero3-config", wl->zero3_config, "ZeRO3-mode's DeepSpeed config")->capture_default_str();
+  workload_cmd->add_option("--steps", wl->steps, "optimizer steps per cell (warm-up included)")
+      ->check(AtLeastOne())->capture_default_str();
+  workload_cmd->add_option("--warmup", wl->warmup, "steps excluded from timing")->check(NonNegative())->capture_default_str();
+  workload_cmd->add_option("--nproc", wl->nproc, "ranks per cell")->check(FiniteRange(1, 1024))->capture_default_str();
+  workload_cmd->add_option("--model", wl->model, "model preset")->capture_default_str();
+  workload_cmd->add_option("--layers", wl->layers, "override the preset's layer count")->check(AtLeastOne());
+  workload_cmd->add_option("--micro-batch", wl->micro_batch, "samples per rank (the DeepSpeed file fixes 8)")
+      ->check(AtLeastOne())->capture_default_str();
+  workload_cmd->add_option("--seq-len", wl->seq_len, "tokens per row")->check(AtLeastOne())->capture_default_str();
+  workload_cmd->add_option("--seed", wl->seed, "seed for weights and data")->capture_default_str();
+  workload_cmd->add_option("--data", wl->data, "a document file: lengths:FILE|megatron:PREFIX|tokens:... (docs/data.md)")
+      ->capture_default_str();
+  workload_cmd->add_option("--device", wl->device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  workload_cmd->add_option("--timeout", wl->timeout_s, "per-cell timeout in seconds")->check(Positive())->capture_default_str();
+  workload_cmd->add_flag("--force", wl->force, "re-run cells that already have a report");
+
+  return CommandAction([study, lrs, lifecycle, precision, wl, workload_cmd](const std::vector<std::string>&) {
     if (*precision) {
       if (!lrs->empty()) study->lrs = parse_lrs(*lrs);
       return precision_study_command(*study);
     }
+    if (*workload_cmd) return workload::workload_study_command(*wl);
     return lifecycle::lifecycle_study_command(*lifecycle);
   });
 }});
