@@ -221,7 +221,7 @@ TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   EXPECT_EQ(je["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "selective-layer:2");
 }
 
-// At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the four modes train bitwise alike (a
+// At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the five modes train bitwise alike (a
 // recompute is the same fp32 arithmetic); each rank's program-order peak is within [0.95, 1.05]
 // of its estimate; the recompute FLOPs counted in backward are the closed form, fewer for
 // selective-layer than full, absent without checkpointing.
