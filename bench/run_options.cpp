@@ -205,7 +205,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   add_activation_checkpointing_option(app, t.activation_checkpointing,
                                       "blocks recomputed in backward: none, full (the bare flag: every block), "
-                                      "selective-layer:N (blocks N, 2N, ...: torchtitan's selective AC; docs/metrics.md)");
+                                      "selective-layer:N (blocks N, 2N, ...: torchtitan's selective AC), selective-op (every block, keeping "
+                                      "torchtitan's op-SAC save list: every other matmul, SDPA on CUDA; docs/metrics.md)");
   app.add_flag("--measure-lost-updates", t.measure_lost_updates,
                "record per step the fraction of weights whose AdamW update rounded away");
   app.add_option("--data", t.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")
@@ -368,6 +369,11 @@ RunOptions::Resolved RunOptions::resolve() const {
   if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
     throw UsageError("--emulate-rank " + std::to_string(emulate_rank) + " must be below --emulate-world-size " +
                      std::to_string(emulate_world_size));
+  // torchtitan's save list keeps the CUDA SDPA ops' outputs (flash, efficient, cudnn), not the CPU
+  // one: zerobench replays SDPA as on CPU, so on CUDA it would not be torchtitan's op-SAC.
+  if (spec.train.activation_checkpointing.saves_ops() && device == "cuda")
+    throw UsageError("--activation-checkpointing selective-op on --device cuda: keeping SDPA's output (torchtitan's "
+                     "save list has the CUDA SDPA ops) is not implemented; selective-op runs on cpu");
   if (spec.train.warmup >= spec.train.steps)
     throw UsageError("--warmup " + std::to_string(spec.train.warmup) + " must be below --steps " +
                      std::to_string(spec.train.steps) + " (no step would be measured)");

@@ -93,7 +93,7 @@ std::string precisions_help(bool crossval_only = false);
 // Records which flags `app` (after parsing) was given: o.given and the *_given fields.
 void mark_given(const CLI::App& app, RunOptions& o);
 
-// --activation-checkpointing [none|full|selective-layer:N] into `ac`; bare, it means full.
+// --activation-checkpointing [none|full|selective-layer:N|selective-op] into `ac`; bare, it means full.
 void add_activation_checkpointing_option(CLI::App& app, models::ActivationCheckpointing& ac, const std::string& help);
 
 // The model-shape flags only (for model-info).

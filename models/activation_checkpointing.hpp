@@ -8,8 +8,12 @@
 // ptd_checkpoint_wrapper; `selective-layer:N` (_apply_layer_sac) counts the blocks it is handed,
 // 1, 2, ..., and wraps the block whose count is a multiple of N (N = 0: every block); zerobench's
 // block units are 1..L, so block u is checkpointed when u % N == 0 — blocks N, 2N, ...; with
-// N > L none. `selective-op` (_apply_op_sac's save list: aten.mm and SDPA, every second mm
-// recomputed) is not implemented: it is refused (activation_checkpointing_problem).
+// N > L none. `selective-op` (_apply_op_sac) wraps every block in a checkpoint whose policy
+// (create_selective_checkpoint_contexts) keeps the outputs of the ops in the save list and
+// recomputes the rest: aten.mm counted 1, 2, ... per block forward, the odd-numbered ones saved
+// (`meta[count] += 1; save unless count % 2 == 0`): of the block's 7 linears wq, wv, w_gate and
+// w_down; SDPA is in the list as its CUDA ops (flash, efficient, cudnn) but not as the CPU one
+// (_scaled_dot_product_flash_attention_for_cpu), so on CPU it is recomputed, as upstream does.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,19 +22,25 @@
 namespace zb::models {
 
 struct ActivationCheckpointing {
-  enum class Kind { None, Full, SelectiveLayer };
+  enum class Kind { None, Full, SelectiveLayer, SelectiveOp };
   Kind kind = Kind::None;
   int64_t every = 0;  // SelectiveLayer: N
 
   static ActivationCheckpointing none() { return {}; }
   static ActivationCheckpointing full() { return {Kind::Full, 0}; }
   static ActivationCheckpointing selective_layer(int64_t n) { return {Kind::SelectiveLayer, n}; }
+  static ActivationCheckpointing selective_op() { return {Kind::SelectiveOp, 0}; }
+
+  // torchtitan's op-SAC mm rule: the block's aten.mm calls counted 1, 2, ... in its forward; the
+  // odd-numbered ones are saved, every second one recomputed.
+  static bool op_sac_saves_mm(int64_t mm_count) { return mm_count % 2 != 0; }
 
   // Anything recomputed in backward.
   bool enabled() const { return kind != Kind::None; }
-  // Block `unit` (1..L, models::unit_specs numbering) is wrapped and recomputed whole in backward.
+  // Block `unit` (1..L, models::unit_specs numbering) is wrapped in a checkpoint: recomputed in
+  // backward, whole (full, selective-layer) or but for the saved ops' outputs (selective-op).
   bool checkpoints_block(int64_t unit) const {
-    if (kind == Kind::Full) return true;
+    if (kind == Kind::Full || kind == Kind::SelectiveOp) return true;
     if (kind != Kind::SelectiveLayer) return false;
     return every == 0 || unit % every == 0;
   }
@@ -40,12 +50,15 @@ struct ActivationCheckpointing {
     for (int64_t u = 1; u <= layers; ++u) n += checkpoints_block(u) ? 1 : 0;
     return n;
   }
-  // The flag's spelling: none, full, selective-layer:N.
+  // A checkpointed block keeps some ops' outputs and recomputes only the rest (selective-op).
+  bool saves_ops() const { return kind == Kind::SelectiveOp; }
+  // The flag's spelling: none, full, selective-layer:N, selective-op.
   std::string name() const {
     switch (kind) {
       case Kind::None: return "none";
       case Kind::Full: return "full";
       case Kind::SelectiveLayer: return "selective-layer:" + std::to_string(every);
+      case Kind::SelectiveOp: return "selective-op";
     }
     return "none";
   }
@@ -57,11 +70,12 @@ struct ActivationCheckpointing {
 };
 
 // The mode a spelling names: none | full | selective-layer:N (N >= 0 decimal, torchtitan's
-// isdigit()); `true` / `false` (a bare flag, a matrix cell's boolean) are full / none. nullopt
-// for anything else, selective-op included (not implemented).
+// isdigit()) | selective-op; `true` / `false` (a bare flag, a matrix cell's boolean) are full /
+// none. nullopt for anything else.
 inline std::optional<ActivationCheckpointing> parse_activation_checkpointing(const std::string& s) {
   if (s == "none" || s == "false") return ActivationCheckpointing::none();
   if (s == "full" || s == "true" || s.empty()) return ActivationCheckpointing::full();
+  if (s == "selective-op") return ActivationCheckpointing::selective_op();
   const std::string prefix = "selective-layer:";
   if (s.rfind(prefix, 0) != 0 || s.size() == prefix.size() || s.size() > prefix.size() + 9) return std::nullopt;
   int64_t n = 0;
@@ -82,10 +96,8 @@ inline ActivationCheckpointing activation_checkpointing_of_report(const std::str
 // "" when `s` names a mode zerobench runs, else the one-line reason naming it (the CLI's
 // validator; CLI11 puts "--activation-checkpointing: " before it).
 inline std::string activation_checkpointing_problem(const std::string& s) {
-  if (s == "selective-op")
-    return "selective-op (op-level selective checkpointing) is not implemented yet; use full or selective-layer:N";
   if (!parse_activation_checkpointing(s))
-    return "'" + s + "' is not a mode: expected none, full or selective-layer:N (N >= 0)";
+    return "'" + s + "' is not a mode: expected none, full, selective-layer:N (N >= 0) or selective-op";
   return "";
 }
 

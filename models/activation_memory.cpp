@@ -25,13 +25,25 @@ int64_t block_saved_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
          4 * B * m.heads * T;
 }
 
+int64_t op_sac_kept_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
+  return int64_t(c) * B * T * (3 * m.hidden + m.kv_dim() + m.ffn);
+}
+
+int64_t op_sac_replayed_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
+  return block_saved_bytes(m, B, T, c) - int64_t(c) * B * T * (m.kv_dim() + m.ffn);
+}
+
 ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, const ActivationCheckpointing& ac) {
   ActivationMemory a;
   const int64_t N = B * T, H = m.hidden, F = m.ffn, V = m.vocab, L = m.layers;
   const int64_t block = block_saved_bytes(m, B, T, c);
   const int64_t k = ac.checkpointed_blocks(L);
   const std::string per_block = "(8NH + 6cNH + 2cN*KV + 4cNF + 8N + 4*B*nh*T)";
-  if (k == L && L > 0) {
+  if (ac.saves_ops() && L > 0) {
+    a.blocks = {"checkpointed block inputs and saved ops", L * op_sac_kept_bytes(m, B, T, c),
+                "L*c*N*(3H + KV + F) (each block keeps its input and the outputs of wq, wv, w_gate, w_down: "
+                "selective-op's odd-numbered mms)"};
+  } else if (k == L && L > 0) {
     a.blocks = {"checkpointed block inputs", L * c * N * H, "L*c*N*H (each checkpointed block keeps its input)"};
   } else if (k == 0) {
     a.blocks = {"block activations", L * block, "L*" + per_block + " (what autograd saves per block)"};
@@ -48,6 +60,11 @@ ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, i
   // last checkpointed one, the blocks after it hold at least its recompute, so only the last
   // block's checkpointing counts.
   const bool ckpt = L > 0 && ac.checkpoints_block(L);
+  if (ac.saves_ops() && ckpt) {
+    a.block_backward = {"block replay and backward", c * N * H + 3 * int64_t(c) * N * F + op_sac_replayed_bytes(m, B, T, c),
+                        "block activations - c*N*(KV + F) (v and gate are kept) + cNH + 3cNF"};
+    return a;
+  }
   a.block_backward = {ckpt ? "block recompute and backward" : "block backward",
                       c * N * H + 3 * int64_t(c) * N * F + (ckpt ? block : 0),
                       ckpt ? "block activations + cNH + 3cNF" : "cNH + 3cNF"};

@@ -31,9 +31,16 @@ struct ActivationMemory {
 };
 
 // compute_bytes: 2 (bf16 compute) or 4 (fp32). A checkpointed block (ac.checkpoints_block) keeps
-// only its input and is recomputed in its backward; the others keep their activations.
+// only its input (selective-op: and its saved ops' outputs) and is recomputed in its backward;
+// the others keep their activations.
 ActivationMemory activation_memory(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes,
                                    const ActivationCheckpointing& ac);
+
+// selective-op, per block: what its forward keeps — its input and the outputs of wq, wv, w_gate and
+// w_down (c*N*(3H + KV + F)) — and what its replay in backward saves besides them: a block's
+// activations less v (SDPA saves the kept wv output) and gate (SiLU saves the kept w_gate output).
+int64_t op_sac_kept_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);
+int64_t op_sac_replayed_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);
 
 // One decoder block's saved tensors without checkpointing (the sum of activation_memory's per-block term).
 int64_t block_saved_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);

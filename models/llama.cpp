@@ -73,6 +73,91 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
+// A linear whose output selective-op's checkpoint kept: returns the kept output and differentiates
+// as aten.mm under at::linear's fold of [B, T, in] to [N, in] (mm_mat1_backward /
+// mm_mat2_backward on these layouts): grad_in = g.mm(W), grad_W = g^T.mm(in), the same calls
+// and so the same bits as at::linear's autograd.
+struct KeptLinear : public torch::autograd::Function<KeptLinear> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const at::Tensor& kept) {
+    ctx->save_for_backward({input, weight});
+    return kept;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const int64_t in = weight.size(1), out = weight.size(0);
+    const at::Tensor g = grad_out[0].reshape({-1, out});
+    return {at::mm(g, weight).view(input.sizes()), at::mm(g.t(), input.reshape({-1, in})), at::Tensor()};
+  }
+};
+
+// selective-op (torchtitan's _apply_op_sac): forward under no-grad keeping the block's input and
+// the outputs of the odd-numbered linears (aten.mm 1, 3, 5, 7: wq, wv, w_gate, w_down); backward
+// replays the block under autograd with those linears returning their kept outputs (KeptLinear)
+// and everything else recomputed: the even-numbered linears, the norms, RoPE, SDPA (its CPU op is
+// not in the save list), SiLU and the products. Weights are kept as CheckpointedBlock keeps them.
+struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w,
+                            const ModelConfig* cfg, const RopeCache* rope) {
+    ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
+    ctx->saved_data["cos"] = rope->cos;
+    ctx->saved_data["sin"] = rope->sin;
+    if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
+    ctx->saved_data["x"] = x;
+    ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
+    at::NoGradGuard no_grad;
+    int64_t mm_count = 0;  // the policy's forward_mm_count, per block forward
+    return block_forward(
+        *cfg, [&](int i) { return w[size_t(i)]; }, x, *rope, nullptr,
+        [&](int i, const at::Tensor& in, const at::Tensor& weight) {
+          at::Tensor y = at::linear(in, weight);
+          if (ActivationCheckpointing::op_sac_saves_mm(++mm_count)) ctx->saved_data["kept" + std::to_string(i)] = y;
+          return y;
+        });
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* cfg = reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt());
+    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
+    if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) rope.mask = m->second.toTensor();
+    auto x = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
+    std::vector<at::Tensor> w;
+    for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) w.push_back(t.detach().requires_grad_(true));
+    // The kept outputs leave the context: freed with this block's replayed graph.
+    std::vector<at::Tensor> kept(kBlockTensors);
+    for (int i = 0; i < kBlockTensors; ++i)
+      if (auto k = ctx->saved_data.find("kept" + std::to_string(i)); k != ctx->saved_data.end()) {
+        kept[size_t(i)] = k->second.toTensor();
+        ctx->saved_data.erase(k);
+      }
+    int64_t flops = 0;
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = block_forward(
+          *cfg, [&](int i) { return w[size_t(i)]; }, x, rope, nullptr,
+          [&](int i, const at::Tensor& in, const at::Tensor& weight) {
+            if (kept[size_t(i)].defined()) return KeptLinear::apply(in, weight, kept[size_t(i)]);
+            flops += 2 * in.numel() * weight.size(0);  // 2 * N * in * out
+            return at::linear(in, weight);
+          });
+    }
+    // SDPA, recomputed: 4*B*nh*hd*T^2 (block_forward_flops' attention term).
+    flops += 4 * x.size(0) * cfg->heads * cfg->head_dim() * x.size(1) * x.size(1);
+    g_recomputed_flops += flops;
+    std::vector<at::Tensor> inputs{x};
+    inputs.insert(inputs.end(), w.begin(), w.end());
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
+    grads.push_back(at::Tensor());  // cfg
+    grads.push_back(at::Tensor());  // rope
+    return grads;
+  }
+};
+
 }  // namespace
 
 int64_t recomputed_flops() { return g_recomputed_flops.load(); }
@@ -107,17 +192,21 @@ at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Ten
 }
 
 at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
-                         const ModuleOutputFn& out_fn) {
+                         const ModuleOutputFn& out_fn, const LinearFn& linear_fn) {
   // Each weight is requested in its own statement, in execution order: a per-module source
   // (ZeRO-3) releases the previous module's weight when the next is requested, and C++ leaves
   // the evaluation order of function arguments unspecified.
   auto out = [&](int i, at::Tensor y) { return out_fn ? out_fn(i, std::move(y)) : y; };
+  auto linear = [&](int i, const at::Tensor& in) {
+    const at::Tensor weight = w(i);
+    return linear_fn ? linear_fn(i, in, weight) : at::linear(in, weight);
+  };
   const int64_t B = x.size(0), T = x.size(1), hd = cfg.head_dim();
   // Attention: q [B, nh, T, hd], k/v [B, nkv, T, hd]; SDPA broadcasts kv heads (GQA).
   auto h = out(kAttnNorm, rms_norm(x, w(kAttnNorm), cfg.norm_eps));
-  auto q = out(kWq, at::linear(h, w(kWq))).view({B, T, cfg.heads, hd}).transpose(1, 2);
-  auto k = out(kWk, at::linear(h, w(kWk))).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
-  auto v = out(kWv, at::linear(h, w(kWv))).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto q = out(kWq, linear(kWq, h)).view({B, T, cfg.heads, hd}).transpose(1, 2);
+  auto k = out(kWk, linear(kWk, h)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
+  auto v = out(kWv, linear(kWv, h)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
   // Per-document attention: the boolean block-diagonal causal mask (CPU: SDPA's masked kernels;
@@ -126,13 +215,13 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
   auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/masked ? std::optional<at::Tensor>(rope.mask) : std::nullopt,
                                                /*dropout_p=*/0.0, /*is_causal=*/!masked, /*scale=*/std::nullopt,
                                                /*enable_gqa=*/cfg.kv_heads != cfg.heads);
-  auto attn_out = out(kWo, at::linear(attn.transpose(1, 2).reshape({B, T, cfg.hidden}), w(kWo)));
+  auto attn_out = out(kWo, linear(kWo, attn.transpose(1, 2).reshape({B, T, cfg.hidden})));
   auto x1 = x + attn_out;
   // SwiGLU MLP: down(silu(gate(h)) * up(h)).
   auto h2 = out(kMlpNorm, rms_norm(x1, w(kMlpNorm), cfg.norm_eps));
-  auto gate = at::silu(out(kWGate, at::linear(h2, w(kWGate))));
-  auto up = out(kWUp, at::linear(h2, w(kWUp)));
-  auto mlp = out(kWDown, at::linear(gate * up, w(kWDown)));
+  auto gate = at::silu(out(kWGate, linear(kWGate, h2)));
+  auto up = out(kWUp, linear(kWUp, h2));
+  auto mlp = out(kWDown, linear(kWDown, gate * up));
   return x1 + mlp;
 }
 
@@ -155,7 +244,8 @@ at::Tensor forward_logits(const ModelConfig& cfg, UnitParamSource& params, const
     x = params.before_unit_forward(unit, x);
     if (opts.activation_checkpointing.checkpoints_block(unit) && at::GradMode::is_enabled()) {
       auto w = params.unit_weights(unit);
-      x = CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
+      x = opts.activation_checkpointing.saves_ops() ? SelectiveOpBlock::apply(x, at::TensorList(w), &cfg, &rope)
+                                                    : CheckpointedBlock::apply(x, at::TensorList(w), &cfg, &rope);
     } else if (per_module) {
       x = block_forward(
           cfg, [&](int i) { return params.module_weight(unit, i); }, x, rope,

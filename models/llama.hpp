@@ -60,7 +60,9 @@ struct ForwardOptions {
 };
 
 // FLOPs this process has spent recomputing checkpointed blocks in backward: each recompute adds
-// block_forward_flops (models/model_config.hpp) at its input's [B, T]. The trainer takes it per step.
+// block_forward_flops (models/model_config.hpp) at its input's [B, T]; under selective-op only the
+// ops it recomputes: 2*in*out per token of each unsaved linear, and SDPA's 4*B*nh*hd*T^2 where it
+// is recomputed (recompute_flops_per_micro_batch). The trainer takes it per step.
 int64_t recomputed_flops();
 
 // tokens: [B, T] int64 -> logits [B, T, V] in the weights' dtype. Every unit but the root has
@@ -80,8 +82,11 @@ using WeightFn = std::function<at::Tensor(int index)>;
 // `out(i, y)`, when given, is called with the output y of the module that used weight i and
 // returns the tensor the block continues with.
 using ModuleOutputFn = std::function<at::Tensor(int index, at::Tensor output)>;
+// `linear(i, h, w)`, when given, computes the linear of weight i (default at::linear(h, w)):
+// selective-op's checkpoint keeps or replays some of them (models/llama.cpp).
+using LinearFn = std::function<at::Tensor(int index, const at::Tensor& input, const at::Tensor& weight)>;
 at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
-                         const ModuleOutputFn& out = nullptr);
+                         const ModuleOutputFn& out = nullptr, const LinearFn& linear = nullptr);
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope);
 
 // Deterministic fp32 initial weights of one unit, concatenated in spec order: [unit numel].

@@ -115,7 +115,18 @@ ParamCounts count_params(const ModelConfig& cfg) {
 
 int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
                                         const ActivationCheckpointing& activation_checkpointing) {
+  if (activation_checkpointing.saves_ops())
+    return cfg.layers * (2 * micro_batch * seq_len * op_sac_recomputed_linear_params(cfg) +
+                         4 * micro_batch * cfg.heads * cfg.head_dim() * seq_len * seq_len);
   return activation_checkpointing.checkpointed_blocks(cfg.layers) * block_forward_flops(cfg, micro_batch, seq_len);
+}
+
+int64_t op_sac_recomputed_linear_params(const ModelConfig& cfg) {
+  const int64_t H = cfg.hidden, KV = cfg.kv_dim(), F = cfg.ffn;
+  const int64_t linears[] = {H * H, H * KV, H * KV, H * H, H * F, H * F, F * H};  // forward order
+  int64_t n = 0;
+  for (int64_t i = 0; i < 7; ++i) n += ActivationCheckpointing::op_sac_saves_mm(i + 1) ? 0 : linears[i];
+  return n;
 }
 
 int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len) {
@@ -140,7 +151,10 @@ FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span
   // attention (attn / 3L) per block; full: 2 * N_blocks + attn / 3.
   f.palm_recompute = f.palm;
   const int64_t k = activation_checkpointing.checkpointed_blocks(cfg.layers);
-  if (k == cfg.layers && k > 0) {
+  if (activation_checkpointing.saves_ops()) {
+    f.palm_recompute += double(cfg.layers) * (2.0 * double(op_sac_recomputed_linear_params(cfg)) +
+                                              4.0 * double(cfg.heads) * double(cfg.head_dim()) * attention_span);
+  } else if (k == cfg.layers && k > 0) {
     f.palm_recompute += 2.0 * double(n.per_block * cfg.layers) + attn / 3.0;
   } else if (k > 0) {
     f.palm_recompute += double(k) * (2.0 * double(n.per_block) +

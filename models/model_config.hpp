@@ -68,7 +68,12 @@ struct FlopsPerToken {
 // token (norms included) + 4*B*nh*hd*T^2 for the attention scores and values (not discounted for
 // causality). What recomputing a checkpointed block costs (models/llama.cpp counts it).
 int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len);
-// The FLOPs backward spends recomputing one micro-batch's checkpointed blocks.
+// selective-op: the weights (in*out) of the block's linears it recomputes, the even-numbered of the
+// 7 in forward order (wq, wk, wv, wo, w_gate, w_up, w_down): wk, wo, w_up = H*KV + H*H + H*F.
+int64_t op_sac_recomputed_linear_params(const ModelConfig& cfg);
+// The FLOPs backward spends recomputing one micro-batch's checkpointed blocks: block_forward_flops
+// per block; selective-op only 2*N*op_sac_recomputed_linear_params + SDPA's 4*B*nh*hd*T^2 (its
+// CPU op is recomputed; the saved linears, the norms' and the elementwise ops count nothing).
 int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
                                         const ActivationCheckpointing& activation_checkpointing);
 FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing);

@@ -1,15 +1,18 @@
-// Issue 37: --activation-checkpointing none|full|selective-layer:N (torchtitan's modes,
+// Issue 37: --activation-checkpointing none|full|selective-layer:N|selective-op (torchtitan's modes,
 // models/activation_checkpointing.hpp). The flag's parsing (a bare flag is full; bad values exit 2
-// with one line naming them; selective-op is refused as not implemented), torchtitan's every-N-th
-// block rule, the activation terms and recompute FLOPs of each mode, and end to end at W = 2 on CPU:
-// losses bitwise equal across modes, every rank's measured peak within 5% of its estimate, and the
-// recompute FLOPs counted in backward equal to the closed form (selective-layer fewer than full).
+// with one line naming them), torchtitan's every-N-th block rule and op-SAC mm rule, the activation
+// terms and recompute FLOPs of each mode, selective-op's gradients bitwise those without
+// checkpointing (causal and per-document attention, GQA, fp32 and bf16), and end to end at W = 2 on
+// CPU: losses bitwise equal across modes, every rank's measured peak within 5% of its estimate, and
+// the recompute FLOPs counted in backward equal to the closed form.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
 
 #include "models/activation_memory.hpp"
+#include "models/llama.hpp"
 #include "models/model_config.hpp"
 #include "reports/report.hpp"
 #include "tests/run_binary.hpp"
@@ -45,10 +48,13 @@ TEST(ActivationCheckpointingMode, ParsesTorchtitansModesAndTheBareFlagIsFull) {
   EXPECT_EQ(models::parse_activation_checkpointing("false"), ActivationCheckpointing::none());
   EXPECT_EQ(models::parse_activation_checkpointing("selective-layer:2"), ActivationCheckpointing::selective_layer(2));
   EXPECT_EQ(models::parse_activation_checkpointing("selective-layer:0"), ActivationCheckpointing::selective_layer(0));
+  EXPECT_EQ(models::parse_activation_checkpointing("selective-op"), ActivationCheckpointing::selective_op());
   for (const char* bad : {"selective-layer:", "selective-layer:-1", "selective-layer:x", "selective", "op", "Full",
-                          "selective-op"})
+                          "selective-op:1", "selective_op"})
     EXPECT_FALSE(models::parse_activation_checkpointing(bad)) << bad;
   EXPECT_EQ(ActivationCheckpointing::selective_layer(3).name(), "selective-layer:3");
+  EXPECT_EQ(ActivationCheckpointing::selective_op().name(), "selective-op");
+  EXPECT_EQ(models::activation_checkpointing_of_report("selective-op", true), ActivationCheckpointing::selective_op());
   // A report's keys: the mode when present, else the boolean every report has.
   EXPECT_EQ(models::activation_checkpointing_of_report("", true), ActivationCheckpointing::full());
   EXPECT_EQ(models::activation_checkpointing_of_report("", false), ActivationCheckpointing::none());
@@ -69,6 +75,7 @@ TEST(ActivationCheckpointingMode, SelectiveLayerCheckpointsEveryNthBlockAsTorcht
   EXPECT_EQ(checkpointed(ActivationCheckpointing::selective_layer(0), 3), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(checkpointed(ActivationCheckpointing::selective_layer(5), 4).empty());
   EXPECT_EQ(checkpointed(ActivationCheckpointing::full(), 3), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(checkpointed(ActivationCheckpointing::selective_op(), 3), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(checkpointed(ActivationCheckpointing::none(), 3).empty());
   EXPECT_EQ(ActivationCheckpointing::selective_layer(3).checkpointed_blocks(7), 2);
 }
@@ -102,9 +109,25 @@ TEST(ActivationCheckpointingMode, ActivationTermsAndRecomputeFlopsOfEachMode) {
   EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::full()), 4 * fwd);
   EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::selective_layer(2)), 2 * fwd);
   EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::none()), 0);
+  // selective-op: every block keeps its input and the outputs of wq, wv, w_gate, w_down; its replay
+  // saves a block's activations but v and gate (kept); it recomputes wk, wo, w_up and SDPA only.
+  const int64_t H = m.hidden, KV = m.kv_dim(), F = m.ffn;
+  const auto op = models::activation_memory(m, B, T, c, ActivationCheckpointing::selective_op());
+  EXPECT_EQ(op.blocks.bytes, 4 * c * N * (3 * H + KV + F));
+  EXPECT_EQ(op.block_backward.bytes, grads + block - c * N * (KV + F));
+  EXPECT_LT(full.peak_bytes(), op.peak_bytes());
+  EXPECT_LT(op.peak_bytes(), none.peak_bytes());
+  EXPECT_EQ(models::op_sac_recomputed_linear_params(m), H * KV + H * H + H * F);
+  const int64_t op_block = 2 * N * (H * KV + H * H + H * F) + 4 * B * m.heads * m.head_dim() * T * T;
+  EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::selective_op()), 4 * op_block);
+  EXPECT_LT(op_block, fwd);  // a block's op-SAC replay costs less than its forward
+  // torchtitan's mm parity: count % 2 == 0 is recomputed, so the 1st, 3rd, ... are saved.
+  EXPECT_TRUE(ActivationCheckpointing::op_sac_saves_mm(1));
+  EXPECT_FALSE(ActivationCheckpointing::op_sac_saves_mm(2));
+  EXPECT_TRUE(ActivationCheckpointing::op_sac_saves_mm(7));
   // palm_recompute: palm + the recompute per token, the same count.
   for (const auto& ac : {ActivationCheckpointing::full(), ActivationCheckpointing::selective_layer(2),
-                         ActivationCheckpointing::selective_layer(3)}) {
+                         ActivationCheckpointing::selective_layer(3), ActivationCheckpointing::selective_op()}) {
     const auto f = models::flops_per_token(m, T, ac);
     EXPECT_DOUBLE_EQ((f.palm_recompute - f.palm) * double(N),
                      double(models::recompute_flops_per_micro_batch(m, B, T, ac)))
@@ -112,15 +135,80 @@ TEST(ActivationCheckpointingMode, ActivationTermsAndRecomputeFlopsOfEachMode) {
   }
 }
 
+namespace {
+// Weights as plain leaf tensors (requires_grad), in the compute dtype.
+struct Leaves : models::UnitParamSource {
+  std::vector<std::vector<at::Tensor>> units;
+  Leaves(const models::ModelConfig& cfg, at::ScalarType dtype) {
+    for (int u = 0; u < int(models::unit_count(cfg)); ++u) {
+      units.emplace_back();
+      for (const auto& w : models::unflatten_unit(cfg, u, models::init_unit_flat(cfg, u, 7)))
+        units.back().push_back(w.to(dtype).detach().requires_grad_(true));
+    }
+  }
+  std::vector<at::Tensor> unit_weights(int unit) override { return units[size_t(unit)]; }
+};
+
+struct LossAndGrads {
+  at::Tensor loss;
+  std::vector<at::Tensor> grads;
+  int64_t recomputed = 0;
+};
+
+LossAndGrads loss_and_grads(const models::ModelConfig& cfg, at::ScalarType dtype, bool documents,
+                            const ActivationCheckpointing& ac) {
+  const int64_t B = 2, T = 64;
+  Leaves w(cfg, dtype);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const auto tokens = at::randint(cfg.vocab, {B, T}, gen, at::TensorOptions().dtype(at::kLong));
+  const auto targets = at::randint(cfg.vocab, {B, T}, gen, at::TensorOptions().dtype(at::kLong));
+  auto rope = models::make_rope_cache(cfg, T, dtype, at::kCPU);
+  if (documents) {  // two documents a row: 0..23 and 24..63 (positions restart)
+    auto doc = (at::arange(T, at::TensorOptions().dtype(at::kLong)) >= 24).to(at::kLong).repeat({B, 1});
+    auto pos = at::arange(T, at::TensorOptions().dtype(at::kLong)) - doc[0] * 24;
+    rope = models::document_attention(rope, pos.repeat({B, 1}), doc);
+  }
+  const int64_t before = models::recomputed_flops();
+  LossAndGrads out;
+  out.loss = models::forward_loss(cfg, w, tokens, targets, rope, {ac, false});
+  out.loss.backward();
+  out.recomputed = models::recomputed_flops() - before;
+  for (const auto& unit : w.units)
+    for (const auto& t : unit) out.grads.push_back(t.grad());
+  return out;
+}
+}  // namespace
+
+// selective-op keeps wq, wv, w_gate, w_down's outputs and replays the rest: the loss and every
+// gradient are bitwise those without checkpointing (the kept linears differentiate with the same
+// mm calls as at::linear's autograd), with causal and per-document attention, GQA (tiny: 4 heads,
+// 2 kv heads), fp32 and bf16; the FLOPs its backward counts are the closed form.
+TEST(ActivationCheckpointingMode, SelectiveOpGradientsBitwiseThoseWithoutCheckpointing) {
+  at::manual_seed(0);
+  const auto m = tiny_layers(3);
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+    for (const bool documents : {false, true}) {
+      const auto plain = loss_and_grads(m, dtype, documents, ActivationCheckpointing::none());
+      const auto op = loss_and_grads(m, dtype, documents, ActivationCheckpointing::selective_op());
+      const std::string what = std::string(dtype == at::kFloat ? "fp32" : "bf16") + (documents ? " documents" : " causal");
+      EXPECT_TRUE(at::equal(plain.loss, op.loss)) << what;
+      ASSERT_EQ(plain.grads.size(), op.grads.size());
+      for (size_t i = 0; i < plain.grads.size(); ++i) {
+        ASSERT_TRUE(op.grads[i].defined()) << what << " weight " << i;
+        EXPECT_TRUE(at::equal(plain.grads[i], op.grads[i])) << what << " weight " << i;
+      }
+      EXPECT_EQ(plain.recomputed, 0) << what;
+      EXPECT_EQ(op.recomputed, models::recompute_flops_per_micro_batch(m, 2, 64, ActivationCheckpointing::selective_op()))
+          << what;
+    }
+}
+
 TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
-  for (const std::string bad : {"selective-layer:x", "sometimes", "selective-op"}) {
+  for (const std::string bad : {"selective-layer:x", "sometimes", "selective"}) {
     const auto r = run_zerobench("run --backend ddp --model tiny --nproc 1 --steps 1 --warmup 0 "
                                  "--activation-checkpointing " + bad + " --quiet --out /dev/null");
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
-    EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
-    if (bad == "selective-op") {
-      EXPECT_NE(r.output.find("not implemented"), std::string::npos) << r.output;
-    }
+    EXPECT_NE(r.output.find("'" + bad + "' is not a mode"), std::string::npos) << r.output;
   }
   // model-info takes the same values; the bare flag is full.
   const auto bare = run_zerobench("model-info tiny --world-size 2 --seq-len 128 --activation-checkpointing --json");
@@ -133,7 +221,7 @@ TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   EXPECT_EQ(je["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "selective-layer:2");
 }
 
-// At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the four modes train bitwise alike (a
+// At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the five modes train bitwise alike (a
 // recompute is the same fp32 arithmetic); each rank's program-order peak is within [0.95, 1.05]
 // of its estimate; the recompute FLOPs counted in backward are the closed form, fewer for
 // selective-layer than full, absent without checkpointing.
@@ -143,10 +231,12 @@ TEST(ActivationCheckpointingRun, LossesBitwiseEqualPeaksWithinFivePercentAndReco
   const std::string base = "run --model tiny --layers 4 --nproc 2 --micro-batch 2 --seq-len 128 --grad-accum 2 "
                            "--steps 2 --warmup 1 --data markov --threads 1 --precision fp32 --quiet";
   const std::vector<std::string> modes = {"", "--activation-checkpointing", "--activation-checkpointing selective-layer:2",
-                                          "--activation-checkpointing selective-layer:3"};
+                                          "--activation-checkpointing selective-layer:3",
+                                          "--activation-checkpointing selective-op"};
   const std::vector<ActivationCheckpointing> expected = {ActivationCheckpointing::none(), ActivationCheckpointing::full(),
                                                          ActivationCheckpointing::selective_layer(2),
-                                                         ActivationCheckpointing::selective_layer(3)};
+                                                         ActivationCheckpointing::selective_layer(3),
+                                                         ActivationCheckpointing::selective_op()};
   const auto out = temp_path("ac_modes.json");
   for (const std::string backend : {"fsdp2", "zero3"}) {
     std::vector<double> losses_none;
@@ -184,6 +274,7 @@ TEST(ActivationCheckpointingRun, LossesBitwiseEqualPeaksWithinFivePercentAndReco
     }
     EXPECT_EQ(recompute["selective-layer:2"] * 2, recompute["full"]) << backend;
     EXPECT_EQ(recompute["selective-layer:3"] * 4, recompute["full"]) << backend;
+    EXPECT_LT(recompute["selective-op"], recompute["full"]) << backend;
   }
   std::remove(out.c_str());
 }

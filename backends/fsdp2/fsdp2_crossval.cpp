@@ -30,7 +30,8 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
            "scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac finds the blocks through the auto-wrap "
            "policy, and NO_WRAP has none)" + way;
   // The runner applies accelerate's fsdp2_apply_ac: every block, i.e. full.
-  if (spec.train.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::SelectiveLayer)
+  if (spec.train.activation_checkpointing.enabled() &&
+      spec.train.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::Full)
     return "PyTorch FSDP2 with --activation-checkpointing " + spec.train.activation_checkpointing.name() +
            " is not set up by scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac checkpoints every block: "
            "full)" + way;

@@ -34,7 +34,7 @@ const CommandRegistrar kModelInfo(
            ->capture_default_str();
        add_activation_checkpointing_option(cmd, info->run.train.activation_checkpointing,
                                            "estimate memory with activation checkpointing: none, full (bare), "
-                                           "selective-layer:N");
+                                           "selective-layer:N, selective-op");
        cmd.add_option("--device", info->run.device, "cpu (Gloo stages collectives in host memory) or cuda (NCCL)")
            ->check(CLI::IsMember({"cpu", "cuda"}))
            ->capture_default_str();

@@ -448,3 +448,35 @@ def _train(make_runner, args):
     dist.barrier()
     dist.destroy_process_group()
     os._exit(0)
+
+
+def op_sac_context_fn():
+    """torchtitan's per-op selective activation checkpointing (--activation-checkpointing
+    selective-op): torchtitan/distributed/activation_checkpoint.py _apply_op_sac with the llama3
+    _op_sac_save_list of the selective_ac_option releases, as a checkpoint context_fn. Each call
+    (one checkpointed forward) starts the mm counters at 0; the odd-numbered aten.mm / aten.linear
+    of a forward (and of its recompute) are saved, every second one recomputed; the other listed
+    ops are saved; everything else is recomputed. The CPU SDPA op is not in the list."""
+    from collections import defaultdict
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    ops = torch.ops
+    save_list = {ops.aten.mm.default, ops.aten.linear.default,
+                 ops.aten._scaled_dot_product_efficient_attention.default,
+                 ops.aten._scaled_dot_product_flash_attention.default,
+                 ops.aten._scaled_dot_product_cudnn_attention.default,
+                 ops.aten._scaled_dot_product_attention_math.default,
+                 ops.aten._scaled_dot_product_fused_attention_overrideable.default,
+                 ops._c10d_functional.reduce_scatter_tensor.default,
+                 ops.aten.max.default}
+    mm_ops = (ops.aten.mm.default, ops.aten.linear.default)
+    meta = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+        if func in mm_ops:
+            meta[key] += 1
+        to_save = func in save_list and not (func in mm_ops and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)

@@ -114,11 +114,14 @@ def make_runner(spec, work, device):
             CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
         # torchtitan's selective-layer:N (_apply_layer_sac): the blocks counted 1, 2, ... and the
         # one whose count is a multiple of N wrapped (N = 0: every block); full: every block.
+        # selective-op (_apply_op_sac): every block, under torchtitan's save-list policy.
         every = int(mode.split(":", 1)[1]) if mode.startswith("selective-layer:") else 1
         blocks = [m for m in wrapped.modules() if isinstance(m, zbmodel.DecoderLayer)]
         chosen = {id(b) for i, b in enumerate(blocks, 1) if every == 0 or i % every == 0}
+        op_sac = {"context_fn": common.op_sac_context_fn} if mode == "selective-op" else {}
         apply_activation_checkpointing(
-            wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                                             **op_sac),
             check_fn=lambda m: id(m) in chosen)
         wrapped_blocks = sum(1 for m in wrapped.modules() if type(m).__name__ == "CheckpointWrapper")
         if wrapped_blocks != len(chosen):
