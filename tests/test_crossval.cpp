@@ -4,7 +4,9 @@
 // FSDP2, DeepSpeed ZeRO-3), asserting the bitwise modes are bitwise; each ZeRO stage at three
 // reduce_bucket_sizes (DeepSpeed's collectives, every call, and bitwise) and ZeRO-1/2 at W=3
 // (issue 35); a planted 1% lr difference that must be reported as a disagreement, its reason
-// printed; and bad input. The device
+// printed; and bad input. Per-document batches (issue 37): pack rows through every engine and pad
+// rows through two, bitwise; the reference's mask, positions and loss divisor each planted wrong
+// and seen to disagree; packed logits; the DeepSpeed reference's activation checkpointing. The device
 // plumbing (cpu + Gloo, cuda + NCCL): what a CPU can check — the device resolved and refused up
 // front (more ranks than GPUs, no GPU), the runners' --device and their clean refusals, every
 // reference rank reporting the device it ran on, DeepSpeed never compiling an op — and, on a
