@@ -461,6 +461,24 @@ TEST(Crossval, DeepSpeedReferenceCheckpointsTheBlocksZerobenchCheckpoints) {
       << "planted: the runner ignores --activation-checkpointing";
 }
 
+// The FSDP2 reference checkpoints the blocks selective-layer:N picks (accelerate's fsdp2_apply_ac
+// on those blocks only; crossval refused the mode before): block 2 of tiny's 2, bitwise. With the
+// runner wrapping every block (planted: what it did for any mode) the note names blocks [1, 2].
+TEST(Crossval, Fsdp2ReferenceCheckpointsTheSelectedBlocks) {
+  const std::string args = "--backend fsdp2 --precision mixed --activation-checkpointing selective-layer:2 --steps 2 "
+                           "--grad-accum 2 --micro-batch 2 --threads 1";
+  const std::string want = "norms of blocks [2] (selective-layer:2";
+  const auto doc = run_case(args);
+  expect_agreement(doc, "FSDP2", 1, 2);
+  EXPECT_NE(doc["modes"][0]["upstream_notes"].dump().find(want), std::string::npos) << doc["modes"][0]["upstream_notes"];
+  const auto dir = planted_scripts("planted_fsdp2_ac", "run_fsdp2.py",
+                                   "zbmodel.checkpointed_blocks(len(net.model.layers), ac_mode))",
+                                   "range(len(net.model.layers)))");
+  const auto planted = run_case(args, 0, nullptr, 2, "ZEROBENCH_CROSSVAL_DIR=" + dir);
+  EXPECT_EQ(planted["modes"][0]["upstream_notes"].dump().find(want), std::string::npos)
+      << "planted: every block wrapped";
+}
+
 // Issue 35: a DeepSpeed file's scheduler section is built by DeepSpeed itself from the crossval
 // JSON (its "auto"s filled as transformers fills them), and the lr of every step on every rank is
 // compared to the bit: a ZeRO-2 WarmupDecayLR file all "auto" (the issue's case, 5 steps so that

@@ -133,11 +133,13 @@ def make_runner(spec, work, device):
     if not wrap_blocks:
         runner.notes.append("auto_wrap_policy NO_WRAP: no block is wrapped; the blocks' parameters are in the root "
                             "group (accelerate fsdp2_prepare_model)")
-    if any(type(m).__name__ == "CheckpointWrapper" for m in net.modules()):
+    wrapped_blocks = [i + 1 for i, layer in enumerate(net.model.layers)
+                      if any(type(m).__name__ == "CheckpointWrapper" for m in layer.children())]
+    if wrapped_blocks:
         runner.notes.append("activation checkpointing: checkpoint_wrapper(child, preserve_rng_state=False) on " +
                             ("each block's self_attn, mlp and norms (accelerate fsdp2_apply_ac)" if ac_mode == "full" else
-                             f"the self_attn, mlp and norms of the blocks {ac_mode} picks (1-based count a multiple of "
-                             "N, torchtitan's _apply_layer_sac; accelerate fsdp2_apply_ac on those blocks)"))
+                             f"the self_attn, mlp and norms of blocks {wrapped_blocks} ({ac_mode}: 1-based count a "
+                             "multiple of N, torchtitan's _apply_layer_sac; accelerate fsdp2_apply_ac on those blocks)"))
     return runner
 
 
