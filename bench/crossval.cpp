@@ -103,8 +103,10 @@ json user_config_file(const RunOptions::Resolved& resolved, const std::string& k
   return file;
 }
 
+// `batching` only for per-document batches (pad, pack): a pack-naive run's documents and spec.json
+// are what they were before per-document crossval existed.
 json crossval_train_json(const backends::TrainConfig& t) {
-  return {{"micro_batch", t.micro_batch},   {"seq_len", t.seq_len},
+  json j = {{"micro_batch", t.micro_batch},   {"seq_len", t.seq_len},
           {"grad_accum", t.grad_accum},     {"steps", t.steps},
           {"warmup", t.warmup},             {"lr", t.lr},
           {"lr_schedule", t.lr_schedule},   {"lr_warmup_steps", t.lr_warmup_steps},
@@ -115,7 +117,10 @@ json crossval_train_json(const backends::TrainConfig& t) {
           {"data", t.data},                 {"activation_checkpointing", t.activation_checkpointing.enabled()},
           {"activation_checkpointing_mode", t.activation_checkpointing.name()},
           {"sync_each_batch", t.sync_each_batch}};
+  if (!t.batching.empty() && t.batching != "pack-naive") j["batching"] = t.batching;
+  return j;
 }
+
 
 // weights/ (HF Llama safetensors + config.json, fp32: each side casts to its load dtype).
 void write_weights(const std::string& dir, const models::ModelConfig& cfg, uint64_t seed) {
@@ -124,10 +129,11 @@ void write_weights(const std::string& dir, const models::ModelConfig& cfg, uint6
   ckpt::write_hf_llama(dir, cfg, units, at::kFloat);
 }
 
-// batches.safetensors: rank r's micro-batch a of step s, exactly as bench/trainer.cpp draws it.
+// batches.safetensors: rank r's micro-batch a of step s, exactly as bench/trainer.cpp draws it;
+// per-document batches (--batching pad|pack) add their position_ids and document_ids.
 void write_batches(const std::string& path, const backends::EngineSpec& spec, int world) {
   const auto& t = spec.train;
-  auto data = models::make_data_source(t.data, spec.model.vocab, t.seed);
+  auto data = models::make_data_source(t.data, spec.model.vocab, t.seed, t.batching);
   std::vector<ckpt::NamedTensor> tensors;
   for (int64_t s = 0; s < t.steps; ++s)
     for (int64_t a = 0; a < t.grad_accum; ++a)
@@ -137,6 +143,10 @@ void write_batches(const std::string& path, const backends::EngineSpec& spec, in
         const std::string key = "step" + std::to_string(s) + ".micro" + std::to_string(a) + ".rank" + std::to_string(r);
         tensors.push_back({key + ".tokens", b.tokens});
         tensors.push_back({key + ".targets", b.targets});
+        if (b.document_ids.defined()) {
+          tensors.push_back({key + ".position_ids", b.position_ids});
+          tensors.push_back({key + ".document_ids", b.document_ids});
+        }
       }
   ckpt::write_safetensors(path, tensors);
 }
@@ -297,9 +307,17 @@ int logits_command(const CrossvalOptions& o, const std::string& out, const std::
   const auto spec = o.run.engine_spec();
   const auto& cfg = spec.model;
   write_weights(work + "/weights", cfg, spec.train.seed);
-  auto data = models::make_data_source(spec.train.data, cfg.vocab, spec.train.seed);
+  auto data = models::make_data_source(spec.train.data, cfg.vocab, spec.train.seed, spec.train.batching);
   const auto batch = data->samples(0, spec.train.micro_batch, spec.train.seq_len);
-  ckpt::write_safetensors(work + "/tokens.safetensors", {{"tokens", batch.tokens}});
+  // Per-document batches (--batching pad|pack): the rows' position_ids and document_ids beside the
+  // tokens; both models attend per document with them.
+  const bool per_document = batch.document_ids.defined();
+  std::vector<ckpt::NamedTensor> inputs = {{"tokens", batch.tokens}};
+  if (per_document) {
+    inputs.push_back({"position_ids", batch.position_ids});
+    inputs.push_back({"document_ids", batch.document_ids});
+  }
+  ckpt::write_safetensors(work + "/tokens.safetensors", inputs);
   const auto checkpoint = ckpt::SafetensorsCheckpoint::open(work + "/weights");
   at::set_num_threads(1);
   std::vector<std::string> modes = o.precisions.empty() ? std::vector<std::string>{"fp32", "bf16"} : o.precisions;
@@ -316,7 +334,8 @@ int logits_command(const CrossvalOptions& o, const std::string& out, const std::
     }
     PlainWeights source(std::move(w));
     at::NoGradGuard no_grad;
-    const auto rope = models::make_rope_cache(cfg, spec.train.seq_len, dtype, at::kCPU);
+    const auto table = models::make_rope_cache(cfg, spec.train.seq_len, dtype, at::kCPU);
+    const auto rope = per_document ? models::document_attention(table, batch.position_ids, batch.document_ids) : table;
     ours.push_back(models::forward_logits(cfg, source, batch.tokens, rope));
     ckpt::write_safetensors(work + "/logits_zerobench_" + mode + ".safetensors", {{"logits", ours.back()}});
     joined += (joined.empty() ? "" : ",") + mode;
@@ -351,6 +370,9 @@ int logits_command(const CrossvalOptions& o, const std::string& out, const std::
                          {"ffn", cfg.ffn}, {"vocab", cfg.vocab}}},
               {"results", results},
               {"agree", all_ok}};
+  if (per_document)
+    doc["batch"] = {{"batching", spec.train.batching}, {"documents", batch.documents}, {"label_tokens", batch.label_tokens},
+                    {"real_tokens", batch.real_tokens}};
   reports::write_json_atomic(out, doc);
   std::cout << doc.dump(2) << "\n";
   return all_ok ? kExitOk : kExitFailed;
@@ -396,10 +418,6 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   if (r.emulate_world_size > 0) throw UsageError("crossval runs real ranks on both sides: --emulate-world-size is not supported");
   if (r.profile || !r.trace.empty()) throw UsageError("crossval does not profile: drop --profile/--trace");
   if (!r.fault_inject.empty()) throw UsageError("crossval does not take --fault-inject");
-  if (!r.train.batching.empty() && r.train.batching != "pack-naive")
-    throw UsageError("crossval --batching " + r.train.batching +
-                     ": the reference runners train one causal mask a row (no position_ids or document mask); "
-                     "use --batching pack-naive");
   if (o.logits && r.device != "cpu") throw UsageError("crossval --logits --device " + r.device + ": the logits check runs on cpu only");
   // Both sides on one device kind (zerobench's --device is forwarded; the runners get --device
   // and the backend that goes with it), refused here before anything is written or started.

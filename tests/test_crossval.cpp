@@ -4,7 +4,9 @@
 // FSDP2, DeepSpeed ZeRO-3), asserting the bitwise modes are bitwise; each ZeRO stage at three
 // reduce_bucket_sizes (DeepSpeed's collectives, every call, and bitwise) and ZeRO-1/2 at W=3
 // (issue 35); a planted 1% lr difference that must be reported as a disagreement, its reason
-// printed; and bad input. The device
+// printed; and bad input. Per-document batches (issue 37): pack rows through every engine and pad
+// rows through two, bitwise; the reference's mask, positions and loss divisor each planted wrong
+// and seen to disagree; packed logits; the DeepSpeed reference's activation checkpointing. The device
 // plumbing (cpu + Gloo, cuda + NCCL): what a CPU can check — the device resolved and refused up
 // front (more ranks than GPUs, no GPU), the runners' --device and their clean refusals, every
 // reference rank reporting the device it ran on, DeepSpeed never compiling an op — and, on a
@@ -14,8 +16,10 @@
 // results in test_crossval_compare.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <tuple>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -329,6 +333,150 @@ TEST(Crossval, PlantedLrDifferenceIsReportedAsADisagreement) {
   for (const auto& r : doc["verdict"]["reasons"]) loss_reason = loss_reason || r.get<std::string>().find("loss") != std::string::npos;
   EXPECT_TRUE(loss_reason) << doc["verdict"].dump();
   EXPECT_NE(output.find("crossval: disagreement: fp32: step 2: loss"), std::string::npos) << output;
+}
+
+// ---- per-document batches (--batching pad|pack) and activation checkpointing (issue 37) ----
+namespace {
+// Documents of 3 to 130 tokens as --data lengths:FILE: at --seq-len 64 the long ones are cut into
+// pieces, pack rows hold several documents and padding, pad rows one piece each.
+std::string document_lengths_file() {
+  const auto path = temp_path("crossval_lengths.csv");
+  std::ofstream(path, std::ios::trunc) << "length,count\n3,4\n7,6\n23,4\n40,4\n64,2\n90,2\n130,1\n";
+  return path;
+}
+
+std::string per_document_flags(const std::string& batching) {
+  return "--batching " + batching + " --data lengths:" + document_lengths_file() +
+         " --seq-len 64 --steps 2 --grad-accum 2 --micro-batch 2 --threads 1";
+}
+
+// A copy of scripts/crossval with `from` replaced by `to` in `file` (the plant must apply: the
+// test fails if `from` is not there), for ZEROBENCH_CROSSVAL_DIR.
+std::string planted_scripts(const std::string& name, const std::string& file, const std::string& from,
+                            const std::string& to) {
+  const std::string dir = zb::test_support::make_clean_dir(name);
+  EXPECT_FALSE(dir.empty());
+  EXPECT_EQ(std::system(("cp " + zb::bench::crossval_scripts_dir() + "/*.py " + dir + "/").c_str()), 0);
+  std::ifstream in(dir + "/" + file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "the plant does not apply to " << file << ": " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  std::ofstream(dir + "/" + file, std::ios::trunc) << text;
+  return dir;
+}
+}  // namespace
+
+// Every engine trains packed rows (several documents a row, position_ids restarting per document,
+// the block-diagonal causal mask, the loss summed over the step's labels on every rank and
+// micro-batch and divided by their count) as its framework does when the reference model is given
+// the same position_ids: every step bitwise in the modes docs/crossval.md calls bitwise, the
+// batches (tokens, targets, document ids) equal on every rank.
+TEST(Crossval, PackedBatchesTrainAsEveryFrameworkTrainsThem) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"fsdp", "fp32,mixed", "FSDP1"}, {"fsdp2", "fp32", "FSDP2"}, {"zero1", "bf16", "DeepSpeed ZeRO-1"},
+      {"zero2", "bf16", "DeepSpeed ZeRO-2"}, {"zero3", "bf16", "DeepSpeed ZeRO-3"}};
+  for (const auto& [backend, precisions, name] : cases) {
+    const auto doc = run_case("--backend " + backend + " --precision " + precisions + " " + per_document_flags("pack"));
+    EXPECT_EQ(doc["train"]["batching"], "pack") << backend;
+    expect_agreement(doc, name, size_t(std::count(precisions.begin(), precisions.end(), ',') + 1), 2);
+  }
+}
+
+// Padded rows (one document piece a row, the rest padding with label -100): the same.
+TEST(Crossval, PaddedBatchesTrainAsDeepSpeedAndFsdpTrainThem) {
+  for (const std::string backend : {"zero2", "fsdp"}) {
+    const auto doc = run_case("--backend " + backend + " --precision fp32 " + per_document_flags("pad"));
+    EXPECT_EQ(doc["train"]["batching"], "pad");
+    expect_agreement(doc, backend == "fsdp" ? "FSDP1" : "DeepSpeed ZeRO-2", 1, 2);
+  }
+}
+
+// Each part of per-document training the reference must do as zerobench does, planted wrong in a
+// copy of the runners: one causal mask a row (the document mask ignored), RoPE at 0..T-1 (the
+// position_ids ignored), and the loss divided by each rank's own label count (HF's
+// average_tokens_across_devices off) — each a disagreement. zero2 fp32, whose bound is bitwise:
+// RoPE is relative, so positions shifted by a document's offset move only the rounding (zero2:
+// step 0 bitwise, 1.0e-7 in the step-1 grad norm; FSDP1 fp32's generic 1e-5 passes that).
+TEST(Crossval, PerDocumentTrainingDisagreesWhenTheReferenceIgnoresAPart) {
+  struct Plant {
+    std::string what, file, from, to, reason;
+  };
+  const std::vector<Plant> plants = {
+      {"mask", "model.py", "attn_mask=mask, dropout_p=0.0, is_causal=False", "attn_mask=None, dropout_p=0.0, is_causal=True",
+       "step 0: loss"},
+      {"positions", "model.py", "flat = position_ids.reshape(-1)", "flat = torch.arange(T).repeat(B)", "step 1: grad norm"},
+      {"divisor", "common.py", "labels = step_label_counts(rows, counter) if per_document else None",
+       "labels = [dist.get_world_size() * float(sum(int(b[1].ne(-100).sum()) for b in row)) for row in rows] if per_document else None",
+       "step 0: grad norm"}};
+  for (const auto& p : plants) {
+    const auto dir = planted_scripts("planted_" + p.what, p.file, p.from, p.to);
+    std::string output;
+    const auto doc = run_case("--backend zero2 --precision fp32 " + per_document_flags("pack"), 1, &output, 2,
+                              "ZEROBENCH_CROSSVAL_DIR=" + dir);
+    EXPECT_FALSE(doc["verdict"]["agree"].get<bool>()) << p.what;
+    EXPECT_NE(output.find("crossval: disagreement: fp32: " + p.reason), std::string::npos) << p.what << "\n" << output;
+    for (const auto& why : doc["verdict"]["reasons"]) std::cerr << "planted " << p.what << ": " << why.get<std::string>() << "\n";
+  }
+}
+
+// --logits on a packed micro-batch: position_ids and document ids written beside the tokens, both
+// models attend per document — fp32 bitwise, bf16 within one ulp; with the reference ignoring the
+// position_ids (planted) fp32 disagrees.
+TEST(Crossval, PythonModelGivesZerobenchsLogitsOnPackedRows) {
+  const std::string flags = " --logits --model tiny --micro-batch 2 --seq-len 64 --batching pack --data lengths:" +
+                            document_lengths_file();
+  const auto out = temp_path("logits_packed.json");
+  const auto r = run_zerobench("crossval" + flags + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto doc = read_json(out);
+  EXPECT_EQ(doc["batch"]["batching"], "pack");
+  EXPECT_GT(doc["batch"]["documents"].get<int64_t>(), 2) << "several documents in two rows";
+  ASSERT_EQ(doc["results"].size(), 2u);
+  for (const auto& res : doc["results"]) EXPECT_TRUE(res["agree"].get<bool>()) << res.dump();
+  EXPECT_TRUE(doc["results"][0]["bitwise_equal"].get<bool>()) << doc["results"][0].dump();
+  const auto dir = planted_scripts("planted_logits", "logits.py", "net.logits(tokens, position_ids)", "net.logits(tokens)");
+  const auto planted = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(ZEROBENCH_BIN) +
+                                                     " crossval" + flags + " --precision fp32 --out " + out + " 2>&1");
+  EXPECT_EQ(planted.exit_code, 1) << planted.output;
+  EXPECT_FALSE(read_json(out)["results"][0]["agree"].get<bool>());
+}
+
+// The DeepSpeed reference checkpoints the blocks zerobench checkpoints, as HF's gradient
+// checkpointing does for a DeepSpeed user (torch.utils.checkpoint, non-reentrant, each chosen
+// decoder layer's forward): selective-layer:2 of tiny's 2 blocks is block 2, recomputed once per
+// micro-batch (2 steps x 2); bitwise. With the runner ignoring the mode (planted) nothing is
+// recomputed and the check fails.
+TEST(Crossval, DeepSpeedReferenceCheckpointsTheBlocksZerobenchCheckpoints) {
+  const std::string args = "--backend zero2 --precision bf16 --activation-checkpointing selective-layer:2 --steps 2 "
+                           "--grad-accum 2 --micro-batch 2 --threads 1";
+  const std::string want = "torch.utils.checkpoint: 4 block forwards checkpointed, 4 recomputed in backward";
+  const auto doc = run_case(args);
+  expect_agreement(doc, "DeepSpeed ZeRO-2", 1, 2);
+  EXPECT_NE(doc["modes"][0]["upstream_notes"].dump().find(want), std::string::npos) << doc["modes"][0]["upstream_notes"];
+  const auto dir = planted_scripts("planted_ac", "model.py", "net.model.checkpointed = frozenset(chosen)",
+                                   "net.model.checkpointed = frozenset()");
+  const auto planted = run_case(args, 0, nullptr, 2, "ZEROBENCH_CROSSVAL_DIR=" + dir);
+  EXPECT_EQ(planted["modes"][0]["upstream_notes"].dump().find(want), std::string::npos)
+      << "planted: the runner ignores --activation-checkpointing";
+}
+
+// The FSDP2 reference checkpoints the blocks selective-layer:N picks (accelerate's fsdp2_apply_ac
+// on those blocks only; crossval refused the mode before): block 2 of tiny's 2, bitwise. With the
+// runner wrapping every block (planted: what it did for any mode) the note names blocks [1, 2].
+TEST(Crossval, Fsdp2ReferenceCheckpointsTheSelectedBlocks) {
+  const std::string args = "--backend fsdp2 --precision mixed --activation-checkpointing selective-layer:2 --steps 2 "
+                           "--grad-accum 2 --micro-batch 2 --threads 1";
+  const std::string want = "norms of blocks [2] (selective-layer:2";
+  const auto doc = run_case(args);
+  expect_agreement(doc, "FSDP2", 1, 2);
+  EXPECT_NE(doc["modes"][0]["upstream_notes"].dump().find(want), std::string::npos) << doc["modes"][0]["upstream_notes"];
+  const auto dir = planted_scripts("planted_fsdp2_ac", "run_fsdp2.py",
+                                   "zbmodel.checkpointed_blocks(len(net.model.layers), ac_mode))",
+                                   "range(len(net.model.layers)))");
+  const auto planted = run_case(args, 0, nullptr, 2, "ZEROBENCH_CROSSVAL_DIR=" + dir);
+  EXPECT_EQ(planted["modes"][0]["upstream_notes"].dump().find(want), std::string::npos)
+      << "planted: every block wrapped";
 }
 
 // Issue 35: a DeepSpeed file's scheduler section is built by DeepSpeed itself from the crossval

@@ -76,6 +76,11 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
            "scripts/crossval/run_deepspeed.py does not set up DeepSpeed's loss scaler; crossval the file in bf16 or "
            "fp32 (--precision bf16 with a copy whose fp16.enabled is \"auto\" or false; zerobench's fp16 loss "
            "scaler is checked against DeepSpeed's DynamicLossScaler in tests/test_loss_scaler.cpp)";
+  if (spec.train.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::SelectiveOp)
+    return framework + " with --activation-checkpointing selective-op is not cross-validated: a DeepSpeed user "
+                       "checkpoints whole decoder layers (HF's gradient checkpointing, what "
+                       "scripts/crossval/run_deepspeed.py sets up: full, selective-layer:N); torchtitan's op-level "
+                       "policy is cross-validated on PyTorch FSDP1 (crossval --backend fsdp)";
   const auto& o = spec.options;
   for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"})
     if (o.value(key, false))

@@ -29,12 +29,12 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
     return "PyTorch FSDP2 with activation checkpointing and fsdp_auto_wrap_policy NO_WRAP is not set up by "
            "scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac finds the blocks through the auto-wrap "
            "policy, and NO_WRAP has none)" + way;
-  // The runner applies accelerate's fsdp2_apply_ac: every block, i.e. full.
-  if (spec.train.activation_checkpointing.enabled() &&
-      spec.train.activation_checkpointing.kind != models::ActivationCheckpointing::Kind::Full)
+  // The runner applies accelerate's fsdp2_apply_ac to the blocks zerobench checkpoints (every block
+  // for full; selective-layer:N's blocks N, 2N, ...); torchtitan's op-level policy it does not set up.
+  if (spec.train.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::SelectiveOp)
     return "PyTorch FSDP2 with --activation-checkpointing " + spec.train.activation_checkpointing.name() +
-           " is not set up by scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac checkpoints every block: "
-           "full)" + way;
+           " is not set up by scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac wraps whole blocks; "
+           "the op-level policy is crossval-ed on fsdp)" + way;
   return "";
 }
 

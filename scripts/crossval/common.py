@@ -18,6 +18,16 @@ covers forward, backward and the optimizer (data are loaded up front); model-sta
 taken at the end of the last micro-batch's backward of the last step. Must not: know a
 framework — a runner supplies forward_backward / optimizer_step / model_state_bytes.
 
+Per-document batches (--batching pad|pack): batches.safetensors carries each micro-batch's
+position_ids and document_ids too; the model gets position_ids (model.py: RoPE at the positions,
+the block-diagonal causal mask HF derives from them, checked here to be zerobench's document
+partition) and returns the summed cross-entropy of the label tokens; the step's label count over
+every rank and micro-batch (HF Trainer's num_items_in_batch, gathered across devices with
+average_tokens_across_devices) scales it before backward by world / labels, as bench/trainer.cpp
+does (HF: loss / num_items_in_batch, then * num_processes, and no 1 / gradient_accumulation_steps;
+DeepSpeed's backward with scale_wrt_gas=False), and the step's loss reported is the mean over its
+label tokens.
+
 The process exits with os._exit(0) after a barrier and destroy_process_group(): torch 2.11 +
 Gloo can abort at interpreter exit while a Gloo worker thread releases a finished all-gather's
 tensors (../../shared/UPSTREAM_ON_CPU.md); every result is on disk by then.
@@ -209,6 +219,15 @@ def group_lr(optimizer):
     return lrs[0]
 
 
+def activation_checkpointing_mode(train, opts):
+    """zerobench's resolved --activation-checkpointing (none | full | selective-layer:N); a
+    framework file's boolean (accelerate's fsdp_activation_checkpointing) is full."""
+    mode = train.get("activation_checkpointing_mode") or ("full" if train.get("activation_checkpointing") else "none")
+    if mode == "none" and opts.get("activation_checkpointing"):
+        mode = "full"
+    return mode
+
+
 def load_weights_file(work):
     """HF name -> fp32 (or stored dtype) tensor, from weights/ (single file or sharded index)."""
     from safetensors.torch import load_file
@@ -225,7 +244,8 @@ def load_weights_file(work):
 
 
 def load_batches(work, spec, rank):
-    """[step][micro] -> (tokens, targets) for this rank, as zerobench's trainer builds them."""
+    """[step][micro] -> (tokens, targets) for this rank, as zerobench's trainer builds them; with
+    per-document batches (--batching pad|pack) (tokens, targets, position_ids, document_ids)."""
     from safetensors.torch import load_file
     all_batches = load_file(os.path.join(work, "batches.safetensors"))
     t = spec["train"]
@@ -234,20 +254,50 @@ def load_batches(work, spec, rank):
         row = []
         for a in range(t["grad_accum"]):
             key = f"step{s}.micro{a}.rank{rank}"
-            row.append((all_batches[key + ".tokens"], all_batches[key + ".targets"]))
+            batch = (all_batches[key + ".tokens"], all_batches[key + ".targets"])
+            if key + ".position_ids" in all_batches:
+                batch += (all_batches[key + ".position_ids"], all_batches[key + ".document_ids"])
+                check_document_partition(key, batch[2], batch[3])
+            row.append(batch)
         out.append(row)
     return out
 
 
+def check_document_partition(key, position_ids, document_ids):
+    """The sequences HF finds in position_ids (model.packed_sequence_ids) must be the documents
+    zerobench's mask is built from (document_ids: a block wherever the id changes), else the two
+    sides would attend differently; a mismatch stops the runner naming the batch and row."""
+    import model as zbmodel
+    seq = zbmodel.packed_sequence_ids(position_ids)
+    starts_hf = seq[:, 1:] != seq[:, :-1]
+    starts_zb = document_ids[:, 1:] != document_ids[:, :-1]
+    bad = (starts_hf != starts_zb).any(dim=1).nonzero().flatten().tolist()
+    if bad:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: {key} row {bad[0]}: the sequences position_ids "
+                         "delimit (HF find_packed_sequence_indices) are not the batch's documents")
+
+
 def batch_sha256(row):
-    """SHA-256 of one step's input on this rank: every micro-batch's tokens then targets, their
-    int64 bytes in order — bench/trainer.cpp's StepRecord::batch_sha256 of the same step."""
+    """SHA-256 of one step's input on this rank: every micro-batch's tokens, targets and (per-document
+    batches) document_ids, their int64 bytes in order — bench/trainer.cpp's StepRecord::batch_sha256
+    of the same step."""
     import hashlib
     h = hashlib.sha256()
-    for tokens, targets in row:
-        for t in (tokens, targets):
+    for batch in row:
+        for t in batch[:2] + batch[3:4]:
             h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def step_label_counts(rows, counter):
+    """Per step, the label tokens (targets other than -100) of every rank's micro-batches: this
+    rank's count all-reduced (HF Trainer's num_items_in_batch, accelerator.gather(...).sum(); an
+    uncounted bookkeeping all-reduce as bench/trainer.cpp's), as floats."""
+    local = torch.tensor([float(sum(int(b[1].ne(-100).sum()) for b in row)) for row in rows], dtype=torch.float64)
+    active, counter.active = counter.active, False
+    dist.all_reduce(local)
+    counter.active = active
+    return local.tolist()
 
 
 def storage_bytes(t):
@@ -357,7 +407,9 @@ def run(make_runner):
     device.backend (some frameworks insist on doing it themselves), puts the model on
     device.torch as its framework does, and exposes:
       name, version                       what ran (e.g. "torch FSDP1", torch.__version__)
-      forward_backward(tokens, targets, loss_scale, last_micro_batch) -> float loss (unscaled)
+      forward_backward(tokens, targets, loss_scale, last_micro_batch, position_ids=None) -> float loss
+                                          (unscaled); with position_ids (per-document batches) the
+                                          model's summed loss, backward on loss * loss_scale
       optimizer_step(lr) -> float grad norm before clipping; sets last_lr, the lr its optimizer
                                           step used (read from the param groups at step time; `lr` is
                                           the schedule's value unless the framework owns the schedule)
@@ -384,8 +436,11 @@ def _train(make_runner, args):
     rank = dist.get_rank()
     rows = load_batches(work, spec, rank)
     hashes = [batch_sha256(row) for row in rows]  # what this rank trains on, step by step
-    batches = [[(tokens.to(device.torch), targets.to(device.torch)) for tokens, targets in row] for row in rows]
+    per_document = len(rows[0][0]) > 2
+    labels = step_label_counts(rows, counter) if per_document else None
+    batches = [[tuple(x.to(device.torch) for x in b[:3]) for b in row] for row in rows]
     t = spec["train"]
+    world = dist.get_world_size()
     steps = []
     states = None
     skipped = 0  # fp16: optimizer steps the loss scaler skipped; the LR schedule does not advance on them
@@ -402,8 +457,14 @@ def _train(make_runner, args):
         t0 = time.perf_counter()
         for a in range(t["grad_accum"]):
             last = a + 1 == t["grad_accum"]
-            tokens, targets = batches[step][a]
-            losses.append(runner.forward_backward(tokens, targets, 1.0 / t["grad_accum"], last))
+            if per_document:  # summed loss x world / labels before backward; reported x grad_accum too
+                tokens, targets, position_ids = batches[step][a]
+                value = runner.forward_backward(tokens, targets, float(world) / labels[step], last,
+                                                position_ids=position_ids)
+                losses.append(value * (float(t["grad_accum"]) * float(world) / labels[step]))
+            else:
+                tokens, targets = batches[step][a]
+                losses.append(runner.forward_backward(tokens, targets, 1.0 / t["grad_accum"], last))
             if last and step + 1 == t["steps"]:
                 counter.active = False  # memory introspection is not traffic
                 states = runner.model_state_bytes()
@@ -420,6 +481,12 @@ def _train(make_runner, args):
         if loss_scale is not None:
             steps[-1]["loss_scale"] = loss_scale
             skipped += int(loss_scale["skipped"])
+    notes = list(getattr(runner, "notes", []))
+    import model as zbmodel
+    calls = zbmodel.CHECKPOINT_CALLS
+    if calls["forwards"]:  # model.py's torch.utils.checkpoint blocks (DeepSpeed's reference)
+        notes.append(f"torch.utils.checkpoint: {calls['forwards']} block forwards checkpointed, "
+                     f"{calls['runs'] - calls['forwards']} recomputed in backward")
     result = {
         "rank": rank,
         "world_size": dist.get_world_size(),
@@ -431,7 +498,7 @@ def _train(make_runner, args):
         "peak_rss_bytes": peak_rss_bytes(),
         "device": device.describe(),
         "threads": torch.get_num_threads(),
-        "notes": getattr(runner, "notes", []),
+        "notes": notes,
     }
     if device.kind == "cuda":
         result["peak_cuda_allocated_bytes"] = torch.cuda.max_memory_allocated(device.torch)

@@ -7,6 +7,9 @@ Reads DIR/weights (HF Llama safetensors + config.json) and DIR/tokens.safetensor
 [B, T] int64); for each dtype builds model.LlamaForCausalLM in it, loads the weights cast to
 it, and writes DIR/logits_python_<dtype>.safetensors ("logits" [B, T, V] in that dtype). One
 intra-op thread, as the C++ side uses; one process for every dtype (importing torch is slow).
+A per-document batch (--batching pad|pack) carries "position_ids" and "document_ids" [B, T] too:
+the model takes the position_ids (RoPE at the positions, the block-diagonal causal mask HF derives
+from them), checked first to delimit exactly the documents zerobench's ids give.
 """
 import argparse
 import os
@@ -26,13 +29,16 @@ def main():
     torch.set_num_threads(1)
     cfg = zbmodel.Config.from_hf_json(os.path.join(a.work, "weights", "config.json"))
     state = common.load_weights_file(a.work)
-    tokens = load_file(os.path.join(a.work, "tokens.safetensors"))["tokens"]
+    inputs = load_file(os.path.join(a.work, "tokens.safetensors"))
+    tokens, position_ids = inputs["tokens"], inputs.get("position_ids")
+    if position_ids is not None:
+        common.check_document_partition("tokens.safetensors", position_ids, inputs["document_ids"])
     for name in a.dtypes.split(","):
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
         net = zbmodel.LlamaForCausalLM(cfg).to(dtype)
         zbmodel.load_weights(net, state)
         with torch.no_grad():
-            logits = net.logits(tokens)
+            logits = net.logits(tokens, position_ids)
         save_file({"logits": logits.contiguous()}, os.path.join(a.work, f"logits_python_{name}.safetensors"))
 
 

@@ -18,6 +18,17 @@ Mirrors, each line of models/llama.cpp:
                 enable_gqa when kv_heads != heads, transpose back, reshape [B, T, H], o_proj
   MLP           down(silu(gate(h)) * up(h))
   loss          logits = lm_head(norm(x)); cross_entropy(logits.reshape(-1, V).float(), targets)
+
+Per-document batches (--batching pad|pack, models/llama.cpp document_attention): with position_ids
+[B, T] the RoPE rows are gathered at the positions (HF LlamaRotaryEmbedding computes cos/sin of
+inv_freq * position_ids in fp32; the table's row p holds the same products), the documents are
+found from position_ids as HF's packed-sequence mask finds them (masking_utils.py
+find_packed_sequence_indices: a new sequence wherever the position does not grow by one; the
+padding's positions restart at 0 too, so it is a block of its own) and a query sees the earlier
+keys of its own sequence only (block-diagonal causal, torchtitan's block_causal). The mask goes to
+SDPA as zerobench passes it: additive, 0 / -inf in the compute dtype, made once per forward; the
+loss is the sum over label tokens (ignore_index -100: padding, each document's last token), HF's
+ForCausalLMLoss with num_items_in_batch before its division (the runner scales it).
 """
 import json
 
@@ -89,16 +100,22 @@ class Attention(nn.Module):
         self.q_proj, self.k_proj = linear(cfg.hidden, cfg.hidden), linear(cfg.hidden, kv)
         self.v_proj, self.o_proj = linear(cfg.hidden, kv), linear(cfg.hidden, cfg.hidden)
 
-    def forward(self, h):
+    def forward(self, h, rope=None):
         c = self.cfg
         B, T, _ = h.shape
         q = self.q_proj(h).view(B, T, c.heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
-        cos, sin = rope_cache(c, T, q.dtype, q.device)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        attn = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True,
-                                              enable_gqa=c.kv_heads != c.heads)
+        if rope is None:
+            cos, sin = rope_cache(c, T, q.dtype, q.device)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            attn = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True,
+                                                  enable_gqa=c.kv_heads != c.heads)
+        else:  # per-document: RoPE at the positions, the block-diagonal causal mask (additive)
+            cos, sin, mask = rope
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False,
+                                                  enable_gqa=c.kv_heads != c.heads)
         return self.o_proj(attn.transpose(1, 2).reshape(B, T, c.hidden))
 
 
@@ -130,8 +147,9 @@ class DecoderLayer(nn.Module):
         if not hf_order:
             self.mlp = MLP(cfg)
 
-    def forward(self, x):
-        x1 = x + self.self_attn(self.input_layernorm(x))
+    def forward(self, x, rope=None):
+        x1 = x + (self.self_attn(self.input_layernorm(x)) if rope is None else
+                  self.self_attn(self.input_layernorm(x), rope=rope))
         return x1 + self.mlp(self.post_attention_layernorm(x1))
 
 
@@ -141,11 +159,18 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
         self.layers = nn.ModuleList(DecoderLayer(cfg, hf_order) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.checkpointed = frozenset()  # block indices run under torch.utils.checkpoint (checkpoint_blocks)
 
-    def forward(self, tokens):
+    def forward(self, tokens, position_ids=None):
         x = self.embed_tokens(tokens)
-        for layer in self.layers:
-            x = layer(x)
+        rope = None if position_ids is None else document_rope(self.layers[0].self_attn.cfg, position_ids, x.dtype)
+        for i, layer in enumerate(self.layers):
+            if i in self.checkpointed and torch.is_grad_enabled():
+                x = _checkpointed_call(layer, x, rope)
+            elif rope is None:
+                x = layer(x)
+            else:
+                x = layer(x, rope=rope)
         return self.norm(x)
 
 
@@ -156,13 +181,83 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(cfg, hf_order)
         self.lm_head = linear(cfg.hidden, cfg.vocab)
 
-    def logits(self, tokens):
-        return self.lm_head(self.model(tokens))
+    def logits(self, tokens, position_ids=None):
+        return self.lm_head(self.model(tokens) if position_ids is None else self.model(tokens, position_ids))
 
-    def forward(self, tokens, targets):
-        """Mean next-token cross-entropy over B*T, logits upcast to fp32 (forward_loss)."""
-        logits = self.logits(tokens)
-        return F.cross_entropy(logits.reshape(-1, self.cfg.vocab).to(torch.float32), targets.reshape(-1))
+    def forward(self, tokens, targets, position_ids=None):
+        """Mean next-token cross-entropy over B*T, logits upcast to fp32 (forward_loss); with
+        position_ids (per-document batches) the sum over the label tokens (targets -100 ignored)."""
+        logits = self.logits(tokens, position_ids)
+        return F.cross_entropy(logits.reshape(-1, self.cfg.vocab).to(torch.float32), targets.reshape(-1),
+                               reduction="mean" if position_ids is None else "sum", ignore_index=-100)
+
+
+def packed_sequence_ids(position_ids):
+    """HF transformers masking_utils.find_packed_sequence_indices: [B, T] -> the index of the
+    sequence each position belongs to, a new one wherever position_ids does not grow by one."""
+    first = position_ids[:, :1] - 1
+    diff = torch.diff(position_ids, prepend=first, dim=-1)
+    return (diff != 1).cumsum(-1)
+
+
+def document_rope(cfg, position_ids, dtype):
+    """(cos, sin, mask) for a per-document batch: cos/sin [B, 1, T, hd] gathered at position_ids
+    from the make_rope_cache table in `dtype`, and the block-diagonal causal mask [B, 1, T, T] as
+    an additive 0 / -inf mask in `dtype` (models/llama.cpp forward_logits makes the same once)."""
+    B, T = position_ids.shape
+    cos, sin = rope_cache(cfg, T, dtype, position_ids.device)
+    flat = position_ids.reshape(-1)
+    cos = cos.index_select(0, flat).view(B, 1, T, cos.size(-1))
+    sin = sin.index_select(0, flat).view(B, 1, T, sin.size(-1))
+    seq = packed_sequence_ids(position_ids)
+    same = seq.unsqueeze(2) == seq.unsqueeze(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=position_ids.device).tril()
+    allowed = (same & causal).unsqueeze(1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=position_ids.device).masked_fill_(~allowed, float("-inf"))
+    return cos, sin, mask
+
+
+CHECKPOINT_CALLS = {"forwards": 0, "runs": 0}  # checkpointed block forwards, and their runs (recomputes: runs - forwards)
+
+
+def _checkpointed_call(layer, x, rope):
+    """HF's gradient checkpointing of a decoder layer (transformers 5.x modeling_layers.py
+    GradientCheckpointingLayer: torch.utils.checkpoint.checkpoint(partial(forward, self, **kwargs),
+    *args) with use_reentrant=False, activation_checkpointing_enable's default): the layer's forward
+    is recomputed in backward, its own module hooks (a framework's) stay outside the checkpoint."""
+    from torch.utils.checkpoint import checkpoint
+    forward = type(layer).forward
+
+    def run(h, *r):
+        CHECKPOINT_CALLS["runs"] += 1
+        return forward(layer, h) if not r else forward(layer, h, rope=r)
+    CHECKPOINT_CALLS["forwards"] += 1
+    return checkpoint(run, x, *(rope or ()), use_reentrant=False)
+
+
+def checkpointed_blocks(layers, mode):
+    """The 0-based indices of the blocks zerobench's --activation-checkpointing MODE checkpoints
+    (models/activation_checkpointing.hpp: full = every block; selective-layer:N = torchtitan's
+    _apply_layer_sac, the blocks counted 1, 2, ... whose count is a multiple of N, N = 0 every
+    block; none = none). Any other mode raises ValueError naming it."""
+    if mode in ("none", "", None):
+        chosen = set()
+    elif mode == "full":
+        chosen = set(range(layers))
+    elif mode.startswith("selective-layer:") and mode.split(":", 1)[1].isdigit():
+        every = int(mode.split(":", 1)[1])
+        chosen = {i for i in range(layers) if every == 0 or (i + 1) % every == 0}
+    else:
+        raise ValueError(f"activation checkpointing mode {mode!r} is not none, full or selective-layer:N")
+    return sorted(chosen)
+
+
+def checkpoint_blocks(net, mode):
+    """Runs the forward of the blocks checkpointed_blocks(MODE) names under torch.utils.checkpoint
+    (non-reentrant, HF's gradient checkpointing of a decoder layer); returns their indices."""
+    chosen = checkpointed_blocks(len(net.model.layers), mode)
+    net.model.checkpointed = frozenset(chosen)
+    return chosen
 
 
 def load_weights(model, state):

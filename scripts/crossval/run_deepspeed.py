@@ -35,6 +35,10 @@ Set-up as transformers + accelerate do it for a ZeRO-3 config (../../shared/UPST
     (integrations/deepspeed.py deepspeed_optim_sched: optimizer = trainer.create_optimizer(),
     HF's default torch.optim.AdamW(fused=True), with "zero_allow_untested_optimizer": true);
     DeepSpeed then steps it on each sub-group's fp32 partition (stage3.py _optimizer_step);
+  - activation checkpointing (--activation-checkpointing full | selective-layer:N) as HF's
+    gradient_checkpointing_enable does it for a DeepSpeed user (transformers 5.x: each chosen
+    decoder layer's forward under torch.utils.checkpoint, use_reentrant=False, the layer's own
+    module hooks outside), on the blocks zerobench checkpoints (model.py checkpoint_blocks);
   - per micro-batch engine(...), engine.backward(loss) (scales by 1/gradient_accumulation_steps
     and reduces every micro-batch: ZeRO-3 has no no_sync), engine.step() (applies at the
     accumulation boundary, clipping with "gradient_clipping");
@@ -121,6 +125,7 @@ def make_runner(spec, work, device):
         return make_zero12_runner(spec, work, device, ds_config, cfg)
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
         net = zbmodel.LlamaForCausalLM(cfg)
+    checkpointed = zbmodel.checkpoint_blocks(net, common.activation_checkpointing_mode(spec["train"], {}))
     state = common.load_weights_file(work)
     params = list(net.parameters())
     with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
@@ -145,7 +150,18 @@ def make_runner(spec, work, device):
                         f"(optimizer offload); deepspeed.initialize took {build_s:.1f} s" +
                         (" (with the cpu_adam JIT build on a cold cache)"
                          if type(engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam" else "")]
+    note_checkpointing(runner, checkpointed, t)
     return runner
+
+
+def note_checkpointing(runner, checkpointed, train):
+    """The blocks run under torch.utils.checkpoint, as HF's gradient checkpointing does it for a
+    DeepSpeed user (model.gradient_checkpointing_enable(): non-reentrant, each decoder layer's
+    forward; model.py checkpoint_blocks), in the runner's notes."""
+    if checkpointed:
+        runner.notes.append(f"activation checkpointing {common.activation_checkpointing_mode(train, {})}: blocks "
+                            f"{[i + 1 for i in checkpointed]} (1-based) run their forward under torch.utils.checkpoint(use_reentrant=False), as HF's "
+                            "gradient_checkpointing_enable does (transformers modeling_layers.py)")
 
 
 def check_setup(engine, spec, ds_config, device):
@@ -208,9 +224,15 @@ class DeepSpeedRunner:
                               "lr: the JSON's scheduler section has no type, DeepSpeed builds no scheduler: the "
                               "optimizer's lr throughout")
 
-    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
-        loss = self.engine(tokens, targets)
-        self.engine.backward(loss)
+    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch, position_ids=None):
+        if position_ids is not None:
+            # Per-document: the summed loss x world / the step's labels (common.py), and HF Trainer's
+            # scale_wrt_gas=False (trainer.py training_step under DeepSpeed): no 1/gradient_accumulation_steps.
+            loss = self.engine(tokens, targets, position_ids)
+            self.engine.backward(loss * loss_scale, scale_wrt_gas=False)
+        else:
+            loss = self.engine(tokens, targets)
+            self.engine.backward(loss)
         value = loss.item()
         if not last_micro_batch:
             self.engine.step()  # not a boundary: DeepSpeed only advances its micro-step counter
@@ -326,6 +348,7 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     net = zbmodel.LlamaForCausalLM(cfg)
     zbmodel.load_weights(net, common.load_weights_file(work))
     t = spec["train"]
+    checkpointed = zbmodel.checkpoint_blocks(net, common.activation_checkpointing_mode(t, {}))
     if own_optimizer:
         engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=ds_config,
                                                           lr_scheduler=hf_scheduler_callable(t))
@@ -351,6 +374,7 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
     if own_optimizer:
         runner.notes[0:1] = [f"DeepSpeed's own optimizer from the JSON: {basic_optimizer_name(engine)} on the host "
                         "(optimizer offload)"]
+    note_checkpointing(runner, checkpointed, t)
     return runner
 
 

@@ -106,19 +106,20 @@ def make_runner(spec, work, device):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
                 m._flat_param.data = m._flat_param.data.to(torch.float32)
                 m._handle._orig_param_dtype = torch.float32
-    mode = t.get("activation_checkpointing_mode") or ("full" if t.get("activation_checkpointing") else "none")
-    if mode == "none" and opts.get("activation_checkpointing"):  # accelerate's fsdp_activation_checkpointing
-        mode = "full"
+    mode = common.activation_checkpointing_mode(t, opts)  # opts: accelerate's fsdp_activation_checkpointing
     if mode != "none":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
         # torchtitan's selective-layer:N (_apply_layer_sac): the blocks counted 1, 2, ... and the
         # one whose count is a multiple of N wrapped (N = 0: every block); full: every block.
         # selective-op (_apply_op_sac): every block, under torchtitan's save-list policy.
-        every = int(mode.split(":", 1)[1]) if mode.startswith("selective-layer:") else 1
         blocks = [m for m in wrapped.modules() if isinstance(m, zbmodel.DecoderLayer)]
-        chosen = {id(b) for i, b in enumerate(blocks, 1) if every == 0 or i % every == 0}
-        op_sac = {"context_fn": common.op_sac_context_fn} if mode == "selective-op" else {}
+        if mode == "selective-op":
+            chosen = {id(b) for b in blocks}
+            op_sac = {"context_fn": common.op_sac_context_fn}
+        else:
+            chosen = {id(blocks[i]) for i in zbmodel.checkpointed_blocks(len(blocks), mode)}
+            op_sac = {}
         apply_activation_checkpointing(
             wrapped, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
                                                              **op_sac),
@@ -183,8 +184,15 @@ class Fsdp1Runner:
             self.notes.append("sync_module_states=False: FSDP1 refuses it for CPU parameters; every rank loads the same "
                               "weights")
 
-    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
+    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch, position_ids=None):
         def run():
+            if position_ids is not None:  # per-document: the summed loss x world / the step's labels (common.py)
+                loss = self.model(tokens, targets, position_ids)
+                if self.amp:
+                    self.amp.backward(loss * loss_scale, 1)
+                else:
+                    (loss * loss_scale).backward()
+                return loss.item()
             loss = self.model(tokens, targets)
             if self.amp:
                 self.amp.backward(loss, self.train["grad_accum"])  # accelerator.backward with the scaler

@@ -24,7 +24,9 @@ Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp
 Activation checkpointing (fsdp_activation_checkpointing) as accelerate 1.15 fsdp2_apply_ac does
 it, before sharding: every child of a module the auto-wrap policy matches (each decoder block's
 self_attn, mlp and two norms) is replaced by checkpoint_wrapper(child, preserve_rng_state=False)
-(non-reentrant torch.utils.checkpoint); the block itself stays the fully_shard unit.
+(non-reentrant torch.utils.checkpoint); the block itself stays the fully_shard unit. With
+--activation-checkpointing selective-layer:N (torchtitan's; accelerate has none) only the blocks
+zerobench checkpoints (1-based count a multiple of N) are treated so.
 Precision (accelerate's FullyShardedDataParallelPlugin.set_mixed_precision for fsdp_version 2):
   fp32   fp32 model, MixedPrecisionPolicy()
   mixed  bf16-loaded model upcast to fp32 before sharding ("Upcast to fp32 master weights;
@@ -108,11 +110,12 @@ def make_runner(spec, work, device):
     if wrap_blocks not in ("TRANSFORMER_BASED_WRAP", "NO_WRAP"):
         raise SystemExit(f"run_fsdp2.py: fsdp2 option auto_wrap_policy={wrap_blocks!r} is not set up by this reference")
     wrap_blocks = wrap_blocks == "TRANSFORMER_BASED_WRAP"
-    if t.get("activation_checkpointing") or opts.get("activation_checkpointing"):
+    ac_mode = common.activation_checkpointing_mode(t, opts)  # opts: accelerate's fsdp_activation_checkpointing
+    if ac_mode != "none":
         if not wrap_blocks:  # fsdp2_apply_ac calls the policy function, None under NO_WRAP
             raise SystemExit("run_fsdp2.py: activation checkpointing with auto_wrap_policy NO_WRAP: accelerate's "
                              "fsdp2_apply_ac has no policy to find the blocks by (it calls None)")
-        apply_activation_checkpointing(net)
+        apply_activation_checkpointing(net, zbmodel.checkpointed_blocks(len(net.model.layers), ac_mode))
     reshard = opts.get("reshard_after_forward", True)
     mesh = init_device_mesh(device.kind, (dist.get_world_size(),))
     off = CPUOffloadPolicy(pin_memory=pin) if offload else OffloadPolicy()
@@ -130,9 +133,13 @@ def make_runner(spec, work, device):
     if not wrap_blocks:
         runner.notes.append("auto_wrap_policy NO_WRAP: no block is wrapped; the blocks' parameters are in the root "
                             "group (accelerate fsdp2_prepare_model)")
-    if any(type(m).__name__ == "CheckpointWrapper" for m in net.modules()):
-        runner.notes.append("activation checkpointing: checkpoint_wrapper(child, preserve_rng_state=False) on each "
-                            "block's self_attn, mlp and norms (accelerate fsdp2_apply_ac)")
+    wrapped_blocks = [i + 1 for i, layer in enumerate(net.model.layers)
+                      if any(type(m).__name__ == "CheckpointWrapper" for m in layer.children())]
+    if wrapped_blocks:
+        runner.notes.append("activation checkpointing: checkpoint_wrapper(child, preserve_rng_state=False) on " +
+                            ("each block's self_attn, mlp and norms (accelerate fsdp2_apply_ac)" if ac_mode == "full" else
+                             f"the self_attn, mlp and norms of blocks {wrapped_blocks} ({ac_mode}: 1-based count a "
+                             "multiple of N, torchtitan's _apply_layer_sac; accelerate fsdp2_apply_ac on those blocks)"))
     return runner
 
 
@@ -180,17 +187,21 @@ def check_setup(net, reshard, policy, device, offload):
             raise SystemExit(f"run_fsdp2.py: {name} is on {p.to_local().device}, asked for {want}")
 
 
-def apply_activation_checkpointing(net):
+def apply_activation_checkpointing(net, blocks):
     """accelerate 1.15 fsdp2_apply_ac: each child of a module the TRANSFORMER_BASED_WRAP policy
     matches (a decoder block) becomes checkpoint_wrapper(child, preserve_rng_state=False),
-    registered under the same name (parameter order and names below the wrapper unchanged)."""
+    registered under the same name (parameter order and names below the wrapper unchanged). With
+    selective-layer:N (accelerate has no such mode) only the blocks zerobench checkpoints
+    (`blocks`, 0-based) are treated so; full: every block."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    for layer in net.model.layers:
+    for i in blocks:
+        layer = net.model.layers[i]
         for name, child in list(layer.named_children()):
             layer.register_module(name, checkpoint_wrapper(child, preserve_rng_state=False))
     wrapped = sum(1 for m in net.modules() if type(m).__name__ == "CheckpointWrapper")
-    if wrapped != 4 * len(net.model.layers):
-        raise SystemExit(f"run_fsdp2.py: {wrapped} modules under checkpoint_wrapper, expected 4 per block")
+    if wrapped != 4 * len(blocks):
+        raise SystemExit(f"run_fsdp2.py: {wrapped} modules under checkpoint_wrapper, expected 4 in each of "
+                         f"{len(blocks)} blocks")
 
 
 class Fsdp2Runner:
@@ -208,8 +219,15 @@ class Fsdp2Runner:
         if self.scheduler is not None:
             self.notes.append(common.hf_scheduler_note(train))
 
-    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch):
+    def forward_backward(self, tokens, targets, loss_scale, last_micro_batch, position_ids=None):
         self.model.set_requires_gradient_sync(last_micro_batch or self.sync_each_batch)
+        if position_ids is not None:  # per-document: the summed loss x world / the step's labels (common.py)
+            loss = self.model(tokens, targets, position_ids)
+            if self.amp:
+                self.amp.backward(loss * loss_scale, 1)
+            else:
+                (loss * loss_scale).backward()
+            return loss.item()
         loss = self.model(tokens, targets)
         if self.amp:
             self.amp.backward(loss, self.train["grad_accum"])  # accelerator.backward with the scaler
