@@ -114,6 +114,7 @@ more_cells=(
   "launch-blocking-more 30 if-time 20 zero3 bf16 and fsdp2 mixed: control, then CUDA_LAUNCH_BLOCKING=1 bitwise equal"
   "granite-w4x32 60 if-time 45 emulated W=4 x 32 Granite-7B blocks (skipped when the first call did it)"
   "matrix-more 90 if-time 60 fsdp low, zero2 bf16, fsdp SHARD_GRAD_OP at the numbers' shape, --profile"
+  "workload-rows 75 if-time 50 fsdp mixed at the numbers' shape on the study's document lengths: pack, pad, pack-naive (SDPA with the block-diagonal mask on CUDA)"
   "crossval-zero2 45 if-time 35 crossval at W=1 vs real DeepSpeed ZeRO-2, bf16"
   "crossval-fsdp-low 40 if-time 30 crossval at W=1 vs real FSDP1, low"
 )
@@ -246,6 +247,18 @@ body_matrix-more() {
     local name="$1-$2${3:+-shard-grad-op}"
     "${bin}" run --backend "$1" --precision "$2" "${@:3}" "${shape[@]}" --micro-batch 8 --nproc 1 --device "${device}" \
       --data markov --profile --profile-steps 2 --out "${WORK}/reports/${name}.json" || rc=1
+  done
+  return "${rc}"
+}
+# Issue 37's rows of documents on the device (docs/workload.md): the masked kernel SDPA picks on
+# CUDA for pad and pack, and the real-token throughput of each against one causal mask.
+body_workload-rows() {
+  mkdir -p "${WORK}/reports"
+  local lengths="${root}/bench/configs/workload/doc_lengths_t4096.json" b rc=0
+  [ "${rehearse}" = 1 ] && lengths="${root}/bench/configs/workload/doc_lengths_t256.json"
+  for b in pack pad pack-naive; do
+    "${bin}" run --backend fsdp --precision mixed "${shape[@]}" --micro-batch 2 --nproc 1 --device "${device}" \
+      --data "lengths:${lengths}" --batching "${b}" --out "${WORK}/reports/workload-fsdp-mixed-${b}.json" || rc=1
   done
   return "${rc}"
 }
