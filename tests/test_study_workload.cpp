@@ -74,14 +74,14 @@ zb::reports::RunReport report(double tps, double mfu, double padding, double doc
 }
 
 // Two sides x pad/pack/pack-naive x none/full, numbers chosen so every ratio is exact.
-struct Synthetic {
+struct WorkloadCells {
   std::vector<wl::WorkloadCell> cells;
   std::vector<zb::reports::RunReport> reports;
 };
-Synthetic synthetic() {
+WorkloadCells workload_cells() {
   wl::WorkloadStudyOptions o;
   o.ac_modes = {"none", "full"};
-  Synthetic s;
+  WorkloadCells s;
   s.cells = wl::workload_cells(o);
   for (const auto& c : s.cells) {
     const bool fsdp = c.side.label == "fsdp", full = c.ac == "full";
@@ -191,7 +191,7 @@ TEST(WorkloadStudy, BadValuesAreOneUsageLine) {
 }
 
 TEST(WorkloadStudy, FindingsAreComputedFromTheNumbers) {
-  const auto s = synthetic();
+  const auto s = workload_cells();
   const auto f = wl::workload_findings(s.cells, s.reports);
   EXPECT_TRUE(f.checks.empty()) << f.checks.front();
   EXPECT_TRUE(f.failed.empty());
@@ -225,7 +225,7 @@ TEST(WorkloadStudy, FindingsAreComputedFromTheNumbers) {
 // Throughput differences inside the cells' 95% intervals (the median step time's, over the
 // measured steps) are said to be unresolved; the backend ratio counts the pairs that are resolved.
 TEST(WorkloadStudy, DifferencesWithinTheIntervalsAreSaidToBeUnresolved) {
-  auto s = synthetic();
+  auto s = workload_cells();
   const std::vector<double> steady = {1, 1, 1, 1, 1}, noisy = {0.125, 1, 1, 1, 8};  // n = 5: [min, max]
   s.reports[0] = report(100, 0.01, 0.875, 8, 20, 10, 0, 7.5, steady);     // fsdp pad none: [100, 100]
   s.reports[2] = report(400, 0.01, 0.0625, 60, 20, 10, 0, 7.5, noisy);    // fsdp pack none: [50, 3200]
@@ -246,7 +246,7 @@ TEST(WorkloadStudy, DifferencesWithinTheIntervalsAreSaidToBeUnresolved) {
 // The planted faults: a pack cell padding more than pad, pack-naive with padding, FLOPs
 // recomputed without AC. Each is flagged; a failed cell is listed and left out of the ratios.
 TEST(WorkloadStudy, ChecksFlagAPlantedFault) {
-  auto s = synthetic();
+  auto s = workload_cells();
   s.reports[2].summary->batching->padding_fraction = 0.9;  // fsdp, pack, none: more than pad's 0.875
   auto f = wl::workload_findings(s.cells, s.reports);
   ASSERT_EQ(f.checks.size(), 1u);
@@ -255,7 +255,7 @@ TEST(WorkloadStudy, ChecksFlagAPlantedFault) {
             "cannot pad more than one document a row)");
   EXPECT_NE(wl::workload_findings_markdown(f).find("Consistency checks that FAILED"), std::string::npos);
 
-  s = synthetic();
+  s = workload_cells();
   s.reports[5].summary->batching->padding_fraction = 0.01;  // fsdp, pack-naive, full
   s.reports[6].summary->recompute_flops_per_step = 7;       // zero3, pad, none
   s.reports[9].summary->batching->documents_per_rank_per_step = 4;  // zero3, pack, full: fewer than pad's 8
@@ -265,7 +265,7 @@ TEST(WorkloadStudy, ChecksFlagAPlantedFault) {
   EXPECT_EQ(f.checks[1], "zero3, AC full: pack holds 4.00 documents/rank/step, fewer than pad's 8.00");
   EXPECT_EQ(f.checks[2], "zero3, pad, AC none: 7 FLOP/step recomputed without AC");
 
-  s = synthetic();
+  s = workload_cells();
   s.reports[3].status = {"oom", "rank 0 killed by signal 9", std::nullopt, {}};  // fsdp, pack, full
   f = wl::workload_findings(s.cells, s.reports);
   ASSERT_EQ(f.failed.size(), 1u);
