@@ -42,6 +42,12 @@ if [ "${mode}" = "--run" ]; then
   run zero1 --backend zero1 --precision fp32,bf16
   run zero2 --backend zero2 --precision fp32,bf16
   run zero2-offload-optimizer --backend zero2 --precision fp32,bf16 --zero-offload-optimizer cpu
+  # Rows of documents with per-document attention (issue 37; docs/data.md): the workload study's
+  # document lengths, packed and padded.
+  lengths="lengths:${root}/bench/configs/workload/doc_lengths_t256.json"
+  run fsdp-pack --backend fsdp --precision fp32,mixed,low --data "${lengths}" --batching pack
+  run zero3-pack --backend zero3 --precision fp32,bf16 --data "${lengths}" --batching pack
+  run zero2-pad --backend zero2 --precision fp32,bf16 --data "${lengths}" --batching pad
   # The real config files of tests/configs/real/, each as it is (the table's real-files section).
   "${root}/scripts/crossval-real-files.sh"
 fi
