@@ -5,6 +5,8 @@
 // the backend's <x>_estimate.cpp.
 #include "backends/memory_estimate.hpp"
 
+#include "models/batching.hpp"
+
 namespace zb::backends {
 
 namespace estimate {
@@ -43,10 +45,10 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
   if (states.buffers > 0)
     e.terms.push_back({"communication buffers", kResident, states.buffers,
                        "expected_bytes().buffers (ZeRO-3's IPG bucket: reduce_bucket_size*comm bytes)"});
-  // --batching pad|pack (models/batching.hpp): rows of documents padded to T; every micro-batch
+  // --batching pad|pad-longest|pack (models/batching.hpp): rows of documents padded to T (pad-longest: at most T); every micro-batch
   // also carries int64 position_ids and document ids, and its forward builds RoPE at those
   // positions and one additive block-diagonal mask that every layer's SDPA saves by reference.
-  const bool per_document = t.batching == "pad" || t.batching == "pack";
+  const bool per_document = models::per_document_batching(t.batching);
   if (!per_document) {
     e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 16,
                        "grad_accum*B*T*16 (int64 tokens and targets of every micro-batch, made before the step)"});

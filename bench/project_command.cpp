@@ -45,7 +45,7 @@ void add_project_options(CLI::App& app, ProjectOptions& o) {
                  "flops mode: price the rows of these documents (a token file or lengths:FILE, as `run --data`; "
                  "default: the report's)");
   app.add_option("--batching", o.batching, "flops mode: pad|pack|pack-naive rows of the documents (default: the report's)")
-      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
+      ->check(CLI::IsMember({"pad", "pad-longest", "pack", "pack-naive"}));
   app.add_option("--peak-tflops", o.peak_tflops, "peak for MFU (default: preset, measured GEMM, or the report's)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--timeline", o.timeline, "include every simulated compute/comm span in projection.timeline");

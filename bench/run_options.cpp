@@ -213,9 +213,10 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"))
       ->capture_default_str();
   app.add_option("--batching", t.batching,
-                 "pad|pack|pack-naive: documents padded a row each, packed with per-document attention, or "
-                 "concatenated under one causal mask (the default for a file; docs/data.md)")
-      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
+                 "pad|pad-longest|pack|pack-naive: documents padded a row each (to --seq-len, or to the "
+                 "micro-batch's longest), packed with per-document attention, or concatenated under one causal "
+                 "mask (the default for a file; docs/data.md)")
+      ->check(CLI::IsMember({"pad", "pad-longest", "pack", "pack-naive"}));
   app.add_option("--seed", t.seed, "seed for weights and data")->capture_default_str();
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--out", o.out, "report path (default out/<backend>-<precision>-<model>-w<W>.json)");

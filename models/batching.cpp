@@ -14,13 +14,19 @@ namespace zb::models {
 Batching parse_batching(const std::string& value) {
   if (value == "pack-naive") return Batching::PackNaive;
   if (value == "pad") return Batching::Pad;
+  if (value == "pad-longest") return Batching::PadLongest;
   if (value == "pack") return Batching::Pack;
-  throw UsageError("--batching '" + value + "' must be pad, pack or pack-naive");
+  throw UsageError("--batching '" + value + "' must be pad, pad-longest, pack or pack-naive");
+}
+
+bool per_document_batching(const std::string& value) {
+  return value == "pad" || value == "pad-longest" || value == "pack";
 }
 
 const char* batching_name(Batching b) {
   switch (b) {
     case Batching::Pad: return "pad";
+    case Batching::PadLongest: return "pad-longest";
     case Batching::Pack: return "pack";
     case Batching::PackNaive: break;
   }
@@ -93,7 +99,19 @@ int64_t DocumentBatcher::naive_documents(int64_t index, int64_t seq_len) const {
 }
 
 Batch DocumentBatcher::samples(int64_t first, int64_t count, int64_t seq_len) const {
-  const int64_t T = seq_len;
+  const Layout& l = layout(seq_len);
+  const int64_t pieces = l.pieces_before.back();
+  const int64_t rows = mode_ == Batching::Pack ? int64_t(l.row_start.size()) - 1 : pieces;
+  // pad-longest: the micro-batch is as wide as its longest row (a piece is at most seq_len).
+  int64_t T = seq_len;
+  if (mode_ == Batching::PadLongest) {
+    T = 1;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t doc = 0, offset = 0, length = 0;
+      piece(l, (first + i) % rows, seq_len, &doc, &offset, &length);
+      T = std::max(T, length);
+    }
+  }
   Batch b;
   b.tokens = at::zeros({count, T}, at::kLong);  // padding: token 0 (never a label, never attended to)
   b.targets = at::full({count, T}, -100, at::kLong);
@@ -103,9 +121,6 @@ Batch DocumentBatcher::samples(int64_t first, int64_t count, int64_t seq_len) co
   auto* tgt = b.targets.data_ptr<int64_t>();
   auto* pos = b.position_ids.data_ptr<int64_t>();
   auto* ids = b.document_ids.data_ptr<int64_t>();
-  const Layout& l = layout(T);
-  const int64_t pieces = l.pieces_before.back();
-  const int64_t rows = mode_ == Batching::Pack ? int64_t(l.row_start.size()) - 1 : pieces;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t r = (first + i) % rows;
     const int64_t p0 = mode_ == Batching::Pack ? l.row_start[size_t(r)] : r;
@@ -113,7 +128,7 @@ Batch DocumentBatcher::samples(int64_t first, int64_t count, int64_t seq_len) co
     int64_t cursor = i * T, used = 0;
     for (int64_t p = p0; p < p1; ++p) {
       int64_t doc = 0, offset = 0, length = 0;
-      piece(l, p, T, &doc, &offset, &length);
+      piece(l, p, seq_len, &doc, &offset, &length);
       stream_.corpus().read(doc, offset, length, tok + cursor);
       for (int64_t t = 0; t < length; ++t) {
         pos[cursor + t] = t;

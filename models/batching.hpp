@@ -17,10 +17,15 @@
 
 namespace zb::models {
 
-enum class Batching { PackNaive, Pad, Pack };
-// "pack-naive", "pad" or "pack"; UsageError naming any other value.
+// PadLongest: pad's rows, each micro-batch only as wide as its longest row (HF
+// DataCollatorWithPadding's padding="longest", its default) instead of --seq-len.
+enum class Batching { PackNaive, Pad, Pack, PadLongest };
+// "pack-naive", "pad", "pad-longest" or "pack"; UsageError naming any other value.
 Batching parse_batching(const std::string& value);
 const char* batching_name(Batching b);
+// Rows of documents with per-document attention (position_ids, the block-diagonal mask): pad,
+// pad-longest and pack; "" and pack-naive are one causal mask a row.
+bool per_document_batching(const std::string& value);
 
 class DocumentBatcher {
  public:

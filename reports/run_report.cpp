@@ -475,8 +475,8 @@ std::vector<std::string> validate_run_report(const json& r) {
     if (p.size() == before) {
       const auto& b = r["summary"]["batching"];
       const auto mode = b["mode"].get<std::string>();
-      if (mode != "pad" && mode != "pack" && mode != "pack-naive")
-        p.push_back("summary/batching/mode: must be pad, pack or pack-naive, got " + mode);
+      if (mode != "pad" && mode != "pad-longest" && mode != "pack" && mode != "pack-naive")
+        p.push_back("summary/batching/mode: must be pad, pad-longest, pack or pack-naive, got " + mode);
       const double f = b["padding_fraction"].get<double>();
       if (!(f >= 0 && f < 1)) p.push_back("summary/batching/padding_fraction: must lie in [0, 1), got " + std::to_string(f));
     }

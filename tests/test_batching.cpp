@@ -99,6 +99,31 @@ TEST(Batching, PadRowsAndPaddingFractionByHand) {
   std::remove(path.c_str());
 }
 
+// Pad-longest (HF DataCollatorWithPadding's padding="longest"): pad's rows, each micro-batch cut
+// to the width of its longest row. Every micro-batch of every size equals pad's narrowed to that
+// width, with the same counts; the 9-token document's pieces (8 and 1) bound the widths by T = 8.
+TEST(Batching, PadLongestIsPadCutToTheMicroBatchsLongestRow) {
+  const auto path = token_file("pad_longest.bin", {5, 3, 7, 2, 9});
+  const auto pad = make_data_source(spec_of(path), kVocab, 7, "pad");
+  const auto longest = make_data_source(spec_of(path), kVocab, 7, "pad-longest");
+  int64_t narrower = 0;
+  for (int64_t count : {1, 2, 3, 6})
+    for (int64_t first = 0; first < 7; ++first) {
+      const auto p = pad->samples(first, count, 8);
+      const auto l = longest->samples(first, count, 8);
+      const int64_t width = p.document_ids.ge(0).sum(1).max().item<int64_t>();
+      ASSERT_EQ(l.tokens.size(1), width) << first << " " << count;
+      narrower += width < 8 ? 1 : 0;
+      EXPECT_TRUE(l.tokens.equal(p.tokens.narrow(1, 0, width)));
+      EXPECT_TRUE(l.targets.equal(p.targets.narrow(1, 0, width)));
+      EXPECT_TRUE(l.position_ids.equal(p.position_ids.narrow(1, 0, width)));
+      EXPECT_TRUE(l.document_ids.equal(p.document_ids.narrow(1, 0, width)));
+      expect_counts(l, p.real_tokens, p.documents, p.label_tokens, p.attention_pairs);
+    }
+  EXPECT_GT(narrower, 0);  // some micro-batches are narrower than T
+  std::remove(path.c_str());
+}
+
 // Pack: five documents of 3 tokens, T = 8: rows [3 3 pad2] [3 3 pad2] [3 pad5]: 15 real of 24,
 // padding 9/24, 10 labels, sum l^2 = 45; positions restart per document.
 TEST(Batching, PackRowsByHand) {
@@ -260,16 +285,17 @@ TEST(Batching, PadAndPackRunsTrainAlikeAndReportHonestCounts) {
 }
 
 // Each pad step trains on documents 0-3 of the order (one a rank's micro-batch), and each pack
-// step too (two a row): the losses and the updates agree to fp32 rounding.
+// step too (two a row), and each pad-longest step (rows of 3): the losses and the updates agree
+// to fp32 rounding.
 TEST(Batching, PadAndPackOnTheSameDocumentsLoseTheSame) {
   const auto path = token_file("same_docs.bin", {3, 3, 3, 3});
-  std::vector<double> losses[2];
-  const char* modes[2] = {"pad", "pack"};
-  for (int m = 0; m < 2; ++m) {
+  std::vector<double> losses[3];
+  const char* modes[3] = {"pad", "pack", "pad-longest"};
+  for (int m = 0; m < 3; ++m) {
     const auto out = temp_path(std::string("same_") + modes[m] + ".json");
     const auto r = zb::test_support::run_zerobench(
         std::string("run --backend ddp --model tiny --steps 3 --warmup 1 --seq-len 6 --threads 1 --quiet --batching ") +
-        modes[m] + " --micro-batch " + (m == 0 ? "4" : "2") + " --data " + spec_of(path) + " --out " + out);
+        modes[m] + " --micro-batch " + (m == 1 ? "2" : "4") + " --data " + spec_of(path) + " --out " + out);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto report = zb::reports::read_report(out);
     for (const auto& s : report["steps"]) losses[m].push_back(s["loss"].get<double>());
@@ -279,6 +305,10 @@ TEST(Batching, PadAndPackOnTheSameDocumentsLoseTheSame) {
   ASSERT_EQ(losses[0].size(), 3u);
   EXPECT_NEAR(losses[0][0], losses[1][0], 1e-5 * losses[0][0]);  // the same weights: fp32 rounding
   for (size_t i = 1; i < 3; ++i) EXPECT_NEAR(losses[0][i], losses[1][i], 1e-4 * losses[0][i]) << "step " << i;
+  // pad-longest: pad's rows without the columns no row uses (3 of 6 here).
+  ASSERT_EQ(losses[2].size(), 3u);
+  EXPECT_NEAR(losses[0][0], losses[2][0], 1e-5 * losses[0][0]);
+  for (size_t i = 1; i < 3; ++i) EXPECT_NEAR(losses[0][i], losses[2][i], 1e-4 * losses[0][i]) << "step " << i;
   EXPECT_LT(losses[0][2], losses[0][0]);  // it trains
 }
 

@@ -10,6 +10,7 @@
 #include "analysis/projection/replay.hpp"
 #include "backends/backend_info.hpp"
 #include "models/data.hpp"
+#include "models/batching.hpp"
 #include "models/token_data.hpp"
 #include "reports/metrics.hpp"
 #include "reports/report_builder.hpp"
@@ -73,7 +74,7 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
     // One causal mask a row: the kernel skips the masked half of 4·T·H per token. Per-document
     // attention (--batching pad|pack) hands SDPA a [B, 1, T, T] mask, and the masked kernel
     // computes every score: 4·T·H per slot, padding included (docs/data.md).
-    const bool masked = t.batching == "pad" || t.batching == "pack";
+    const bool masked = models::per_document_batching(t.batching);
     const double attn = (masked ? 4 : 2) * tokens * double(t.seq_len) * H / attn_rate;
     const double mem = tokens * elementwise_bytes_per_token(cfg, c) / hbm;
     const double fwd = gemm + attn + mem;

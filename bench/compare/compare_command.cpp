@@ -226,7 +226,7 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--data", o.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")
       ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"));
   app.add_option("--batching", o.batching, "pad|pack|pack-naive: how every side's documents form rows (docs/data.md)")
-      ->check(CLI::IsMember({"pad", "pack", "pack-naive"}));
+      ->check(CLI::IsMember({"pad", "pad-longest", "pack", "pack-naive"}));
   app.add_option("--seed", o.seed, "seed for weights and data");
   app.add_option("--timeout", o.timeout_s, "per-run wall limit in seconds")->check(Positive())->capture_default_str();
   app.add_option("--repeat", o.repeat, "repetitions per side, interleaved A B A B ...")

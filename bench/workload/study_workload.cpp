@@ -103,13 +103,13 @@ std::vector<WorkloadCell> workload_cells(const WorkloadStudyOptions& o) {
   std::vector<std::string> labels;
   for (const auto& s : all) labels.push_back(s.label);
   const auto sides = o.backends.empty() ? labels : chosen("--backends", o.backends, labels, "backend");
-  const auto batchings = chosen("--batchings", o.batchings, {"pad", "pack", "pack-naive"}, "batching");
+  const auto batchings = chosen("--batchings", o.batchings, {"pad", "pad-longest", "pack", "pack-naive"}, "batching");
   if (o.ac_modes.empty()) throw UsageError("--ac-modes needs at least one activation-checkpointing mode");
   std::set<std::string> seen;
   for (const auto& m : o.ac_modes) {
     const std::string problem = models::activation_checkpointing_problem(m);
     if (!problem.empty() || m == "true" || m == "false" || m.empty())
-      throw UsageError("--ac-modes: " + (problem.empty() ? "'" + m + "' is not a mode: expected none, full or selective-layer:N (N >= 0)" : problem));
+      throw UsageError("--ac-modes: " + (problem.empty() ? "'" + m + "' is not a mode: expected none, full, selective-layer:N (N >= 0) or selective-op" : problem));
     if (!seen.insert(m).second) throw UsageError("--ac-modes: activation-checkpointing mode '" + m + "' is listed twice");
   }
   std::vector<WorkloadCell> cells;
