@@ -33,43 +33,67 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeCache& rope) {
 
 std::atomic<int64_t> g_recomputed_flops{0};
 
+// What a checkpointed block keeps for its backward (both kinds below): the config, RoPE and the
+// document mask, its input and its weights. Weights are kept as plain references (no version
+// check): an engine may free and refill their storage between forward and backward, exactly what
+// FSDP does with its flat buffer.
+void keep_block(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w, const ModelConfig* cfg,
+                const RopeCache* rope) {
+  ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
+  ctx->saved_data["cos"] = rope->cos;
+  ctx->saved_data["sin"] = rope->sin;
+  if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
+  ctx->saved_data["x"] = x;
+  ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
+}
+
+// The kept block, its input and weights detached and requiring grad for the replay.
+struct KeptBlock {
+  const ModelConfig* cfg;
+  RopeCache rope;
+  at::Tensor x;
+  std::vector<at::Tensor> w;
+};
+KeptBlock kept_block(torch::autograd::AutogradContext* ctx) {
+  KeptBlock b{reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt()),
+              {ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}},
+              ctx->saved_data["x"].toTensor().detach().requires_grad_(true),
+              {}};
+  if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) b.rope.mask = m->second.toTensor();
+  for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) b.w.push_back(t.detach().requires_grad_(true));
+  return b;
+}
+
+// The replayed block's gradients for x and the weights (none for cfg and rope).
+torch::autograd::variable_list replay_grads(const at::Tensor& y, const KeptBlock& b, const at::Tensor& grad_out) {
+  std::vector<at::Tensor> inputs{b.x};
+  inputs.insert(inputs.end(), b.w.begin(), b.w.end());
+  auto grads = torch::autograd::grad({y}, inputs, {grad_out});
+  grads.push_back(at::Tensor());  // cfg
+  grads.push_back(at::Tensor());  // rope
+  return grads;
+}
+
 // Recomputes a block in backward instead of keeping its activations (torch.utils.checkpoint,
 // non-reentrant semantics seen from outside: inputs x and the 9 weights, output y).
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w,
                             const ModelConfig* cfg, const RopeCache* rope) {
-    ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
-    ctx->saved_data["cos"] = rope->cos;
-    ctx->saved_data["sin"] = rope->sin;
-    if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
-    ctx->saved_data["x"] = x;
-    // Weights are kept as plain references (no version check): an engine may free and refill
-    // their storage between forward and backward, exactly what FSDP does with its flat buffer.
-    ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
+    keep_block(ctx, x, w, cfg, rope);
     at::NoGradGuard no_grad;
     return block_forward(*cfg, w, x, *rope);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto* cfg = reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt());
-    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
-    if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) rope.mask = m->second.toTensor();
-    auto x = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
-    std::vector<at::Tensor> w;
-    for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) w.push_back(t.detach().requires_grad_(true));
+    const KeptBlock b = kept_block(ctx);
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
-      y = block_forward(*cfg, w, x, rope);
+      y = block_forward(*b.cfg, b.w, b.x, b.rope);
     }
-    g_recomputed_flops += block_forward_flops(*cfg, x.size(0), x.size(1));
-    std::vector<at::Tensor> inputs{x};
-    inputs.insert(inputs.end(), w.begin(), w.end());
-    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
-    grads.push_back(at::Tensor());  // cfg
-    grads.push_back(at::Tensor());  // rope
-    return grads;
+    g_recomputed_flops += block_forward_flops(*b.cfg, b.x.size(0), b.x.size(1));
+    return replay_grads(y, b, grad_out[0]);
   }
 };
 
@@ -102,12 +126,7 @@ struct KeptLinear : public torch::autograd::Function<KeptLinear> {
 struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w,
                             const ModelConfig* cfg, const RopeCache* rope) {
-    ctx->saved_data["cfg"] = reinterpret_cast<int64_t>(cfg);
-    ctx->saved_data["cos"] = rope->cos;
-    ctx->saved_data["sin"] = rope->sin;
-    if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
-    ctx->saved_data["x"] = x;
-    ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
+    keep_block(ctx, x, w, cfg, rope);
     at::NoGradGuard no_grad;
     int64_t mm_count = 0;  // the policy's forward_mm_count, per block forward
     return block_forward(
@@ -121,12 +140,10 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto* cfg = reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt());
-    RopeCache rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
-    if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) rope.mask = m->second.toTensor();
-    auto x = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
-    std::vector<at::Tensor> w;
-    for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) w.push_back(t.detach().requires_grad_(true));
+    const KeptBlock b = kept_block(ctx);
+    const ModelConfig* cfg = b.cfg;
+    const at::Tensor& x = b.x;
+    const std::vector<at::Tensor>& w = b.w;
     // The kept outputs leave the context: freed with this block's replayed graph.
     std::vector<at::Tensor> kept(kBlockTensors);
     for (int i = 0; i < kBlockTensors; ++i)
@@ -139,7 +156,7 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
     {
       at::AutoGradMode enable(true);
       y = block_forward(
-          *cfg, [&](int i) { return w[size_t(i)]; }, x, rope, nullptr,
+          *cfg, [&](int i) { return w[size_t(i)]; }, x, b.rope, nullptr,
           [&](int i, const at::Tensor& in, const at::Tensor& weight) {
             if (kept[size_t(i)].defined()) return KeptLinear::apply(in, weight, kept[size_t(i)]);
             flops += 2 * in.numel() * weight.size(0);  // 2 * N * in * out
@@ -149,12 +166,7 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
     // SDPA, recomputed: 4*B*nh*hd*T^2 (block_forward_flops' attention term).
     flops += 4 * x.size(0) * cfg->heads * cfg->head_dim() * x.size(1) * x.size(1);
     g_recomputed_flops += flops;
-    std::vector<at::Tensor> inputs{x};
-    inputs.insert(inputs.end(), w.begin(), w.end());
-    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
-    grads.push_back(at::Tensor());  // cfg
-    grads.push_back(at::Tensor());  // rope
-    return grads;
+    return replay_grads(y, b, grad_out[0]);
   }
 };
 
