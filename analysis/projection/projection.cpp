@@ -152,16 +152,18 @@ PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, con
   rows.documents = true;
   rows.mode = t.batching.empty() ? "pack-naive" : t.batching;
   const int world_m = r.env && r.env->world_size > 0 ? int(r.env->world_size) : 1;
-  const bool same_rows = t.data == dm.kind.value_or("markov") && rows.mode == dm.batching.value_or("pack-naive") &&
-                         in.world == world_m && t.micro_batch == tm.micro_batch.value_or(1) &&
-                         t.seq_len == tm.seq_len.value_or(1) && t.grad_accum == tm.grad_accum.value_or(1);
+  // The documents, batching and micro-batch shape of the measured run: its rows, unless W changed.
+  const bool same_shape = t.data == dm.kind.value_or("markov") && rows.mode == dm.batching.value_or("pack-naive") &&
+                          t.micro_batch == tm.micro_batch.value_or(1) && t.seq_len == tm.seq_len.value_or(1) &&
+                          t.grad_accum == tm.grad_accum.value_or(1);
   const auto* measured = r.summary && r.summary->batching ? &*r.summary->batching : nullptr;
-  if (same_rows && measured) {
+  auto measured_rows = [&](std::string basis) {
     rows.stats = {measured->real_tokens_per_rank_per_step, measured->documents_per_rank_per_step,
                   measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span};
-    rows.basis = "the measured run's rows (summary.batching)";
+    rows.basis = std::move(basis);
     return rows;
-  }
+  };
+  if (same_shape && in.world == world_m && measured) return measured_rows("the measured run's rows (summary.batching)");
   std::vector<int64_t> steps;
   for (const auto& s : r.step_records())
     if (s.measured.value_or(false)) steps.push_back(s.step);
@@ -173,16 +175,10 @@ PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, con
   } catch (const std::exception& e) {
     // Only W changed and the documents are not here (a report measured elsewhere): a rank's rows
     // at W are drawn from the same documents in the same way; their mean is the measured run's.
-    const bool only_world = t.data == dm.kind.value_or("markov") && rows.mode == dm.batching.value_or("pack-naive") &&
-                            t.micro_batch == tm.micro_batch.value_or(1) && t.seq_len == tm.seq_len.value_or(1) &&
-                            t.grad_accum == tm.grad_accum.value_or(1);
-    if (only_world && measured) {
-      rows.stats = {measured->real_tokens_per_rank_per_step, measured->documents_per_rank_per_step,
-                    measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span};
-      rows.basis = "the measured run's rows at W=" + std::to_string(world_m) + " (summary.batching; the documents " +
-                   "are not readable here to draw W=" + std::to_string(in.world) + "'s: " + e.what() + ")";
-      return rows;
-    }
+    if (same_shape && measured)
+      return measured_rows("the measured run's rows at W=" + std::to_string(world_m) +
+                           " (summary.batching; the documents are not readable here to draw W=" +
+                           std::to_string(in.world) + "'s: " + e.what() + ")");
     throw UsageError("project: pricing " + rows.mode + " rows at W=" + std::to_string(in.world) + ", micro-batch " +
                      std::to_string(t.micro_batch) + ", seq-len " + std::to_string(t.seq_len) + ", grad-accum " +
                      std::to_string(t.grad_accum) + " needs the documents of --data " + t.data + ": " + e.what());

@@ -547,3 +547,23 @@ def op_sac_context_fn():
         return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
+
+
+def accelerate_backward(model, amp, tokens, targets, position_ids, loss_scale, grad_accum):
+    """One micro-batch's forward and accelerator.backward, as the FSDP runners train it; returns
+    the loss. Per-document rows (position_ids): the summed loss x loss_scale (world / the step's
+    labels, see above) is backpropagated as is; one causal mask a row: the mean loss / grad_accum.
+    `amp` (the fp16 scaler wrapper) scales and divides as accelerate does."""
+    if position_ids is not None:
+        loss = model(tokens, targets, position_ids)
+        if amp:
+            amp.backward(loss * loss_scale, 1)
+        else:
+            (loss * loss_scale).backward()
+        return loss.item()
+    loss = model(tokens, targets)
+    if amp:
+        amp.backward(loss, grad_accum)  # accelerator.backward with the scaler
+    else:
+        (loss / grad_accum).backward()  # accelerator.backward
+    return loss.item()

@@ -186,19 +186,8 @@ class Fsdp1Runner:
 
     def forward_backward(self, tokens, targets, loss_scale, last_micro_batch, position_ids=None):
         def run():
-            if position_ids is not None:  # per-document: the summed loss x world / the step's labels (common.py)
-                loss = self.model(tokens, targets, position_ids)
-                if self.amp:
-                    self.amp.backward(loss * loss_scale, 1)
-                else:
-                    (loss * loss_scale).backward()
-                return loss.item()
-            loss = self.model(tokens, targets)
-            if self.amp:
-                self.amp.backward(loss, self.train["grad_accum"])  # accelerator.backward with the scaler
-            else:
-                (loss / self.train["grad_accum"]).backward()  # accelerator.backward
-            return loss.item()
+            return common.accelerate_backward(self.model, self.amp, tokens, targets, position_ids, loss_scale,
+                                              self.train["grad_accum"])
         if last_micro_batch or self.sync_each_batch:  # GradientAccumulationPlugin(sync_each_batch)
             return run()
         with self.model.no_sync():  # accelerate's accumulate() on non-final micro-batches
