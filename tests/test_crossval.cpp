@@ -461,6 +461,26 @@ TEST(Crossval, DeepSpeedReferenceCheckpointsTheBlocksZerobenchCheckpoints) {
       << "planted: the runner ignores --activation-checkpointing";
 }
 
+// ZeRO-3 with checkpointed blocks (HF's gradient checkpointing with DeepSpeed ZeRO-3): in the
+// trace-recording micro-batch DeepSpeed's recompute fetches a block's modules once more than its
+// backward alone (zero3_coordinator.cpp pre_backward); zerobench fetched each block once and
+// issued 62 all-gathers where DeepSpeed issues 78 (docs/crossval.md). Two steps agree bitwise
+// with every collective equal, a 50,000-element prefetch bucket and a 20,000-element reuse
+// distance making the complete-trace micro-batches prefetch and release on their own; in step 0
+// (record, then a complete trace) the trace-check broadcasts are explained at the checkpointed
+// trace's length.
+TEST(Crossval, Zero3WithCheckpointedBlocksFetchesAsDeepSpeedDoes) {
+  const auto doc = run_case("--backend zero3 --precision bf16 --activation-checkpointing full --steps 2 --grad-accum 2 "
+                            "--prefetch-bucket-size 50000 --max-reuse-distance 20000 --threads 1");
+  expect_agreement(doc, "DeepSpeed ZeRO-3", 1, 2);
+  const auto& comm = doc["modes"][0]["steps"][0]["comm"];
+  EXPECT_EQ(comm["all_gather"]["count"], 84) << comm.dump();  // DeepSpeed 0.19.8 here (78 with the default buckets)
+  EXPECT_EQ(comm["all_gather"]["count"], comm["all_gather"]["upstream_count"]) << comm.dump();
+  EXPECT_EQ(comm["all_gather"]["bytes"], comm["all_gather"]["upstream_bytes"]) << comm.dump();
+  EXPECT_TRUE(comm["broadcast"]["explained"].get<bool>()) << comm.dump();
+  EXPECT_EQ(comm["broadcast"]["upstream_bytes"], 1600) << comm.dump();  // 4 x 8 + 8 x (76 + 2 x 60)
+}
+
 // The FSDP2 reference checkpoints the blocks selective-layer:N picks (accelerate's fsdp2_apply_ac
 // on those blocks only; crossval refused the mode before): block 2 of tiny's 2, bitwise. With the
 // runner wrapping every block (planted: what it did for any mode) the note names blocks [1, 2].

@@ -82,9 +82,12 @@ std::optional<CommExplanation> explain_comm(const CrossvalCase& c, int /*rank*/,
   // list (zero/utils.py, get_lst_from_rank0) — once for the module order at the first reset; for
   // the module order, the parameter order and the parameters' last-use steps at the second. Trace
   // lengths of scripts/crossval/model.py, one micro-batch: modules M = 2 (5 + 12 L) (forward and
-  // backward hooks), parameters P = 2 (3 + 9 L).
+  // backward hooks), parameters P = 2 (3 + 9 L); each of the C checkpointed blocks' recompute
+  // records its 9 parameter modules (one parameter each) once more: + 9 C to both (measured with
+  // DeepSpeed 0.19.8 at L = 2 and 3, C = 1, 2 and 3: full and selective-layer:2).
   const auto& t = c.spec.train;
-  const int64_t L = c.spec.model.layers, M = 2 * (5 + 12 * L), P = 2 * (3 + 9 * L);
+  const int64_t L = c.spec.model.layers, C = t.activation_checkpointing.checkpointed_blocks(L);
+  const int64_t M = 2 * (5 + 12 * L) + 9 * C, P = 2 * (3 + 9 * L) + 9 * C;
   CommExplanation e;
   for (int64_t a = 0; a < t.grad_accum; ++a) {
     const int64_t micro = step * t.grad_accum + a;
