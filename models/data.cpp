@@ -86,14 +86,18 @@ int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum
 
 RowStats row_stats(const DataSource& data, const std::vector<int64_t>& steps, int64_t grad_accum, int world,
                    int64_t micro_batch, int64_t seq_len) {
-  double real = 0, documents = 0, labels = 0, pairs = 0, slots = 0;
+  double real = 0, documents = 0, labels = 0, pairs = 0, slots = 0, widths = 0;
   for (const int64_t step : steps)
-    for (int64_t a = 0; a < grad_accum; ++a)
+    for (int64_t a = 0; a < grad_accum; ++a) {
+      int64_t widest = 0;
       for (int r = 0; r < world; ++r) {
         const auto b = data.samples(first_sample_index(step, a, grad_accum, r, world, micro_batch), micro_batch, seq_len);
         real += double(b.real_tokens), documents += double(b.documents), labels += double(b.label_tokens);
         pairs += b.attention_pairs, slots += double(b.tokens.numel());
+        widest = std::max<int64_t>(widest, b.tokens.dim() == 2 ? b.tokens.size(1) : seq_len);
       }
+      widths += double(widest);
+    }
   const double per = std::max(1.0, double(steps.size()) * double(world));
   RowStats s;
   s.real_tokens = real / per;
@@ -101,6 +105,8 @@ RowStats row_stats(const DataSource& data, const std::vector<int64_t>& steps, in
   s.label_tokens = labels / per;
   s.padding_fraction = slots > 0 ? 1.0 - real / slots : 0.0;
   s.attention_span = real > 0 ? pairs / real : 0.0;
+  const double micro_batches = double(steps.size()) * double(grad_accum);
+  s.width = micro_batches > 0 ? widths / micro_batches : double(seq_len);
   return s;
 }
 

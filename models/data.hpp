@@ -47,9 +47,13 @@ int64_t first_sample_index(int64_t step, int64_t accum_index, int64_t grad_accum
 // What the rows of some optimizer steps hold, per rank per step (summary.batching, docs/data.md):
 // real tokens (padding excluded), documents, label tokens, the padding fraction (padding ÷ slots)
 // and the attention span (the sum of attention-block length² ÷ real tokens: T under one causal
-// mask a row). `run` counts its measured steps; `project` the steps it prices, at its W and shape.
+// mask a row); and the row width the step pays for: the mean over micro-batches of the widest
+// rank's width (pad-longest collates each micro-batch to its longest row, ≤ T; every other mode
+// T), the slowest rank setting the pace of each micro-batch. `run` counts its measured steps;
+// `project` the steps it prices, at its W and shape.
 struct RowStats {
   double real_tokens = 0, documents = 0, label_tokens = 0, padding_fraction = 0, attention_span = 0;
+  double width = 0;
 };
 RowStats row_stats(const DataSource& data, const std::vector<int64_t>& steps, int64_t grad_accum, int world,
                    int64_t micro_batch, int64_t seq_len);

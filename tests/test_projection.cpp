@@ -414,14 +414,15 @@ TEST(ProjectRows, PadPackAndNaiveRowsArePricedFromTheDocumentLengths) {
   o.world = 2;
   o.compute = "flops";
   std::map<std::string, json> out;
-  for (const std::string b : {"", "pad", "pack-naive"}) {
+  for (const std::string b : {"", "pad", "pack-naive", "pad-longest"}) {
     o.batching = b;
     out[b.empty() ? "pack" : b] = project(measured, preset, o);
   }
   struct Want {
     double real, padding, span;
   };
-  const std::map<std::string, Want> want = {{"pack", {16, 0, 4}}, {"pad", {8, 0.5, 4}}, {"pack-naive", {16, 0, 8}}};
+  const std::map<std::string, Want> want = {
+      {"pack", {16, 0, 4}}, {"pad", {8, 0.5, 4}}, {"pack-naive", {16, 0, 8}}, {"pad-longest", {8, 0, 4}}};
   const auto cfg = models::preset("tiny");
   for (const auto& [mode, w] : want) {
     const auto& rep = out.at(mode);
@@ -439,6 +440,15 @@ TEST(ProjectRows, PadPackAndNaiveRowsArePricedFromTheDocumentLengths) {
   }
   // Same slots, same masked kernel: pad's step costs pack's, for half the real tokens.
   EXPECT_DOUBLE_EQ(out["pad"]["projection"]["step_time_s"].get<double>(), out["pack"]["projection"]["step_time_s"].get<double>());
+  // pad-longest: pad's rows collated 4 wide (every document is 4 tokens): priced as rows of 4,
+  // not --seq-len 8 (before 2026-11-28 it was priced at 8, pad's step).
+  EXPECT_DOUBLE_EQ(out["pad-longest"]["projection"]["compute"]["row_width"].get<double>(), 4.0);
+  backends::TrainConfig narrow;
+  narrow.micro_batch = 2, narrow.seq_len = 4, narrow.batching = "pad";
+  EXPECT_DOUBLE_EQ(out["pad-longest"]["projection"]["compute"]["forward_s"][1].get<double>(),
+                   flops_unit_costs(cfg, narrow, "fp32", p).forward_s[1]);
+  EXPECT_LT(out["pad-longest"]["projection"]["compute"]["forward_s"][1].get<double>(),
+            out["pad"]["projection"]["compute"]["forward_s"][1].get<double>());
   // The mask's dense attention: 2·tokens·T·H more per block forward than one causal mask.
   const double tokens = 2.0 * 8;
   const double extra = 2 * tokens * 8 * double(cfg.hidden) / (p.peak_tflops * 1e12 * p.attention_efficiency);

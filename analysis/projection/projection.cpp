@@ -49,8 +49,9 @@ double elementwise_bytes_per_token(const models::ModelConfig& cfg, int c) {
 }
 
 UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::TrainConfig& t, const std::string& precision,
-                           const Preset& p) {
-  const double tokens = double(t.micro_batch * t.seq_len);
+                           const Preset& p, double width) {
+  const double T = width > 0 ? width : double(t.seq_len);
+  const double tokens = double(t.micro_batch) * T;
   const int c = precision == "fp32" ? 4 : 2;
   const double gemm_rate = p.peak_tflops * 1e12 * p.gemm_efficiency;
   const double attn_rate = p.peak_tflops * 1e12 * p.attention_efficiency;
@@ -75,7 +76,7 @@ UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::Train
     // attention (--batching pad|pack) hands SDPA a [B, 1, T, T] mask, and the masked kernel
     // computes every score: 4·T·H per slot, padding included (docs/data.md).
     const bool masked = models::per_document_batching(t.batching);
-    const double attn = (masked ? 4 : 2) * tokens * double(t.seq_len) * H / attn_rate;
+    const double attn = (masked ? 4 : 2) * tokens * T * H / attn_rate;
     const double mem = tokens * elementwise_bytes_per_token(cfg, c) / hbm;
     const double fwd = gemm + attn + mem;
     u.forward_s.push_back(fwd);
@@ -159,11 +160,16 @@ PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, con
   const auto* measured = r.summary && r.summary->batching ? &*r.summary->batching : nullptr;
   auto measured_rows = [&](std::string basis) {
     rows.stats = {measured->real_tokens_per_rank_per_step, measured->documents_per_rank_per_step,
-                  measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span};
+                  measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span,
+                  double(t.seq_len)};
     rows.basis = std::move(basis);
+    if (rows.mode == "pad-longest")
+      rows.basis += "; its micro-batches priced --seq-len wide, the widest they can be (an upper bound)";
     return rows;
   };
-  if (same_shape && in.world == world_m && measured) return measured_rows("the measured run's rows (summary.batching)");
+  // pad-longest's width is drawn from the documents (summary.batching does not carry it).
+  if (same_shape && in.world == world_m && measured && rows.mode != "pad-longest")
+    return measured_rows("the measured run's rows (summary.batching)");
   std::vector<int64_t> steps;
   for (const auto& s : r.step_records())
     if (s.measured.value_or(false)) steps.push_back(s.step);
@@ -186,6 +192,12 @@ PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, con
   rows.stats = models::row_stats(*data, steps, t.grad_accum, in.world, t.micro_batch, t.seq_len);
   rows.basis = "the documents of " + t.data + " drawn as `run` draws them at W=" + std::to_string(in.world) +
                " over the source's " + std::to_string(steps.size()) + " measured steps";
+  if (rows.mode == "pad-longest") {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "; micro-batches priced %.1f tokens wide (the widest rank's longest row, mean "
+                  "over micro-batches; --seq-len %lld)", rows.stats.width, (long long)t.seq_len);
+    rows.basis += buf;
+  }
   return rows;
 }
 }  // namespace
@@ -231,6 +243,8 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
                                                               " --nproc " + std::to_string(o.world));
   if (!why.empty()) throw UsageError("project: " + why);
   std::vector<std::string> notes;
+  // tokens/GPU/s counts real tokens only and the attention FLOPs follow the documents (docs/data.md).
+  const PricedRows rows = priced_rows(r, in, o);
   UnitCosts costs;
   json compute_j;
   if (mode == "measured") {
@@ -324,7 +338,9 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
     if (backend != report_backend)
       notes.push_back("compute measured under " + report_backend + ", scheduled as " + backend + " (default options)");
   } else {
-    costs = flops_unit_costs(model, train, precision, *cal.preset);
+    // pad-longest: each micro-batch as wide as its longest row (the widest rank's).
+    const double width = train.batching == "pad-longest" ? rows.stats.width : 0.0;
+    costs = flops_unit_costs(model, train, precision, *cal.preset, width);
     costs.optimizer_s = double(shard_elements(backend, model, options, o.world)) * kOptimizerBytesPerElement /
                         (cal.preset->hbm_gbps * 1e9);
     compute_j = {{"mode", "flops"},
@@ -336,6 +352,7 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
                  {"attention_efficiency", cal.preset->attention_efficiency},
                  {"hbm_gbps", cal.preset->hbm_gbps},
                  {"elementwise_bytes_per_token_per_block", elementwise_bytes_per_token(model, precision == "fp32" ? 4 : 2)}};
+    if (width > 0) compute_j["row_width"] = width;  // pad-longest: the micro-batches' priced width
   }
   compute_j["forward_s"] = costs.forward_s;
   compute_j["backward_s"] = costs.backward_s;
@@ -353,9 +370,7 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   }
   const auto tl = simulate(program, exec);
 
-  // tokens/GPU/s counts real tokens only and the attention FLOPs follow the documents (docs/data.md).
   const int64_t tokens = train.micro_batch * train.seq_len * train.grad_accum;
-  const PricedRows rows = priced_rows(r, in, o);
   const double real_tokens = rows.documents ? rows.stats.real_tokens : double(tokens);
   const double tps = tl.step_s > 0 ? real_tokens / tl.step_s : 0.0;
   const auto flops = rows.documents

@@ -47,9 +47,10 @@ nlohmann::json project(const nlohmann::json& report, const Calibration& cal, con
 // Per-unit compute of one micro-batch from FLOPs at a preset's rates (docs/projection.md):
 // matmuls at peak x gemm_efficiency, causal attention at peak x attention_efficiency,
 // elementwise traffic (elementwise_bytes_per_token) at the HBM bandwidth; backward = 2x forward,
-// plus one more forward per block with activation checkpointing.
+// plus one more forward per block with activation checkpointing. Rows `width` wide (0: the
+// seq_len; pad-longest: the mean width of its micro-batches, models::RowStats::width).
 UnitCosts flops_unit_costs(const models::ModelConfig& cfg, const backends::TrainConfig& t, const std::string& precision,
-                           const Preset& p);
+                           const Preset& p, double width = 0);
 // Bytes the eager elementwise ops of one decoder block's forward read and write per token
 // (RMSNorm x2 in fp32, RoPE on q and k, the attention output's transpose copy, two residual
 // adds, SiLU and the gate product), activations `act_bytes` wide. Tally in projection.cpp.
