@@ -37,7 +37,7 @@ struct CheckpointLayout {
 };
 CheckpointLayout default_checkpoint_layout();
 
-// A mode a backend adds to `zerobench study precision` (bench/study.cpp): the run is
+// A mode a backend adds to `zerobench study precision` (bench/study/study.cpp): the run is
 // `--backend <name> --precision <precision>`, labelled `label`.
 struct StudyMode {
   std::string label, precision;
@@ -92,7 +92,7 @@ struct BackendInfo {
   // Whether these options load the initial weights on rank 0 and broadcast them (the default
   // --load-strategy with --model-dir). Empty: never.
   std::function<bool(const nlohmann::json& options)> broadcasts_initial_weights;
-  // -- crossval, checkpoints and studies (bench/crossval*, bench/lifecycle/, bench/study.cpp)
+  // -- crossval, checkpoints and studies (bench/crossval*, bench/lifecycle/, bench/study/study.cpp)
   // The real framework `zerobench crossval` checks this backend against; nullopt: none.
   std::optional<CrossvalReference> crossval;
   CheckpointLayout checkpoint = default_checkpoint_layout();

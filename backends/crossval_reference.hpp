@@ -90,7 +90,7 @@ struct CrossvalReference {
                                                int64_t zb_count, int64_t zb_bytes)>
       explain_comm;
   // The measured bound of a precision on the CPU; empty or nullopt: crossval's generic bound for
-  // the precision (bench/crossval_compare.cpp tolerance_for).
+  // the precision (bench/crossval/crossval_compare.cpp tolerance_for).
   std::function<std::optional<CrossvalBound>(const std::string& precision)> measured_bound;
 };
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 
 namespace zb::bench {
 

@@ -5,7 +5,7 @@
 // (scripts/crossval-table.sh writes it there; tests/test_crossval_compare.cpp checks that the
 // committed files regenerate it byte for byte).
 // Owns: which documents a directory holds, their order, and the row format. Must not: compare
-// anything (bench/crossval_compare.cpp decided every number shown) or read reports of runs.
+// anything (bench/crossval/crossval_compare.cpp decided every number shown) or read reports of runs.
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// report_builder.hpp — the one place a report's JSON is assembled: `run` (bench/run_command.cpp)
+// report_builder.hpp — the one place a report's JSON is assembled: `run` (bench/run/run_command.cpp)
 // and `project` (analysis/projection/projection.cpp) fill the same parts and get the same
 // top-level keys, schema header, creation time and summary keys (SCHEMA.md). Owns: the
 // top-level assembly, the summary's shared throughput keys (tokens/GPU/s and step-time

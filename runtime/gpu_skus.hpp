@@ -2,7 +2,7 @@
 // the SKU from the device name (as cudaGetDeviceProperties / torch.cuda.get_device_name /
 // nvidia-smi print it) and its memory size, and NVIDIA's dense (no sparsity) figures for it.
 // A MIG slice (its name says "MIG", or it has far less memory than its SKU) or an unknown name
-// has no datasheet figure: the caller measures a GEMM instead (bench/peak.cpp).
+// has no datasheet figure: the caller measures a GEMM instead (bench/run/peak.cpp).
 // Must not: touch a device (pure, tested on CPU with the names the tools print).
 #pragma once
 #include <cstdint>

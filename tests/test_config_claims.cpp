@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "backends/backend_info.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 #include "runtime/errors.hpp"
 #include "tests/resolve_run.hpp"
 

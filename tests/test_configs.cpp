@@ -12,8 +12,8 @@
 
 #include "backends/common/optim.hpp"
 #include "backends/memory_estimate.hpp"
-#include "bench/config_resolve.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/config_resolve.hpp"
+#include "bench/run/run_options.hpp"
 #include "models/activation_memory.hpp"
 #include "reports/regress.hpp"
 #include "reports/report.hpp"

@@ -24,9 +24,9 @@
 #include <set>
 #include <sstream>
 
-#include "bench/crossval.hpp"
-#include "bench/crossval_compare.hpp"
-#include "bench/crossval_device.hpp"
+#include "bench/crossval/crossval.hpp"
+#include "bench/crossval/crossval_compare.hpp"
+#include "bench/crossval/crossval_device.hpp"
 #include "runtime/errors.hpp"
 #include "tests/gpu_required.hpp"
 #include "tests/run_binary.hpp"

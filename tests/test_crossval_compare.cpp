@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench/crossval_compare.hpp"
+#include "bench/crossval/crossval_compare.hpp"
 #include "reports/crossval_table.hpp"
 #include "reports/table.hpp"
 #include "tests/run_binary.hpp"

@@ -214,7 +214,7 @@ TEST(CudaMemory, AllocatedBytesAreExactAndPeaksResetToCurrent) {
     EXPECT_EQ(runtime::tracked_peak_bytes(dev) - runtime::tracked_bytes(dev), int64_t(1) << 20);
   }
   EXPECT_EQ(runtime::tracked_bytes(dev), base);
-  // The GEMM probe's cached blocks are given back (bench/peak.cpp empties the cache after it).
+  // The GEMM probe's cached blocks are given back (bench/run/peak.cpp empties the cache after it).
   const auto before = runtime::cuda_memory_stats(dev).reserved_bytes;
   { auto big = at::empty({int64_t(64) << 20}, at::TensorOptions().device(dev).dtype(at::kFloat)); }  // 256 MiB
   EXPECT_GE(runtime::cuda_memory_stats(dev).reserved_bytes - before, int64_t(256) << 20);

@@ -1,6 +1,6 @@
 // test_failure_causes.cpp — failures that name their cause (issue 26, part 4): a rank's own error
 // line reaches the report's status.error (and the matrix index) through the launcher's stderr
-// capture (runtime/launcher.cpp) or the lone process's catch (bench/run_command.cpp); the
+// capture (runtime/launcher.cpp) or the lone process's catch (bench/run/run_command.cpp); the
 // checkpoint directory is checked before any rank starts (bench/lifecycle/checkpoint_preflight.*):
 // writable, and room for the closed form of what the run's checkpoints write — a closed form the
 // real runs' written bytes are held to, on every backend and both state-dict types.
@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "bench/lifecycle/checkpoint_preflight.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"

@@ -4,12 +4,12 @@
 // and grad norms within the low-precision bound (bitwise here), the scale / overflow / skipped
 // sequence exactly equal (FSDP2's fp16 loss overflows GradScaler's first scale: a skipped step on
 // both sides), the collectives equal. The loss-scale comparison must be able to fail: a planted
-// difference in the reference's sequence is reported (bench/crossval_loss_scale.cpp).
+// difference in the reference's sequence is reported (bench/crossval/crossval_loss_scale.cpp).
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "bench/crossval_loss_scale.hpp"
+#include "bench/crossval/crossval_loss_scale.hpp"
 #include "tests/run_binary.hpp"
 
 using nlohmann::json;

@@ -22,8 +22,8 @@
 #include <sstream>
 
 #include "backends/backend_info.hpp"
-#include "bench/preflight.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/preflight.hpp"
+#include "bench/run/run_options.hpp"
 #include "runtime/cuda_seams.hpp"
 #include "runtime/device.hpp"
 #include "runtime/env_gate.hpp"

@@ -21,8 +21,8 @@
 #include <regex>
 #include <sstream>
 
-#include "bench/matrix.hpp"
-#include "bench/run_options.hpp"
+#include "bench/matrix/matrix.hpp"
+#include "bench/run/run_options.hpp"
 #include "config/bounded_readers.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "runtime/errors.hpp"

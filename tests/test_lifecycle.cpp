@@ -9,7 +9,7 @@
 
 #include "backends/backend_info.hpp"
 #include "backends/common/initial_weights.hpp"
-#include "bench/crossval.hpp"
+#include "bench/crossval/crossval.hpp"
 #include "bench/lifecycle/study_lifecycle.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/checkpoint/weight_loader.hpp"

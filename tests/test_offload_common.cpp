@@ -10,7 +10,7 @@
 #include "analysis/projection/simulate.hpp"
 #include "backends/common/host_offload.hpp"
 #include "backends/engine.hpp"
-#include "bench/preflight.hpp"
+#include "bench/run/preflight.hpp"
 #include "runtime/errors.hpp"
 
 using namespace zb;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "bench/crossval.hpp"
+#include "bench/crossval/crossval.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/checkpoint/safetensors.hpp"
 #include "models/llama.hpp"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench/matrix.hpp"
+#include "bench/matrix/matrix.hpp"
 #include "bench/workload/study_workload.hpp"
 #include "runtime/errors.hpp"
 #include "tests/run_binary.hpp"

@@ -16,7 +16,7 @@
 
 #include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
-#include "bench/config_resolve.hpp"
+#include "bench/run/config_resolve.hpp"
 #include "bench/translate/translate.hpp"
 #include "runtime/errors.hpp"
 #include "tests/resolve_run.hpp"

@@ -17,7 +17,7 @@
 #include "backends/common/optim.hpp"
 #include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
-#include "bench/trainer.hpp"
+#include "bench/run/trainer.hpp"
 #include "models/llama.hpp"
 
 namespace zb::test_support {

@@ -17,7 +17,7 @@
 //                         loss_scale (the scale AFTER _update_scale), times clamp(((norm / loss_scale)
 //                         + 1e-6) / clip_grad, min=1) when clipping; grad.mul_(1. / combined_scale)
 // engine.py _take_model_step: an overflowed step counts in skipped_steps and does not step the LR
-// scheduler (bench/trainer.cpp follows that from LossScaleStep::skipped).
+// scheduler (bench/run/trainer.cpp follows that from LossScaleStep::skipped).
 // bf16/fp32 runs make no scaler (CreateLossScaler gives them a static scale of 1 that never moves);
 // a step they skip on overflow is recorded as skipped with that scale (update_scale).
 // Must not: scale or unscale anything for bf16/fp32 runs.

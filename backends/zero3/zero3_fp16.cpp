@@ -16,7 +16,7 @@
 //   unscale_and_clip_grads  one combined factor: loss_scale, times the clip factor computed from the
 //                         scaled norm / loss_scale
 // engine.py _take_model_step: an overflowed step counts in skipped_steps and does not step the LR
-// scheduler (bench/trainer.cpp follows that from LossScaleStep::skipped).
+// scheduler (bench/run/trainer.cpp follows that from LossScaleStep::skipped).
 // Must not: decide anything for bf16/fp32 runs (no scaler there: DeepSpeed creates none).
 #include <cmath>
 #include <limits>

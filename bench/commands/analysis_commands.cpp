@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "bench/commands/command.hpp"
-#include "bench/micro_command.hpp"
-#include "bench/project_command.hpp"
+#include "bench/project/micro_command.hpp"
+#include "bench/project/project_command.hpp"
 
 namespace zb::bench {
 namespace {

@@ -1,6 +1,6 @@
 // run_commands.cpp — registers `run` (train on W ranks, write a report) and `model-info` (counts,
-// FLOPs, bytes and the memory estimate per backend mode); their logic is in bench/run_command.cpp
-// and bench/model_info.cpp.
+// FLOPs, bytes and the memory estimate per backend mode); their logic is in bench/run/run_command.cpp
+// and bench/run/model_info.cpp.
 #include <CLI/CLI.hpp>
 
 #include <memory>

@@ -9,7 +9,7 @@
 #include "bench/compare/sides.hpp"
 #include "bench/compare/verdict.hpp"
 #include "bench/flag_checks.hpp"
-#include "bench/matrix.hpp"
+#include "bench/matrix/matrix.hpp"
 #include "config/bounded_readers.hpp"
 #include "models/token_data.hpp"
 #include "reports/report.hpp"

@@ -1,6 +1,6 @@
 // compare_command.hpp — `zerobench compare A B [C …]`: the sides (config files or
 // backend:precision[:key=value,…] specs, bench/compare/sides.hpp) trained on one workload,
-// repetitions interleaved (A1 B1 A2 B2 …) as a matrix (bench/matrix.hpp: timeouts, resume,
+// repetitions interleaved (A1 B1 A2 B2 …) as a matrix (bench/matrix/matrix.hpp: timeouts, resume,
 // failed runs recorded) into OUT/runs/, then OUT/compare.{json,md,html} (+ loss.svg,
 // grad_norm.svg). `--from-dir OUT` re-renders from OUT/plan.json and the reports already there.
 // Owns: compare's flags, the plan (sides x rounds -> cells) and the output files. Must not:

@@ -27,7 +27,7 @@
 
 #include "backends/common/comm.hpp"
 #include "backends/engine.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 
 namespace zb::bench::lifecycle {
 

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <set>
 
-#include "bench/config_resolve.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/config_resolve.hpp"
+#include "bench/run/run_options.hpp"
 #include "bench/translate/mapping.hpp"
 #include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "bench/matrix.hpp"
+#include "bench/matrix/matrix.hpp"
 #include "models/activation_checkpointing.hpp"
 #include "reports/columns.hpp"
 #include "reports/report.hpp"

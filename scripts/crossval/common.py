@@ -9,9 +9,9 @@ Weights and batches are read to the CPU (safetensors) and moved: batches to the 
 front; the model by each runner, as its framework places it (FSDP1 device_id, FSDP2 the mesh's
 device, DeepSpeed zero.Init on the accelerator's current device). On CUDA the step time ends
 after torch.cuda.synchronize(), and the GPU peak (torch.cuda.max_memory_allocated) is taken from
-zerobench's first measured step on (bench/trainer.cpp peak_from_step).
+zerobench's first measured step on (bench/run/trainer.cpp peak_from_step).
 
-Owns: the loop's semantics, which match bench/trainer.cpp: per optimizer step, grad_accum
+Owns: the loop's semantics, which match bench/run/trainer.cpp: per optimizer step, grad_accum
 micro-batches (rank r's micro-batch a of step s is the batch zerobench's DataSource gives it),
 the loss scaled by 1/grad_accum before backward, then clip + AdamW at lr_at(step); the step time
 covers forward, backward and the optimizer (data are loaded up front); model-state bytes are
@@ -23,7 +23,7 @@ position_ids and document_ids too; the model gets position_ids (model.py: RoPE a
 the block-diagonal causal mask HF derives from them, checked here to be zerobench's document
 partition) and returns the summed cross-entropy of the label tokens; the step's label count over
 every rank and micro-batch (HF Trainer's num_items_in_batch, gathered across devices with
-average_tokens_across_devices) scales it before backward by world / labels, as bench/trainer.cpp
+average_tokens_across_devices) scales it before backward by world / labels, as bench/run/trainer.cpp
 does (HF: loss / num_items_in_batch, then * num_processes, and no 1 / gradient_accumulation_steps;
 DeepSpeed's backward with scale_wrt_gas=False), and the step's loss reported is the mean over its
 label tokens.
@@ -279,7 +279,7 @@ def check_document_partition(key, position_ids, document_ids):
 
 def batch_sha256(row):
     """SHA-256 of one step's input on this rank: every micro-batch's tokens, targets and (per-document
-    batches) document_ids, their int64 bytes in order — bench/trainer.cpp's StepRecord::batch_sha256
+    batches) document_ids, their int64 bytes in order — bench/run/trainer.cpp's StepRecord::batch_sha256
     of the same step."""
     import hashlib
     h = hashlib.sha256()
@@ -292,7 +292,7 @@ def batch_sha256(row):
 def step_label_counts(rows, counter):
     """Per step, the label tokens (targets other than -100) of every rank's micro-batches: this
     rank's count all-reduced (HF Trainer's num_items_in_batch, accelerator.gather(...).sum(); an
-    uncounted bookkeeping all-reduce as bench/trainer.cpp's), as floats."""
+    uncounted bookkeeping all-reduce as bench/run/trainer.cpp's), as floats."""
     local = torch.tensor([float(sum(int(b[1].ne(-100).sum()) for b in row)) for row in rows], dtype=torch.float64)
     active, counter.active = counter.active, False
     dist.all_reduce(local)
@@ -331,7 +331,7 @@ def storage_counter():
 
 def finite_or_text(value):
     """JSON has no NaN or Infinity (Python would write the invalid literals): a non-finite float
-    becomes "nan" / "inf" / "-inf", which bench/crossval_compare.cpp reads back as non-finite and
+    becomes "nan" / "inf" / "-inf", which bench/crossval/crossval_compare.cpp reads back as non-finite and
     counts as a disagreement."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
@@ -359,7 +359,7 @@ def setup_threads(spec):
 
 
 def peak_from_step(train):
-    """bench/trainer.cpp's peak window: from the first measured step, never the first step (the
+    """bench/run/trainer.cpp's peak window: from the first measured step, never the first step (the
     trace-recording step, first-use allocations) unless it is the only one."""
     return max(train["warmup"], 1 if train["steps"] > 1 else 0)
 

@@ -10,7 +10,7 @@
 
 #include "backends/config_hooks.hpp"
 #include "backends/engine.hpp"
-#include "bench/config_resolve.hpp"
+#include "bench/run/config_resolve.hpp"
 
 namespace zb::bench {
 
@@ -47,7 +47,7 @@ struct RunOptions {
   int profile_steps = 3;
   std::string trace;
   // Any accelerate config (FSDP, DEEPSPEED, MULTI_GPU) or DeepSpeed JSON: the backend that claims it
-  // runs it (bench/config_resolve.hpp). --accelerate-config / --deepspeed-config are the
+  // runs it (bench/run/config_resolve.hpp). --accelerate-config / --deepspeed-config are the
   // kind-checked spellings.
   std::string config, accelerate_config, deepspeed_config;
   bool no_memory_check = false;  // skip the pre-flight memory estimate check

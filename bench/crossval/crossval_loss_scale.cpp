@@ -1,5 +1,5 @@
 // crossval_loss_scale.cpp — see crossval_loss_scale.hpp.
-#include "bench/crossval_loss_scale.hpp"
+#include "bench/crossval/crossval_loss_scale.hpp"
 
 namespace zb::bench {
 

@@ -1,7 +1,7 @@
 // crossval.cpp — `zerobench crossval` (see crossval.hpp): work directory, both sides as child
 // processes, the document. The comparison itself is crossval_compare.cpp.
 #include "backends/backend_info.hpp"
-#include "bench/crossval.hpp"
+#include "bench/crossval/crossval.hpp"
 
 #include <ATen/Parallel.h>
 #include <sys/stat.h>
@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "backends/engine.hpp"
-#include "bench/crossval_compare.hpp"
-#include "bench/crossval_device.hpp"
+#include "bench/crossval/crossval_compare.hpp"
+#include "bench/crossval/crossval_device.hpp"
 #include "models/checkpoint/hf_llama.hpp"
 #include "models/checkpoint/safetensors.hpp"
 #include "models/data.hpp"
@@ -129,7 +129,7 @@ void write_weights(const std::string& dir, const models::ModelConfig& cfg, uint6
   ckpt::write_hf_llama(dir, cfg, units, at::kFloat);
 }
 
-// batches.safetensors: rank r's micro-batch a of step s, exactly as bench/trainer.cpp draws it;
+// batches.safetensors: rank r's micro-batch a of step s, exactly as bench/run/trainer.cpp draws it;
 // per-document batches (--batching pad|pack) add their position_ids and document_ids.
 void write_batches(const std::string& path, const backends::EngineSpec& spec, int world) {
   const auto& t = spec.train;

@@ -1,5 +1,5 @@
 // project_command.cpp — `zerobench project` (see project_command.hpp).
-#include "bench/project_command.hpp"
+#include "bench/project/project_command.hpp"
 
 #include <cstdio>
 #include <fstream>

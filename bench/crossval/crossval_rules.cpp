@@ -1,6 +1,6 @@
 // crossval_rules.cpp — the known differences, dispatched to the backend's rules (see
 // crossval_rules.hpp).
-#include "bench/crossval_rules.hpp"
+#include "bench/crossval/crossval_rules.hpp"
 
 #include "backends/backend_info.hpp"
 

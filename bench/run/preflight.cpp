@@ -1,6 +1,6 @@
 // preflight.cpp — see preflight.hpp.
 #include "backends/backend_info.hpp"
-#include "bench/preflight.hpp"
+#include "bench/run/preflight.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // run_options.cpp — CLI11 registration and validation of run options (see run_options.hpp).
 #include "backends/backend_info.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 
 #include <cmath>
 #include <map>

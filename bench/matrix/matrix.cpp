@@ -1,5 +1,5 @@
 // matrix.cpp — matrix expansion and the resumable runner (see matrix.hpp).
-#include "bench/matrix.hpp"
+#include "bench/matrix/matrix.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -10,8 +10,8 @@
 #include <csignal>
 #include <set>
 
-#include "bench/config_resolve.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/config_resolve.hpp"
+#include "bench/run/run_options.hpp"
 #include "config/bounded_readers.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"

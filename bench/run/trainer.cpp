@@ -1,5 +1,5 @@
 // trainer.cpp — the training loop (see trainer.hpp).
-#include "bench/trainer.hpp"
+#include "bench/run/trainer.hpp"
 
 #include <chrono>
 #include <cmath>

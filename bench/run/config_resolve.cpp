@@ -1,5 +1,5 @@
 // config_resolve.cpp — which registered backend runs a config file (see config_resolve.hpp).
-#include "bench/config_resolve.hpp"
+#include "bench/run/config_resolve.hpp"
 
 #include <optional>
 

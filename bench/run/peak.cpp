@@ -1,5 +1,5 @@
 // peak.cpp — peak FLOP/s resolution (see peak.hpp); the GEMM itself is analysis/micro/gemm.
-#include "bench/peak.hpp"
+#include "bench/run/peak.hpp"
 
 #include "analysis/micro/gemm.hpp"
 #include "runtime/device.hpp"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/engine.hpp"
-#include "bench/run_options.hpp"
+#include "bench/run/run_options.hpp"
 #include "models/data.hpp"
 #include "profiler/activity.hpp"
 #include "profiler/analysis.hpp"
@@ -68,7 +68,7 @@ struct TrainResult {
   runtime::CudaMemoryStats cuda_after_init{};  // caching allocator after init (zeros on CPU)
   // Peaks over the steps from peak_from_step on (see run_training): never warm-up, never the first
   // step this process runs (ZeRO-3 records its module trace there; cuBLAS/NCCL set up), never the
-  // profiled steps; the GEMM peak probe's blocks are gone before (bench/peak.cpp).
+  // profiled steps; the GEMM peak probe's blocks are gone before (bench/run/peak.cpp).
   int64_t peak_from_step = 0;
   int64_t peak_tracked_bytes = 0;
   int64_t peak_program_bytes = -1;              // CPU: the program-order peak over those steps (-1 on CUDA)

@@ -1,5 +1,5 @@
 // study.cpp — the precision study (see study.hpp).
-#include "bench/study.hpp"
+#include "bench/study/study.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "backends/backend_info.hpp"
-#include "bench/matrix.hpp"
+#include "bench/matrix/matrix.hpp"
 #include "reports/report.hpp"
 #include "reports/run_report.hpp"
 #include "reports/svg.hpp"

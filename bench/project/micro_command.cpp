@@ -17,7 +17,7 @@
 #include "analysis/projection/coverage.hpp"
 #include "analysis/projection/projection.hpp"
 #include "analysis/projection/replay.hpp"
-#include "bench/micro_command.hpp"
+#include "bench/project/micro_command.hpp"
 #include "reports/report.hpp"
 #include "runtime/device.hpp"
 #include "runtime/dist_env.hpp"

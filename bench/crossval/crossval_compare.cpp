@@ -7,8 +7,8 @@
 // first); a model-state category on one side only is a disagreement unless a rule predicts it
 // exactly; and every rank's collectives are compared in every step, of every kind either side
 // reports (the reference's barriers, all-to-alls and point-to-point calls included).
-#include "bench/crossval_compare.hpp"
-#include "bench/crossval_loss_scale.hpp"
+#include "bench/crossval/crossval_compare.hpp"
+#include "bench/crossval/crossval_loss_scale.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +17,7 @@
 #include <map>
 #include <set>
 
-#include "bench/crossval_rules.hpp"
+#include "bench/crossval/crossval_rules.hpp"
 
 namespace zb::bench {
 

@@ -1,5 +1,5 @@
 // crossval_device.cpp — the device and backend of a crossval (see crossval_device.hpp).
-#include "bench/crossval_device.hpp"
+#include "bench/crossval/crossval_device.hpp"
 
 #include "runtime/errors.hpp"
 

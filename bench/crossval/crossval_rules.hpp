@@ -10,7 +10,7 @@
 #include <string>
 
 #include "backends/crossval_reference.hpp"
-#include "bench/crossval_compare.hpp"
+#include "bench/crossval/crossval_compare.hpp"
 
 namespace zb::bench {
 
