@@ -75,12 +75,15 @@ TEST(RunReport, EveryCommittedReportRoundTripsByteForByte) {
     const auto& r0 = r.ranks->at(0);
     const json& j0 = j["ranks"][0];
     EXPECT_EQ(r0.batch_sha256.has_value(), j0.contains("batch_sha256")) << f;
-    if (r0.batch_sha256 && !r0.batch_sha256->empty())
+    if (r0.batch_sha256 && !r0.batch_sha256->empty()) {
       EXPECT_EQ(r0.batch_sha256->back(), j0["batch_sha256"].back().get<std::string>()) << f;
+    }
     EXPECT_EQ(r0.comm_steps.has_value(), j0.contains("comm_steps")) << f;
-    if (r0.comm_steps && !r0.comm_steps->empty())
-      for (const auto& [kind, c] : r0.comm_steps->back())
+    if (r0.comm_steps && !r0.comm_steps->empty()) {
+      for (const auto& [kind, c] : r0.comm_steps->back()) {
         EXPECT_EQ(c.bytes, j0["comm_steps"].back()[kind]["bytes"].get<int64_t>()) << f << " " << kind;
+      }
+    }
     if (j0["memory"].contains("cuda")) {
       ASSERT_TRUE(r0.memory.cuda) << f;
       EXPECT_EQ(r0.memory.cuda->peak_allocated_bytes, j0["memory"]["cuda"]["peak_allocated_bytes"].get<int64_t>()) << f;
