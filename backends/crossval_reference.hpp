@@ -3,7 +3,8 @@
 // config file both sides read (when the framework is configured by a file), and the catalogue of
 // known differences (docs/crossval.md, "Explained, not changed"). Each rule predicts, from
 // zerobench's resolved configuration alone (the backend options, the model, the world size, the
-// engine's resolved options in zerobench's report), the exact value the upstream framework must
+// engine's resolved options and process-group backend from zerobench's report), the exact value
+// the upstream framework must
 // report, and names the upstream file and function that explain it; crossval accepts a difference
 // only when the upstream number equals the prediction.
 // Must not: read the upstream's output (a rule checked against the upstream's own numbers explains
@@ -41,12 +42,15 @@ struct CrossvalBound {
   std::string basis;
 };
 
-// What a rule sees: zerobench's resolved run and its report (config.backend.options: the engine's
-// resolved options).
+// What a rule sees: zerobench's resolved run and, from its report (bench/crossval/crossval_rules.cpp reads
+// the typed record), the engine's resolved options (config.backend.options, {} when absent: the
+// options JSON, as the backend writes it) and the process-group backend (env.pg_backend: gloo |
+// nccl, "" when absent).
 struct CrossvalCase {
   const EngineSpec& spec;
   int world_size;
-  const nlohmann::json& report;
+  const nlohmann::json& options;
+  std::string pg_backend;
 };
 
 // What CrossvalReference::reference_setup decides for one mode: a refusal — one line naming the

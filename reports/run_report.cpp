@@ -21,6 +21,10 @@ struct is_record : std::false_type {};
 template <class T>
 struct is_record<T, std::void_t<decltype(std::declval<T&>().extra)>> : std::true_type {};
 template <class T>
+struct is_map : std::false_type {};
+template <class T>
+struct is_map<std::map<std::string, T>> : std::true_type {};
+template <class T>
 struct is_optional : std::false_type {};
 template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
@@ -61,6 +65,8 @@ Read parse(const json& j, json& out) {
 }
 template <class T>
 std::enable_if_t<is_record<T>::value, Read> parse(const json& j, T& out);
+template <class T>
+Read parse(const json& j, std::map<std::string, T>& out);
 template <class T>
 Read parse(const json& j, std::vector<T>& out) {
   if (!j.is_array()) return kFail;
@@ -131,6 +137,8 @@ json write(const json& v) { return v; }
 template <class T>
 std::enable_if_t<is_record<T>::value, json> write(const T& s);
 template <class T>
+json write(const std::map<std::string, T>& m);
+template <class T>
 json write(const std::vector<T>& v) {
   json a = json::array();
   for (const auto& x : v) a.push_back(write(x));
@@ -190,7 +198,7 @@ struct KeyLister {
   void add_leaf(const std::string& path, const void*) { keys->push_back(path); }
   template <class T>
   void add_leaf(const std::string& path, const std::vector<T>*) {
-    if constexpr (is_record<T>::value) add<T>(path + "[i]");
+    if constexpr (is_record<T>::value || is_map<T>::value) add<T>(path + "[i]");
     else keys->push_back(path);
   }
   template <class T>
@@ -255,6 +263,18 @@ void check_shard_layout(const json& l, std::vector<std::string>& p) {
       p.push_back("config/shard_layout/unit_padding: expected non-negative integers");
       break;
     }
+}
+
+// One step's collectives by kind (ranks[i].comm_steps[j], steps[j].comm): {count, bytes} each.
+void check_step_comm(const json& c, const std::string& at, std::vector<std::string>& p) {
+  if (!c.is_object()) {
+    p.push_back(at + ": expected object");
+    return;
+  }
+  for (const auto& [kind, v] : c.items()) {
+    require(v, at + "/" + kind + "/", "count", Type::Number, p);
+    require(v, at + "/" + kind + "/", "bytes", Type::Number, p);
+  }
 }
 
 // ---- the SCHEMA.md check ----
@@ -356,6 +376,7 @@ json to_json(const PrecisionPlan& p) { return write(p); }
 json to_json(const FlopsPerToken& f) { return write(f); }
 json to_json(const ModelStates& m) { return write(m); }
 json to_json(const ProgramOrder& p) { return write(p); }
+json to_json(const LossScale& l) { return write(l); }
 
 std::vector<std::string> validate_run_report(const json& r) {
   std::vector<std::string> p;
@@ -451,6 +472,25 @@ std::vector<std::string> validate_run_report(const json& r) {
       require(rk, where, std::string("comm/") + kind + "/count", Type::Number, p);
       require(rk, where, std::string("comm/") + kind + "/bytes", Type::Number, p);
     }
+    if (rk.contains("memory") && rk["memory"].is_object() && rk["memory"].contains("cuda") &&
+        rk["memory"]["cuda"].is_object() && rk["memory"]["cuda"].contains("peak_allocated_bytes"))
+      require(rk, where, "memory/cuda/peak_allocated_bytes", Type::Number, p);
+    // Every step's collectives and input (zerobench crossval compares them); reports before them lack them.
+    if (rk.contains("comm_steps")) {
+      if (!rk["comm_steps"].is_array()) p.push_back(where + "comm_steps: expected array");
+      else
+        for (size_t j = 0; j < rk["comm_steps"].size(); ++j)
+          check_step_comm(rk["comm_steps"][j], where + "comm_steps[" + std::to_string(j) + "]", p);
+    }
+    if (rk.contains("batch_sha256")) {
+      if (!rk["batch_sha256"].is_array()) p.push_back(where + "batch_sha256: expected array");
+      else
+        for (const auto& h : rk["batch_sha256"])
+          if (!h.is_string()) {
+            p.push_back(where + "batch_sha256: expected strings");
+            break;
+          }
+    }
   }
   for (size_t j = 0; j < r["steps"].size(); ++j) {
     const auto where = "steps[" + std::to_string(j) + "]/";
@@ -460,6 +500,7 @@ std::vector<std::string> validate_run_report(const json& r) {
                          st["loss_scale"].value("skipped", false) && st.contains("grad_norm") && st["grad_norm"].is_null();
     for (const char* k : {"step", "loss", "grad_norm", "lr", "time_s"})
       if (!(skipped && std::string(k) == "grad_norm")) require(st, where, k, Type::Number, p);
+    if (st.contains("comm")) check_step_comm(st["comm"], where + "comm", p);
     if (st.contains("loss_scale")) {
       for (const char* k : {"scale", "next_scale"}) require(st, where, std::string("loss_scale/") + k, Type::Number, p);
       for (const char* k : {"overflow", "skipped"}) require(st, where, std::string("loss_scale/") + k, Type::Bool, p);
@@ -496,7 +537,7 @@ std::vector<std::string> run_report_typed_keys() {
 const std::vector<std::string>& run_report_carried_keys() {
   static const std::vector<std::string> keys = {
       "config.shard_layout", "config.load", "config.checkpoint", "ranks[i].memory.model_states_expected_bytes",
-      "ranks[i].comm_total.<kind>", "ranks[i].comm_steps[i].<kind>", "ranks[i].batch_sha256[i]"};
+      "ranks[i].comm_total.<kind>"};
   return keys;
 }
 

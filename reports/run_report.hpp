@@ -220,6 +220,12 @@ struct MemoryEstimate {  // ranks[i].memory.estimate (null without an estimate: 
   template <class V> void fields(V& v) { v("peak_bytes", peak_bytes); }
 };
 
+struct CudaMemory {  // ranks[i].memory.cuda: the caching allocator (CUDA runs)
+  std::optional<int64_t> peak_allocated_bytes;
+  Carried extra;
+  template <class V> void fields(V& v) { v("peak_allocated_bytes", peak_allocated_bytes); }
+};
+
 struct RankMemory {
   ModelStates model_states_bytes;
   int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
@@ -227,12 +233,13 @@ struct RankMemory {
   std::optional<MemoryEstimate> estimate;
   std::optional<int64_t> estimated_peak_bytes, peak_program_bytes;  // peak_program_bytes null on CUDA
   std::optional<ProgramOrder> program_order;
+  std::optional<CudaMemory> cuda;
   Carried extra;
   template <class V> void fields(V& v) {
     v("model_states_bytes", model_states_bytes); v("peak_tracked_bytes", peak_tracked_bytes);
     v("peak_rss_bytes", peak_rss_bytes); v("estimated_peak_bytes", estimated_peak_bytes);
     v("peak_program_bytes", peak_program_bytes); v("program_order", program_order);
-    v("model_states_total_bytes", model_states_total_bytes); v("estimate", estimate);
+    v("model_states_total_bytes", model_states_total_bytes); v("estimate", estimate); v("cuda", cuda);
   }
 };
 
@@ -241,6 +248,12 @@ struct CommStat {  // ranks[i].comm.<kind>
   std::optional<double> time_s;
   Carried extra;
   template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); v("time_s", time_s); }
+};
+
+struct StepComm {  // ranks[i].comm_steps[j].<kind>, steps[j].comm.<kind>: one step's collectives of a kind
+  int64_t count = 0, bytes = 0;
+  Carried extra;
+  template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); }
 };
 
 struct OffloadTraffic {  // ranks[i].offload.last_step
@@ -287,13 +300,15 @@ struct RankRecord {
   int64_t rank = 0;
   RankMemory memory;
   std::map<std::string, CommStat> comm;  // one step's traffic (the last), by kind
+  std::optional<std::vector<std::map<std::string, StepComm>>> comm_steps;  // every step's, by kind
+  std::optional<std::vector<std::string>> batch_sha256;                    // every step's input (hex)
   std::optional<Offload> offload;
   std::optional<std::vector<double>> step_times_s;
   std::optional<RankLifecycle> lifecycle;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("rank", rank); v("memory", memory); v("comm", comm); v("offload", offload); v("step_times_s", step_times_s);
-    v("lifecycle", lifecycle);
+    v("rank", rank); v("memory", memory); v("comm", comm); v("comm_steps", comm_steps); v("batch_sha256", batch_sha256);
+    v("offload", offload); v("step_times_s", step_times_s); v("lifecycle", lifecycle);
   }
 };
 
@@ -310,10 +325,12 @@ struct StepRecord {
   std::optional<bool> measured;
   std::optional<LossScale> loss_scale;
   std::optional<double> lost_update_fraction;  // --measure-lost-updates only
+  std::optional<std::map<std::string, StepComm>> comm;  // rank 0's collectives in this step, by kind
   Carried extra;
   template <class V> void fields(V& v) {
     v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("time_s", time_s);
     v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
+    v("comm", comm);
   }
   bool skipped() const { return loss_scale && loss_scale->skipped; }
 };
@@ -417,6 +434,7 @@ nlohmann::json to_json(const PrecisionPlan& p);
 nlohmann::json to_json(const FlopsPerToken& f);
 nlohmann::json to_json(const ModelStates& m);
 nlohmann::json to_json(const ProgramOrder& p);
+nlohmann::json to_json(const LossScale& l);
 
 // Every problem found (empty = valid): missing keys, wrong types, bad status (reports/report.hpp's
 // validate_report is this).

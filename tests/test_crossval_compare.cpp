@@ -75,7 +75,9 @@ Synthetic synthetic(const std::string& backend = "fsdp", const std::string& prec
   return s;
 }
 
-json compare(const Synthetic& s) { return zb::bench::compare_mode(s.ctx, s.report, s.upstream); }
+json compare(const Synthetic& s) {
+  return zb::bench::compare_mode(s.ctx, zb::reports::run_report_from_json(s.report), s.upstream);
+}
 
 // The verdict disagrees and one of its reasons contains `needle`.
 void expect_disagreement(const json& m, const std::string& needle) {
@@ -297,6 +299,15 @@ TEST(CrossvalCompare, Zero3StepCounterRuleUsesZerobenchsSubGroups) {
   EXPECT_TRUE(compare(s)["verdict"]["agree"].get<bool>());
   s.report["config"]["backend"]["options"].erase("sub_groups");  // no prediction, no explanation
   expect_disagreement(compare(s), "rank 1 optimizer_step_counters");
+
+  // offload_optimizer with DeepSpeedCPUAdam (zerobench's resolved options, as the rule sees them):
+  // its step count is a Python int, no bytes; the same upstream 0 without them is unexplained.
+  s = synthetic("zero3", "bf16");
+  for (auto& u : s.upstream) u["model_states_bytes"]["optimizer_step_counters"] = 0;
+  expect_disagreement(compare(s), "rank 0 optimizer_step_counters: zerobench does not report it vs upstream 0 bytes");
+  s.report["config"]["backend"]["options"]["offload"] = {{"optimizer", "cpu"}};
+  s.report["config"]["backend"]["options"]["host_optimizer"] = "DeepSpeedCPUAdam";
+  EXPECT_TRUE(compare(s)["verdict"]["agree"].get<bool>()) << compare(s)["verdict"].dump(1);
 }
 
 TEST(CrossvalCompare, EveryRanksCollectivesOfEveryKindAreCompared) {
@@ -330,6 +341,26 @@ TEST(CrossvalCompare, EveryRanksCollectivesOfEveryKindAreCompared) {
   s = synthetic();  // a report without per-rank collectives cannot pass for rank 1
   s.report["ranks"][1].erase("comm_steps");
   expect_disagreement(compare(s), "zerobench's report has no per-step collectives of rank 1");
+}
+
+// A report written before ranks[i].comm_steps: rank 0's steps[j].comm stands for rank 0's, and
+// the other ranks cannot pass. On a GPU zerobench's peak is ranks[i].memory.cuda's, max over ranks.
+TEST(CrossvalCompare, OlderReportsUseStepsCommForRankZeroAndTheCudaPeakIsTheRanksMax) {
+  auto s = synthetic();
+  for (auto& r : s.report["ranks"]) r.erase("comm_steps");
+  s.report["steps"][1]["comm"]["all_gather"]["count"] = 6;
+  auto m = compare(s);
+  expect_disagreement(m, "rank 0 step 1: all_gather count/bytes 6/5000 vs upstream 5/5000 (unexplained)");
+  expect_disagreement(m, "zerobench's report has no per-step collectives of rank 1");
+
+  s = synthetic();
+  s.report["ranks"][0]["memory"]["cuda"] = {{"peak_allocated_bytes", 2000}};
+  s.report["ranks"][1]["memory"]["cuda"] = {{"peak_allocated_bytes", 3000}};
+  s.upstream[1]["peak_cuda_allocated_bytes"] = 6000;
+  m = compare(s);
+  EXPECT_EQ(m["perf"]["peak_cuda_allocated_bytes"], 3000);
+  EXPECT_EQ(m["perf"]["upstream_peak_cuda_allocated_bytes"], 6000);
+  EXPECT_DOUBLE_EQ(m["perf"]["peak_cuda_allocated_ratio"].get<double>(), 0.5);
 }
 
 TEST(CrossvalCompare, Zero3TraceCheckBroadcastsAreExplainedOnEveryRank) {

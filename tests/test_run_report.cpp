@@ -71,6 +71,23 @@ TEST(RunReport, EveryCommittedReportRoundTripsByteForByte) {
     EXPECT_EQ(r.ranks->at(0).memory.peak_tracked_bytes, j["ranks"][0]["memory"]["peak_tracked_bytes"].get<int64_t>());
     EXPECT_EQ(r.steps->size(), j["steps"].size());
     EXPECT_EQ(r.config.backend_name(), j["config"]["backend"]["name"].get<std::string>());
+    // What crossval reads is typed too (reports before comm_steps / batch_sha256 lack them).
+    const auto& r0 = r.ranks->at(0);
+    const json& j0 = j["ranks"][0];
+    EXPECT_EQ(r0.batch_sha256.has_value(), j0.contains("batch_sha256")) << f;
+    if (r0.batch_sha256 && !r0.batch_sha256->empty()) {
+      EXPECT_EQ(r0.batch_sha256->back(), j0["batch_sha256"].back().get<std::string>()) << f;
+    }
+    EXPECT_EQ(r0.comm_steps.has_value(), j0.contains("comm_steps")) << f;
+    if (r0.comm_steps && !r0.comm_steps->empty()) {
+      for (const auto& [kind, c] : r0.comm_steps->back()) {
+        EXPECT_EQ(c.bytes, j0["comm_steps"].back()[kind]["bytes"].get<int64_t>()) << f << " " << kind;
+      }
+    }
+    if (j0["memory"].contains("cuda")) {
+      ASSERT_TRUE(r0.memory.cuda) << f;
+      EXPECT_EQ(r0.memory.cuda->peak_allocated_bytes, j0["memory"]["cuda"]["peak_allocated_bytes"].get<int64_t>()) << f;
+    }
   }
 }
 
@@ -114,6 +131,27 @@ TEST(RunReport, ValidationRefusesWhatItRefused) {
   j = json::parse(slurp(files.front()));
   j["status"]["state"] = "fine";
   EXPECT_FALSE(validate_report(j).empty());
+  // What crossval compares per step (checked when present).
+  j = json::parse(slurp(files.front()));
+  j["ranks"][0]["batch_sha256"] = json::array({"ab", nullptr});
+  p = validate_report(j);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.front(), "ranks[0]/batch_sha256: expected strings");
+  j = json::parse(slurp(files.front()));
+  j["ranks"][0]["comm_steps"] = json::array({{{"all_gather", {{"count", "5"}, {"bytes", 0}}}}});
+  p = validate_report(j);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.front(), "ranks[0]/comm_steps[0]/all_gather/count: expected number");
+  j = json::parse(slurp(files.front()));
+  j["steps"][0]["comm"] = {{"broadcast", {{"count", 1}}}};
+  p = validate_report(j);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.front(), "steps[0]/comm/broadcast/bytes: missing");
+  j = json::parse(slurp(files.front()));
+  j["ranks"][0]["memory"]["cuda"]["peak_allocated_bytes"] = "lots";
+  p = validate_report(j);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.front(), "ranks[0]/memory/cuda/peak_allocated_bytes: expected number");
 }
 
 TEST(RunReport, SchemaDocMatchesTheRecord) {

@@ -114,9 +114,7 @@ nlohmann::json deepspeed_adamw_section(const TrainConfig& t, bool torch_adam) {
 }
 
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {
-  const auto& opts = c.report.value("config", nlohmann::json::object())
-                         .value("backend", nlohmann::json::object())
-                         .value("options", nlohmann::json::object());
+  const auto& opts = c.options;
   // "DeepSpeedCPUAdam": kCpuAdam of zero3_options.hpp and zero12_options.hpp.
   if (opts.value("offload", nlohmann::json::object()).value("optimizer", std::string("none")) != "cpu" ||
       opts.value("host_optimizer", std::string()) != "DeepSpeedCPUAdam")

@@ -99,8 +99,7 @@ CrossvalReference crossval_reference() {
       // a padded shard per parameter, as without offload. On CUDA it copies the `sharded_size`
       // rows, which zerobench counts (the bytes where they live on a GPU).
       const auto o = fsdp2_options_from_json(c.spec.options);
-      const auto env = c.report.value("env", nlohmann::json::object());
-      if (!o.offloads() || env.value("pg_backend", "") != "gloo") return std::nullopt;
+      if (!o.offloads() || c.pg_backend != "gloo") return std::nullopt;
       StateExplanation x;
       x.expected = closed_form_bytes(c.spec, Topology(c.world_size), rank).host.params;
       x.reason = "on a CPU-only run upstream's device->host copy of a reduced gradient is Tensor.to(cpu) of a CPU "

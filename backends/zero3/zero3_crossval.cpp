@@ -56,18 +56,18 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
 }
 
 // zerobench's fp32 sub-groups (stage3.py _create_fp16_sub_groups, as the engine resolves them from
-// sub_group_size and the partition sizes), from the report's config.backend.options; -1 when the
-// report does not carry them.
-int64_t sub_groups(const json& report) {
-  const json& o = report.value("config", json::object()).value("backend", json::object()).value("options", json::object());
-  return o.contains("sub_groups") && o["sub_groups"].is_number_integer() ? o["sub_groups"].get<int64_t>() : -1;
+// sub_group_size and the partition sizes), from its resolved options (the report's
+// config.backend.options); -1 when they do not carry them.
+int64_t sub_groups(const json& options) {
+  return options.contains("sub_groups") && options["sub_groups"].is_number_integer() ? options["sub_groups"].get<int64_t>()
+                                                                                     : -1;
 }
 
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
   if (auto x = common::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
-  const int64_t tensors = sub_groups(c.report);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
+  const int64_t tensors = sub_groups(c.options);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
   if (tensors < 0) return std::nullopt;
   return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");
 }

@@ -47,7 +47,13 @@ std::vector<double> series(const RunReport& report, std::optional<double> report
   return out;
 }
 
-json memory_of(const RunReport& report) {
+// A side's per-rank memory (the compare JSON's "memory") and its maxima over ranks (NaN: none).
+struct Memory {
+  json doc;
+  double max_states = kNaN, max_peak = kNaN, max_est = kNaN;
+};
+
+Memory memory_of(const RunReport& report) {
   json ranks = json::array();
   double max_states = kNaN, max_peak = kNaN, max_est = kNaN;
   auto up = [](double& m, double v) {
@@ -68,11 +74,12 @@ json memory_of(const RunReport& report) {
     up(max_peak, peak);
     up(max_est, est);
   }
-  return {{"ranks", ranks},
-          {"max",
-           {{"model_states_total_bytes", num_json(max_states)},
-            {"peak_tracked_bytes", num_json(max_peak)},
-            {"estimate_peak_bytes", num_json(max_est)}}}};
+  json doc = {{"ranks", ranks},
+              {"max",
+               {{"model_states_total_bytes", num_json(max_states)},
+                {"peak_tracked_bytes", num_json(max_peak)},
+                {"estimate_peak_bytes", num_json(max_est)}}}};
+  return {doc, max_states, max_peak, max_est};
 }
 
 json comm_of(const RunReport& report, const std::vector<const RunReport*>& ok_runs) {
@@ -105,16 +112,23 @@ json comm_of(const RunReport& report, const std::vector<const RunReport*>& ok_ru
           {"overlap_ratio", interval_json(overlap)}};
 }
 
-// Sum of a category over ranks' max: the numeric model-state categories of the rank holding most.
-double category_max(const json& memory, const std::string& category) {
+// The model-state categories compared by name (ranks[i].memory.model_states_bytes, typed).
+struct Category {
+  const char* name;
+  std::optional<int64_t> (*of)(const reports::ModelStates&);
+};
+const Category kCategories[] = {
+    {"params", [](const reports::ModelStates& m) -> std::optional<int64_t> { return m.params; }},
+    {"master_params", [](const reports::ModelStates& m) -> std::optional<int64_t> { return m.master_params; }},
+    {"grads", [](const reports::ModelStates& m) -> std::optional<int64_t> { return m.grads; }},
+    {"optimizer", [](const reports::ModelStates& m) -> std::optional<int64_t> { return m.optimizer; }},
+    {"buffers", [](const reports::ModelStates& m) -> std::optional<int64_t> { return m.buffers; }}};
+
+// A category's bytes on the rank holding the most of it (NaN when no rank reports it).
+double category_max(const RunReport& report, const Category& category) {
   double m = kNaN;
-  for (const auto& r : memory["ranks"]) {
-    const auto& c = r["model_states_bytes"];
-    if (c.contains(category) && c[category].is_number()) {
-      const double v = c[category].get<double>();
-      m = std::isfinite(m) ? std::max(m, v) : v;
-    }
-  }
+  for (const auto& r : report.rank_records())
+    if (const auto v = category.of(r.memory.model_states_bytes)) m = std::isfinite(m) ? std::max(m, double(*v)) : double(*v);
   return m;
 }
 
@@ -147,6 +161,7 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
     for (const json& r : sides[s].runs)
       typed[s].push_back(r.is_object() ? Run(reports::run_report_from_json(r)) : std::nullopt);
   std::vector<const RunReport*> first_ok(sides.size(), nullptr);  // each side's first successful report (curves, memory, config)
+  std::vector<Memory> memory(sides.size());                       // of first_ok
   std::vector<std::vector<double>> tok(sides.size()), step(sides.size());  // per round, NaN if not ok
   for (size_t s = 0; s < sides.size(); ++s) {
     const auto& side = sides[s];
@@ -212,7 +227,8 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
                              {"applied", config.applied.value_or(json::array())},
                              {"ignored", config.ignored.value_or(json::array())},
                              {"warnings", config.warnings ? json(*config.warnings) : json::array()}};
-      entry["memory"] = memory_of(*rep);
+      memory[s] = memory_of(*rep);
+      entry["memory"] = memory[s].doc;
       entry["comm"] = comm_of(*rep, ok_runs);
       const auto loss = series(*rep, &reports::StepRecord::loss), gn = series(*rep, &reports::StepRecord::grad_norm);
       json steps = json::array();
@@ -246,8 +262,8 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
       if (std::isfinite(t)) tr.push_back(t);
       if (std::isfinite(st)) sr.push_back(st);
     }
-    const auto& a = out["sides"][0];
-    const auto& b = out["sides"][s];
+    const RunReport* a = first_ok[0];
+    const RunReport* b = first_ok[s];
     json c = {{"side", sides[s].label},
               {"baseline", sides[0].label},
               {"paired_rounds", int(tr.size())},
@@ -258,33 +274,27 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
                                   {"lo", num_json((ti.lo - 1) * 100)},
                                   {"hi", num_json((ti.hi - 1) * 100)}};
     c["beyond_noise"] = ti.n >= 2 && (ti.lo > 1 || ti.hi < 1);
-    if (a.contains("memory") && b.contains("memory")) {
-      const auto& ma = a["memory"]["max"];
-      const auto& mb = b["memory"]["max"];
-      auto value = [](const json& j, const char* key) { return j[key].is_number() ? j[key].get<double>() : kNaN; };
-      auto r = [&](const char* key) { return num_json(ratio(value(mb, key), value(ma, key))); };
-      c["model_states_ratio"] = r("model_states_total_bytes");
-      c["peak_tracked_ratio"] = r("peak_tracked_bytes");
-      c["estimate_peak_ratio"] = r("estimate_peak_bytes");
+    if (a && b) {
+      const Memory &ma = memory[0], &mb = memory[s];
+      c["model_states_ratio"] = num_json(ratio(mb.max_states, ma.max_states));
+      c["peak_tracked_ratio"] = num_json(ratio(mb.max_peak, ma.max_peak));
+      c["estimate_peak_ratio"] = num_json(ratio(mb.max_est, ma.max_est));
       // The category whose bytes differ most (rank holding the most of it, each side).
       std::string largest;
       double delta = 0;
-      for (const char* cat : {"params", "master_params", "grads", "optimizer", "buffers"}) {
-        const double d = category_max(b["memory"], cat) - category_max(a["memory"], cat);
-        if (std::isfinite(d) && std::abs(d) > std::abs(delta)) delta = d, largest = cat;
+      for (const Category& cat : kCategories) {
+        const double d = category_max(*b, cat) - category_max(*a, cat);
+        if (std::isfinite(d) && std::abs(d) > std::abs(delta)) delta = d, largest = cat.name;
       }
       c["largest_category_difference"] = {{"category", largest}, {"delta_bytes", delta}};
-      const double ma_master = category_max(a["memory"], "master_params"),
-                   mb_master = category_max(b["memory"], "master_params");
+      const Category& master = kCategories[1];
+      const double ma_master = category_max(*a, master), mb_master = category_max(*b, master);
       c["keeps_master"] = {{"side", std::isfinite(mb_master) && mb_master > 0},
                            {"baseline", std::isfinite(ma_master) && ma_master > 0}};
     }
-    if (a.contains("curves") && b.contains("curves")) {
-      std::vector<double> la, lb, ga, gb;
-      for (const auto& v : a["curves"]["loss"]) la.push_back(v.is_number() ? v.get<double>() : kNaN);
-      for (const auto& v : b["curves"]["loss"]) lb.push_back(v.is_number() ? v.get<double>() : kNaN);
-      for (const auto& v : a["curves"]["grad_norm"]) ga.push_back(v.is_number() ? v.get<double>() : kNaN);
-      for (const auto& v : b["curves"]["grad_norm"]) gb.push_back(v.is_number() ? v.get<double>() : kNaN);
+    if (a && b) {  // the curves of each side's first successful run
+      const auto la = series(*a, &reports::StepRecord::loss), lb = series(*b, &reports::StepRecord::loss);
+      const auto ga = series(*a, &reports::StepRecord::grad_norm), gb = series(*b, &reports::StepRecord::grad_norm);
       c["loss_max_rel_diff"] = num_json(max_relative_difference(la, lb));
       c["grad_norm_max_rel_diff"] = num_json(max_relative_difference(ga, gb));
       c["steps_compared"] = int(std::min(la.size(), lb.size()));

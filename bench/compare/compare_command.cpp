@@ -13,6 +13,7 @@
 #include "config/bounded_readers.hpp"
 #include "models/token_data.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench::compare {
@@ -183,7 +184,7 @@ bool write_outputs(const json& plan, const std::string& dir) {
     } catch (const UsageError&) {
       report = nullptr;  // not run (interrupted) or unreadable: shown as missing
     }
-    if (!report.is_object() || report["status"].value("state", "") != "ok") all_ok = false;
+    if (!report.is_object() || !reports::run_report_from_json(report).ok()) all_ok = false;
     side.runs.push_back(report);
     side.report_files.push_back("runs/" + file);
   }

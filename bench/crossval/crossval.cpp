@@ -26,6 +26,7 @@
 #include "models/llama.hpp"
 #include "reports/crossval_table.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "reports/table.hpp"
 #include "runtime/device.hpp"
 #include "runtime/errors.hpp"
@@ -582,7 +583,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
       std::vector<json> ranks;
       for (int k = 0; k < world; ++k) ranks.push_back(json::parse(read_text(dir + "/upstream/rank" + std::to_string(k) + ".json")));
       CrossvalContext ctx{r.backend, world, spec, dev.kind};
-      section = compare_mode(ctx, reports::read_report(dir + "/zerobench.json"), ranks);
+      section = compare_mode(ctx, reports::run_report_from_json(reports::read_report(dir + "/zerobench.json")), ranks);
       upstream_id = ranks.front()["upstream"];
       for (const auto& why : upstream_device_mismatches(dev, ranks)) {  // a reference that ran elsewhere
         section["verdict"]["agree"] = false;

@@ -23,12 +23,18 @@ namespace zb::bench {
 
 namespace {
 using json = nlohmann::json;
+using reports::RunReport;
+using StepCommByKind = std::map<std::string, reports::StepComm>;
 
 const char* const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
 
-// A number as either side writes it: a JSON number; "nan" / "inf" / "-inf" (the Python runners
-// write non-finite floats so, scripts/crossval/common.py); null (nlohmann writes NaN and Inf so).
-// Anything else, or a missing key, reads as NaN: it cannot agree with anything.
+// zerobench's number: a typed field; absent or null (nlohmann writes NaN and Inf so: the record
+// carries the null untyped) reads as NaN: it cannot agree with anything.
+double number(const std::optional<double>& v) { return v ? *v : NAN; }
+
+// The reference's number: a JSON number; "nan" / "inf" / "-inf" (the Python runners write
+// non-finite floats so, scripts/crossval/common.py); null. Anything else, or a missing key, reads
+// as NaN.
 double number(const json& obj, const char* key) {
   if (!obj.is_object() || !obj.contains(key)) return NAN;
   const json& v = obj[key];
@@ -80,10 +86,10 @@ size_t array_size(const json& obj, const char* key) {
 // ---- shape: W ranks and T steps on each side ----
 // Returns how many ranks and steps both sides have (what can be compared); every shortfall or
 // excess is a reason.
-std::pair<size_t, size_t> check_shape(const CrossvalContext& c, const json& report, const std::vector<json>& upstream,
+std::pair<size_t, size_t> check_shape(const CrossvalContext& c, const RunReport& report, const std::vector<json>& upstream,
                                       std::vector<std::string>& reasons) {
   const size_t W = size_t(c.world_size), T = size_t(c.spec.train.steps);
-  const size_t zr = array_size(report, "ranks");
+  const size_t zr = report.rank_records().size();
   if (zr != W) reasons.push_back("zerobench reports " + std::to_string(zr) + " ranks, expected " + std::to_string(W));
   if (upstream.size() != W)
     reasons.push_back("upstream reports " + std::to_string(upstream.size()) + " ranks, expected " + std::to_string(W));
@@ -96,10 +102,10 @@ std::pair<size_t, size_t> check_shape(const CrossvalContext& c, const json& repo
                         (u.is_object() && u.contains("world_size") ? u["world_size"].dump() : "?") + ", expected rank " +
                         std::to_string(k) + " of " + std::to_string(W));
   }
-  size_t steps = std::min(T, array_size(report, "steps"));
-  if (array_size(report, "steps") != T)
-    reasons.push_back("zerobench reports " + std::to_string(array_size(report, "steps")) + " steps, expected " +
-                      std::to_string(T));
+  const size_t zsteps = report.step_records().size();
+  size_t steps = std::min(T, zsteps);
+  if (zsteps != T)
+    reasons.push_back("zerobench reports " + std::to_string(zsteps) + " steps, expected " + std::to_string(T));
   for (size_t k = 0; k < upstream.size(); ++k) {
     const size_t n = array_size(upstream[k], "steps");
     if (n != T)
@@ -119,10 +125,9 @@ struct CountBytes {
 // kind -> {count, bytes} of one side's step. zerobench: the four kinds its Comm counts. The
 // reference: `kinds` (the same four) and `other` (barrier, all_to_all, send, recv, ...; a bare
 // count in runners older than the byte-counting wrapper).
-std::map<std::string, CountBytes> zerobench_comm(const json& comm) {
+std::map<std::string, CountBytes> zerobench_comm(const StepCommByKind& comm) {
   std::map<std::string, CountBytes> out;
-  for (const auto& [kind, v] : comm.items())
-    out[kind] = {v.value("count", int64_t(0)), v.value("bytes", int64_t(0))};
+  for (const auto& [kind, v] : comm) out[kind] = {v.count, v.bytes};
   return out;
 }
 std::map<std::string, CountBytes> upstream_comm(const json& comm) {
@@ -138,10 +143,11 @@ std::map<std::string, CountBytes> upstream_comm(const json& comm) {
 
 // zerobench's collectives of rank k in step j: ranks[k].comm_steps[j] (every rank), else rank
 // 0's steps[j].comm (reports written before comm_steps existed); null when the report has neither.
-json zerobench_step_comm(const json& report, size_t k, size_t j) {
-  const json& r = report["ranks"][k];
-  if (r.contains("comm_steps") && r["comm_steps"].is_array() && j < r["comm_steps"].size()) return r["comm_steps"][j];
-  if (k == 0 && report["steps"][j].contains("comm")) return report["steps"][j]["comm"];
+const StepCommByKind* zerobench_step_comm(const RunReport& report, size_t k, size_t j) {
+  const auto& r = report.rank_records()[k];
+  if (r.comm_steps && j < r.comm_steps->size()) return &(*r.comm_steps)[j];
+  const auto& s = report.step_records()[j];
+  if (k == 0 && s.comm) return &*s.comm;
   return nullptr;
 }
 
@@ -189,7 +195,7 @@ Tolerance tolerance_for(const std::string& backend, const std::string& precision
   return t;
 }
 
-json compare_mode(const CrossvalContext& c, const json& report, const std::vector<json>& upstream) {
+json compare_mode(const CrossvalContext& c, const RunReport& report, const std::vector<json>& upstream) {
   const auto& t = c.spec.train;
   const Tolerance tol = tolerance_for(c.backend, c.spec.precision, t.steps, c.device);
   std::vector<std::string> reasons;
@@ -208,7 +214,7 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   double worst_loss = 0, worst_norm = 0;
   bool all_finite = true, lr_equal = true;
   for (size_t j = 0; j < nsteps; ++j) {
-    const auto& z = report["steps"][j];
+    const reports::StepRecord& z = report.step_records()[j];
     json per_rank_loss = json::array(), per_rank_norm = json::array();
     double loss_sum = 0;
     std::vector<std::string> non_finite;
@@ -227,7 +233,7 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
     if (both_skipped) non_finite.clear();
     const double up_loss = loss_sum / double(upstream.size());
     const double up_norm = number(u0, "grad_norm");
-    const double loss = number(z, "loss"), norm = number(z, "grad_norm");
+    const double loss = number(z.loss), norm = number(z.grad_norm);
     if (!std::isfinite(loss)) non_finite.push_back("zerobench loss " + text(loss));
     if (!std::isfinite(norm) && !both_skipped) non_finite.push_back("zerobench grad norm " + text(norm));
     for (size_t k = 0; both_skipped && k < upstream.size(); ++k) {  // the losses are still compared
@@ -242,7 +248,7 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
       worst_norm = std::max(worst_norm, dn);
     }
     json s = {{"step", j},
-              {"lr", z.value("lr", json(nullptr))},
+              {"lr", z.lr ? json(*z.lr) : json(nullptr)},
               {"upstream_lr", u0.value("lr", json(nullptr))},
               {"loss", loss},
               {"upstream_loss", up_loss},
@@ -252,11 +258,11 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
               {"upstream_grad_norm", up_norm},
               {"grad_norm_rel_diff", dn},
               {"within_tolerance", finite && dl <= tol.loss_rel && dn <= tol.grad_norm_rel},
-              {"time_s", z.value("time_s", 0.0)},
+              {"time_s", z.time_s.value_or(0.0)},
               {"upstream_time_s", u0.value("time_s", 0.0)}};
     // The lr of the step's optimizer update, bitwise: both sides compute the schedule in double
     // (DeepSpeed's classes in Python floats); a difference is a different schedule, not rounding.
-    const double lr = number(z, "lr");
+    const double lr = number(z.lr);
     bool step_lr_equal = true;
     for (size_t k = 0; k < upstream.size(); ++k) {
       const double ulr = number(upstream[k]["steps"][j], "lr");
@@ -287,9 +293,9 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   // ---- step inputs: what every rank trained on in every step (SHA-256 of its batches) ----
   bool batches_equal = nranks > 0 && nsteps > 0;
   for (size_t k = 0; k < nranks; ++k) {
-    const json hashes = report["ranks"][k].value("batch_sha256", json::array());
+    const auto& hashes = report.rank_records()[k].batch_sha256;
     for (size_t j = 0; j < nsteps; ++j) {
-      const json z = hashes.is_array() && j < hashes.size() ? hashes[j] : json(nullptr);
+      const json z = hashes && j < hashes->size() ? json((*hashes)[j]) : json(nullptr);
       const json u = upstream[k]["steps"][j].value("batch_sha256", json(nullptr));
       if (z.is_string() && u.is_string() && z == u) continue;
       batches_equal = false;
@@ -305,15 +311,15 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
   bool comm_equal = true, comm_explained = true, comm_missing = false;
   for (size_t k = 0; k < nranks && !comm_missing; ++k) {
     for (size_t j = 0; j < nsteps; ++j) {
-      const json zj = zerobench_step_comm(report, k, j);
-      if (zj.is_null()) {
+      const StepCommByKind* zj = zerobench_step_comm(report, k, j);
+      if (!zj) {
         comm_missing = true;
         reasons.push_back("zerobench's report has no per-step collectives of rank " + std::to_string(k) +
                           " (ranks[" + std::to_string(k) + "].comm_steps)");
         break;
       }
       const json& uj = upstream[k]["steps"][j].value("comm", json::object());
-      auto zc = zerobench_comm(zj);
+      auto zc = zerobench_comm(*zj);
       auto uc = upstream_comm(uj);
       std::set<std::string> kinds(std::begin(kKinds), std::end(kKinds));
       for (const auto& [kind, v] : zc) kinds.insert(kind);
@@ -372,7 +378,8 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
       }
       return out;
     };
-    const json zb = flat(report["ranks"][rank]["memory"].value("model_states_bytes", json::object()));
+    // The record's categories as it writes them (typed, and any it carries: each compared by name).
+    const json zb = flat(reports::to_json(report.rank_records()[rank].memory.model_states_bytes));
     const json up = flat(upstream[rank].value("model_states_bytes", json::object()));
     std::set<std::string> categories;
     for (const auto& [k, v] : zb.items()) categories.insert(k);
@@ -413,20 +420,20 @@ json compare_mode(const CrossvalContext& c, const json& report, const std::vecto
     for (const auto& s : upstream.front().value("steps", json::array()))
       if (s.value("step", int64_t(0)) >= t.warmup) up_times.push_back(s.value("time_s", 0.0));
   const double tokens = double(t.micro_batch * t.seq_len * t.grad_accum);
-  const double zb_tps = number(report["summary"]["tokens_per_gpu_per_s"], "median");
+  const double zb_tps = report.summary ? report.summary->tokens_per_gpu_per_s.median : NAN;
   const double up_med = median(up_times);
   const double up_tps = up_med > 0 ? tokens / up_med : 0;
   int64_t zb_rss = 0, up_rss = 0, zb_tracked = 0;
-  for (const auto& r : report.value("ranks", json::array())) {
-    zb_rss = std::max(zb_rss, r["memory"].value("peak_rss_bytes", int64_t(0)));
-    zb_tracked = std::max(zb_tracked, r["memory"].value("peak_tracked_bytes", int64_t(0)));
+  for (const auto& r : report.rank_records()) {
+    zb_rss = std::max(zb_rss, r.memory.peak_rss_bytes);
+    zb_tracked = std::max(zb_tracked, r.memory.peak_tracked_bytes);
   }
   for (const auto& u : upstream) up_rss = std::max(up_rss, u.value("peak_rss_bytes", int64_t(0)));
   // On a GPU: the caching allocator's peak of steps >= warmup, both sides (zerobench's
   // memory.cuda, the runners' torch.cuda.max_memory_allocated after a reset at the warmup step).
   int64_t zb_gpu = 0, up_gpu = 0;
-  for (const auto& r : report.value("ranks", json::array()))
-    zb_gpu = std::max(zb_gpu, r["memory"].value("cuda", json::object()).value("peak_allocated_bytes", int64_t(0)));
+  for (const auto& r : report.rank_records())
+    zb_gpu = std::max(zb_gpu, r.memory.cuda ? r.memory.cuda->peak_allocated_bytes.value_or(0) : int64_t(0));
   for (const auto& u : upstream) up_gpu = std::max(up_gpu, u.value("peak_cuda_allocated_bytes", int64_t(0)));
   out["perf"] = {{"tokens_per_gpu_per_s", zb_tps},
                  {"upstream_tokens_per_gpu_per_s", up_tps},

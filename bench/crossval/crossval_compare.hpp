@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/engine.hpp"
+#include "reports/run_report.hpp"
 
 namespace zb::bench {
 
@@ -34,10 +35,12 @@ struct Tolerance {
 Tolerance tolerance_for(const std::string& backend, const std::string& precision, int64_t steps,
                         const std::string& device = "cpu");
 
-// One mode: `report` is zerobench's run report; `upstream` the reference's rank<r>.json files
-// in rank order. Returns the mode's section of the crossval document (SCHEMA in
-// reports/SCHEMA.md, "crossval"), with "verdict": {"agree", "reasons"}.
-nlohmann::json compare_mode(const CrossvalContext& ctx, const nlohmann::json& report,
+// One mode: `report` is zerobench's run report (the typed record: every field read is typed);
+// `upstream` the reference's rank<r>.json files in rank order — their own shape
+// (scripts/crossval/common.py: one rank per file, `steps[].comm.{kinds,other}`,
+// `model_states_bytes`), not a report. Returns the mode's section of the crossval document
+// (SCHEMA in reports/SCHEMA.md, "crossval"), with "verdict": {"agree", "reasons"}.
+nlohmann::json compare_mode(const CrossvalContext& ctx, const reports::RunReport& report,
                             const std::vector<nlohmann::json>& upstream);
 
 }  // namespace zb::bench

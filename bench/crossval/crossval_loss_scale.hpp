@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "reports/run_report.hpp"
+
 namespace zb::bench {
 
 struct LossScaleComparison {
@@ -18,8 +20,9 @@ struct LossScaleComparison {
   std::set<size_t> skipped_by_both;  // steps whose optimizer step both sides skipped
 };
 
-// Appends a reason for every step where the sequences differ (or one side has none).
-LossScaleComparison compare_loss_scale(const nlohmann::json& report, const std::vector<nlohmann::json>& upstream,
+// Appends a reason for every step where the sequences differ (or one side has none). `report`:
+// zerobench's (typed: steps[j].loss_scale); `upstream`: the reference's rank files.
+LossScaleComparison compare_loss_scale(const reports::RunReport& report, const std::vector<nlohmann::json>& upstream,
                                        std::vector<std::string>& reasons);
 
 }  // namespace zb::bench

@@ -19,13 +19,15 @@ using backends::CrossvalBound;
 using backends::StateExplanation;
 
 // Model-state category `category` of rank `rank`; `zb` = zerobench's model_states_bytes of that
-// rank, `report` = zerobench's run report (config.backend.options: its resolved options).
-std::optional<StateExplanation> explain_state(const CrossvalContext& c, const nlohmann::json& report, int rank,
+// rank by category (compare_mode's flattened map: "host.<category>" for offloaded ones),
+// `report` = zerobench's run report (the rule sees its config.backend.options, the resolved
+// options, and env.pg_backend: backends::CrossvalCase).
+std::optional<StateExplanation> explain_state(const CrossvalContext& c, const reports::RunReport& report, int rank,
                                               const std::string& category, const nlohmann::json& zb);
 
 // Collectives of `kind` issued by rank `rank` in step `step`, where zerobench issued
 // `zb_count` calls of `zb_bytes`.
-std::optional<CommExplanation> explain_comm(const CrossvalContext& c, const nlohmann::json& report, int rank,
+std::optional<CommExplanation> explain_comm(const CrossvalContext& c, const reports::RunReport& report, int rank,
                                             int64_t step, const std::string& kind, int64_t zb_count, int64_t zb_bytes);
 
 // The bound `backend` measured for `precision` on the CPU (its CrossvalReference::measured_bound);

@@ -14,6 +14,7 @@
 #include "bench/run/run_options.hpp"
 #include "config/bounded_readers.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/subprocess.hpp"
 
@@ -250,9 +251,9 @@ int run_matrix(const MatrixSpec& spec, const MatrixOptions& o) {
     std::string state, error;
     bool skip = false;
     try {
-      const auto old = reports::read_report(report_path);
-      state = old["status"]["state"];
-      error = old["status"]["error"];
+      const auto old = reports::run_report_from_json(reports::read_report(report_path));
+      state = old.status.state;
+      error = old.status.error;
       skip = !o.force && (state == "ok" || !o.retry_failed);
     } catch (const UsageError&) {
     }
@@ -276,13 +277,12 @@ int run_matrix(const MatrixSpec& spec, const MatrixOptions& o) {
       std::string last_line = r.stderr_tail;
       while (!last_line.empty() && (last_line.back() == '\n' || last_line.back() == ' ')) last_line.pop_back();
       if (auto nl = last_line.rfind('\n'); nl != std::string::npos) last_line = last_line.substr(nl + 1);
-      json report;
-      bool have_report = false;
+      std::optional<reports::RunReport> report;
       try {
-        report = reports::read_report(report_path);
-        have_report = true;
+        report = reports::run_report_from_json(reports::read_report(report_path));
       } catch (const UsageError&) {
       }
+      const bool have_report = report.has_value();
       if (r.timed_out) {
         state = "timeout";
         error = "cell exceeded its " + format_duration(timeout_s) + " timeout";
@@ -291,19 +291,21 @@ int run_matrix(const MatrixSpec& spec, const MatrixOptions& o) {
         const bool oom = text.find("out of memory") != std::string::npos ||
                          text.find("bad_alloc") != std::string::npos || text.find("signal 9") != std::string::npos ||
                          r.signal == SIGKILL;
-        if (have_report && (r.exit_code == 0 || report["status"]["state"] != "ok")) {
+        if (have_report && (r.exit_code == 0 || report->status.state != "ok")) {
           // The run's own report: ok, or a state it recorded itself (diverged, oom, failed, timeout).
-          state = report["status"]["state"];
-          error = report["status"]["error"];
+          state = report->status.state;
+          error = report->status.error;
           if (state == "failed" && oom) state = "oom";
         } else {
           state = oom ? "oom" : "failed";
           error = last_line.empty() ? "exit code " + std::to_string(r.exit_code) : last_line;
         }
       }
-      if (have_report && report["status"]["state"] != state) {
-        report["status"] = {{"state", state}, {"error", error}};  // e.g. failed -> oom from the stderr
-        reports::write_json_atomic(report_path, report);
+      if (have_report && report->status.state != state) {
+        report->status = reports::Status{};  // e.g. failed -> oom from the stderr: the state and error only
+        report->status.state = state;
+        report->status.error = error;
+        reports::write_json_atomic(report_path, reports::to_json(*report));
       } else if (!have_report) {
         json config = {{"cell", cell.id}, {"options", entry["options"]}};
         // What the cell was configured from (the run may have failed before writing its report).

@@ -1,12 +1,14 @@
 // project_command.cpp — `zerobench project` (see project_command.hpp).
 #include "bench/project/project_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include "analysis/projection/calibration.hpp"
 #include "analysis/projection/replay.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::bench::projection {
@@ -71,8 +73,12 @@ json read_json(const std::string& path, const std::string& what) {
 
 // The report may be trimmed to what the replay reads (run_id, env, config: tests/data/replay/).
 int replay_command(const ProjectOptions& o) {
-  const auto report = read_json(o.report, "report");
-  if (!report.is_object() || !report.contains("config") || !report.contains("env"))
+  const auto file = read_json(o.report, "report");
+  const auto report = file.is_object() ? reports::run_report_from_json(file) : reports::RunReport{};
+  const auto& absent = report.extra.absent;  // a key the record types but the file lacks
+  const bool has_config = file.is_object() && std::find(absent.begin(), absent.end(), "config") == absent.end();
+  const bool has_env = report.env || report.extra.contains("env");  // env of another type is carried
+  if (!has_config || !has_env)
     throw UsageError("project: report " + o.report + " has no config/env (a `zerobench run` report)");
   const auto trace = read_json(o.replay, "--replay");
   json out;
