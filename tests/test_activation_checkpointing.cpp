@@ -219,6 +219,17 @@ TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   const auto jb = json::parse(bare.output), je = json::parse(every.output);
   EXPECT_EQ(jb["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "full");
   EXPECT_EQ(je["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "selective-layer:2");
+  // selective-op does not run on CUDA (run refuses it): model-info --device cuda refuses it too, and
+  // at --device cpu its GPU column says so instead of the CPU rule's numbers (before 2026-11-28).
+  const auto op_cuda = run_zerobench("model-info tiny --world-size 2 --device cuda --activation-checkpointing selective-op");
+  EXPECT_EQ(op_cuda.exit_code, 2) << op_cuda.output;
+  EXPECT_NE(op_cuda.output.find("selective-op on --device cuda"), std::string::npos) << op_cuda.output;
+  const auto op = run_zerobench("model-info tiny --world-size 2 --activation-checkpointing selective-op --json");
+  ASSERT_EQ(op.exit_code, 0) << op.output;
+  const auto jo = json::parse(op.output)["estimated_peak_bytes_per_rank"]["by_device"];
+  EXPECT_TRUE(jo["cpu"]["fsdp:fp32"].contains("peak_bytes")) << jo.dump();
+  EXPECT_TRUE(jo["cuda"]["fsdp:fp32"].contains("refused")) << jo.dump();
+  EXPECT_TRUE(run_zerobench("model-info tiny --world-size 2 --activation-checkpointing selective-op").exit_code == 0);
 }
 
 // At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the five modes train bitwise alike (a
