@@ -4,6 +4,7 @@
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
+#include "backends/zero0/zero0_engine.hpp"
 #include "backends/zero3/zero3_engine.hpp"
 #include "backends/zero12/zero12_engine.hpp"
 #include "backends/backend_info.hpp"
@@ -44,6 +45,7 @@ std::vector<BackendInfo>& registry() {
       builtin(fsdp2::backend_info()),
       builtin(zero12::backend_info(1)),
       builtin(zero12::backend_info(2)),
+      builtin(zero0::backend_info()),
   };
   return all;
 }

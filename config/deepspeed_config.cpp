@@ -479,10 +479,12 @@ DeepSpeedConfig read_deepspeed_json(const json& root, const TrainerArgs& args, A
       }
     } else if (k == "gradient_predivide_factor") {
       if (as_number(k, v) != 1.0)
-        throw UsageError(k + " " + text(v) + ": DeepSpeed's ZeRO-3 refuses a factor other than 1.0 with reduce-scatter");
+        throw UsageError(k + " " + text(v) + (c.zero.stage == 3 ? std::string(": DeepSpeed's ZeRO-3 refuses a factor other than 1.0 with reduce-scatter")
+                                                                : ": a factor other than 1.0 is not implemented in zerobench"));
       notes.apply(k, text(v), "1.0");
     } else if (k == "prescale_gradients" && as_bool(k, v)) {
-      throw UsageError(k + " true: DeepSpeed's ZeRO-3 refuses pre-scaled gradients with reduce-scatter");
+      throw UsageError(k + " true: " + (c.zero.stage == 3 ? std::string("DeepSpeed's ZeRO-3 refuses pre-scaled gradients with reduce-scatter")
+                                                          : "pre-scaled gradients are not implemented in zerobench"));
     } else if (k == "gradient_allreduce_op") {
       const auto s = lower(text(v));  // get_gradient_allreduce_op: mean | sum
       if (s == "sum") throw UsageError(k + " sum: DeepSpeed refuses it with ZeRO stage 3");

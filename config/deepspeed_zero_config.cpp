@@ -269,10 +269,38 @@ static bool read_stage12_key(const std::string& field, const std::string& key, c
   return true;
 }
 
+// The stage 1-3 settings DeepSpeed still validates (DeepSpeedZeroConfig) but does not read at
+// stage 0: true (after checking the value) when `field` is one of them.
+static bool stage0_unread(const std::string& field, const std::string& key, const json& v, bool is_auto_value) {
+  static const std::set<std::string> counts = {
+      "reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters",
+      "max_reuse_distance", "sub_group_size", "allgather_bucket_size", "zero_hpz_partition_size",
+      "module_granularity_threshold", "model_persistence_threshold"};
+  static const std::set<std::string> flags = {
+      "overlap_comm", "contiguous_gradients", "reduce_scatter", "allgather_partitions",
+      "use_multi_rank_bucket_allreduce", "round_robin_gradients", "zero_quantized_weights",
+      "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "use_all_reduce_for_fetch_params",
+      "allgather_sequential", "legacy_stage1", "parameter_alignment"};
+  if (counts.count(field)) {
+    if (!is_auto_value) as_count(key, v, 0);
+    return true;
+  }
+  if (flags.count(field)) {
+    if (!is_auto_value) as_bool(key, v);
+    return true;
+  }
+  return false;
+}
+
+// As DeepSpeed reads the stage: 0 when the section or its stage is missing or the stage is "auto"
+// (dropped: the default), 0 / 1 for the deprecated boolean form; -1 only when it is not a number.
 int deepspeed_zero_stage(const json& root) {
-  if (!root.is_object() || !root.contains("zero_optimization")) return -1;
+  if (!root.is_object()) return -1;
+  if (!root.contains("zero_optimization")) return 0;  // DeepSpeedZeroConfig's default stage
   const auto& z = root["zero_optimization"];
-  if (!z.is_object() || !z.contains("stage") || is_auto(z["stage"])) return -1;
+  if (z.is_boolean()) return z.get<bool>() ? 1 : 0;  // the deprecated boolean form
+  if (!z.is_object()) return -1;
+  if (!z.contains("stage") || is_auto(z["stage"])) return 0;  // absent, or "auto" dropped: the default 0
   try {
     return int(as_count("zero_optimization.stage", z["stage"]));
   } catch (const std::exception&) {
@@ -327,6 +355,12 @@ void read_deepspeed_zero(const json& root, int64_t hidden, const StageGate& acce
     auto note_default = [&](const std::string& what) {
       return dropped_auto ? what + " (DeepSpeed drops \"auto\" here: its default)" : what;
     };
+    if (o.stage == 0 && stage0_unread(field, key, v, dropped_auto || hf_auto)) {
+      notes.ignore(key, text(v), "ZeRO stage 0 builds no ZeRO optimizer and does not read it (engine.py "
+                                 "_configure_optimizer; the engine all-reduces gradients in buckets of 5e8 elements: "
+                                 "allreduce_gradients)");
+      continue;
+    }
     if (field == "reduce_bucket_size") {
       count(o.reduce_bucket_size, H * H, 1);
       notes.apply(key, text(v), note_default("reduce_bucket_size " + std::to_string(o.reduce_bucket_size)));

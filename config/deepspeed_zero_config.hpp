@@ -94,8 +94,9 @@ using StageGate = std::function<void(const DeepSpeedStage&)>;
 void read_deepspeed_zero(const nlohmann::json& root, int64_t hidden, const StageGate& accept_stage,
                          DeepSpeedZeroConfig& out, ConfigNotes& notes);
 
-// The ZeRO stage a DeepSpeed config asks for, leniently (for choosing a backend): -1 when the
-// section or the stage is missing, "auto" or not a number.
+// The ZeRO stage a DeepSpeed config asks for, leniently (for choosing a backend), as DeepSpeed
+// reads it: 0 when the section or its stage is missing or "auto", 0 / 1 for the deprecated
+// boolean form; -1 when it is not a number.
 int deepspeed_zero_stage(const nlohmann::json& root);
 
 // DeepSpeedZeroConfig spells some settings two ways (pydantic populate_by_name: the alias, e.g.

@@ -42,6 +42,8 @@ if [ "${mode}" = "--run" ]; then
   run zero1 --backend zero1 --precision fp32,bf16
   run zero2 --backend zero2 --precision fp32,bf16
   run zero2-offload-optimizer --backend zero2 --precision fp32,bf16 --zero-offload-optimizer cpu
+  # ZeRO stage 0 (zero0: DeepSpeed without a ZeRO optimizer).
+  run zero0 --backend zero0 --precision fp32,bf16
   # Rows of documents with per-document attention (issue 37; docs/data.md): the workload study's
   # document lengths, packed and padded.
   lengths="lengths:${root}/bench/configs/workload/doc_lengths_t256.json"

@@ -233,7 +233,16 @@ TEST(DeepSpeedConfig, RefusesWhatZeroBenchDoesNotImplementNamingTheKey) {
        "zero_optimization.offload_param.device nvme"},
       {R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true, "bogus": 1}, "zero_optimization": {"stage": 3}})",
        "fp16.bogus: unknown fp16 setting"},
-      {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}})", "zero_optimization.stage 0"},
+      // ZeRO stage 0 (zero0) refuses what DeepSpeed itself raises on, naming the key.
+      {R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"},
+          "zero_optimization": {"stage": 0}})",
+       "data_types.grad_accum_dtype fp32 with precision bf16 at ZeRO stage 0: DeepSpeed refuses it"},
+      {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})",
+       "zero_optimization.offload_optimizer.device cpu with ZeRO stage 0"},
+      {R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW"},
+          "zero_optimization": {"stage": 0}})", "FP16_Optimizer"},
+      {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0, "reduce_bucket_size": "x"}})",
+       "zero_optimization.reduce_bucket_size \"x\" is not an integer"},
       {R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
        "zero_optimization.offload_optimizer.device nvme"},
       {R"({"train_micro_batch_size_per_gpu": 1, "amp": {"enabled": false}, "zero_optimization": {"stage": 3}})",
@@ -261,6 +270,58 @@ TEST(DeepSpeedConfig, RefusesWhatZeroBenchDoesNotImplementNamingTheKey) {
     EXPECT_NE(r.output.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.output;
   }
   std::remove(p.c_str());
+}
+
+// ZeRO stage 0 selects zero0 in every form DeepSpeed reads as stage 0 (stage 0, the section or
+// its stage absent, "auto" dropped to the default, the deprecated boolean false) and from an
+// accelerate DEEPSPEED file (zero_stage 0, or a deepspeed_config_file of stage 0); --backend zero0
+// beside it agrees, zero2 is refused naming zero0. The stage 1-3 keys
+// DeepSpeed does not read at stage 0 are ignored with that reason.
+TEST(DeepSpeedConfig, StageZeroInEveryFormSelectsZero0) {
+  const std::vector<std::string> forms = {
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}})",
+      R"({"train_micro_batch_size_per_gpu": 1})",
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": "auto"}})",
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"overlap_comm": true}})",
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": false})"};
+  int n = 0;
+  for (const auto& body : forms) {
+    SCOPED_TRACE(body);
+    const auto p = write_file("stage0_" + std::to_string(n++) + ".json", body);
+    const auto r = resolve({"--config", p});
+    EXPECT_EQ(r.backend, "zero0");
+    EXPECT_EQ(r.spec.options["stage"], 0);
+    EXPECT_EQ(resolve({"--config", p, "--backend", "zero0"}).backend, "zero0");
+  }
+  const auto ds = write_file("stage0_for_accelerate.json", forms[0]);
+  for (const std::string& yaml : std::vector<std::string>{"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 0\n",
+                                 "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: " + ds + "\n"}) {
+    SCOPED_TRACE(yaml);
+    EXPECT_EQ(resolve({"--config", write_file("stage0.yaml", yaml)}).backend, "zero0");
+  }
+  const auto real = kCorpus + "llamafactory_ds_z0_config.json";
+  const auto r = resolve({"--config", real, "--precision", "bf16"});
+  EXPECT_EQ(r.backend, "zero0");
+  EXPECT_EQ(r.spec.precision, "bf16");
+  bool bucket_ignored = false;
+  for (const auto& k : r.provenance.notes.ignored)
+    if (k.key == "zero_optimization.reduce_bucket_size") bucket_ignored = k.note.find("ZeRO stage 0") != std::string::npos;
+  EXPECT_TRUE(bucket_ignored) << "reduce_bucket_size is not read at stage 0";
+  for (const auto& k : r.provenance.notes.applied) EXPECT_NE(k.key, "zero_optimization.overlap_comm");
+  // zero2 does not claim a stage-0 file: refused naming zero0; zero3 claims every DeepSpeed file
+  // (its catch-all), so the file's stage decides, as for stage 1 and 2 files.
+  EXPECT_NE(usage_error({"--config", real, "--backend", "zero2"}).find("which configures zero0"), std::string::npos);
+  EXPECT_EQ(resolve({"--config", real, "--backend", "zero3"}).backend, "zero0");
+  // The client torch AdamW under offload_optimizer (zero_force_ds_cpu_optimizer false): DeepSpeed
+  // steps it on the parameters; the section is ignored with the reason.
+  const auto off = write_file("stage0_offload.json", R"({"train_micro_batch_size_per_gpu": 1, "zero_force_ds_cpu_optimizer": false,
+      "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})");
+  const auto ro = resolve({"--config", off});
+  EXPECT_EQ(ro.backend, "zero0");
+  bool offload_ignored = false;
+  for (const auto& k : ro.provenance.notes.ignored)
+    offload_ignored = offload_ignored || k.key.rfind("zero_optimization.offload_optimizer", 0) == 0;
+  EXPECT_TRUE(offload_ignored);
 }
 
 TEST(DeepSpeedConfig, ExplicitValuesThatContradictAGivenFlagAreRefusedAsTransformersDoes) {

@@ -160,6 +160,22 @@ TEST(Crossval, Zero1AndZero2AgreeWithDeepSpeedInEveryMode) {
   }
 }
 
+// ZeRO stage 0 (zero0) against DeepSpeed without a ZeRO optimizer: fp32 (the client AdamW
+// unwrapped, gradient_clipping's all-reduced norm) and bf16 (FP16_UnfusedOptimizer), with
+// accumulation: every step bitwise, bytes and every rank's collectives equal. Planted: zero0
+// without FP16_UnfusedOptimizer's construction-time optimizer step (AdamW's counters then start at
+// 0, not 1) must disagree from the first update on.
+TEST(Crossval, Zero0AgreesWithDeepSpeedBitwiseAndAMissingInitStepDisagrees) {
+  const auto doc = run_case("--backend zero0 --precision fp32,bf16 --steps 2 --grad-accum 2 --micro-batch 2");
+  EXPECT_EQ(doc["backend"], "zero0");
+  expect_agreement(doc, "DeepSpeed ZeRO-0", 2, 2);
+  for (const auto& mode : doc["modes"]) EXPECT_TRUE(mode["comm_equal"].get<bool>()) << mode["comm_differences"].dump(1);
+  const auto planted = run_case("--backend zero0 --precision bf16 --steps 2", 1, nullptr, 2,
+                                "ZEROBENCH_TEST_ZERO0_PLANT=skip_init_step");
+  EXPECT_FALSE(planted["verdict"]["agree"].get<bool>());
+  EXPECT_GT(planted["modes"][0]["steps"][1]["loss_rel_diff"].get<double>(), 0.0) << planted["modes"][0].dump(1);
+}
+
 // ---- IPG buckets packed as DeepSpeed packs them (issue 35) ----
 // A reduce_bucket_size decides which gradients share a bucket, so the collectives of every step
 // are the benchmark's own number: each stage, at three sizes, must issue DeepSpeed's collectives
@@ -797,6 +813,12 @@ std::vector<RealFileCase> real_file_cases() {
       {"scheduler", "openassistant_zero_config.json", "--lr-warmup-steps 2", "zero2", {"fp32"}, {}, "", ""},
       {"fp16-refused", "deepspeedexamples_autotuning_ds_config_fp16_z3.json", "", "", {}, {},
        "DeepSpeed ZeRO-3 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16", ""},
+      // ZeRO stage 0 (zero0): LLaMA-Factory's file as it is (fp32) and in bf16; the fp16 one is
+      // refused up front (DeepSpeed's CPU accelerator refuses fp16).
+      {"stage0", "llamafactory_ds_z0_config.json", "", "zero0", {"fp32"}, {}, "", ""},
+      {"stage0-bf16", "llamafactory_ds_z0_config.json", "--precision bf16", "zero0", {"bf16"}, {}, "", ""},
+      {"stage0-fp16-refused", "deepspeedexamples_autotuning_ds_config_fp16_z0.json", "", "", {}, {},
+       "DeepSpeed ZeRO-0 fp16 is not cross-validated: DeepSpeed's CPU accelerator refuses fp16", ""},
       {"fsdp1", "trl_fsdp1.yaml", "", "fsdp", {"mixed"}, {"sync_module_states true"}, "", ""},
       {"fsdp2", "llamafactory_fsdp2_config_qwen35.yaml", "", "fsdp2", {"mixed"},
        {"cpu_ram_efficient_loading true", "fsdp_transformer_layer_cls_to_wrap names Qwen3_5DecoderLayer"}, "", ""},

@@ -237,7 +237,7 @@ TEST(PrecisionPlan, ClosedFormBytesFollowThePlanAtW1) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 20);
+  EXPECT_EQ(checked, 23);
 }
 
 // The plans as docs/precision.md and docs/backends/*.md describe each mode (load, params, compute,
@@ -255,7 +255,10 @@ TEST(PrecisionPlan, EveryModeAsDocumented) {
       // fp16 (issue 24): accelerate's MixedPrecision(Policy) in fp16 over an fp32 load; DeepSpeed's fp16 model dtype.
       {"fsdp:fp16", "fp32 fp32 fp16 fp16 fp32 - fp32"},   {"fsdp2:fp16", "fp32 fp32 fp16 fp16 fp32 - fp32"},
       {"zero3:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"},
-      {"zero1:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}, {"zero2:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}};
+      {"zero1:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}, {"zero2:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"},
+      // ZeRO stage 0: the basic optimizer on the fp32 parameters; FP16_UnfusedOptimizer's fp32 masters.
+      {"zero0:fp32", "fp32 fp32 fp32 fp32 fp32 - fp32"},   {"zero0:bf16", "bf16 bf16 bf16 bf16 bf16 fp32 fp32"},
+      {"zero0:fp16", "fp16 fp16 fp16 fp16 fp16 fp32 fp32"}};
   std::map<std::string, std::string> got;
   for (const auto& b : backends::registered_backends())
     for (const auto& p : b.precisions) {

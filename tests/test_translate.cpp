@@ -211,7 +211,7 @@ TEST(TranslateCorpus, EveryRealFileTranslatesWithEveryKeyInTheMapping) {
         if (e.kind == Kind::kMapped || e.kind == Kind::kAdded) { EXPECT_FALSE(e.target_key.empty()) << e.source_key; }
       }
       // Runnable source: the translation resolves too, or a mapping entry names what zerobench
-      // refuses in it (ddp -> ZeRO stage 0); and a refusal the mapping names is a real one.
+      // refuses in it (e.g. NVMe offload); and a refusal the mapping names is a real one.
       bool named = false;
       for (const auto& e : t.mapping) named = named || !e.refused.empty();
       if (t.source_refusal.empty() && !t.target_refusal.empty()) { EXPECT_TRUE(named) << t.target_refusal; }

@@ -55,6 +55,12 @@ LossScaler LossScaler::deepspeed(const DeepSpeedLossScaleOptions& o) {
   return s;
 }
 
+LossScaler LossScaler::deepspeed_unfused(const DeepSpeedLossScaleOptions& o) {
+  LossScaler s = deepspeed(o);
+  if (s.kind_ == Kind::kDeepSpeed) s.kind_ = Kind::kDeepSpeedUnfused;  // LossScaleConfig(dynamic_loss_args=...)
+  return s;
+}
+
 LossScaler LossScaler::grad_scaler(const GradScalerOptions& o) {
   LossScaler s;
   s.kind_ = Kind::kGradScaler;
@@ -90,6 +96,18 @@ void LossScaler::update(bool overflow) {
       }
       ++cur_iter_;
       return;
+    case Kind::kDeepSpeedUnfused: {
+      // FP16_UnfusedOptimizer._update_scale (scale_factor 2.0, the UNFUSED profile's).
+      if (overflow) {
+        scale_ = std::max(scale_ / 2.0, min_scale_);
+        last_overflow_iter_ = cur_iter_;
+      } else {
+        const int64_t stable_interval = (cur_iter_ - last_overflow_iter_) - 1;
+        if (stable_interval > 0 && stable_interval % scale_window_ == 0) scale_ *= 2.0;
+      }
+      ++cur_iter_;
+      return;
+    }
     case Kind::kGradScaler: {
       // aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp _amp_update_scale_cpu_: on inf, scale *=
       // backoff and the tracker resets; else the tracker counts, and at growth_interval the scale
@@ -120,13 +138,17 @@ std::string LossScaler::kind_name() const {
     case Kind::kStatic: return "static";
     case Kind::kDeepSpeed: return "DynamicLossScaler";
     case Kind::kGradScaler: return "GradScaler";
+    case Kind::kDeepSpeedUnfused: return "FP16_UnfusedOptimizer";
   }
   return "?";
 }
 
 nlohmann::json LossScaler::state() const {
   nlohmann::json j = {{"kind", kind_name()}, {"scale", scale_}};
-  if (kind_ == Kind::kDeepSpeed) {
+  if (kind_ == Kind::kDeepSpeedUnfused) {
+    j["cur_iter"] = cur_iter_;
+    j["last_overflow_iter"] = last_overflow_iter_;
+  } else if (kind_ == Kind::kDeepSpeed) {
     j["cur_iter"] = cur_iter_;
     j["last_overflow_iter"] = last_overflow_iter_;
     j["cur_hysteresis"] = cur_hysteresis_;

@@ -41,6 +41,11 @@ class LossScaler {
  public:
   // DeepSpeed's: DynamicLossScaler when opts.loss_scale == 0, else the static LossScaler.
   static LossScaler deepspeed(const DeepSpeedLossScaleOptions& opts);
+  // DeepSpeed's FP16_UnfusedOptimizer scale (runtime/fp16/unfused_optimizer.py _update_scale,
+  // LossScaleConfig with the UNFUSED profile; ZeRO stage 0 with a torch optimizer): dynamic when
+  // opts.loss_scale == 0 — 2**initial_scale_power, halved on overflow down to min_loss_scale (no
+  // hysteresis, no error at the minimum), doubled after loss_scale_window clean steps — else static.
+  static LossScaler deepspeed_unfused(const DeepSpeedLossScaleOptions& opts);
   static LossScaler grad_scaler(const GradScalerOptions& opts);
 
   double scale() const { return scale_; }
@@ -54,7 +59,7 @@ class LossScaler {
   std::string kind_name() const;
 
  private:
-  enum class Kind { kStatic, kDeepSpeed, kGradScaler } kind_ = Kind::kStatic;
+  enum class Kind { kStatic, kDeepSpeed, kGradScaler, kDeepSpeedUnfused } kind_ = Kind::kStatic;
   double scale_ = 1;
   // DeepSpeed
   int64_t cur_iter_ = 0, last_overflow_iter_ = -1, scale_window_ = 1000;

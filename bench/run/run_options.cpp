@@ -233,7 +233,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--accelerate-config", o.accelerate_config, "an accelerate config (YAML or JSON); see --config")
       ->check(CLI::ExistingFile);
-  app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (its zero_optimization.stage picks zero1|zero2|zero3); see --config")
+  app.add_option("--deepspeed-config", o.deepspeed_config, "a DeepSpeed JSON config (its zero_optimization.stage picks zero0|zero1|zero2|zero3); see --config")
       ->check(CLI::ExistingFile);
   add_backend_flags(app, o);
   app.add_option("--emulate-world-size", o.emulate_world_size,

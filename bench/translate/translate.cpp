@@ -344,8 +344,7 @@ std::string run_refusal(const std::string& path) {
 // whole target (a key's refusal may depend on the ZeRO stage beside it).
 std::string static_refusal(Target to, const std::string& key, const ojson& v, const ojson& config) {
   if (to == Target::kDeepSpeed) {
-    (void)config;  // no refusal depends on the stage any more (stages 1/2 run offload and fp16)
-    if (key == "zero_optimization.stage" && v == 0) return "ZeRO stage 0 is DDP in zerobench (--backend ddp)";
+    (void)config;  // no refusal depends on the stage any more (stage 0 runs as zero0; stages 1/2 run offload and fp16)
     if (key.find("offload_") != std::string::npos && key.size() > 7 && key.substr(key.size() - 7) == ".device") {
       if (v == "nvme") return "NVMe offload is not implemented in zerobench (cpu offload is)";
       // cpu with stage 1/2: offload_optimizer runs (zero12_offload.cpp); offload_param is ignored, as DeepSpeed does.

@@ -1,4 +1,5 @@
-"""run_deepspeed.py — the reference for zerobench's `zero3` backend: DeepSpeed ZeRO stage 3
+"""run_deepspeed.py — the reference for zerobench's `zero3` backend: DeepSpeed ZeRO stage 3 (and, by the
+stage in the JSON, `zero1` / `zero2`: make_zero12_runner, and `zero0`: make_zero0_runner)
 (deepspeed.initialize with the same JSON zerobench's zero3 backend read) on CPU with Gloo or on
 CUDA with NCCL.
 
@@ -121,6 +122,8 @@ def make_runner(spec, work, device):
     forbid_op_builds(allowed=("cpu_adam",) if own_optimizer else ())
     deepspeed.init_distributed(dist_backend=device.backend, verbose=False)
     cfg = zbmodel.Config.from_hf_json(os.path.join(work, "weights", "config.json"))
+    if int((ds_config.get("zero_optimization") or {}).get("stage", 3)) == 0:
+        return make_zero0_runner(spec, work, device, ds_config, cfg)
     if int((ds_config.get("zero_optimization") or {}).get("stage", 3)) in (1, 2):
         return make_zero12_runner(spec, work, device, ds_config, cfg)
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
@@ -376,6 +379,98 @@ def make_zero12_runner(spec, work, device, ds_config, cfg):
                         "(optimizer offload)"]
     note_checkpointing(runner, checkpointed, t)
     return runner
+
+
+def make_zero0_runner(spec, work, device, ds_config, cfg):
+    """ZeRO stage 0 (zerobench's zero0): no ZeRO optimizer (engine.py _configure_optimizer). The
+    model is built and loaded on every rank in fp32, deepspeed.initialize casts it to bf16 when
+    "bf16" is enabled and broadcasts rank 0's weights; the client optimizer is HF's default
+    torch.optim.AdamW(fused=True), which DeepSpeed steps as it is in fp32 and wraps in
+    FP16_UnfusedOptimizer in bf16 (_do_optimizer_sanity_check: DDP_BFLOAT16; it is not FusedAdam).
+    The gradients are all-reduced by the engine at the boundary (allreduce_gradients)."""
+    import deepspeed
+    import deepspeed.runtime.engine as ds_engine
+    net = zbmodel.LlamaForCausalLM(cfg)
+    zbmodel.load_weights(net, common.load_weights_file(work))
+    t = spec["train"]
+    checkpointed = zbmodel.checkpoint_blocks(net, common.activation_checkpointing_mode(t, {}))
+    optimizer = common.adamw(net.parameters(), t)
+    engine, ds_optimizer, _, _ = deepspeed.initialize(model=net, optimizer=optimizer, config=ds_config,
+                                                      lr_scheduler=common.hf_scheduler(t, optimizer))
+    stage = engine.zero_optimization_stage()
+    asked = int(spec["options"].get("stage", -1))
+    if not (asked == int(ds_config["zero_optimization"]["stage"]) == stage == 0):
+        raise SystemExit(f"run_deepspeed.py: asked for ZeRO stage {asked}, DeepSpeed runs stage {stage}")
+    expected = "AdamW" if spec["precision"] == "fp32" else "FP16_UnfusedOptimizer"
+    cls = type(engine.optimizer).__name__
+    if cls != expected:
+        raise SystemExit(f"run_deepspeed.py: DeepSpeed's optimizer is {cls}, expected {expected} at ZeRO stage 0")
+    if bool(engine.bfloat16_enabled()) != (spec["precision"] == "bf16"):
+        raise SystemExit(f"run_deepspeed.py: precision {spec['precision']} but DeepSpeed bf16 enabled = "
+                         f"{engine.bfloat16_enabled()}")
+    runner = DeepSpeedZero0Runner(engine, ds_optimizer, t, deepspeed.__version__, ds_config)
+    # fp32 with gradient_clipping: the norm DeepSpeed's clip_fp32_gradients computes (runtime/utils.py
+    # clip_grad_norm_, which the engine calls and whose result it drops), recorded as it returns.
+    original = ds_engine.clip_grad_norm_
+
+    def recording_clip_grad_norm_(*args, **kwargs):
+        runner.clip_norm = original(*args, **kwargs)
+        return runner.clip_norm
+
+    ds_engine.clip_grad_norm_ = recording_clip_grad_norm_
+    note_checkpointing(runner, checkpointed, t)
+    return runner
+
+
+class DeepSpeedZero0Runner(DeepSpeedRunner):
+    name = "DeepSpeed ZeRO-0"
+
+    def __init__(self, engine, optimizer, train, version, ds_config):
+        super().__init__(engine, optimizer, train, version, ds_config)
+        self.clip_norm = None
+        if engine.optimizer is engine.basic_optimizer:
+            self.notes.append("fp32: DeepSpeed keeps no grad norm at stage 0 (get_global_grad_norm() is None); the "
+                              "norm is clip_grad_norm_'s, recorded as it returns (gradient_clipping > 0), else the "
+                              "same formula over the reduced gradients, without its all-reduce")
+
+    def optimizer_step(self, lr):
+        if self.engine.optimizer is not self.engine.basic_optimizer:  # FP16_UnfusedOptimizer
+            return super().optimizer_step(lr)
+        norm = None
+        if not self.engine.gradient_clipping() > 0.0:
+            grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+            norm = torch.stack([g.detach().float().norm(2) for g in grads]).pow(2.0).sum().float().pow(0.5)
+        self.clip_norm = None
+        if not self.deepspeed_schedules:  # as DeepSpeedRunner.optimizer_step
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        self.last_lr = common.group_lr(self.optimizer)
+        self.engine.step()
+        return float(norm if norm is not None else self.clip_norm)
+
+    def model_state_bytes(self):
+        """What DeepSpeed holds after the last micro-batch's backward at stage 0: params = the
+        module's parameters (model dtype), grads = their .grad, master_params = FP16_UnfusedOptimizer's
+        fp32_groups (bf16), optimizer = the AdamW's exp_avg + exp_avg_sq."""
+        held = common.storage_counter()
+        out = {"params": 0, "master_params": 0, "grads": 0, "optimizer": 0, "buffers": 0}
+        params = list(self.engine.module.parameters())
+        for p in params:
+            out["params"] += held(p)
+        for p in params:
+            out["grads"] += held(p.grad)
+        opt = self.engine.optimizer
+        for group in getattr(opt, "fp32_groups", []):
+            for p in group:
+                out["master_params"] += held(p)
+        step_counters = 0
+        for state in self.engine.basic_optimizer.state.values():
+            out["optimizer"] += held(state["exp_avg"]) + held(state["exp_avg_sq"])
+            if torch.is_tensor(state.get("step")):
+                step_counters += held(state["step"])
+        out["optimizer_step_counters"] = step_counters
+        return {"bytes": out, "detail": {"stage": 0, "optimizer": type(opt).__name__,
+                                         "basic_optimizer": type(self.engine.basic_optimizer).__name__}}
 
 
 def basic_optimizer_name(engine):

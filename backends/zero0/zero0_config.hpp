@@ -1,0 +1,35 @@
+// zero0_config.hpp — zero0's options (named as DeepSpeed 0.19.8 names what its stage 0 reads) and
+// its side of config files: DeepSpeed JSONs and accelerate DEEPSPEED files whose ZeRO stage is 0
+// (zero_optimization.stage 0, the section missing, its deprecated boolean false, or the plugin's
+// zero_stage 0). Owns: the defaults, the validation (one line naming the key for what DeepSpeed
+// itself refuses at stage 0 or zerobench does not run) and the config hooks. Must not: run
+// anything or read a file's format (config/ does).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "backends/common/loss_scaler.hpp"
+#include "backends/config_hooks.hpp"
+
+namespace zb::backends::zero0 {
+
+struct Zero0Options {
+  std::string communication_data_type;  // "" = model dtype; bf16 | fp16 | fp32 (allreduce_bucket casts to it)
+  std::string grad_accum_dtype;         // "" = model dtype; any other dtype: DeepSpeed raises (refused)
+  common::DeepSpeedLossScaleOptions fp16;  // the `fp16` section's loss scaling (precision fp16 only)
+  // The optimizer DeepSpeed steps: HF Trainer's client torch.optim.AdamW (no "optimizer" section),
+  // or DeepSpeed's own from the section — torch AdamW with torch_adam, else FusedAdam.
+  bool fused_adam = false;
+};
+
+nlohmann::json to_json(const Zero0Options& o);
+Zero0Options zero0_options_from_json(const nlohmann::json& j);
+// The refusals that depend on the precision, one line naming the key (DeepSpeed's own where it refuses).
+void check_precision(const Zero0Options& o, const std::string& precision);
+
+int config_claim(const ConfigIdentity& id);
+void read_config(const ConfigInput& in, ResolvedConfig& out);
+
+}  // namespace zb::backends::zero0
