@@ -1,6 +1,8 @@
 // deepspeed_crossval_json.cpp — see deepspeed_crossval_json.hpp.
 #include "backends/common/deepspeed_crossval_json.hpp"
 
+#include <utility>
+
 #include "config/deepspeed_zero_config.hpp"
 
 namespace zb::backends::common {
@@ -65,6 +67,20 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
   ds["steps_per_print"] = 1 << 30;
   ds["wall_clock_breakdown"] = false;
   return ds;
+}
+
+CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file) {
+  CrossvalReference r;
+  r.script = "run_deepspeed.py";
+  r.framework = framework;
+  r.config_format = "deepspeed";
+  r.config_file_name = "ds_config.json";
+  r.config_flag = "--deepspeed-config";
+  r.config_file = std::move(config_file);
+  r.reference_setup = [framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
+    s.refusal = deepspeed_reference_refusal(spec, device, framework);
+  };
+  return r;
 }
 
 std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework) {

@@ -30,6 +30,11 @@ nlohmann::json deepspeed_crossval_json(const EngineSpec& spec, int world, const 
 // the line; "" when the mode runs.
 std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework);
 
+// The part every DeepSpeed stage's CrossvalReference shares: scripts/crossval/run_deepspeed.py
+// reading ds_config.json (--deepspeed-config), `config_file` writing it, and the refusals above
+// named after `framework` ("DeepSpeed ZeRO-N"). The caller adds its explain_* rules and bounds.
+CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file);
+
 // The report's resolved options ran offload_optimizer cpu stepped by DeepSpeedCPUAdam: its step
 // counter is a Python int, not a tensor (the explanation of `optimizer_step_counters`); else nullopt.
 // offload_optimizer with zero_force_ds_cpu_optimizer false and no "optimizer" section in the

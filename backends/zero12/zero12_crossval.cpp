@@ -67,16 +67,7 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference(int stage) {
-  CrossvalReference r;
-  r.script = "run_deepspeed.py";
-  r.framework = "DeepSpeed ZeRO-" + std::to_string(stage);
-  r.config_format = "deepspeed";
-  r.config_file_name = "ds_config.json";
-  r.config_flag = "--deepspeed-config";
-  r.config_file = deepspeed_json;
-  r.reference_setup = [framework = r.framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
-    s.refusal = common::deepspeed_reference_refusal(spec, device, framework);
-  };
+  CrossvalReference r = common::deepspeed_crossval_reference("DeepSpeed ZeRO-" + std::to_string(stage), deepspeed_json);
   r.explain_state = explain_state;
   r.measured_bound = measured_bound;
   return r;

@@ -122,16 +122,7 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference() {
-  CrossvalReference r;
-  r.script = "run_deepspeed.py";
-  r.framework = "DeepSpeed ZeRO-3";
-  r.config_format = "deepspeed";
-  r.config_file_name = "ds_config.json";
-  r.config_flag = "--deepspeed-config";
-  r.config_file = deepspeed_json;
-  r.reference_setup = [framework = r.framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
-    s.refusal = common::deepspeed_reference_refusal(spec, device, framework);
-  };
+  CrossvalReference r = common::deepspeed_crossval_reference("DeepSpeed ZeRO-3", deepspeed_json);
   r.explain_state = explain_state;
   r.explain_comm = explain_comm;
   r.measured_bound = measured_bound;
