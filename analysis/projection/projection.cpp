@@ -143,7 +143,9 @@ struct PricedRows {
   models::RowStats stats;
 };
 
-PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, const ProjectOptions& o) {
+// width_needed: the flops-mode step prices a pad-longest micro-batch at its width, which
+// summary.batching does not carry, so the documents are drawn for it.
+PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, const ProjectOptions& o, bool width_needed) {
   PricedRows rows;
   const auto& t = in.train;
   const reports::DataConfig dm = r.config.data.value_or(reports::DataConfig{});
@@ -163,12 +165,11 @@ PricedRows priced_rows(const reports::RunReport& r, const ScheduleInput& in, con
                   measured->label_tokens_per_rank_per_step, measured->padding_fraction, measured->attention_span,
                   double(t.seq_len)};
     rows.basis = std::move(basis);
-    if (rows.mode == "pad-longest")
+    if (rows.mode == "pad-longest" && width_needed)
       rows.basis += "; its micro-batches priced --seq-len wide, the widest they can be (an upper bound)";
     return rows;
   };
-  // pad-longest's width is drawn from the documents (summary.batching does not carry it).
-  if (same_shape && in.world == world_m && measured && rows.mode != "pad-longest")
+  if (same_shape && in.world == world_m && measured && !(width_needed && rows.mode == "pad-longest"))
     return measured_rows("the measured run's rows (summary.batching)");
   std::vector<int64_t> steps;
   for (const auto& s : r.step_records())
@@ -244,7 +245,7 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   if (!why.empty()) throw UsageError("project: " + why);
   std::vector<std::string> notes;
   // tokens/GPU/s counts real tokens only and the attention FLOPs follow the documents (docs/data.md).
-  const PricedRows rows = priced_rows(r, in, o);
+  const PricedRows rows = priced_rows(r, in, o, mode == "flops");
   UnitCosts costs;
   json compute_j;
   if (mode == "measured") {

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "backends/common/deepspeed_option_effects.hpp"
+#include "backends/ddp/ddp_engine.hpp"
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"
 #include "backends/common/optim.hpp"
@@ -332,20 +333,9 @@ PrecisionPlan precision_plan(const EngineSpec& spec) {
 
 }  // namespace
 
-ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
-  ShardLayout l;
-  l.world = topo.world;
-  l.ranks_per_node = topo.ranks_per_node;
-  l.shard_size = 1;
-  for (const auto& unit : models::unit_param_specs(spec.model)) {
-    int64_t numel = 0;
-    for (const auto& p : unit) numel += p.numel();
-    l.unit_numel.push_back(numel);
-    l.unit_padded.push_back(numel);
-  }
-  check_layout(l);
-  return l;
-}
+// Stage 0 shards nothing: every rank holds a whole replica and the gradient all-reduce runs over
+// the world, DDP's layout.
+ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) { return ddp::shard_layout(spec, topo); }
 
 // At the end of the last micro-batch's backward: every parameter and its gradient in the model
 // dtype, fp32 masters (bf16/fp16) and two fp32 AdamW states — the same on every rank.
