@@ -186,10 +186,11 @@ struct Summary {
 
 struct HostModelStates {  // ranks[i].memory.model_states_bytes.host
   std::optional<int64_t> params, master_params, grads, optimizer, buffers;
+  std::optional<bool> pinned;
   Carried extra;
   template <class V> void fields(V& v) {
     v("params", params); v("master_params", master_params); v("grads", grads); v("optimizer", optimizer);
-    v("buffers", buffers);
+    v("buffers", buffers); v("pinned", pinned);
   }
   int64_t total() const {
     return params.value_or(0) + master_params.value_or(0) + grads.value_or(0) + optimizer.value_or(0) +
@@ -210,8 +211,12 @@ struct ModelStates {  // ranks[i].memory.model_states_bytes
 
 struct ProgramOrder {  // ranks[i].memory.program_order
   std::optional<bool> exact;
+  std::optional<int64_t> late_frees, open_collectives_at_read, other_thread_peak_bytes, comm_buffers_peak_bytes;
   Carried extra;
-  template <class V> void fields(V& v) { v("exact", exact); }
+  template <class V> void fields(V& v) {
+    v("exact", exact); v("late_frees", late_frees); v("open_collectives_at_read", open_collectives_at_read);
+    v("other_thread_peak_bytes", other_thread_peak_bytes); v("comm_buffers_peak_bytes", comm_buffers_peak_bytes);
+  }
 };
 
 struct MemoryEstimate {  // ranks[i].memory.estimate (null without an estimate: the null stays in extra)
@@ -221,33 +226,57 @@ struct MemoryEstimate {  // ranks[i].memory.estimate (null without an estimate: 
 };
 
 struct CudaMemory {  // ranks[i].memory.cuda: the caching allocator (CUDA runs)
-  std::optional<int64_t> peak_allocated_bytes;
+  std::optional<int64_t> peak_allocated_bytes, after_init_allocated_bytes, after_init_reserved_bytes, allocated_bytes,
+      reserved_bytes, peak_reserved_bytes, outside_allocator_bytes;
   Carried extra;
-  template <class V> void fields(V& v) { v("peak_allocated_bytes", peak_allocated_bytes); }
+  template <class V> void fields(V& v) {
+    v("peak_allocated_bytes", peak_allocated_bytes); v("after_init_allocated_bytes", after_init_allocated_bytes);
+    v("after_init_reserved_bytes", after_init_reserved_bytes); v("allocated_bytes", allocated_bytes);
+    v("reserved_bytes", reserved_bytes); v("peak_reserved_bytes", peak_reserved_bytes);
+    v("outside_allocator_bytes", outside_allocator_bytes);
+  }
+};
+
+struct CpuBlockCache {  // ranks[i].memory.cpu_block_cache: the counting allocator's large-block cache
+  int64_t limit_bytes = 0, hits = 0, misses = 0, evictions = 0, cached_bytes = 0, cached_peak_bytes = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("limit_bytes", limit_bytes); v("hits", hits); v("misses", misses); v("evictions", evictions);
+    v("cached_bytes", cached_bytes); v("cached_peak_bytes", cached_peak_bytes);
+  }
 };
 
 struct RankMemory {
   ModelStates model_states_bytes;
+  std::optional<ModelStates> model_states_expected_bytes;  // the backend's closed form
   int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
-  std::optional<int64_t> model_states_total_bytes;
+  std::optional<int64_t> model_states_total_bytes, tracked_after_init_bytes, peak_from_step;
   std::optional<MemoryEstimate> estimate;
   std::optional<int64_t> estimated_peak_bytes, peak_program_bytes;  // peak_program_bytes null on CUDA
-  std::optional<ProgramOrder> program_order;
+  std::optional<ProgramOrder> program_order;  // null on CUDA
+  std::optional<CpuBlockCache> cpu_block_cache;
   std::optional<CudaMemory> cuda;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("model_states_bytes", model_states_bytes); v("peak_tracked_bytes", peak_tracked_bytes);
-    v("peak_rss_bytes", peak_rss_bytes); v("estimated_peak_bytes", estimated_peak_bytes);
-    v("peak_program_bytes", peak_program_bytes); v("program_order", program_order);
-    v("model_states_total_bytes", model_states_total_bytes); v("estimate", estimate); v("cuda", cuda);
+    v("model_states_bytes", model_states_bytes); v("model_states_expected_bytes", model_states_expected_bytes);
+    v("peak_tracked_bytes", peak_tracked_bytes); v("peak_rss_bytes", peak_rss_bytes);
+    v("estimated_peak_bytes", estimated_peak_bytes); v("peak_program_bytes", peak_program_bytes);
+    v("program_order", program_order); v("model_states_total_bytes", model_states_total_bytes);
+    v("tracked_after_init_bytes", tracked_after_init_bytes); v("peak_from_step", peak_from_step);
+    v("estimate", estimate); v("cpu_block_cache", cpu_block_cache); v("cuda", cuda);
   }
 };
 
-struct CommStat {  // ranks[i].comm.<kind>
+struct CommStat {  // ranks[i].comm.<kind>, ranks[i].comm_total.<kind>
   int64_t count = 0, bytes = 0;
-  std::optional<double> time_s;
+  std::optional<double> time_s, wait_s, busbw_gbps;  // time_s, busbw_gbps null when emulated (in extra)
+  std::optional<int64_t> untimed, not_measured;       // only when > 0
+  std::optional<std::string> timing;                  // why time_s is null (emulated)
   Carried extra;
-  template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); v("time_s", time_s); }
+  template <class V> void fields(V& v) {
+    v("count", count); v("bytes", bytes); v("time_s", time_s); v("wait_s", wait_s); v("busbw_gbps", busbw_gbps);
+    v("untimed", untimed); v("not_measured", not_measured); v("timing", timing);
+  }
 };
 
 struct StepComm {  // ranks[i].comm_steps[j].<kind>, steps[j].comm.<kind>: one step's collectives of a kind
@@ -256,36 +285,58 @@ struct StepComm {  // ranks[i].comm_steps[j].<kind>, steps[j].comm.<kind>: one s
   template <class V> void fields(V& v) { v("count", count); v("bytes", bytes); }
 };
 
-struct OffloadTraffic {  // ranks[i].offload.last_step
+struct OffloadTraffic {  // ranks[i].offload.last_step, .total, .steps[j]
   int64_t h2d_bytes = 0, d2h_bytes = 0;
+  std::optional<int64_t> h2d_copies, d2h_copies;
   Carried extra;
-  template <class V> void fields(V& v) { v("h2d_bytes", h2d_bytes); v("d2h_bytes", d2h_bytes); }
+  template <class V> void fields(V& v) {
+    v("h2d_bytes", h2d_bytes); v("d2h_bytes", d2h_bytes); v("h2d_copies", h2d_copies); v("d2h_copies", d2h_copies);
+  }
 };
 
 struct Offload {  // ranks[i].offload (null without offload: the null stays in extra)
-  std::optional<OffloadTraffic> last_step;
+  std::optional<int64_t> device_model_states_bytes, host_model_states_bytes, estimated_host_peak_bytes,
+      peak_host_tracked_bytes;
+  std::optional<bool> host_pinned;
+  std::optional<OffloadTraffic> last_step, total;
+  std::optional<std::vector<OffloadTraffic>> steps;
   Carried extra;
-  template <class V> void fields(V& v) { v("last_step", last_step); }
+  template <class V> void fields(V& v) {
+    v("device_model_states_bytes", device_model_states_bytes); v("host_model_states_bytes", host_model_states_bytes);
+    v("host_pinned", host_pinned); v("estimated_host_peak_bytes", estimated_host_peak_bytes);
+    v("peak_host_tracked_bytes", peak_host_tracked_bytes); v("last_step", last_step); v("total", total);
+    v("steps", steps);
+  }
 };
 
 struct LoadRecord {  // ranks[i].lifecycle.load (docs/lifecycle.md)
   double wall_s = 0;
   int64_t bytes_read = 0;
-  std::optional<std::string> strategy;
+  std::optional<std::string> strategy, peak_rss_source;
   std::optional<int64_t> rss_before_bytes, peak_rss_bytes;  // peak null: unknown (the null stays in extra)
+  std::optional<int64_t> device_peak_bytes, device_after_bytes, bytes_received;
+  std::optional<int64_t> tensors_touched, peak_rss_sampled_bytes;  // --model-dir only
   Carried extra;
   template <class V> void fields(V& v) {
     v("strategy", strategy); v("wall_s", wall_s); v("bytes_read", bytes_read); v("rss_before_bytes", rss_before_bytes);
-    v("peak_rss_bytes", peak_rss_bytes);
+    v("peak_rss_bytes", peak_rss_bytes); v("peak_rss_source", peak_rss_source);
+    v("device_peak_bytes", device_peak_bytes); v("device_after_bytes", device_after_bytes);
+    v("bytes_received", bytes_received); v("tensors_touched", tensors_touched);
+    v("peak_rss_sampled_bytes", peak_rss_sampled_bytes);
   }
 };
 
 struct CheckpointRecord {  // ranks[i].lifecycle.checkpoint (docs/lifecycle.md)
   int64_t bytes_written = 0;
   double save_s_max = 0, longest_wait_s = 0;
+  std::optional<int64_t> saves, peak_rss_bytes, bytes_read, resumed_from_step;
+  std::optional<double> save_s_total, load_s;
+  std::optional<std::string> last_tag;
   Carried extra;
   template <class V> void fields(V& v) {
     v("bytes_written", bytes_written); v("save_s_max", save_s_max); v("longest_wait_s", longest_wait_s);
+    v("saves", saves); v("save_s_total", save_s_total); v("peak_rss_bytes", peak_rss_bytes); v("load_s", load_s);
+    v("bytes_read", bytes_read); v("resumed_from_step", resumed_from_step); v("last_tag", last_tag);
   }
 };
 
@@ -298,25 +349,35 @@ struct RankLifecycle {  // ranks[i].lifecycle: the model load and the checkpoint
 
 struct RankRecord {
   int64_t rank = 0;
+  std::optional<std::string> host;
   RankMemory memory;
   std::map<std::string, CommStat> comm;  // one step's traffic (the last), by kind
+  std::optional<std::map<std::string, CommStat>> comm_total;                // every step's, summed
   std::optional<std::vector<std::map<std::string, StepComm>>> comm_steps;  // every step's, by kind
+  std::optional<std::string> comm_timing_error;
   std::optional<std::vector<std::string>> batch_sha256;                    // every step's input (hex)
   std::optional<Offload> offload;
   std::optional<std::vector<double>> step_times_s;
   std::optional<RankLifecycle> lifecycle;
+  // This rank's profile analysis (profiler::rank_profile_json), carried whole: the profiler owns
+  // its shape; the report's profile section is made from every rank's (bench/run/rank_record.hpp).
+  std::optional<nlohmann::json> profile;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("rank", rank); v("memory", memory); v("comm", comm); v("comm_steps", comm_steps); v("batch_sha256", batch_sha256);
-    v("offload", offload); v("step_times_s", step_times_s); v("lifecycle", lifecycle);
+    v("rank", rank); v("host", host); v("memory", memory); v("comm", comm); v("comm_total", comm_total);
+    v("comm_steps", comm_steps); v("comm_timing_error", comm_timing_error); v("batch_sha256", batch_sha256);
+    v("offload", offload); v("step_times_s", step_times_s); v("lifecycle", lifecycle); v("profile", profile);
   }
 };
 
 struct LossScale {  // steps[j].loss_scale (fp16 only)
+  std::optional<std::string> kind;
   double scale = 0, next_scale = 0;
   bool overflow = false, skipped = false;
   Carried extra;
-  template <class V> void fields(V& v) { v("scale", scale); v("next_scale", next_scale); v("overflow", overflow); v("skipped", skipped); }
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("scale", scale); v("next_scale", next_scale); v("overflow", overflow); v("skipped", skipped);
+  }
 };
 
 struct StepRecord {
@@ -326,11 +387,14 @@ struct StepRecord {
   std::optional<LossScale> loss_scale;
   std::optional<double> lost_update_fraction;  // --measure-lost-updates only
   std::optional<std::map<std::string, StepComm>> comm;  // rank 0's collectives in this step, by kind
+  // Rank 0's peaks in this step alone: tracked always, program-order on CPU, the caching allocator's on CUDA.
+  std::optional<int64_t> peak_tracked_bytes, peak_program_bytes, peak_allocated_bytes, peak_reserved_bytes;
   Carried extra;
   template <class V> void fields(V& v) {
     v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("time_s", time_s);
     v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
-    v("comm", comm);
+    v("comm", comm); v("peak_tracked_bytes", peak_tracked_bytes); v("peak_program_bytes", peak_program_bytes);
+    v("peak_allocated_bytes", peak_allocated_bytes); v("peak_reserved_bytes", peak_reserved_bytes);
   }
   bool skipped() const { return loss_scale && loss_scale->skipped; }
 };
@@ -435,6 +499,11 @@ nlohmann::json to_json(const FlopsPerToken& f);
 nlohmann::json to_json(const ModelStates& m);
 nlohmann::json to_json(const ProgramOrder& p);
 nlohmann::json to_json(const LossScale& l);
+// A rank's and a step's record: `run` hands each rank's to rank 0 as JSON and assembles the report
+// from the typed records (bench/run/rank_record.hpp).
+nlohmann::json to_json(const RankRecord& r);
+nlohmann::json to_json(const StepRecord& s);
+RankRecord rank_record_from_json(const nlohmann::json& j);
 
 // Every problem found (empty = valid): missing keys, wrong types, bad status (reports/report.hpp's
 // validate_report is this).

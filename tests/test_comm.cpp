@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/common/comm.hpp"
+#include "bench/run/rank_record.hpp"
 #include "tests/thread_world.hpp"
 
 using namespace zb;
@@ -49,15 +50,15 @@ TEST(CommAsync, AllGatherAndReduceScatterInFlightMatchTheBlockingResults) {
 }
 
 // all_to_all_single (ZeRO++ qgZ's collective): rank j's chunk r lands in rank r's chunk j; counted
-// once with the send buffer's bytes (nccl-tests alltoall); in stats_json only once issued, so
+// once with the send buffer's bytes (nccl-tests alltoall); in the report's comm only once issued, so
 // the report of a run without all-to-all keeps exactly its four kinds.
 TEST(CommAllToAll, DeliversChunkRToRankRAndCountsTheSendBuffer) {
   for (const int w : {2, 3}) {
     test_support::run_ranks(w, [w](runtime::World& world) {
       backends::common::Comm comm(world);
       const int r = world.rank;
-      EXPECT_FALSE(comm.stats_json().contains("all_to_all"));
-      EXPECT_TRUE(comm.stats_json().contains("broadcast"));
+      EXPECT_FALSE(bench::comm_records(comm.stats(), comm.size()).count("all_to_all"));
+      EXPECT_TRUE(bench::comm_records(comm.stats(), comm.size()).count("broadcast"));
       auto in = at::arange(2 * w, at::kFloat) + 100.0 * r;  // [w chunks of 2]: rank r's chunk j = 100r + 2j + {0,1}
       auto out = at::empty({2 * w}, at::kFloat);
       comm.all_to_all_single(out, in, "grads");
@@ -69,9 +70,9 @@ TEST(CommAllToAll, DeliversChunkRToRankRAndCountsTheSendBuffer) {
       const auto& s = comm.stats()[size_t(CollectiveKind::kAllToAll)];
       EXPECT_EQ(s.count, 2);
       EXPECT_EQ(s.bytes, 2 * (2 * w) * 4);
-      const auto j = comm.stats_json();
-      ASSERT_TRUE(j.contains("all_to_all"));
-      EXPECT_EQ(j["all_to_all"]["bytes"].get<int64_t>(), 2 * (2 * w) * 4);
+      const auto j = bench::comm_records(comm.stats(), comm.size());
+      ASSERT_TRUE(j.count("all_to_all"));
+      EXPECT_EQ(j.at("all_to_all").bytes, 2 * (2 * w) * 4);
       EXPECT_DOUBLE_EQ(backends::common::busbw_factor(CollectiveKind::kAllToAll, w), double(w - 1) / w);
       auto bad = at::empty({2 * w + 1}, at::kFloat);  // numel not a multiple of the group: refused
       EXPECT_THROW(comm.all_to_all_single(bad, bad, "bad"), c10::Error);
@@ -93,7 +94,7 @@ TEST(CommAllToAll, EmulatedWorldKeepsBytesAndCopiesThisRanksChunk) {
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.bytes, 8 * 4);
   EXPECT_EQ(s.not_measured, 1);
-  EXPECT_TRUE(comm.stats_json()["all_to_all"]["busbw_gbps"].is_null());
+  EXPECT_FALSE(bench::comm_records(comm.stats(), comm.size()).at("all_to_all").busbw_gbps.has_value());
   // The dependency log has it as a collective named by kind and label, and its wait.
   using E = backends::common::StreamLogEntry;
   EXPECT_GE(comm.streams().find(E::Kind::kCollective, "", "all_to_all:q"), 0) << comm.streams().dump();

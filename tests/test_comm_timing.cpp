@@ -10,7 +10,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "backends/common/comm.hpp"
+#include "bench/run/rank_record.hpp"
 #include "reports/report.hpp"
+#include "reports/run_report.hpp"
 #include "tests/run_binary.hpp"
 #include "tests/thread_world.hpp"
 
@@ -97,21 +99,21 @@ TEST(CommTiming, DeviceDurationsGiveBusbwAndOnesNcclCannotGiveAreCountedUntimedW
   for (int i = 0; i < n; ++i) timed.all_reduce_sum(t, "x");
   timed.collect_device_times();
   // busbw = bytes / time x 2(W-1)/W (nccl-tests): 160 B / 2.5 ms x 1 = 64000 B/s.
-  const auto j = timed.stats_json()["all_reduce"];
-  EXPECT_EQ(j["bytes"], n * 16);
-  EXPECT_NEAR(j["time_s"].get<double>(), n * 0.25e-3, 1e-15);  // a sum of n float ms / 1e3
-  EXPECT_NEAR(j["busbw_gbps"].get<double>(), 64000 / 1e9, 1e-15);
-  EXPECT_FALSE(j.contains("untimed"));
+  const auto j = bench::comm_records(timed.stats(), timed.size()).at("all_reduce");
+  EXPECT_EQ(j.bytes, n * 16);
+  EXPECT_NEAR(j.time_s.value(), n * 0.25e-3, 1e-15);  // a sum of n float ms / 1e3
+  EXPECT_NEAR(j.busbw_gbps.value(), 64000 / 1e9, 1e-15);
+  EXPECT_FALSE(j.untimed.has_value());
   EXPECT_TRUE(timed.timing_error().empty());
 
   Comm untimed(timed_world(/*completed=*/true, /*timed=*/false));
   for (int i = 0; i < n; ++i) untimed.all_reduce_sum(t, "x");
   untimed.collect_device_times();
-  const auto u = untimed.stats_json()["all_reduce"];
-  EXPECT_EQ(u["count"], n);
-  EXPECT_EQ(u["untimed"], n);
-  EXPECT_EQ(u["time_s"].get<double>(), 0.0);
-  EXPECT_EQ(u["busbw_gbps"].get<double>(), 0.0);  // no time: no bandwidth, not a division by zero
+  const auto u = bench::comm_records(untimed.stats(), untimed.size()).at("all_reduce");
+  EXPECT_EQ(u.count, n);
+  EXPECT_EQ(u.untimed, n);
+  EXPECT_EQ(u.time_s.value(), 0.0);
+  EXPECT_EQ(u.busbw_gbps.value(), 0.0);  // no time: no bandwidth, not a division by zero
   EXPECT_EQ(untimed.timing_error(), "all_reduce: getDuration only works if timing was enabled");
   EXPECT_EQ(untimed.pending_timing_handles(), 0u);
 }
@@ -123,25 +125,29 @@ TEST(CommTiming, EmulatedCollectivesAreReportedAsNotMeasured) {
   comm.all_gather(out, in, "w");
   comm.reduce_scatter_sum(shard, g, "g");
   comm.all_reduce_sum(shard, "n");
-  const auto j = comm.stats_json();
+  // As the report writes them (bench/run/rank_record.hpp): null, never a number.
+  const auto records = bench::comm_records(comm.stats(), comm.size());
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
     SCOPED_TRACE(kind);
-    EXPECT_EQ(j[kind]["count"], 1);
-    EXPECT_EQ(j[kind]["not_measured"], 1);
-    EXPECT_TRUE(j[kind]["time_s"].is_null());
-    EXPECT_TRUE(j[kind]["busbw_gbps"].is_null());
-    EXPECT_NE(j[kind]["timing"].get<std::string>().find("not measured"), std::string::npos);
+    reports::RankRecord rank;
+    rank.comm[kind] = records.at(kind);
+    const auto j = reports::to_json(rank)["comm"][kind];
+    EXPECT_EQ(j["count"], 1);
+    EXPECT_EQ(j["not_measured"], 1);
+    EXPECT_TRUE(j["time_s"].is_null());
+    EXPECT_TRUE(j["busbw_gbps"].is_null());
+    EXPECT_NE(j["timing"].get<std::string>().find("not measured"), std::string::npos);
   }
-  EXPECT_EQ(j["all_gather"]["bytes"], 32 * 4);  // bytes still counted as the real collective's
+  EXPECT_EQ(records.at("all_gather").bytes, 32 * 4);  // bytes still counted as the real collective's
   // A real (Gloo) group measures: a number, no not_measured.
   test_support::run_ranks(2, [](runtime::World& w) {
     Comm c(w);
     auto x = at::ones({8});
     c.all_reduce_sum(x, "n");
-    const auto k = c.stats_json()["all_reduce"];
-    EXPECT_TRUE(k["time_s"].is_number());
-    EXPECT_TRUE(k["busbw_gbps"].is_number());
-    EXPECT_FALSE(k.contains("not_measured"));
+    const auto k = bench::comm_records(c.stats(), c.size()).at("all_reduce");
+    EXPECT_TRUE(k.time_s.has_value());
+    EXPECT_TRUE(k.busbw_gbps.has_value());
+    EXPECT_FALSE(k.not_measured.has_value());
   });
 }
 

@@ -165,7 +165,7 @@ TEST(RunReport, SchemaDocMatchesTheRecord) {
   no_row.erase(at, no_row.find('\n', at) + 1 - at);
   const auto missing = check_schema_doc(no_row);
   ASSERT_FALSE(missing.empty());
-  EXPECT_EQ(missing.front(), "SCHEMA.md does not document the record's key steps[i].loss_scale.scale");
+  EXPECT_EQ(missing.front(), "SCHEMA.md does not document the record's key steps[i].loss_scale.kind");
   // Planted: a documented key the record does not have.
   std::string extra_row = md;
   extra_row.insert(extra_row.find("| `summary.skipped_steps` |"), "| `summary.tokens_per_watt` | number | made up |\n");

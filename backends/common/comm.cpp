@@ -385,7 +385,6 @@ void Comm::all_to_all_single(at::Tensor& out, at::Tensor& in, const std::string&
   wait_from_issue(all_to_all_single_async(out, in, label, group));
 }
 
-nlohmann::json Comm::stats_json() const { return stats_to_json(stats_, size()); }
 
 std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& after,
@@ -400,29 +399,6 @@ std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     d[i].not_measured = after[i].not_measured - before[i].not_measured;
   }
   return d;
-}
-
-nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& s, int world_size) {
-  nlohmann::json j = nlohmann::json::object();
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto kind = CollectiveKind(i);
-    const auto& c = s[i];
-    if (c.count == 0 && !reported_when_unused(kind)) continue;
-    // algbw = bytes / time; busbw = algbw * factor (nccl-tests' PERFORMANCE.md).
-    const double busbw = c.time_s > 0 ? double(c.bytes) / c.time_s * busbw_factor(kind, world_size) / 1e9 : 0.0;
-    j[collective_name(kind)] = {{"count", c.count}, {"bytes", c.bytes}, {"time_s", c.time_s}, {"wait_s", c.wait_s},
-                                {"busbw_gbps", busbw}};
-    if (c.untimed > 0) j[collective_name(kind)]["untimed"] = c.untimed;
-    if (c.not_measured > 0) {
-      // Emulated: no time or busbw is measured; null, never a number.
-      auto& k = j[collective_name(kind)];
-      k["not_measured"] = c.not_measured;
-      if (c.not_measured == c.count) k["time_s"] = nullptr;
-      k["busbw_gbps"] = nullptr;
-      k["timing"] = "not measured: emulated collectives are local copies on the issuing stream";
-    }
-  }
-  return j;
 }
 
 }  // namespace zb::backends::common

@@ -189,8 +189,6 @@ class Comm {
     stats_ = {};
     untimed_.clear();
   }
-  // {"all_gather": {"count", "bytes", "time_s", "busbw_gbps"}, ...}
-  nlohmann::json stats_json() const;
 
  private:
   friend class PendingCollective;
@@ -224,6 +222,5 @@ class Comm {
 std::array<CollectiveStats, size_t(CollectiveKind::kCount)> stats_delta(
     const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& after,
     const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& before);
-nlohmann::json stats_to_json(const std::array<CollectiveStats, size_t(CollectiveKind::kCount)>& s, int world_size);
 
 }  // namespace zb::backends::common

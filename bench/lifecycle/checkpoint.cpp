@@ -99,19 +99,6 @@ std::string make_dirs(const std::string& path) {
   return "";
 }
 
-json to_json(const CheckpointStats& s) {
-  return {{"saves", s.saves},
-          {"save_s_total", s.save_s_total},
-          {"save_s_max", s.save_s_max},
-          {"bytes_written", s.bytes_written},
-          {"peak_rss_bytes", s.peak_rss_bytes},
-          {"longest_wait_s", s.longest_wait_s},
-          {"load_s", s.load_s},
-          {"bytes_read", s.bytes_read},
-          {"resumed_from_step", s.resumed_from_step},
-          {"last_tag", s.last_tag}};
-}
-
 json checkpoint_identity(const std::string& backend, const backends::EngineSpec& spec, int world_size) {
   const auto& m = spec.model;
   const auto& t = spec.train;

@@ -53,7 +53,6 @@ struct CheckpointStats {
   int64_t resumed_from_step = -1;       // resume: the steps already done
   std::string last_tag;
 };
-nlohmann::json to_json(const CheckpointStats& s);
 
 // The identity a checkpoint records and --resume checks (model, world, backend, precision,
 // batch shape, seed, data, schedule): the run must be the same job to continue it exactly.

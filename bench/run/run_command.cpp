@@ -23,6 +23,7 @@
 #include "bench/lifecycle/checkpoint_preflight.hpp"
 #include "bench/run/peak.hpp"
 #include "bench/run/preflight.hpp"
+#include "bench/run/rank_record.hpp"
 #include "bench/run/trainer.hpp"
 #include "config/hf_scheduler.hpp"
 #include "models/checkpoint/weight_loader.hpp"
@@ -33,6 +34,7 @@
 #include "reports/metrics.hpp"
 #include "reports/report.hpp"
 #include "reports/report_builder.hpp"
+#include "reports/run_report.hpp"
 #include "reports/table.hpp"
 #include "runtime/device.hpp"
 #include "runtime/dist_env.hpp"
@@ -70,27 +72,6 @@ std::string make_run_id(const RunOptions& o, int world) {
   s << o.backend << "-" << o.precision << "-" << o.model << "-w" << world << (o.emulate_world_size ? "emu" : "") << "-"
     << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return s.str();
-}
-
-// Offload (docs/metrics.md "Offload"): where the model states live and what crossed between host
-// and device, per step. Null for a run that offloads nothing.
-json offload_json(const TrainResult& r, const std::optional<backends::PeakEstimate>& estimate) {
-  const auto& h = r.model_state_bytes.host;
-  if (h.total() == 0 && r.offload_total.h2d_bytes == 0 && r.offload_total.d2h_bytes == 0) return nullptr;
-  auto traffic = [](const backends::common::OffloadTraffic& t) {
-    return json{{"h2d_bytes", t.h2d_bytes}, {"d2h_bytes", t.d2h_bytes}, {"h2d_copies", t.h2d_copies},
-                {"d2h_copies", t.d2h_copies}};
-  };
-  json steps = json::array();
-  for (const auto& s : r.steps) steps.push_back(traffic(s.offload));
-  return {{"device_model_states_bytes", r.model_state_bytes.total()},
-          {"host_model_states_bytes", h.total()},
-          {"host_pinned", h.pinned},
-          {"estimated_host_peak_bytes", estimate ? estimate->host_peak_bytes() : 0},
-          {"peak_host_tracked_bytes", r.peak_host_tracked_bytes},  // CUDA runs (unpinned host buffers)
-          {"last_step", steps.empty() ? traffic({}) : steps.back()},
-          {"total", traffic(r.offload_total)},
-          {"steps", steps}};
 }
 
 json model_json(const models::ModelConfig& m) {
@@ -198,73 +179,6 @@ int set_threads(const RunOptions& o, int local_size) {
   return threads;
 }
 
-// The report's profile section: each rank's analysis, the median over ranks of each rank's
-// per-step medians, and the tracer's overhead (traced vs untraced step time, rank 0's view).
-json profile_section(const json& ranks, const std::vector<double>& untraced_step_times, const std::string& source) {
-  json per_rank = json::array();
-  std::map<std::string, std::vector<double>> cols;
-  for (const auto& r : ranks) {
-    if (!r.contains("profile")) continue;
-    per_rank.push_back(r["profile"]);
-    for (const auto& [k, v] : r["profile"]["median"].items()) cols[k].push_back(v.get<double>());
-  }
-  json summary = json::object();
-  for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
-  // Per-unit compute times: the median over ranks of each rank's per-step medians.
-  json units = json::object();
-  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s", "root_forward_pre_s",
-                        "root_backward_post_s"}) {
-    std::vector<double> v;
-    for (const auto& r : per_rank) v.push_back(r["units"].value(k, 0.0));
-    units[k] = reports::summarize(v).median;
-  }
-  for (const char* k : {"forward_s", "backward_s"}) {
-    json arr = json::array();
-    for (size_t u = 0; u < per_rank.front()["units"][k].size(); ++u) {
-      std::vector<double> v;
-      for (const auto& r : per_rank) v.push_back(u < r["units"][k].size() ? r["units"][k][u].get<double>() : 0.0);
-      arr.push_back(reports::summarize(v).median);
-    }
-    units[k] = arr;
-  }
-  const auto& traced = per_rank.front()["traced_step_times_s"];
-  const double traced_median = reports::summarize(traced.get<std::vector<double>>()).median;
-  const double untraced_median = reports::summarize(untraced_step_times).median;
-  return {{"source", source},
-          {"steps_traced", traced.size()},
-          {"overlap_ratio", summary.value("overlap_ratio", 0.0)},
-          {"exposed_comm_s", summary.value("exposed_comm_s", 0.0)},
-          {"summary", summary},
-          {"units", units},
-          {"tracer_overhead",
-           {{"traced_step_time_s", traced_median},
-            {"untraced_step_time_s", untraced_median},
-            {"overhead_pct", untraced_median > 0 ? 100.0 * (traced_median / untraced_median - 1.0) : 0.0},
-            {"buffer_processing_s", per_rank.front()["buffer_processing_s"]},
-            {"dropped_records", per_rank.front()["dropped_records"]}}},
-          {"trace_file", ""},
-          {"ranks", per_rank}};
-}
-
-// What could make the program-order peak depend on timing, over the peak window (all 0 when it
-// is exact), and the largest comm buffers one collective held in it. null on CUDA.
-json program_order_json(const TrainResult& r) {
-  if (r.peak_program_bytes < 0) return nullptr;
-  const auto& l = r.program_ledger;
-  return {{"exact", l.late_frees == 0 && l.open_at_read == 0},
-          {"late_frees", l.late_frees},
-          {"open_collectives_at_read", l.open_at_read},
-          {"other_thread_peak_bytes", l.other_thread_peak_bytes},
-          {"comm_buffers_peak_bytes", l.comm_buffers_peak_bytes}};
-}
-
-// The counting allocator's large-block cache (runtime/memory.hpp): cached blocks are in the RSS.
-json cpu_block_cache_json() {
-  const auto c = runtime::cpu_block_cache_stats();
-  return {{"limit_bytes", c.limit_bytes}, {"hits", c.hits},       {"misses", c.misses},
-          {"evictions", c.evictions},     {"cached_bytes", c.cached_bytes}, {"cached_peak_bytes", c.cached_peak_bytes}};
-}
-
 // The model load (engine construction): wall time, RSS high-water mark and device peak over it,
 // and with --model-dir the loader's strategy and bytes.
 struct LoadMeasure {
@@ -294,30 +208,30 @@ LoadMeasure begin_load(const RunOptions& o, const RunOptions::Resolved& resolved
   return m;
 }
 
-json end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
+reports::LoadRecord end_load(LoadMeasure& m, backends::EngineSpec& spec, at::Device device) {
   runtime::synchronize(device);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
-  const int64_t hwm = runtime::hwm_rss_bytes();
-  json j = {{"strategy", m.strategy},
-            {"wall_s", wall},
-            {"rss_before_bytes", m.rss_before},
-            {"peak_rss_bytes", m.rss_reset ? json(hwm) : json(nullptr)},
-            {"peak_rss_source", m.rss_reset ? "VmHWM reset at load start" : "not measured (no --model-dir, or clear_refs refused)"},
-            {"device_peak_bytes", runtime::tracked_peak_bytes(device)},
-            {"device_after_bytes", runtime::tracked_bytes(device)},
-            {"bytes_read", 0},
-            {"bytes_received", 0}};
+  reports::LoadRecord r;
+  r.strategy = m.strategy;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+  r.rss_before_bytes = m.rss_before;
+  if (m.rss_reset) r.peak_rss_bytes = runtime::hwm_rss_bytes();
+  r.peak_rss_source = m.rss_reset ? "VmHWM reset at load start" : "not measured (no --model-dir, or clear_refs refused)";
+  r.device_peak_bytes = runtime::tracked_peak_bytes(device);
+  r.device_after_bytes = runtime::tracked_bytes(device);
+  r.bytes_read = 0;
+  r.bytes_received = 0;
   if (m.loader) {
     const auto& s = m.loader->stats();
-    j["bytes_read"] = s.bytes_read;
-    j["bytes_received"] = s.bytes_received;
-    j["tensors_touched"] = s.tensors_touched;
-    j["peak_rss_sampled_bytes"] = s.peak_rss_sampled_bytes;
-    if (!m.rss_reset) j["peak_rss_bytes"] = s.peak_rss_sampled_bytes;
+    r.bytes_read = s.bytes_read;
+    r.bytes_received = s.bytes_received;
+    r.tensors_touched = s.tensors_touched;
+    r.peak_rss_sampled_bytes = s.peak_rss_sampled_bytes;
+    if (!m.rss_reset) r.peak_rss_bytes = s.peak_rss_sampled_bytes;
     m.loader->release();
     spec.initial_weights.reset();
   }
-  return j;
+  if (!r.peak_rss_bytes) r.extra.keys["peak_rss_bytes"] = nullptr;  // unknown
+  return r;
 }
 
 int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const RunOptions::Resolved& resolved,
@@ -378,7 +292,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   // loader (lifecycle.load in the report, docs/lifecycle.md).
   auto load = begin_load(o, resolved, spec, world, side);
   auto engine = backends::create_engine(o.backend, spec, world);
-  const json load_json = end_load(load, spec, device);
+  const auto load_record = end_load(load, spec, device);
   const bool profiling = o.profile || !o.trace.empty();
   // Checkpoints and resume (bench/lifecycle/checkpoint.hpp): the step to start at, a save after steps.
   lifecycle::Checkpointer checkpointer({o.checkpoint_dir, o.checkpoint_every, o.state_dict, o.resume}, o.backend, spec,
@@ -406,94 +320,40 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   std::vector<double> step_times;
   for (const auto& s : result.steps)
     if (s.measured) step_times.push_back(s.time_s);
-  const auto& cuda = result.cuda_peaks;  // over the peak window: no warm-up, trace or profiled step
-  json comm_steps = json::array();  // this rank's collectives per step (zerobench crossval compares every rank's)
-  for (const auto& s : result.steps) {
-    json c = json::object();
-    for (size_t k = 0; k < s.comm.size(); ++k)
-      if (s.comm[k].count > 0 || backends::common::reported_when_unused(backends::common::CollectiveKind(k)))
-        c[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
-                                                                                      {"bytes", s.comm[k].bytes}};
-    comm_steps.push_back(c);
-  }
-  json batch_sha256 = json::array();  // this rank's step inputs (zerobench crossval compares them per rank and step)
-  for (const auto& s : result.steps) batch_sha256.push_back(s.batch_sha256);
-  json rank_json = {
-      {"rank", world.rank},
-      {"host", hostname()},
-      {"memory",
-       {{"model_states_bytes", backends::to_json(result.model_state_bytes)},
-        {"model_states_total_bytes", result.model_state_bytes.total()},
-        // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
-        {"model_states_expected_bytes",
-         backends::to_json(backends::backend(o.backend).expected_bytes(spec, topology, world.rank))},
-        // The pre-flight estimate of this rank's peak (BackendInfo::estimate_peak), next to the
-        // measured peaks below (peak_tracked_bytes: the counting CPU allocator or CUDA allocated).
-        {"estimated_peak_bytes", estimate ? estimate->peak_bytes() : 0},
-        {"estimate", estimate ? backends::to_json(*estimate) : json(nullptr)},
-        {"tracked_after_init_bytes", result.tracked_after_init_bytes},
-        {"peak_tracked_bytes", result.peak_tracked_bytes},
-        // The program-order peak (runtime/memory.hpp): comm buffers held from issue to wait, so
-        // it does not depend on when collectives complete — what `regress` gates. CPU only.
-        {"peak_program_bytes", result.peak_program_bytes >= 0 ? json(result.peak_program_bytes) : json(nullptr)},
-        {"program_order", program_order_json(result)},
-        {"peak_from_step", result.peak_from_step},
-        {"peak_rss_bytes", runtime::peak_rss_bytes()},
-        {"cpu_block_cache", cpu_block_cache_json()},
-        {"cuda",
-         {{"after_init_allocated_bytes", result.cuda_after_init.allocated_bytes},
-          {"after_init_reserved_bytes", result.cuda_after_init.reserved_bytes},
-          {"allocated_bytes", cuda.allocated_bytes},
-          {"peak_allocated_bytes", cuda.peak_allocated_bytes},
-          {"reserved_bytes", cuda.reserved_bytes},
-          {"peak_reserved_bytes", cuda.peak_reserved_bytes},
-          // Device memory in use (cudaMemGetInfo) minus what the caching allocator holds: the
-          // CUDA context, NCCL communicator buffers and other non-allocator memory (device-wide).
-          {"outside_allocator_bytes",
-           cuda.device_used_bytes > 0 ? cuda.device_used_bytes - cuda.reserved_bytes : 0}}}}},
-      {"offload", offload_json(result, estimate)},
-      {"comm", backends::common::stats_to_json(result.comm_last_step, world.size)},
-      {"comm_total", backends::common::stats_to_json(result.comm_total, world.size)},
-      {"comm_steps", comm_steps},
-      {"batch_sha256", batch_sha256},
-      {"step_times_s", step_times},
-      {"lifecycle", {{"load", load_json}, {"checkpoint", lifecycle::to_json(checkpointer.stats())}}}};
-  // NCCL collectives whose device time could not be read (comm.<kind>.untimed counts them).
-  if (!engine->comm().timing_error().empty()) rank_json["comm_timing_error"] = engine->comm().timing_error();
-  if (result.profile) {
+  RankInputs rank_in;
+  rank_in.rank = world.rank;
+  rank_in.world_size = world.size;
+  rank_in.host = hostname();
+  rank_in.expected_bytes = backends::backend(o.backend).expected_bytes(spec, topology, world.rank);
+  rank_in.estimate = estimate;
+  rank_in.peak_rss_bytes = runtime::peak_rss_bytes();
+  rank_in.cpu_block_cache = runtime::cpu_block_cache_stats();
+  rank_in.load = load_record;
+  rank_in.checkpoint = checkpoint_record(checkpointer.stats());
+  rank_in.comm_timing_error = engine->comm().timing_error();
+  const auto record = rank_record(result, rank_in);
+  if (result.profile && !o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced event
     const auto& p = *result.profile;
-    auto prof = profiler::rank_profile_json(p.activities, p.windows);
-    prof["rank"] = world.rank;
-    prof["traced_step_times_s"] = p.step_times_s;
-    prof["dropped_records"] = p.dropped_records;
-    if (p.skipped_records.total() > 0)
-      prof["skipped_records"] = {{"other_kind", p.skipped_records.other_kind},
-                                 {"no_timestamp", p.skipped_records.no_timestamp},
-                                 {"unreadable_buffers", p.skipped_records.unreadable_buffers}};
-    prof["buffer_processing_s"] = p.processing_s;
-    rank_json["profile"] = prof;
-    if (!o.trace.empty()) {  // this rank's trace events, its timeline starting at its first traced event
-      int64_t origin = p.windows.front().start_ns;
-      for (const auto& a : p.activities) origin = std::min(origin, a.start_ns);
-      const auto events = profiler::trace_events(p.activities, world.rank, origin).dump();
-      world.store->set("trace/rank/" + std::to_string(world.emulated ? 0 : world.rank),
-                       std::vector<uint8_t>(events.begin(), events.end()));
-    }
+    int64_t origin = p.windows.front().start_ns;
+    for (const auto& a : p.activities) origin = std::min(origin, a.start_ns);
+    const auto events = profiler::trace_events(p.activities, world.rank, origin).dump();
+    world.store->set("trace/rank/" + std::to_string(world.emulated ? 0 : world.rank),
+                     std::vector<uint8_t>(events.begin(), events.end()));
   }
   const std::string key = "report/rank/" + std::to_string(world.emulated ? 0 : world.rank);
-  const auto payload = rank_json.dump();
+  const auto payload = reports::to_json(record).dump();
   world.store->set(key, std::vector<uint8_t>(payload.begin(), payload.end()));
   if (world.rank != 0 && !world.emulated) {  // an emulated rank writes its own report
     world.store->wait({"report/done"});
     return kExitOk;
   }
 
-  json ranks = json::array();
+  std::vector<reports::RankRecord> ranks;
   std::set<std::string> hosts;
   for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
     auto bytes = world.store->get("report/rank/" + std::to_string(r));
-    ranks.push_back(json::parse(std::string(bytes.begin(), bytes.end())));
-    hosts.insert(ranks.back()["host"].get<std::string>());
+    ranks.push_back(reports::rank_record_from_json(json::parse(std::string(bytes.begin(), bytes.end()))));
+    hosts.insert(ranks.back().host.value_or(""));
   }
   world.store->set("report/done", std::vector<uint8_t>{1});
 
@@ -511,31 +371,6 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                                     : models::flops_per_real_token(spec.model, docs["attention_span"].get<double>(),
                                                                    t.activation_checkpointing);
 
-  json steps = json::array();
-  for (const auto& s : result.steps) {
-    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"time_s", s.time_s},
-                     {"measured", s.measured}});
-    if (s.lost_update_fraction >= 0) steps.back()["lost_update_fraction"] = s.lost_update_fraction;
-    if (s.loss_scale.enabled) {  // fp16 (Engine::loss_scale_step; SCHEMA.md steps[i].loss_scale)
-      const auto& l = s.loss_scale;
-      steps.back()["loss_scale"] = {{"kind", l.kind},         {"scale", l.scale},          {"overflow", l.overflow},
-                                    {"skipped", l.skipped},   {"next_scale", l.next_scale}};
-      if (l.skipped) steps.back()["grad_norm"] = nullptr;  // the overflowed norm (inf): no number
-    }
-    steps.back()["peak_tracked_bytes"] = s.peak_tracked_bytes;  // rank 0's, this step only
-    if (s.peak_program_bytes >= 0) steps.back()["peak_program_bytes"] = s.peak_program_bytes;
-    if (device.is_cuda()) {
-      steps.back()["peak_allocated_bytes"] = s.peak_allocated_bytes;
-      steps.back()["peak_reserved_bytes"] = s.peak_reserved_bytes;
-    }
-    json comm = json::object();  // rank 0's collectives in this step (count, bytes)
-    for (size_t k = 0; k < s.comm.size(); ++k)
-      if (s.comm[k].count > 0 || backends::common::reported_when_unused(backends::common::CollectiveKind(k)))
-        comm[backends::common::collective_name(backends::common::CollectiveKind(k))] = {{"count", s.comm[k].count},
-                                                                                         {"bytes", s.comm[k].bytes}};
-    steps.back()["comm"] = comm;
-  }
-
   reports::ThroughputInputs throughput;
   throughput.tokens_per_gpu_per_s = reports::summarize(tps);
   throughput.step_time_s = step_dist;
@@ -552,9 +387,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                                         : "";
   reports::ReportParts parts;
   parts.run_id = make_run_id(o, world.size);
-  parts.status = diverged ? json{{"state", "diverged"},
-                                 {"error", result.diverged_what + " at step " + std::to_string(result.diverged_step)},
-                                 {"step", result.diverged_step}}
+  const std::string diverged_error =
+      diverged ? result.diverged_what + " at step " + std::to_string(result.diverged_step) : "";
+  parts.status = diverged ? json{{"state", "diverged"}, {"error", diverged_error}, {"step", result.diverged_step}}
                           : json{{"state", "ok"}, {"error", ""}};
   parts.env = {{"device", runtime::device_name(device)},
                {"device_count", runtime::device_count(device)},
@@ -599,21 +434,22 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
     skipped += s.loss_scale.enabled && s.loss_scale.skipped ? 1 : 0;
   }
   if (scaled) parts.summary["skipped_steps"] = skipped;
-  parts.ranks = ranks;
-  parts.steps = steps;
+  parts.ranks = json::array();
+  for (const auto& r : ranks) parts.ranks.push_back(reports::to_json(r));
+  parts.steps = json::array();
+  for (const auto& r : step_records(result, device.is_cuda())) parts.steps.push_back(reports::to_json(r));
   parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
-  json report = reports::build_report(parts);
   // The run's shard layout (BackendInfo::shard_layout): the groups the engine built, the padding.
   if (const auto& info = backends::backend(o.backend); info.shard_layout)
-    report["config"]["shard_layout"] = backends::to_json(info.shard_layout(spec, topology));
+    parts.config["shard_layout"] = backends::to_json(info.shard_layout(spec, topology));
   if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
-    report["config"]["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
+    parts.config["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
   if (!o.checkpoint_dir.empty() || !o.resume.empty())
-    report["config"]["checkpoint"] = {{"dir", o.checkpoint_dir},
-                                      {"every", o.checkpoint_every},
-                                      {"state_dict", o.state_dict},
-                                      {"resume", o.resume},
-                                      {"first_step", hooks.first_step}};
+    parts.config["checkpoint"] = {{"dir", o.checkpoint_dir},
+                                  {"every", o.checkpoint_every},
+                                  {"state_dict", o.state_dict},
+                                  {"resume", o.resume},
+                                  {"first_step", hooks.first_step}};
   if (!o.trace.empty()) {
     json events = json::array();
     for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
@@ -621,18 +457,19 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
       for (auto& e : json::parse(std::string(bytes.begin(), bytes.end()))) events.push_back(std::move(e));
     }
     reports::write_json_atomic(o.trace, profiler::trace_document(std::move(events),
-                                                                  {{"run_id", report["run_id"]},
+                                                                  {{"run_id", parts.run_id},
                                                                    {"source", result.profile->source},
                                                                    {"note", "each rank's time starts at its first "
                                                                             "traced event"}}));
-    report["profile"]["trace_file"] = o.trace;
+    parts.profile["trace_file"] = o.trace;
   }
+  const json report = reports::build_report(parts);
   const auto problems = reports::validate_report(report);
   if (!problems.empty()) throw RunError("internal: report does not match its schema: " + problems.front());
   const std::string out = o.out.empty() ? o.default_out(world.size) : o.out;
   reports::write_json_atomic(out, report);
   if (diverged) {
-    std::cerr << "zerobench: run diverged: " << report["status"]["error"].get<std::string>() << "; report: " << out
+    std::cerr << "zerobench: run diverged: " << diverged_error << "; report: " << out
               << "\n";
     return kExitFailed;
   }
@@ -734,7 +571,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // A run that diverged has written its own report (rank 0 exits 1 after writing it).
   try {
     const auto written = reports::read_report(out);
-    if (written["status"]["state"] == "diverged") return kExitFailed;
+    if (reports::run_report_from_json(written).status.state == "diverged") return kExitFailed;
   } catch (const UsageError&) {
   }
   std::string state = res.exit_code == 124 ? "timeout" : "failed";
