@@ -84,7 +84,9 @@ struct CrossvalReference {
   // substituted.
   std::function<void(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup)> reference_setup;
   // Model-state category `category` of rank `rank`; `zb` = zerobench's model_states_bytes of that
-  // rank. Empty or nullopt: no known difference.
+  // rank, flat as crossval compares them: {"params": bytes, ..., "host.optimizer": bytes,
+  // "host.pinned": 0|1} (an offloaded category is "host.<category>"). Empty or nullopt: no known
+  // difference.
   std::function<std::optional<StateExplanation>(const CrossvalCase& c, int rank, const std::string& category,
                                                 const nlohmann::json& zb)>
       explain_state;

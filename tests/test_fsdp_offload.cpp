@@ -289,3 +289,32 @@ TEST(FsdpOffload, TheFlagAndTheAccelerateKeyRunItAndTheReportShowsIt) {
   EXPECT_NE(r.output.find("offload_params true with sync_each_batch and grad_accum 2"), std::string::npos) << r.output;
   std::remove(cfg.c_str());
 }
+
+// crossval's model-state rule (backends/fsdp/fsdp_crossval.cpp) under CPUOffload: the AdamW
+// states are the category "host.optimizer" of the flat categories crossval compares, and the
+// rule predicts FSDP1's from zerobench's host bytes (the padding's states taken off), exactly as
+// it does for the device's "optimizer" without offload. Planted: the rule reading the device's
+// optimizer bytes (0 under offload) would predict a negative count.
+TEST(FsdpOffload, CrossvalsStateRuleReadsTheHostOptimizerBytesUnderOffload) {
+  const auto spec = offload_spec("fp32", 1, true);
+  const auto& ref = backends::backend("fsdp").crossval;
+  ASSERT_TRUE(ref && ref->explain_state);
+  const nlohmann::json options = spec.options;
+  const backends::CrossvalCase c{spec, 3, options, "gloo"};
+  const int64_t host_optimizer = 1'000'000;
+  const nlohmann::json zb = {{"params", 0},          {"grads", 0},     {"optimizer", 0}, {"master_params", 0},
+                             {"host.params", 500000}, {"host.optimizer", host_optimizer}, {"host.pinned", 1}};
+  bool some_padding = false;
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto host = ref->explain_state(c, rank, "host.optimizer", zb);
+    const auto device = ref->explain_state(c, rank, "optimizer", {{"optimizer", host_optimizer}});
+    ASSERT_EQ(host.has_value(), device.has_value()) << "rank " << rank;
+    if (!host) continue;  // no padding on this rank: nothing to explain
+    some_padding = true;
+    EXPECT_EQ(host->expected, device->expected) << "rank " << rank;
+    EXPECT_GT(host->expected, 0) << "rank " << rank;
+    EXPECT_LT(host->expected, host_optimizer) << "rank " << rank;
+    EXPECT_EQ((host_optimizer - host->expected) % 8, 0) << "two fp32 states per padding element";
+  }
+  EXPECT_TRUE(some_padding) << "W=3 pads some unit of the small model";
+}

@@ -46,17 +46,16 @@ std::optional<StateExplanation> explain_state(const CrossvalCase& c, int rank, c
     // gradient (FlatParamHandle._use_sharded_grad_views sets it to None) and gets no state.
     return adamw_step_counters(shard_pieces(c, rank).params_in_shard,
                                "original parameters with a piece in this rank's shard");
-  // With CPUOffload the states are on the host: the category "host.optimizer" (zb["host"]["optimizer"]).
-  const bool host = category == "host.optimizer";
-  const nlohmann::json& side = host && zb.contains("host") ? zb["host"] : zb;
-  if ((category == "optimizer" || host) && side.contains("optimizer") && side["optimizer"].is_number_integer()) {
+  // With CPUOffload the states are on the host: the category "host.optimizer" (`zb` is flat).
+  if ((category == "optimizer" || category == "host.optimizer") && zb.contains(category) &&
+      zb[category].is_number_integer()) {
     // zerobench's AdamW keeps exp_avg / exp_avg_sq over each unit's whole shard, the
     // FlatParameter's tail padding included; FSDP1 with use_orig_params=True steps the original
     // parameters' sharded views, so AdamW never sees the padding.
     const int64_t pad = shard_pieces(c, rank).padding;
     const int64_t elem = c.spec.precision == "low" ? 2 : 4;
     if (pad == 0) return std::nullopt;
-    return StateExplanation{side["optimizer"].get<int64_t>() - 2 * elem * pad, /*zerobench_reports=*/true,
+    return StateExplanation{zb[category].get<int64_t>() - 2 * elem * pad, /*zerobench_reports=*/true,
                             "AdamW states over the original parameters' views skip the FlatParameter's padding (" +
                                 std::to_string(pad) + " elements on this rank); zerobench's states cover the padded shard",
                             "torch/distributed/fsdp/_flat_param.py: FlatParamHandle._use_sharded_views / "
