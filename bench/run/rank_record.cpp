@@ -144,20 +144,22 @@ std::map<std::string, reports::StepComm> step_comm_records(const CommSnapshot& s
   return out;
 }
 
+// The five categories, on the device or on the host.
+template <class To, class From>
+void copy_categories(To& to, const From& from) {
+  to.params = from.params;
+  to.master_params = from.master_params;
+  to.grads = from.grads;
+  to.optimizer = from.optimizer;
+  to.buffers = from.buffers;
+}
+
 reports::ModelStates model_states_record(const backends::ModelStateBytes& b) {
   reports::ModelStates m;
-  m.params = b.params;
-  m.master_params = b.master_params;
-  m.grads = b.grads;
-  m.optimizer = b.optimizer;
-  m.buffers = b.buffers;
+  copy_categories(m, b);
   if (const auto& h = b.host; h.total() > 0) {  // only when something is offloaded
     reports::HostModelStates host;
-    host.params = h.params;
-    host.master_params = h.master_params;
-    host.grads = h.grads;
-    host.optimizer = h.optimizer;
-    host.buffers = h.buffers;
+    copy_categories(host, h);
     host.pinned = h.pinned;
     m.host = host;
   }
