@@ -9,39 +9,49 @@ namespace zb::reports {
 
 using json = nlohmann::json;
 
-json distribution_json(const Distribution& d) {
-  return {{"median", d.median}, {"p10", d.p10},   {"p90", d.p90}, {"min", d.min},
-          {"max", d.max},       {"mean", d.mean}, {"n", d.n}};
+DistributionRecord distribution_record(const Distribution& d) {
+  DistributionRecord r;
+  r.median = d.median;
+  r.p10 = d.p10;
+  r.p90 = d.p90;
+  r.min = d.min;
+  r.max = d.max;
+  r.mean = d.mean;
+  r.n = d.n;
+  return r;
 }
 
 Distribution point_distribution(double v) { return {v, v, v, v, v, v, 0}; }
 
-json summary_json(const ThroughputInputs& t) {
+Summary summary_record(const ThroughputInputs& t) {
   const double tps = t.tokens_per_gpu_per_s_at;
-  return {{"tokens_per_gpu_per_s", distribution_json(t.tokens_per_gpu_per_s)},
-          {"step_time_s", distribution_json(t.step_time_s)},
-          {"tokens_per_rank_per_step", t.tokens_per_rank_per_step},
-          {"measured_steps", t.measured_steps},
-          {"flops_per_token",
-           {{"six_n", t.flops_six_n}, {"palm", t.flops_palm}, {"palm_recompute", t.flops_palm_recompute}}},
-          {"mfu", flops_utilisation(t.flops_palm, tps, t.peak_tflops)},
-          {"mfu_6n", flops_utilisation(t.flops_six_n, tps, t.peak_tflops)},
-          {"hfu", flops_utilisation(t.flops_palm_recompute, tps, t.peak_tflops)},
-          {"mfu_vs_measured_gemm",
-           t.measured_gemm_tflops > 0 ? flops_utilisation(t.flops_palm, tps, t.measured_gemm_tflops) : 0.0},
-          {"throughput_note", t.throughput_note}};
+  Summary s;
+  s.tokens_per_gpu_per_s = distribution_record(t.tokens_per_gpu_per_s);
+  s.step_time_s = distribution_record(t.step_time_s);
+  s.tokens_per_rank_per_step = t.tokens_per_rank_per_step;
+  s.measured_steps = t.measured_steps;
+  s.flops_per_token = FlopsPerToken{t.flops_six_n, t.flops_palm, t.flops_palm_recompute, {}};
+  s.mfu = flops_utilisation(t.flops_palm, tps, t.peak_tflops);
+  s.mfu_6n = flops_utilisation(t.flops_six_n, tps, t.peak_tflops);
+  s.hfu = flops_utilisation(t.flops_palm_recompute, tps, t.peak_tflops);
+  s.mfu_vs_measured_gemm = t.measured_gemm_tflops > 0 ? flops_utilisation(t.flops_palm, tps, t.measured_gemm_tflops) : 0.0;
+  s.throughput_note = t.throughput_note;
+  return s;
 }
 
 json build_report(const ReportParts& p) {
+  json ranks = json::array(), steps = json::array();
+  for (const auto& r : p.ranks) ranks.push_back(to_json(r));
+  for (const auto& s : p.steps) steps.push_back(to_json(s));
   json r = {{"schema", {{"name", kSchemaName}, {"version", kSchemaVersion}}},
             {"run_id", p.run_id},
             {"created", now_iso8601()},
-            {"status", p.status},
-            {"env", p.env},
+            {"status", to_json(p.status)},
+            {"env", to_json(p.env)},
             {"config", p.config},
-            {"summary", p.summary},
-            {"ranks", p.ranks},
-            {"steps", p.steps},
+            {"summary", to_json(p.summary)},
+            {"ranks", ranks},
+            {"steps", steps},
             {"profile", p.profile}};
   for (const auto& [k, v] : p.sections.items()) r[k] = v;
   return r;

@@ -10,13 +10,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "reports/metrics.hpp"
+#include "reports/run_report.hpp"
 
 namespace zb::reports {
 
 // {median, p10, p90, min, max, mean, n}.
-nlohmann::json distribution_json(const Distribution& d);
+DistributionRecord distribution_record(const Distribution& d);
 // A single value as a distribution with n = 0 (a projected number: nothing was measured).
 Distribution point_distribution(double v);
 
@@ -32,13 +34,19 @@ struct ThroughputInputs {
   std::string throughput_note;
 };
 // The summary keys every report has; a caller adds its own (final_loss, entropy_floor_nats).
-nlohmann::json summary_json(const ThroughputInputs& t);
+Summary summary_record(const ThroughputInputs& t);
 
-// A report's parts; build_report adds the schema header and the creation time.
+// A report's parts, typed (reports/run_report.hpp) but for the config section and the profile,
+// which their writers still assemble as JSON; build_report adds the schema header and the
+// creation time.
 struct ReportParts {
   std::string run_id;
-  nlohmann::json status, env, config, summary;
-  nlohmann::json ranks = nlohmann::json::array(), steps = nlohmann::json::array();
+  Status status;
+  Env env;
+  nlohmann::json config = nlohmann::json::object();
+  Summary summary;
+  std::vector<RankRecord> ranks;
+  std::vector<StepRecord> steps;
   nlohmann::json profile = nullptr;
   nlohmann::json sections = nlohmann::json::object();  // further top-level sections (projection)
 };

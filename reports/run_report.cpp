@@ -378,6 +378,8 @@ json to_json(const ModelStates& m) { return write(m); }
 json to_json(const ProgramOrder& p) { return write(p); }
 json to_json(const LossScale& l) { return write(l); }
 json to_json(const RankRecord& r) { return write(r); }
+json to_json(const Summary& s) { return write(s); }
+json to_json(const Status& s) { return write(s); }
 json to_json(const StepRecord& s) { return write(s); }
 RankRecord rank_record_from_json(const json& j) {
   RankRecord r;

@@ -46,13 +46,17 @@ struct Env {
   std::optional<int64_t> threads_per_rank;
   std::optional<double> measured_gemm_tflops;  // the square GEMM the rank probed at its start
   std::optional<std::string> pg_backend;       // gloo | nccl
+  std::optional<std::string> cuda, driver, nccl;  // versions ("" without them)
+  std::optional<std::string> launcher;            // single | torchrun | slurm | openmpi | emulated
+  std::optional<int64_t> emulated_rank;           // -1 unless emulated
   Carried extra;
   template <class V> void fields(V& v) {
     v("device", device); v("torch", torch); v("compiler", compiler); v("host", host); v("git_sha", git_sha);
     v("peak_source", peak_source); v("world_size", world_size); v("nodes", nodes); v("device_count", device_count);
     v("peak_tflops", peak_tflops); v("emulated", emulated); v("projected", projected);
     v("cpu_capability", cpu_capability); v("cpu_math_pins", cpu_math_pins); v("threads_per_rank", threads_per_rank);
-    v("measured_gemm_tflops", measured_gemm_tflops); v("pg_backend", pg_backend);
+    v("measured_gemm_tflops", measured_gemm_tflops); v("pg_backend", pg_backend); v("cuda", cuda);
+    v("driver", driver); v("nccl", nccl); v("launcher", launcher); v("emulated_rank", emulated_rank);
   }
 };
 
@@ -502,6 +506,8 @@ nlohmann::json to_json(const LossScale& l);
 // A rank's and a step's record: `run` hands each rank's to rank 0 as JSON and assembles the report
 // from the typed records (bench/run/rank_record.hpp).
 nlohmann::json to_json(const RankRecord& r);
+nlohmann::json to_json(const Summary& s);
+nlohmann::json to_json(const Status& s);
 nlohmann::json to_json(const StepRecord& s);
 RankRecord rank_record_from_json(const nlohmann::json& j);
 

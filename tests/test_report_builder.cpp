@@ -30,14 +30,15 @@ reports::ThroughputInputs throughput() {
 TEST(ReportBuilder, ACommittedReportRebuiltFromItsPartsIsTheSameValidReport) {
   const auto original = reports::read_report(std::string(ZEROBENCH_SOURCE_DIR) +
                                              "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json");
+  const auto record = reports::run_report_from_json(original);
   reports::ReportParts parts;
-  parts.run_id = original["run_id"];
-  parts.status = original["status"];
-  parts.env = original["env"];
+  parts.run_id = record.run_id;
+  parts.status = record.status;
+  parts.env = *record.env;
   parts.config = original["config"];
-  parts.summary = original["summary"];
-  parts.ranks = original["ranks"];
-  parts.steps = original["steps"];
+  parts.summary = *record.summary;
+  parts.ranks = record.rank_records();
+  parts.steps = record.step_records();
   parts.profile = original["profile"];
   auto rebuilt = reports::build_report(parts);
   EXPECT_EQ(rebuilt["created"].get<std::string>().size(), 20u);  // 2026-01-31T12:00:00Z
@@ -62,20 +63,21 @@ TEST(ReportBuilder, ACommittedReportRebuiltFromItsPartsIsTheSameValidReport) {
   t.peak_tflops = original["env"]["peak_tflops"];
   t.measured_gemm_tflops = original["env"]["measured_gemm_tflops"];
   t.throughput_note = sm["throughput_note"];
-  auto again = reports::summary_json(t);
+  auto again = reports::to_json(reports::summary_record(t));
   again["final_loss"] = sm["final_loss"];
   again["entropy_floor_nats"] = sm["entropy_floor_nats"];
   EXPECT_EQ(again, sm);
   parts.sections["projection"] = {{"step_time_s", 2.0}};
   EXPECT_EQ(reports::build_report(parts)["projection"]["step_time_s"], 2.0);
   // Without its summary the same parts are not a valid report (the validation can fail).
-  parts.summary = json::object();
-  EXPECT_FALSE(reports::validate_report(reports::build_report(parts)).empty());
+  auto report = reports::build_report(parts);
+  report["summary"] = json::object();
+  EXPECT_FALSE(reports::validate_report(report).empty());
 }
 
 TEST(ReportBuilder, SummaryUtilisationsFollowTheMetricsFormulas) {
   auto t = throughput();
-  const auto s = reports::summary_json(t);
+  const auto s = reports::to_json(reports::summary_record(t));
   EXPECT_DOUBLE_EQ(s["mfu"].get<double>(), reports::flops_utilisation(7e6, 512.0, 1.0));
   EXPECT_DOUBLE_EQ(s["mfu_6n"].get<double>(), reports::flops_utilisation(6e6, 512.0, 1.0));
   EXPECT_DOUBLE_EQ(s["hfu"].get<double>(), reports::flops_utilisation(9e6, 512.0, 1.0));
@@ -83,6 +85,6 @@ TEST(ReportBuilder, SummaryUtilisationsFollowTheMetricsFormulas) {
   EXPECT_EQ(s["step_time_s"]["n"], 0);                      // a point: nothing measured
   EXPECT_EQ(s["tokens_per_rank_per_step"], 1024);
   t.measured_gemm_tflops = 0.5;
-  EXPECT_DOUBLE_EQ(reports::summary_json(t)["mfu_vs_measured_gemm"].get<double>(),
+  EXPECT_DOUBLE_EQ(reports::summary_record(t).mfu_vs_measured_gemm.value(),
                    reports::flops_utilisation(7e6, 512.0, 0.5));
 }

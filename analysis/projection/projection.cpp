@@ -472,19 +472,27 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
     if (rows.documents) config["data"]["batching"] = rows.mode;
   }
 
-  json env = r.env ? reports::to_json(*r.env) : json::object();
-  env["device"] = cal.device.empty() ? (env_m.device.empty() ? std::string("unknown") : env_m.device) : cal.device;
-  env["device_count"] = o.world;
-  env["world_size"] = o.world;
-  env["nodes"] = o.nodes;
-  env["peak_tflops"] = peak;
-  env["peak_source"] = peak_source;
-  env["measured_gemm_tflops"] = 0.0;
-  env["emulated"] = false;
-  env["emulated_rank"] = -1;
-  env["projected"] = true;
-  env["pg_backend"] = cal.pg_backend;
-  env["launcher"] = "projected";
+  // The measured run's environment (torch, compiler, host, ...), the projected job's over it.
+  reports::Env env = r.env ? *r.env : reports::Env{};
+  env.device = cal.device.empty() ? (env_m.device.empty() ? std::string("unknown") : env_m.device) : cal.device;
+  env.device_count = o.world;
+  env.world_size = o.world;
+  env.nodes = o.nodes;
+  env.peak_tflops = peak;
+  env.peak_source = peak_source;
+  env.measured_gemm_tflops = 0.0;
+  env.emulated = false;
+  env.emulated_rank = -1;
+  env.projected = true;
+  env.pg_backend = cal.pg_backend;
+  env.launcher = "projected";
+  for (const char* k : {"device", "device_count", "world_size", "nodes", "peak_tflops", "peak_source",
+                        "measured_gemm_tflops", "emulated", "emulated_rank", "projected", "pg_backend", "launcher"}) {
+    // Set here, so written: a carried value of the measured run's must not stand in for it.
+    env.extra.keys.erase(k);
+    auto& absent = env.extra.absent;
+    absent.erase(std::remove(absent.begin(), absent.end(), k), absent.end());
+  }
 
   reports::ThroughputInputs throughput;
   throughput.tokens_per_gpu_per_s = reports::point_distribution(tps);
@@ -501,17 +509,20 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   reports::ReportParts parts;
   parts.run_id = "projected-" + backend + "-" + precision + "-" + model.preset + "-w" + std::to_string(o.world) +
                  (o.nodes > 1 ? "x" + std::to_string(o.nodes) + "n" : "");
-  parts.status = {{"state", "ok"}, {"error", ""}};
+  parts.status.state = "ok";
   parts.env = env;
   parts.config = config;
-  parts.summary = reports::summary_json(throughput);
-  if (rows.documents)
-    parts.summary["batching"] = {{"mode", rows.mode},
-                                 {"real_tokens_per_rank_per_step", rows.stats.real_tokens},
-                                 {"documents_per_rank_per_step", rows.stats.documents},
-                                 {"label_tokens_per_rank_per_step", rows.stats.label_tokens},
-                                 {"padding_fraction", rows.stats.padding_fraction},
-                                 {"attention_span", rows.stats.attention_span}};
+  parts.summary = reports::summary_record(throughput);
+  if (rows.documents) {
+    reports::BatchingSummary b;
+    b.mode = rows.mode;
+    b.real_tokens_per_rank_per_step = rows.stats.real_tokens;
+    b.documents_per_rank_per_step = rows.stats.documents;
+    b.label_tokens_per_rank_per_step = rows.stats.label_tokens;
+    b.padding_fraction = rows.stats.padding_fraction;
+    b.attention_span = rows.stats.attention_span;
+    parts.summary.batching = b;
+  }
   parts.sections["projection"] = projection;
   return reports::build_report(parts);
 }

@@ -145,19 +145,21 @@ json data_json(const backends::EngineSpec& spec, const models::DataSource& data)
 // summary.batching (a token file): the measured steps' rows as every rank draws them, averaged
 // per rank per step: real tokens, documents, labels, padding fraction, and the attention span
 // (sum of document length^2 / real tokens) the attention FLOPs are counted from.
-json batching_stats(const backends::EngineSpec& spec, const models::DataSource& data,
-                    const std::vector<StepRecord>& steps, int world) {
+reports::BatchingSummary batching_stats(const backends::EngineSpec& spec, const models::DataSource& data,
+                                        const std::vector<StepRecord>& steps, int world) {
   const auto& t = spec.train;
   std::vector<int64_t> measured;
   for (const auto& s : steps)
     if (s.measured) measured.push_back(s.step);
   const auto rows = models::row_stats(data, measured, t.grad_accum, world, t.micro_batch, t.seq_len);
-  return {{"mode", t.batching.empty() ? std::string("pack-naive") : t.batching},
-          {"real_tokens_per_rank_per_step", rows.real_tokens},
-          {"documents_per_rank_per_step", rows.documents},
-          {"label_tokens_per_rank_per_step", rows.label_tokens},
-          {"padding_fraction", rows.padding_fraction},
-          {"attention_span", rows.attention_span}};
+  reports::BatchingSummary b;
+  b.mode = t.batching.empty() ? std::string("pack-naive") : t.batching;
+  b.real_tokens_per_rank_per_step = rows.real_tokens;
+  b.documents_per_rank_per_step = rows.documents;
+  b.label_tokens_per_rank_per_step = rows.label_tokens;
+  b.padding_fraction = rows.padding_fraction;
+  b.attention_span = rows.attention_span;
+  return b;
 }
 
 json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
@@ -361,15 +363,15 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   const int64_t tokens_per_step = t.micro_batch * t.seq_len * t.grad_accum;
   // Real tokens (padding excluded) count for tokens/GPU/s and MFU; attention FLOPs follow the
   // documents' lengths (docs/data.md). Synthetic rows are all real tokens under one causal mask.
-  const auto docs = models::token_corpus(*data) ? batching_stats(spec, *data, result.steps, world.size) : json(nullptr);
-  const double real_per_step = docs.is_null() ? double(tokens_per_step) : docs["real_tokens_per_rank_per_step"].get<double>();
+  std::optional<reports::BatchingSummary> docs;
+  if (models::token_corpus(*data)) docs = batching_stats(spec, *data, result.steps, world.size);
+  const double real_per_step = docs ? docs->real_tokens_per_rank_per_step : double(tokens_per_step);
   std::vector<double> tps;
   for (double s : step_times) tps.push_back(s > 0 ? real_per_step / s : 0.0);
   const auto step_dist = reports::summarize(step_times);
   const double tps_median = step_dist.median > 0 ? real_per_step / step_dist.median : 0.0;
-  const auto flops = docs.is_null() ? models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing)
-                                    : models::flops_per_real_token(spec.model, docs["attention_span"].get<double>(),
-                                                                   t.activation_checkpointing);
+  const auto flops = docs ? models::flops_per_real_token(spec.model, docs->attention_span, t.activation_checkpointing)
+                          : models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing);
 
   reports::ThroughputInputs throughput;
   throughput.tokens_per_gpu_per_s = reports::summarize(tps);
@@ -389,42 +391,44 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.run_id = make_run_id(o, world.size);
   const std::string diverged_error =
       diverged ? result.diverged_what + " at step " + std::to_string(result.diverged_step) : "";
-  parts.status = diverged ? json{{"state", "diverged"}, {"error", diverged_error}, {"step", result.diverged_step}}
-                          : json{{"state", "ok"}, {"error", ""}};
-  parts.env = {{"device", runtime::device_name(device)},
-               {"device_count", runtime::device_count(device)},
-               {"peak_tflops", peak.tflops},
-               {"peak_source", peak.source},
-               {"measured_gemm_tflops", peak.measured_gemm_tflops},
-               {"cuda", runtime::cuda_runtime_version()},
-               {"driver", runtime::gpu_driver_version()},
-               {"nccl", runtime::nccl_version()},
-               {"torch", TORCH_VERSION},
-               {"compiler", std::string("g++ ") + __VERSION__},
-               {"git_sha", git_sha()},
-               {"host", hostname()},
-               {"world_size", world.size},
-               {"nodes", int(hosts.size())},
-               {"pg_backend", world.pg_backend},
-               {"launcher", emulated ? std::string("emulated") : env.source},
-               {"threads_per_rank", threads},
-               // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
-               // capability round differently, so `regress` gates losses bitwise only between equals.
-               {"cpu_capability", at::get_cpu_capability()},
-               // The GEMM libraries pick their own kernels; these pins (scripts/cpu-isa.sh) make them,
-               // and ATen through ATEN_CPU_CAPABILITY, round alike on every x86 CPU with AVX2.
-               {"cpu_math_pins", cpu_math_pins()},
-               {"emulated", emulated},
-               {"emulated_rank", emulated ? o.emulate_rank : -1}};
+  parts.status.state = diverged ? "diverged" : "ok";
+  parts.status.error = diverged_error;
+  if (diverged) parts.status.step = result.diverged_step;
+  auto& run_env = parts.env;
+  run_env.device = runtime::device_name(device);
+  run_env.device_count = runtime::device_count(device);
+  run_env.peak_tflops = peak.tflops;
+  run_env.peak_source = peak.source;
+  run_env.measured_gemm_tflops = peak.measured_gemm_tflops;
+  run_env.cuda = runtime::cuda_runtime_version();
+  run_env.driver = runtime::gpu_driver_version();
+  run_env.nccl = runtime::nccl_version();
+  run_env.torch = TORCH_VERSION;
+  run_env.compiler = std::string("g++ ") + __VERSION__;
+  run_env.git_sha = git_sha();
+  run_env.host = hostname();
+  run_env.world_size = world.size;
+  run_env.nodes = int64_t(hosts.size());
+  run_env.pg_backend = world.pg_backend;
+  run_env.launcher = emulated ? std::string("emulated") : env.source;
+  run_env.threads_per_rank = threads;
+  // The CPU kernels ATen dispatched to (DEFAULT, AVX2, AVX512, ...): runs on CPUs of different
+  // capability round differently, so `regress` gates losses bitwise only between equals.
+  run_env.cpu_capability = at::get_cpu_capability();
+  // The GEMM libraries pick their own kernels; these pins (scripts/cpu-isa.sh) make them, and ATen
+  // through ATEN_CPU_CAPABILITY, round alike on every x86 CPU with AVX2.
+  run_env.cpu_math_pins = cpu_math_pins();
+  run_env.emulated = emulated;
+  run_env.emulated_rank = emulated ? o.emulate_rank : -1;
   parts.config = config_json(o, spec, engine->resolved_options(), *data, resolved.provenance);
-  parts.summary = reports::summary_json(throughput);
-  parts.summary["final_loss"] = result.steps.back().loss;
+  parts.summary = reports::summary_record(throughput);
+  parts.summary.final_loss = result.steps.back().loss;
   // The best achievable loss where the data define one (synthetic); absent for real text.
-  if (std::isfinite(data->entropy_floor_nats())) parts.summary["entropy_floor_nats"] = data->entropy_floor_nats();
-  if (!docs.is_null()) parts.summary["batching"] = docs;
+  if (std::isfinite(data->entropy_floor_nats())) parts.summary.entropy_floor_nats = data->entropy_floor_nats();
+  parts.summary.batching = docs;
   // Counted in backward (models::recomputed_flops): rank 0's last step, with checkpointing only.
   if (spec.train.activation_checkpointing.enabled())
-    parts.summary["recompute_flops_per_step"] = result.steps.back().recompute_flops;
+    parts.summary.recompute_flops_per_step = result.steps.back().recompute_flops;
   // Steps skipped on overflow: fp16 (every step carries its loss scale), or a bf16/fp32 ZeRO-1/2
   // step DeepSpeed skips (only that step carries one). Absent when no step carries a record.
   bool scaled = false;
@@ -433,12 +437,10 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
     scaled = scaled || s.loss_scale.enabled;
     skipped += s.loss_scale.enabled && s.loss_scale.skipped ? 1 : 0;
   }
-  if (scaled) parts.summary["skipped_steps"] = skipped;
-  parts.ranks = json::array();
-  for (const auto& r : ranks) parts.ranks.push_back(reports::to_json(r));
-  parts.steps = json::array();
-  for (const auto& r : step_records(result, device.is_cuda())) parts.steps.push_back(reports::to_json(r));
+  if (scaled) parts.summary.skipped_steps = skipped;
+  parts.steps = step_records(result, device.is_cuda());
   parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
+  parts.ranks = std::move(ranks);
   // The run's shard layout (BackendInfo::shard_layout): the groups the engine built, the padding.
   if (const auto& info = backends::backend(o.backend); info.shard_layout)
     parts.config["shard_layout"] = backends::to_json(info.shard_layout(spec, topology));
