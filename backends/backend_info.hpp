@@ -16,7 +16,13 @@
 #include "backends/common/projection_program.hpp"
 #include "backends/engine.hpp"
 #include "models/model_config.hpp"
+#include "backends/precision_plan.hpp"
 #include "backends/shard_layout.hpp"
+#include "backends/topology.hpp"
+
+namespace zb::runtime {
+struct World;  // runtime/world.hpp
+}  // namespace zb::runtime
 
 namespace zb::backends {
 

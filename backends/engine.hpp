@@ -7,23 +7,27 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "backends/common/comm.hpp"
-#include "backends/common/host_offload.hpp"
 #include "backends/common/lost_updates.hpp"
-#include "backends/precision_plan.hpp"
-#include "backends/topology.hpp"
+#include "backends/common/offload_traffic.hpp"
 #include "config/adamw_impl.hpp"
-#include "config/deepspeed_scheduler.hpp"
+#include "config/deepspeed_scheduler_value.hpp"
 #include "models/activation_checkpointing.hpp"
-#include "models/data.hpp"
 #include "models/model_config.hpp"
-#include "models/weight_source.hpp"
+
+// Named here by reference or pointer only: their headers are included where they are used.
+namespace zb::models {
+struct Batch;            // models/data.hpp
+class UnitWeightSource;  // models/weight_source.hpp
+}  // namespace zb::models
+namespace zb::backends::common {
+class Comm;  // backends/common/comm.hpp
+}  // namespace zb::backends::common
 
 namespace zb::backends {
 

@@ -8,7 +8,7 @@
 // backend's rule (each backend's folder has its own: FSDP1 HYBRID_SHARD shards within a node,
 // torch/distributed/fsdp/_init_utils.py _init_process_group_state_for_hybrid_shard; FSDP2 HSDP
 // within the mesh's dp_shard dimension; ZeRO-3 and FULL_SHARD over the world; DDP not at all),
-// create process groups (backends/common/process_groups.hpp does) or allocate anything.
+// create process groups (backends/fsdp_family/process_groups.hpp does) or allocate anything.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 

@@ -7,7 +7,8 @@
 // or noted), the resolved parameters, the per-step lr in DeepSpeed's own operation order (Python
 // floats: IEEE double, each operation rounded; this file's .cpp is compiled without FP
 // contraction), and the section with "auto" filled (what crossval hands DeepSpeed). Must not: know
-// the optimizer, the trainer or a backend.
+// the optimizer, the trainer or a backend. The resolved value (DeepSpeedScheduler, the per-step lr)
+// is declared in deepspeed_scheduler_value.hpp, what a run's TrainConfig carries.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -16,41 +17,9 @@
 #include <string>
 
 #include "config/config_notes.hpp"
+#include "config/deepspeed_scheduler_value.hpp"
 
 namespace zb::config {
-
-struct DeepSpeedScheduler {
-  // "" = DeepSpeed builds no scheduler (no section, or one without "type"): every step runs with
-  // the optimizer's lr.
-  std::string type;
-  // WarmupLR, WarmupDecayLR: from warmup_min_lr to warmup_max_lr over warmup_num_steps (the class
-  // keeps max(2, it)), "log" or "linear"; WarmupDecayLR then decays linearly to 0 at total_num_steps.
-  double warmup_min_lr = 0, warmup_max_lr = 1e-3;
-  int64_t warmup_num_steps = 1000;  // as given (DeepSpeed 0.19.8 refuses < 1)
-  std::string warmup_type = "log";  // an unknown name is "log", as the classes fall back to it
-  double total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR (a Python number: int or float)
-  // WarmupCosineLR: the optimizer's lr times a ratio that warms up from warmup_min_ratio to 1,
-  // then follows a cosine down to cos_min_ratio.
-  double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
-  // OneCycle (cycle_momentum false: zerobench's AdamW keeps its betas).
-  double cycle_min_lr = 0, cycle_max_lr = 0, decay_lr_rate = 0;
-  double cycle_first_step_size = 2000, cycle_second_step_size = 2000;  // second: the first's when absent
-  double cycle_first_stair_count = 0, cycle_second_stair_count = 0;    // second: the first's when absent
-  double decay_step_size = 0;
-  // LRRangeTest
-  double lr_range_test_min_lr = 1e-3;
-  int64_t lr_range_test_step_size = 2000;
-  double lr_range_test_step_rate = 1.0;
-  bool lr_range_test_staircase = false;
-
-  bool active() const { return !type.empty(); }
-  // The lr of the optimizer step that follows `scheduler_steps` scheduler.step() calls (the engine
-  // steps the scheduler after each applied optimizer step; the constructor sets step 0's lr).
-  // `optimizer_lr`: the optimizer's lr at construction (WarmupCosineLR scales it).
-  double lr(double optimizer_lr, int64_t scheduler_steps) const;
-  // Every absolute lr parameter times `f` (crossval's planted lr difference).
-  void scale_lrs(double f);
-};
 
 // What transformers fills a scheduler "auto" with (integrations/deepspeed.py
 // HfTrainerDeepSpeedConfig.trainer_config_process: warmup_min_lr 0 and warmup_max_lr

@@ -1,5 +1,5 @@
 // FSDP1 / FSDP2 fp16 under accelerate's `mixed_precision: fp16` (issue 24): the ShardedGradScaler
-// path (backends/common/sharded_grad_scaler.*) end to end against real FSDP + ShardedGradScaler on
+// path (backends/fsdp_family/sharded_grad_scaler.*) end to end against real FSDP + ShardedGradScaler on
 // CPU (`zerobench crossval --precision fp16`, scripts/crossval/run_fsdp1.py / run_fsdp2.py): losses
 // and grad norms within the low-precision bound (bitwise here), the scale / overflow / skipped
 // sequence exactly equal (FSDP2's fp16 loss overflows GradScaler's first scale: a skipped step on

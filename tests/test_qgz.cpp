@@ -17,8 +17,8 @@
 
 #include <ATen/ATen.h>
 
-#include "backends/common/blockwise_quant.hpp"
-#include "backends/common/swizzled_quant.hpp"
+#include "backends/deepspeed_family/blockwise_quant.hpp"
+#include "backends/deepspeed_family/swizzled_quant.hpp"
 #include "backends/zero3/zero3_layout.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "backends/zero3/zero3_qgz.hpp"

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "backends/backend_info.hpp"
-#include "backends/common/process_groups.hpp"
+#include "backends/fsdp_family/process_groups.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
 #include "tests/thread_world.hpp"

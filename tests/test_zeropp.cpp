@@ -14,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "backends/common/blockwise_quant.hpp"
+#include "backends/deepspeed_family/blockwise_quant.hpp"
 #include "backends/zero3/zero3_options.hpp"
 #include "backends/zero3/zero3_zeropp.hpp"
 #include "config/config_notes.hpp"

@@ -14,18 +14,9 @@
 #pragma once
 #include <ATen/ATen.h>
 
-#include <cstdint>
+#include "backends/common/offload_traffic.hpp"
 
 namespace zb::backends::common {
-
-// Bytes and copies between host and device, cumulative since the engine was made.
-struct OffloadTraffic {
-  int64_t h2d_bytes = 0, d2h_bytes = 0;    // host -> device, device -> host
-  int64_t h2d_copies = 0, d2h_copies = 0;  // copy_ calls
-  OffloadTraffic operator-(const OffloadTraffic& o) const {
-    return {h2d_bytes - o.h2d_bytes, d2h_bytes - o.d2h_bytes, h2d_copies - o.h2d_copies, d2h_copies - o.d2h_copies};
-  }
-};
 
 // A host tensor [sizes] of `dtype` for an offloaded state of a run on `device`: page-locked
 // (at::empty(..., pin_memory=true), the CUDA host allocator) when `pin` and `device` is CUDA,

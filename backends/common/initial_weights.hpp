@@ -8,6 +8,7 @@
 
 #include "backends/engine.hpp"
 #include "models/llama.hpp"
+#include "models/weight_source.hpp"
 
 namespace zb::backends::common {
 

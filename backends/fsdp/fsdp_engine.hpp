@@ -18,6 +18,7 @@
 
 #include "backends/engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::fsdp {
 

@@ -36,6 +36,7 @@
 
 #include "backends/engine.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::fsdp2 {
 

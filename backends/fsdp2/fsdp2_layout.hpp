@@ -14,6 +14,7 @@
 
 #include "backends/engine.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
+#include "backends/precision_plan.hpp"
 #include "backends/shard_layout.hpp"
 #include "models/model_config.hpp"
 

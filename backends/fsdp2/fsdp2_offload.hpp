@@ -24,6 +24,7 @@
 
 #include "backends/common/host_offload.hpp"
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::fsdp2 {
 

@@ -5,6 +5,7 @@
 // change with offload (fsdp2_estimate.cpp does).
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::fsdp2 {
 

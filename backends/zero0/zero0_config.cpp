@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backends/common/loss_scale_json.hpp"
+#include "backends/deepspeed_family/loss_scale_json.hpp"
 #include "config/accelerate_deepspeed.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"

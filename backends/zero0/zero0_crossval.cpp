@@ -1,7 +1,7 @@
 // zero0_crossval.cpp — see zero0_crossval.hpp (docs/crossval.md).
 #include "backends/zero0/zero0_crossval.hpp"
 
-#include "backends/common/deepspeed_crossval_json.hpp"
+#include "backends/deepspeed_family/deepspeed_crossval_json.hpp"
 #include "models/llama.hpp"
 
 namespace zb::backends::zero0 {

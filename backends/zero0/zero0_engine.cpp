@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "backends/common/deepspeed_option_effects.hpp"
+#include "backends/deepspeed_family/deepspeed_option_effects.hpp"
 #include "backends/ddp/ddp_engine.hpp"
 #include "backends/common/forward_backward.hpp"
 #include "backends/common/initial_weights.hpp"

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backends/common/deepspeed_option_effects.hpp"
+#include "backends/deepspeed_family/deepspeed_option_effects.hpp"
 #include "config/accelerate_deepspeed.hpp"
 #include "config/deepspeed_config.hpp"
 #include "runtime/errors.hpp"
@@ -171,7 +171,7 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
   };
 }
 
-// The keys every DeepSpeed stage shares (common/deepspeed_option_effects.cpp); ZeRO-1/2's own
+// The keys every DeepSpeed stage shares (backends/deepspeed_family/deepspeed_option_effects.cpp); ZeRO-1/2's own
 // (reduce_scatter, allgather_bucket_size, ...) are not described yet.
 std::vector<OptionEffect> option_effects() { return common::deepspeed_option_effects(); }
 

@@ -1,7 +1,7 @@
 // zero12_crossval.cpp — see zero12_crossval.hpp (docs/crossval.md, docs/backends/zero12.md).
 #include "backends/zero12/zero12_crossval.hpp"
 
-#include "backends/common/deepspeed_crossval_json.hpp"
+#include "backends/deepspeed_family/deepspeed_crossval_json.hpp"
 #include "backends/zero12/zero12_options.hpp"
 
 namespace zb::backends::zero12 {

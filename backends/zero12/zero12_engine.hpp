@@ -16,6 +16,7 @@
 // _configure_zero_optimizer), runtime/utils.py (all_gather_dp_groups), runtime/zero/config.py.
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::zero12 {
 // stage 1 -> "zero1", stage 2 -> "zero2".

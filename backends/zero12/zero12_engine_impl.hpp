@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/common/autograd_bridge.hpp"
+#include "backends/common/host_offload.hpp"
 #include "backends/common/loss_scaler.hpp"
 #include "backends/common/optim.hpp"
 #include "backends/engine.hpp"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::zero12 {
 

@@ -23,7 +23,7 @@
 // Must not: scale or unscale anything for bf16/fp32 runs.
 #include <limits>
 
-#include "backends/common/planted_overflow.hpp"
+#include "backends/deepspeed_family/planted_overflow.hpp"
 #include "backends/zero12/zero12_engine_impl.hpp"
 
 namespace zb::backends::zero12 {

@@ -10,6 +10,7 @@
 // async_inplace_copy_grad_to_fp32_buffer_from_gpu; step).
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::zero12 {
 

@@ -4,7 +4,7 @@
 // overlap_comm_valid: None -> stage == 3, so False for stages 1 and 2).
 #include "backends/zero12/zero12_options.hpp"
 
-#include "backends/common/loss_scale_json.hpp"
+#include "backends/deepspeed_family/loss_scale_json.hpp"
 #include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"
 

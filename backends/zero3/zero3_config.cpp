@@ -2,7 +2,7 @@
 #include "backends/zero3/zero3_config.hpp"
 #include "backends/zero3/zero3_granularity.hpp"
 
-#include "backends/common/deepspeed_option_effects.hpp"
+#include "backends/deepspeed_family/deepspeed_option_effects.hpp"
 #include "config/accelerate_deepspeed.hpp"
 #include "runtime/errors.hpp"
 
@@ -193,7 +193,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
 }
 
 // The sentences paraphrase deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig's fields); the
-// keys every DeepSpeed stage shares are common/deepspeed_option_effects.cpp's.
+// keys every DeepSpeed stage shares are backends/deepspeed_family/deepspeed_option_effects.cpp's.
 std::vector<OptionEffect> option_effects() {
   std::vector<OptionEffect> e = common::deepspeed_option_effects();
   e.insert(e.end(), {

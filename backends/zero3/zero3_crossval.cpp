@@ -3,7 +3,7 @@
 // differences (docs/crossval.md).
 #include "backends/zero3/zero3_crossval.hpp"
 
-#include "backends/common/deepspeed_crossval_json.hpp"
+#include "backends/deepspeed_family/deepspeed_crossval_json.hpp"
 #include "backends/zero3/zero3_options.hpp"
 
 namespace zb::backends::zero3 {

@@ -18,6 +18,7 @@
 // comm/coalesced_collectives.py (reduce_scatter_coalesced), zero/config.py (defaults).
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 #include "backends/zero3/zero3_options.hpp"
 
 namespace zb::backends::zero3 {

@@ -21,7 +21,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/common/planted_overflow.hpp"
+#include "backends/deepspeed_family/planted_overflow.hpp"
 #include "backends/zero3/zero3_engine_impl.hpp"
 
 namespace zb::backends::zero3 {

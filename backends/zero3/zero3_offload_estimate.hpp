@@ -4,6 +4,7 @@
 // expected_bytes().host through add_common. Must not: count resident model states again.
 #pragma once
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::backends::zero3 {
 

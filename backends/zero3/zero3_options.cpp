@@ -3,7 +3,7 @@
 // their use zero3_config.cpp).
 #include "backends/zero3/zero3_options.hpp"
 
-#include "backends/common/loss_scale_json.hpp"
+#include "backends/deepspeed_family/loss_scale_json.hpp"
 #include "config/deepspeed_zero_config.hpp"
 #include "runtime/errors.hpp"
 

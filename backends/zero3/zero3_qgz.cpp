@@ -2,13 +2,13 @@
 // upstream lines followed): the local/global all-to-all groups, and the bucket reduction of
 // all_to_all_quant_reduce in place of reduce_scatter_coalesced when more than one node runs.
 // Must not: fill or flush the bucket (zero3_optimizer.cpp), or quantize by itself
-// (common/swizzled_quant.cpp).
+// (backends/deepspeed_family/swizzled_quant.cpp).
 #include "backends/zero3/zero3_qgz.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "backends/common/swizzled_quant.hpp"
+#include "backends/deepspeed_family/swizzled_quant.hpp"
 #include "backends/zero3/zero3_engine_impl.hpp"
 #include "runtime/errors.hpp"
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <string>
 
-#include "backends/common/blockwise_quant.hpp"
+#include "backends/deepspeed_family/blockwise_quant.hpp"
 #include "backends/common/storage.hpp"
 #include "backends/zero3/zero3_engine_impl.hpp"
 #include "runtime/errors.hpp"

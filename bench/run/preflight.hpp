@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/engine.hpp"
+#include "backends/topology.hpp"
 
 namespace zb::bench {
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/comm.hpp"
 #include "backends/engine.hpp"
 #include "bench/run/run_options.hpp"
 #include "models/data.hpp"

@@ -1,4 +1,4 @@
-"""ZeRO++ qgZ's reduction as DeepSpeed runs it, for backends/common/swizzled_quant (tests/test_qgz.cpp).
+"""ZeRO++ qgZ's reduction as DeepSpeed runs it, for backends/deepspeed_family/swizzled_quant (tests/test_qgz.cpp).
 
 DeepSpeed's swizzle_quant / quantized_reduction / dequantize kernels (csrc/quantization/
 swizzled_quantize.cu, quant_reduce.cu, dequantize.cu via pt_binding.cpp) are CUDA-only and

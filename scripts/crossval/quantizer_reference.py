@@ -1,4 +1,4 @@
-"""DeepSpeed's blockwise quantizer reference, for backends/common/blockwise_quant (ZeRO++ qwZ/qgZ).
+"""DeepSpeed's blockwise quantizer reference, for backends/deepspeed_family/blockwise_quant (ZeRO++ qwZ/qgZ).
 
 DeepSpeed's quantize/dequantize kernels (csrc/quantization/, loaded by QuantizerBuilder) are
 CUDA-only. Its own unit test checks them against a float reference written in torch:

@@ -9,6 +9,7 @@
 // `_amp_foreach_non_finite_check_and_unscale_`, its all-reduce over the world (SUM, counted), and
 // what the step did (LossScaleStep). Must not: clip, step the optimizer or zero gradients (the
 // engine does, skipping its step when unscale_ says so).
+// Belongs to the PyTorch-FSDP family (backends/fsdp_family/), used by fsdp, fsdp2.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -1,7 +1,7 @@
 // sharded_grad_scaler.cpp — see sharded_grad_scaler.hpp. Upstream: torch 2.11
 // torch/distributed/fsdp/sharded_grad_scaler.py (ShardedGradScaler.unscale_, _unscale_grads_,
 // update) and torch/amp/grad_scaler.py (GradScaler.scale, step/_maybe_opt_step, update).
-#include "backends/common/sharded_grad_scaler.hpp"
+#include "backends/fsdp_family/sharded_grad_scaler.hpp"
 
 #include <map>
 

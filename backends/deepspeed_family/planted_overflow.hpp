@@ -5,6 +5,7 @@
 // (tests/test_deepspeed_fp16.cpp).
 // Owns: parsing the variable. Must not: decide where the inf goes (each engine plants into its own
 // gradient partition) or be read by anything but those engines.
+// Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero12, zero3.
 #pragma once
 #include <cstdint>
 #include <utility>

@@ -1,5 +1,5 @@
 // planted_allocation.cpp — see planted_allocation.hpp.
-#include "backends/common/planted_allocation.hpp"
+#include "backends/fsdp_family/planted_allocation.hpp"
 
 #include <cstdlib>
 #include <string>

@@ -24,6 +24,7 @@
 // rounding boundary by one quantization step. Everything else (fp16 input, fp32 scales, round half
 // to even, clamping, group layout, packing) is the same. tests/test_zeropp.cpp checks this file
 // bitwise against DeepSpeed's Python reference (scripts/crossval/quantizer_reference.py).
+// Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero3 (qwZ, qgZ) and swizzled_quant.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -28,6 +28,7 @@
 // where their launch assumes more than they check (a group not a multiple of 8 elements is read 8
 // halves at a time past its end; groups not divisible by the world leave groups unwritten): those
 // shapes are refused here (check_swizzle_shape), never silently computed differently.
+// Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero3 (qgZ).
 #pragma once
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
 // process_groups.cpp — see process_groups.hpp.
-#include "backends/common/process_groups.hpp"
+#include "backends/fsdp_family/process_groups.hpp"
 
 #include <stdexcept>
 

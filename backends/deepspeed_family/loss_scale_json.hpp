@@ -3,6 +3,7 @@
 // engines that run DeepSpeed's fp16 (zero3_options.cpp, zero12_options.cpp).
 // Owns: the JSON -> options direction and its range checks (one line naming the section).
 // Must not: read a config file (config/deepspeed_fp16.* does) or run a scaler.
+// Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero0, zero12, zero3.
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -1,8 +1,9 @@
 // deepspeed_crossval_json.cpp — see deepspeed_crossval_json.hpp.
-#include "backends/common/deepspeed_crossval_json.hpp"
+#include "backends/deepspeed_family/deepspeed_crossval_json.hpp"
 
 #include <utility>
 
+#include "config/deepspeed_scheduler.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
 namespace zb::backends::common {

@@ -7,6 +7,7 @@
 // setting given twice), the optimizer section kept (the client optimizer replaces it) and the
 // scheduler section kept with its "auto"s filled (each noted); and the optimizer-state difference both share under
 // offload_optimizer (DeepSpeedCPUAdam's step count). Must not: write stage-specific keys (the callers do).
+// Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero0, zero12, zero3.
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 // blockwise_quant.cpp — DeepSpeed's blockwise quantizer with ATen ops (see blockwise_quant.hpp for
 // the upstream lines followed and what differs).
-#include "backends/common/blockwise_quant.hpp"
+#include "backends/deepspeed_family/blockwise_quant.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // deepspeed_option_effects.cpp — see deepspeed_option_effects.hpp. The sentences paraphrase
 // deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig's fields) and runtime/config.py
 // (communication_data_type, data_types.grad_accum_dtype).
-#include "backends/common/deepspeed_option_effects.hpp"
+#include "backends/deepspeed_family/deepspeed_option_effects.hpp"
 
 namespace zb::backends::common {
 

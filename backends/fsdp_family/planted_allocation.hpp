@@ -5,6 +5,7 @@
 // a gradient copy held too long would be.
 // Owns: parsing the variable and holding the buffer. Must not: be read by anything but the
 // engines' step entry and exit.
+// Belongs to the PyTorch-FSDP family (backends/fsdp_family/), used by fsdp.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -7,6 +7,7 @@
 // Upstream: torch/distributed/fsdp/_init_utils.py _init_intra_and_inter_node_groups (shard
 // groups of consecutive ranks, replicate groups across them); torch/distributed/device_mesh.py
 // init_device_mesh(("dp_replicate", "dp_shard")): arange(W).view(R, S), rows and columns.
+// Belongs to the PyTorch-FSDP family (backends/fsdp_family/), used by fsdp, fsdp2.
 #pragma once
 #include <string>
 

@@ -1,8 +1,8 @@
 // swizzled_quant.cpp — qgZ's swizzle_quant, quantized_reduction and dequantize with ATen ops (see
 // swizzled_quant.hpp for the upstream lines followed and what differs).
-#include "backends/common/swizzled_quant.hpp"
+#include "backends/deepspeed_family/swizzled_quant.hpp"
 
-#include "backends/common/blockwise_quant.hpp"
+#include "backends/deepspeed_family/blockwise_quant.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::common {

@@ -1,5 +1,5 @@
 // planted_overflow.cpp — see planted_overflow.hpp.
-#include "backends/common/planted_overflow.hpp"
+#include "backends/deepspeed_family/planted_overflow.hpp"
 
 #include <cstdlib>
 #include <sstream>
