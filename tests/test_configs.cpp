@@ -824,7 +824,7 @@ TEST(BackendOptions, ARawObjectIsParsedOnceAndTheWrongTypeIsALogicError) {
   bad.options = {{"reduce_bucket_size", 0}};
   EXPECT_THROW(z3::zero3_options(bad.options), UsageError);
   // Another backend's struct, typed or already parsed, is a logic error naming both types.
-  for (const backends::BackendOptions* options : {&spec.options, &copy.options}) {
+  for (const backends::BackendOptions* options : std::vector<const backends::BackendOptions*>{&spec.options, &copy.options}) {
     try {
       backends::fsdp::fsdp_options(*options);
       ADD_FAILURE() << "fsdp options read from zero3's";
