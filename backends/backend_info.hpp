@@ -97,7 +97,7 @@ struct BackendInfo {
   std::vector<OptionEffect> option_effects;
   // Whether these options load the initial weights on rank 0 and broadcast them (the default
   // --load-strategy with --model-dir). Empty: never.
-  std::function<bool(const nlohmann::json& options)> broadcasts_initial_weights;
+  std::function<bool(const BackendOptions& options)> broadcasts_initial_weights;
   // -- crossval, checkpoints and studies (bench/crossval*, bench/lifecycle/, bench/study/study.cpp)
   // The real framework `zerobench crossval` checks this backend against; nullopt: none.
   std::optional<CrossvalReference> crossval;

@@ -54,7 +54,7 @@ struct ResolvedConfig {
   std::string backend;             // the backend that claimed the file
   std::string precision;           // the backend's precision name ("" = the file does not say)
   TrainConfig train;               // request.train with the file's settings applied
-  nlohmann::json options;          // backend options, framework-named (backend option JSON)
+  BackendOptions options;          // the backend's options struct, validated (EngineSpec::options)
   config::ConfigProvenance provenance;
 };
 

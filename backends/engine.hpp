@@ -29,6 +29,8 @@ namespace zb::backends::common {
 class Comm;  // backends/common/comm.hpp
 }  // namespace zb::backends::common
 
+#include "backends/backend_options.hpp"  // EngineSpec::options
+
 namespace zb::backends {
 
 struct TrainConfig {
@@ -110,7 +112,11 @@ struct EngineSpec {
   models::ModelConfig model;
   TrainConfig train;
   std::string precision = "fp32";  // backend-specific names (fp32|low|mixed, zero3: fp32|bf16)
-  nlohmann::json options = nlohmann::json::object();  // backend options, framework-named
+  // The backend's options struct, parsed and validated once at resolution (read_config /
+  // apply_flags) and read through the backend's accessor (e.g. zero3::zero3_options); a raw
+  // object (tests, model-info's offload choices) is parsed there on first use. JSON, named as
+  // the framework names it, only at the report's edge (options.json()).
+  BackendOptions options;
   // Initial weights from a checkpoint (--model-dir, by a load strategy); null = the seeded init.
   // Engines read them through backends/common/initial_weights.hpp.
   std::shared_ptr<models::UnitWeightSource> initial_weights;

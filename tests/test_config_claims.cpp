@@ -54,7 +54,6 @@ backends::BackendInfo toy_backend() {
   info.flags = {flag};
   info.flags_title = "Toy";
   info.apply_flags = [](const backends::FlagValues& given, bool, backends::EngineSpec& spec, config::ConfigNotes&) {
-    if (!spec.options.is_object()) spec.options = nlohmann::json::object();
     if (given.count("--toy-knob")) spec.options["knob"] = given.at("--toy-knob").count;
   };
   info.broadcasts_initial_weights = nullptr;

@@ -8,9 +8,16 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "backends/common/optim.hpp"
+#include "backends/ddp/ddp_config.hpp"
+#include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
+#include "backends/zero0/zero0_config.hpp"
+#include "backends/zero12/zero12_options.hpp"
+#include "backends/zero3/zero3_options.hpp"
 #include "backends/memory_estimate.hpp"
 #include "bench/run/config_resolve.hpp"
 #include "bench/run/run_options.hpp"
@@ -744,4 +751,86 @@ TEST(PeakDtype, CpuPeakIsMeasuredInTheCellsComputeDtype) {
         << precision << ": " << report["env"]["peak_source"];
   }
   std::remove(out.c_str());
+}
+
+// ---- Backend options: parsed once at resolution, typed in EngineSpec (issue 36) ---------------
+
+namespace {
+// The JSON round trip resolution ran before issue 36 (to_json(from_json(to_json(options)))).
+json round_trip(const std::string& backend, const json& j) {
+  namespace b = backends;
+  if (backend == "zero3") return b::zero3::to_json(b::zero3::zero3_options_from_json(j));
+  if (backend == "zero1" || backend == "zero2")
+    return b::zero12::to_json(b::zero12::zero12_options_from_json(j, backend == "zero1" ? 1 : 2));
+  if (backend == "zero0") return b::zero0::to_json(b::zero0::zero0_options_from_json(j));
+  if (backend == "fsdp") return b::fsdp::to_json(b::fsdp::fsdp_options_from_json(j));
+  if (backend == "fsdp2") return b::fsdp2::to_json(b::fsdp2::fsdp2_options_from_json(j));
+  if (backend == "ddp") return b::ddp::to_json(b::ddp::ddp_options_from_json(j));
+  ADD_FAILURE() << "no round trip for " << backend;
+  return j;
+}
+}  // namespace
+
+// Every corpus file that runs resolves to its backend's typed struct (not JSON), and that
+// struct renders exactly as the round trip it replaced: the report's config.backend.options are
+// unchanged.
+TEST(BackendOptions, ResolutionStoresTheTypedStructTheJsonRoundTripGave) {
+  int checked = 0;
+  std::set<std::string> backends_seen;
+  for (const auto& c : corpus()) {
+    if (c.outcome != "runs") continue;
+    const auto r = resolve({"--config", kCorpus + c.file, "--model", "tiny", "--nproc", "2"});
+    EXPECT_TRUE(r.spec.options.is_typed()) << c.file;
+    const json j = r.spec.options.json();
+    EXPECT_EQ(j, round_trip(r.backend, j)) << c.file;
+    backends_seen.insert(r.backend);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  EXPECT_GE(backends_seen.size(), 3u);
+  // Flags alone (no file) store the struct too.
+  for (const std::string backend : {"ddp", "fsdp", "fsdp2", "zero0", "zero1", "zero2", "zero3"}) {
+    const auto r = resolve({"--backend", backend, "--model", "tiny"});
+    EXPECT_TRUE(r.spec.options.is_typed()) << backend;
+    EXPECT_EQ(r.spec.options.json(), round_trip(backend, r.spec.options.json())) << backend;
+  }
+}
+
+TEST(BackendOptions, ARawObjectIsParsedOnceAndTheWrongTypeIsALogicError) {
+  namespace z3 = backends::zero3;
+  // A raw object (a test's spec, model-info's offload choice): parsed by the accessor, once.
+  backends::EngineSpec spec;
+  spec.options = {{"stage3_prefetch_bucket_size", 7}};
+  EXPECT_FALSE(spec.options.is_typed());
+  const auto& parsed = z3::zero3_options(spec.options);
+  EXPECT_EQ(parsed.stage3_prefetch_bucket_size, 7);
+  EXPECT_EQ(parsed.stage3_max_live_parameters, z3::Zero3Options{}.stage3_max_live_parameters);
+  EXPECT_EQ(&z3::zero3_options(spec.options), &parsed) << "the parse is kept, not repeated";
+  const auto copy = spec;
+  EXPECT_EQ(&z3::zero3_options(copy.options), &parsed) << "a copy of the spec shares it";
+  // A typed struct is the one the accessor returns, and renders with the backend's to_json.
+  z3::Zero3Options o;
+  o.reduce_bucket_size = 1234;
+  spec.options = o;
+  EXPECT_TRUE(spec.options.is_typed());
+  EXPECT_EQ(z3::zero3_options(spec.options).reduce_bucket_size, 1234);
+  EXPECT_EQ(spec.options.json(), z3::to_json(o));
+  // Writing a key makes the options raw again: the next read parses the edited object.
+  spec.options["reduce_bucket_size"] = 99;
+  EXPECT_FALSE(spec.options.is_typed());
+  EXPECT_EQ(z3::zero3_options(spec.options).reduce_bucket_size, 99);
+  // A raw object's bad value is the backend reader's one-line UsageError.
+  backends::EngineSpec bad;
+  bad.options = {{"reduce_bucket_size", 0}};
+  EXPECT_THROW(z3::zero3_options(bad.options), UsageError);
+  // Another backend's struct, typed or already parsed, is a logic error naming both types.
+  for (const backends::BackendOptions* options : std::vector<const backends::BackendOptions*>{&spec.options, &copy.options}) {
+    try {
+      backends::fsdp::fsdp_options(*options);
+      ADD_FAILURE() << "fsdp options read from zero3's";
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("Zero3Options"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("FsdpOptions"), std::string::npos) << e.what();
+    }
+  }
 }

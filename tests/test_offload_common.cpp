@@ -193,7 +193,7 @@ TEST(OffloadProjection, FsdpProgramCopiesWhatTheEngineCopies) {
             backends::common::ProgramInput in;
             in.backend = "fsdp";
             in.precision = precision;
-            in.options = spec.options;
+            in.options = spec.options.json();
             in.model = spec.model;
             in.train = spec.train;
             in.world = 2;

@@ -235,8 +235,8 @@ TEST(UpstreamRefusals, ValuesUpstreamAcceptsResolveAsDeepSpeedReadsThem) {
     return zb::test_support::resolve_run({"--config", path, "--nproc", "1", "--model", "tiny"}).spec;
   };
   EXPECT_EQ(resolve(with_batch({{"gradient_clipping", -1.0}})).train.grad_clip, 0.0);  // clips only when > 0
-  EXPECT_EQ(resolve(z3({{"stage3_max_live_parameters", true}})).options.at("stage3_max_live_parameters"), 1);
-  EXPECT_EQ(resolve(z3({{"overlap_comm", 0.0}})).options.at("overlap_comm"), false);
+  EXPECT_EQ(resolve(z3({{"stage3_max_live_parameters", true}})).options.json().at("stage3_max_live_parameters"), 1);
+  EXPECT_EQ(resolve(z3({{"overlap_comm", 0.0}})).options.json().at("overlap_comm"), false);
   // torch_adam picks torch.optim.AdamW, whose weight_decay default is 0.01 (FusedAdam's is 0): a
   // truthy string picks it, as DeepSpeed's `if torch_adam:` does, even "false".
   EXPECT_EQ(resolve(optimizer({{"torch_adam", "torch_impl"}})).train.weight_decay, 1e-2);
@@ -250,8 +250,8 @@ TEST(UpstreamRefusals, ValuesUpstreamAcceptsResolveAsDeepSpeedReadsThem) {
                 .train.weight_decay,
             0.0);
   const auto field_names = resolve(z3({{"max_live_parameters", 7}, {"max_reuse_distance", 9}}));
-  EXPECT_EQ(field_names.options.at("stage3_max_live_parameters"), 7);
-  EXPECT_EQ(field_names.options.at("stage3_max_reuse_distance"), 9);
+  EXPECT_EQ(field_names.options.json().at("stage3_max_live_parameters"), 7);
+  EXPECT_EQ(field_names.options.json().at("stage3_max_reuse_distance"), 9);
 }
 
 // The audit catches a false refusal: a value DeepSpeed accepts (gradient_clipping -1), listed as

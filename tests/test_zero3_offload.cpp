@@ -171,7 +171,7 @@ TEST(Zero3Offload, OffloadParamFetchesEachPartitionTwicePerMicroBatch) {
   const auto spec = spec_for("bf16", 2, o);
   int groups = 1;
   int64_t partitions = 0;
-  for (const auto& l : backends::zero3::param_layouts(spec.model, w, backends::zero3::zero3_options_from_json(spec.options), &groups))
+  for (const auto& l : backends::zero3::param_layouts(spec.model, w, backends::zero3::zero3_options(spec.options), &groups))
     partitions += l.part_numel;
   const auto ranks = run(spec, w);
   const auto step = backends::zero3::expected_step_traffic(spec, w, 0);

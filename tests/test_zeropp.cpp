@@ -356,7 +356,7 @@ TEST(ZeroPPOptions, FlagsAndFileKeysResolveAndRefuseWithOneLine) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of 8"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(backends::zero3::effective_hpz(backends::zero3::zero3_options_from_json(spec.options), 2), 2)
+  EXPECT_EQ(backends::zero3::effective_hpz(backends::zero3::zero3_options(spec.options), 2), 2)
       << "min(N, W) as _create_zero_param_parallel_group: 3 -> 2 in a world of 2";
   // A DeepSpeed file: the keys honoured, nontrainable listed as ignored; qgZ with a weight shape
   // DeepSpeed's swizzle kernel leaves undefined (--hidden 100: groups of 100 elements, not a

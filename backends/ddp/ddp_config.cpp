@@ -5,6 +5,16 @@
 
 namespace zb::backends::ddp {
 
+nlohmann::json to_json(const DdpOptions& o) { return {{"bucket_cap_mb", o.bucket_cap_mb}}; }
+
+DdpOptions ddp_options_from_json(const nlohmann::json& j) {
+  DdpOptions o;
+  o.bucket_cap_mb = j.value("bucket_cap_mb", o.bucket_cap_mb);
+  return o;
+}
+
+const DdpOptions& ddp_options(const BackendOptions& options) { return options.as<DdpOptions>(ddp_options_from_json); }
+
 int config_claim(const ConfigIdentity& id) {
   if (!id.accelerate) return 0;
   const auto& t = id.distributed_type;
@@ -18,7 +28,7 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
     throw UsageError("mixed_precision " + mp + ": " + mp + " is not implemented in zerobench (bf16 or no)");
   // accelerate's native AMP: fp32 weights, bf16 autocast compute: ddp "mixed".
   out.precision = mp == "bf16" ? "mixed" : "fp32";
-  out.options = nlohmann::json::object();
+  out.options = DdpOptions{};
   notes.apply("distributed_type", in.launch->distributed_type,
               "backend ddp (DistributedDataParallel, bucket_cap_mb 25 as accelerate's default)");
   const auto& req = in.request;
@@ -37,10 +47,10 @@ std::vector<BackendFlag> cli_flags() {
 }
 
 void apply_flags(const FlagValues& given, bool /*from_file*/, EngineSpec& spec, config::ConfigNotes& /*notes*/) {
-  // DistributedDataParallel's bucket_cap_mb (default 25): the flag's value unless the options have one.
-  if (spec.options.contains("bucket_cap_mb")) return;
-  const auto it = given.find("--bucket-cap-mb");
-  spec.options["bucket_cap_mb"] = it != given.end() ? it->second.number : 25.0;
+  // DistributedDataParallel's bucket_cap_mb: the flag's value, else the options' (DdpOptions' default).
+  DdpOptions o = ddp_options(spec.options);
+  if (const auto it = given.find("--bucket-cap-mb"); it != given.end()) o.bucket_cap_mb = it->second.number;
+  spec.options = o;
 }
 
 // torch/nn/parallel/distributed.py (DistributedDataParallel's bucket_cap_mb).

@@ -9,6 +9,16 @@
 
 namespace zb::backends::ddp {
 
+// DistributedDataParallel's options zerobench reads (torch/nn/parallel/distributed.py).
+struct DdpOptions {
+  double bucket_cap_mb = 25;  // gradient all-reduce bucket size in MiB (DDP's default)
+};
+nlohmann::json to_json(const DdpOptions& o);
+DdpOptions ddp_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
+// The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
+// parsed once by ddp_options_from_json. Every reader of a spec's options goes here.
+const DdpOptions& ddp_options(const BackendOptions& options);
+
 int config_claim(const ConfigIdentity& id);
 void read_config(const ConfigInput& in, ResolvedConfig& out);
 std::vector<BackendFlag> cli_flags();

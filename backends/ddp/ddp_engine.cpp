@@ -28,7 +28,7 @@ Dtypes dtypes_for(const std::string& precision) {
   throw UsageError("--precision for ddp must be fp32, low or mixed, got '" + precision + "'");
 }
 
-double bucket_cap_mb(const EngineSpec& spec) { return spec.options.value("bucket_cap_mb", 25.0); }
+double bucket_cap_mb(const EngineSpec& spec) { return ddp_options(spec.options).bucket_cap_mb; }
 
 class DdpEngine final : public Engine, public models::UnitParamSource {
  public:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backends/ddp/ddp_config.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::ddp {
@@ -22,7 +23,8 @@ using common::ProgramInput;
 Program ddp_program(const ProgramInput& in, const CollectiveCost& cost) {
   const ProgramDtype storage = program_dtype_option(
       in.options, "storage_dtype", in.precision == "low" ? ProgramDtype{"bf16", 2} : ProgramDtype{"fp32", 4});
-  const double cap_mb = in.options.value("bucket_cap_mb", 25.0);
+  // The report's resolved options; a key it lacks takes DdpOptions' default, defined once.
+  const double cap_mb = in.options.value("bucket_cap_mb", DdpOptions{}.bucket_cap_mb);
   const int64_t n = models::count_params(in.model).total;
   const int64_t bucket = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024) / storage.bytes);
   double fwd = 0, bwd = 0;

@@ -27,7 +27,7 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
     notes.push_back("DeepSpeed JSON 'scheduler' " + ds["scheduler"].dump() +
                     " (\"auto\" filled as transformers' HfTrainerDeepSpeedConfig fills it): DeepSpeed builds it");
   }
-  const auto& o = spec.options;
+  const json o = spec.options.json();  // the resolved options as the report shows them
   ds["train_micro_batch_size_per_gpu"] = t.micro_batch;
   ds["gradient_accumulation_steps"] = t.grad_accum;
   ds["train_batch_size"] = t.micro_batch * t.grad_accum * world;
@@ -98,7 +98,7 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
                        "checkpoints whole decoder layers (HF's gradient checkpointing, what "
                        "scripts/crossval/run_deepspeed.py sets up: full, selective-layer:N); torchtitan's op-level "
                        "policy is cross-validated on PyTorch FSDP1 (crossval --backend fsdp)";
-  const auto& o = spec.options;
+  const json o = spec.options.json();  // the resolved options as the report shows them
   for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"})
     if (o.value(key, false))
       return framework + " with zero_optimization." + key +

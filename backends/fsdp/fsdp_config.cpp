@@ -49,7 +49,8 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
   config::note_mixed_precision(root, req.precision_given ? req.precision + " (--precision)" : out.precision, mp, notes);
   const FsdpOptions o = options_from_accelerate(block);
   out.train.activation_checkpointing = out.train.activation_checkpointing.or_full_if(o.activation_checkpointing);
-  out.options = to_json(o);
+  validate(o);
+  out.options = o;
 }
 
 std::vector<BackendFlag> cli_flags() {
@@ -85,7 +86,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     return it == given.end() ? nullptr : &it->second.text;
   };
   FsdpOptions f;
-  if (from_file) f = fsdp_options_from_json(spec.options);
+  if (from_file) f = fsdp_options(spec.options);
   if (const auto* v = text("--sharding-strategy")) {
     f.sharding_strategy = parse_sharding_strategy(*v);
     overridden("--sharding-strategy", *v);
@@ -114,11 +115,12 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     f.offload_params = true;
     overridden("--fsdp-offload-params", "true");
   }
-  spec.options = to_json(f);
+  validate(f);
+  spec.options = f;
   spec.train.activation_checkpointing = spec.train.activation_checkpointing.or_full_if(f.activation_checkpointing);
 }
 
-bool broadcasts_initial_weights(const nlohmann::json& options) { return options.value("sync_module_states", false); }
+bool broadcasts_initial_weights(const BackendOptions& options) { return fsdp_options(options).sync_module_states; }
 
 // The sentences paraphrase torch/distributed/fsdp/api.py (ShardingStrategy, BackwardPrefetch,
 // MixedPrecision, CPUOffload) and fully_sharded_data_parallel.py's arguments.

@@ -25,6 +25,6 @@ std::vector<BackendFlag> cli_flags();
 std::vector<OptionEffect> option_effects();
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes);
 // FSDP1's sync_module_states: rank 0's weights are broadcast before sharding.
-bool broadcasts_initial_weights(const nlohmann::json& options);
+bool broadcasts_initial_weights(const BackendOptions& options);
 
 }  // namespace zb::backends::fsdp

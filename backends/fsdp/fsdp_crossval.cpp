@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/fsdp/fsdp_options.hpp"
 #include "models/model_config.hpp"
 
 namespace zb::backends::fsdp {
@@ -18,11 +19,10 @@ struct ShardPieces {
   int64_t params_in_shard = 0, padding = 0;
 };
 ShardPieces shard_pieces(const CrossvalCase& c, int rank) {
-  const auto& o = c.spec.options;
-  const std::string strategy = o.value("sharding_strategy", std::string("FULL_SHARD"));
+  const auto& o = fsdp_options(c.spec.options);
   int S = c.world_size;
-  if (c.world_size == 1 || strategy == "NO_SHARD") S = 1;
-  if (strategy == "HYBRID_SHARD" && o.value("hybrid_shard_group_size", 0) > 0) S = o.value("hybrid_shard_group_size", 0);
+  if (c.world_size == 1 || o.sharding_strategy == ShardingStrategy::kNoShard) S = 1;
+  if (o.sharding_strategy == ShardingStrategy::kHybridShard && o.hybrid_shard_group_size > 0) S = o.hybrid_shard_group_size;
   const int64_t r = rank % S;
   ShardPieces out;
   for (const auto& unit : models::unit_param_specs(c.spec.model)) {
@@ -67,8 +67,8 @@ std::optional<StateExplanation> explain_state(const CrossvalCase& c, int rank, c
 // What scripts/crossval/run_fsdp1.py can run of the resolved options on this device; see
 // CrossvalReference::reference_setup.
 void reference_setup(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup) {
-  const auto& o = spec.options;
-  if (device == "cpu" && o.value("offload_params", false)) {
+  const auto& o = fsdp_options(spec.options);
+  if (device == "cpu" && o.offload_params) {
     setup.refusal =
         "PyTorch FSDP1 CPUOffload(offload_params=True) cannot run on a CPU-only machine: it pins the host shards "
            "and gradients (_flat_param.py init_flat_param_attributes: .pin_memory()), which needs a CUDA driver; "
@@ -76,7 +76,7 @@ void reference_setup(const EngineSpec& spec, const std::string& device, Referenc
            "fsdp_offload_params here";
     return;
   }
-  if (device == "cpu" && o.value("sync_module_states", true))
+  if (device == "cpu" && o.sync_module_states)
     setup.substitutions.push_back(
         "sync_module_states true: the reference runs without it (FSDP1 refuses it for CPU parameters: _init_utils.py "
         "_check_module_states_for_sync_module_states); every rank loads the same weights file, so only the set-up "

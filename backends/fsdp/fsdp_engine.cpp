@@ -64,7 +64,7 @@ std::vector<Layout> layouts(const ShardLayout& sl) {
 class FsdpEngine final : public Engine, public models::UnitParamSource, public common::GatherOwner {
  public:
   FsdpEngine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec), opts_(fsdp_options_from_json(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
+      : spec_(spec), opts_(fsdp_options(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
     at::NoGradGuard no_grad;
     const auto& cfg = spec_.model;
     const auto dev = world.device;
@@ -623,7 +623,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
 }  // namespace
 
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
-  const auto opts = fsdp_options_from_json(spec.options);
+  const auto& opts = fsdp_options(spec.options);
   const auto d = dtypes_for(spec.precision, opts);
   // Closed form: every rank holds sum_u ceil(numel_u / S) (padding included) elements of the
   // flat shard, the same of gradient, twice that of AdamW state, all in the flat-param dtype.
@@ -649,7 +649,7 @@ void plant_skip_grad_copy(Engine& engine) {
 // gradient is cast back to the flat parameter's dtype (_runtime_utils.py _cast_grad_to_param_dtype)
 // and AdamW's states follow the flat parameter (torch.optim zeros_like).
 PrecisionPlan precision_plan(const EngineSpec& spec) {
-  const auto d = dtypes_for(spec.precision, fsdp_options_from_json(spec.options));
+  const auto d = dtypes_for(spec.precision, fsdp_options(spec.options));
   PrecisionPlan p;
   p.load = spec.precision == "fp32" || spec.precision == "fp16" ? at::kFloat : at::kBFloat16;  // fp16: an fp32 load
   p.params = p.grads = p.optimizer_states = d.storage;

@@ -17,7 +17,7 @@ using namespace estimate;
 // fsdp: flat shards of S-padded units; unsharded units in the param dtype p while gathered;
 // gradients reduced in r.
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int rank, bool gloo) {
-  const auto o = fsdp_options_from_json(spec.options);
+  const auto& o = fsdp_options(spec.options);
   // The shard group the engine builds (HYBRID_SHARD: the node's ranks, not the world) and each
   // unit's padded flat parameter, from the run's layout.
   const auto layout = shard_layout(spec, world);

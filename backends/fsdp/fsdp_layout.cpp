@@ -58,7 +58,7 @@ int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int l
 }  // namespace
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
-  const auto o = fsdp_options_from_json(spec.options);
+  const auto& o = fsdp_options(spec.options);
   const auto st = effective_strategy(o, topo.world, topo.ranks_per_node);
   check_offload(spec, o);
   ShardLayout l;

@@ -20,7 +20,7 @@ ModelStateBytes offloaded_bytes(int64_t shard_bytes) {
 }
 
 common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const Topology& topo, int rank) {
-  const auto o = fsdp_options_from_json(spec.options);
+  const auto& o = fsdp_options(spec.options);
   if (!o.offload_params) return {};
   const auto l = shard_layout(spec, topo);
   const int64_t e = int64_t(c10::elementSize(dtypes_for(spec.precision, o).storage));
@@ -39,7 +39,7 @@ common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const To
 }
 
 void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int /*rank*/, bool /*gloo*/) {
-  const auto o = fsdp_options_from_json(spec.options);
+  const auto& o = fsdp_options(spec.options);
   if (!o.offload_params) return;
   const auto l = shard_layout(spec, topo);
   const auto d = dtypes_for(spec.precision, o);

@@ -88,8 +88,6 @@ FsdpOptions fsdp_options_from_json(const nlohmann::json& j) {
   o.limit_all_gathers = j.value("limit_all_gathers", o.limit_all_gathers);
   o.hybrid_shard_group_size = j.value("hybrid_shard_group_size", o.hybrid_shard_group_size);
   o.reduce_dtype = j.value("reduce_dtype", o.reduce_dtype);
-  if (!o.reduce_dtype.empty() && o.reduce_dtype != "bf16" && o.reduce_dtype != "fp32")
-    throw UsageError("--reduce-dtype must be bf16 or fp32, got '" + o.reduce_dtype + "'");
   o.sync_module_states = j.value("sync_module_states", o.sync_module_states);
   o.activation_checkpointing = j.value("activation_checkpointing", o.activation_checkpointing);
   o.state_dict_type = j.value("state_dict_type", o.state_dict_type);
@@ -97,9 +95,17 @@ FsdpOptions fsdp_options_from_json(const nlohmann::json& j) {
   o.use_orig_params = j.value("use_orig_params", o.use_orig_params);
   o.cpu_ram_efficient_loading = j.value("cpu_ram_efficient_loading", o.cpu_ram_efficient_loading);
   o.offload_params = j.value("offload_params", o.offload_params);
-  if (o.hybrid_shard_group_size < 0)
-    throw UsageError("--hsdp-shard-size must be >= 0, got " + std::to_string(o.hybrid_shard_group_size));
+  validate(o);
   return o;
 }
+
+void validate(const FsdpOptions& o) {
+  if (!o.reduce_dtype.empty() && o.reduce_dtype != "bf16" && o.reduce_dtype != "fp32")
+    throw UsageError("--reduce-dtype must be bf16 or fp32, got '" + o.reduce_dtype + "'");
+  if (o.hybrid_shard_group_size < 0)
+    throw UsageError("--hsdp-shard-size must be >= 0, got " + std::to_string(o.hybrid_shard_group_size));
+}
+
+const FsdpOptions& fsdp_options(const BackendOptions& options) { return options.as<FsdpOptions>(fsdp_options_from_json); }
 
 }  // namespace zb::backends::fsdp

@@ -5,6 +5,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include "backends/backend_options.hpp"
+
 #include <string>
 #include <vector>
 
@@ -39,5 +41,9 @@ BackwardPrefetch parse_backward_prefetch(const std::string& v);
 
 nlohmann::json to_json(const FsdpOptions& o);
 FsdpOptions fsdp_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
+void validate(const FsdpOptions& o);  // throws UsageError naming the refused value; resolution calls it once
+// The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
+// parsed once by fsdp_options_from_json. Every reader of a spec's options goes here.
+const FsdpOptions& fsdp_options(const BackendOptions& options);
 
 }  // namespace zb::backends::fsdp

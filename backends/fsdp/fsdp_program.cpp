@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp/fsdp_padding.hpp"
 #include "runtime/errors.hpp"
 
@@ -29,16 +30,19 @@ int64_t shard_elements(const models::ModelConfig& model, const json& options, in
 
 // ---------------------------------------------------------------- FSDP-mode (fsdp_engine.cpp)
 Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
+  // The report's resolved options (config.backend.options, the engine's names: param_dtype,
+  // cpu_offload, ...); a key the report lacks takes FsdpOptions' default, defined once.
   const auto& o = in.options;
-  const std::string strategy = o.value("sharding_strategy", "FULL_SHARD");
+  const FsdpOptions d;
+  const std::string strategy = o.value("sharding_strategy", to_string(d.sharding_strategy));
   if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2")
     throw UsageError("projection: fsdp sharding_strategy " + strategy +
                      " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
   const bool sharded = strategy != "NO_SHARD";
   const bool reshard_after_forward = strategy == "FULL_SHARD";
-  const std::string prefetch = o.value("backward_prefetch", "BACKWARD_PRE");
-  const bool forward_prefetch = o.value("forward_prefetch", false);
-  const bool limit = o.value("limit_all_gathers", true);
+  const std::string prefetch = o.value("backward_prefetch", to_string(d.backward_prefetch));
+  const bool forward_prefetch = o.value("forward_prefetch", d.forward_prefetch);
+  const bool limit = o.value("limit_all_gathers", d.limit_all_gathers);
   const ProgramDtype param = program_dtype_option(o, "param_dtype", program_compute_dtype(in.precision));
   const ProgramDtype reduce = program_dtype_option(o, "reduce_dtype", param);
   const int W = in.world, S = sharded ? W : 1;
@@ -48,8 +52,8 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   // on the pre-unshard stream; the all-gather follows it), its gradient shard back after the
   // reduction (_offload_grad, on the post-backward stream; the final callback syncs the host),
   // and the optimizer steps on the host (the calibration's host AdamW rate).
-  const bool offload = o.value("offload_params", false) ||
-                       (o.contains("cpu_offload") && o["cpu_offload"].value("offload_params", false));
+  const bool offload = o.value("offload_params", d.offload_params) ||
+                       (o.contains("cpu_offload") && o["cpu_offload"].value("offload_params", d.offload_params));
   const int64_t store_bytes = in.precision == "low" ? 2 : 4;  // the flat parameter's dtype
 
   const auto specs = models::unit_param_specs(in.model);
@@ -213,7 +217,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
 
 // Per rank: sum over units of ceil(numel_u / W) flat-shard elements (NO_SHARD: numel_u).
 int64_t shard_elements(const models::ModelConfig& model, const json& options, int world) {
-  const bool sharded = options.value("sharding_strategy", "FULL_SHARD") != "NO_SHARD";
+  const bool sharded = options.value("sharding_strategy", to_string(FsdpOptions{}.sharding_strategy)) != "NO_SHARD";
   int64_t total = 0;
   for (const auto& unit : models::unit_param_specs(model)) {
     int64_t n = 0;

@@ -82,7 +82,7 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
   }
   for (const auto& w : cfg.warnings) notes.warn(w);
   out.train.activation_checkpointing = out.train.activation_checkpointing.or_full_if(o.activation_checkpointing);
-  out.options = to_json(o);
+  out.options = validated(o);
 }
 
 std::vector<BackendFlag> cli_flags() {
@@ -135,7 +135,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     if (from_file) notes.apply(flag_name, value, "command line, over the config file");
   };
   Fsdp2Options f;
-  if (from_file) f = fsdp2_options_from_json(spec.options);
+  if (from_file) f = fsdp2_options(spec.options);
   auto set_text = [&](const char* flag_name, std::string& field) {
     const auto it = given.find(flag_name);
     if (it == given.end()) return;
@@ -175,12 +175,13 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     f.cpu_ram_efficient_loading = true;
     overridden("--cpu-ram-efficient-loading", "true");
   }
-  spec.options = to_json(fsdp2_options_from_json(to_json(f)));
+  f = validated(std::move(f));
+  spec.options = f;
   spec.train.activation_checkpointing = spec.train.activation_checkpointing.or_full_if(f.activation_checkpointing);
 }
 
-bool broadcasts_initial_weights(const nlohmann::json& options) {
-  return options.value("cpu_ram_efficient_loading", false);
+bool broadcasts_initial_weights(const BackendOptions& options) {
+  return fsdp2_options(options).cpu_ram_efficient_loading;
 }
 
 // The sentences paraphrase torch/distributed/fsdp/_fully_shard/_fully_shard.py (fully_shard's

@@ -24,6 +24,6 @@ std::vector<BackendFlag> cli_flags();
 std::vector<OptionEffect> option_effects();
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes);
 // cpu_ram_efficient_loading: rank 0 builds the weights and broadcasts each parameter.
-bool broadcasts_initial_weights(const nlohmann::json& options);
+bool broadcasts_initial_weights(const BackendOptions& options);
 
 }  // namespace zb::backends::fsdp2

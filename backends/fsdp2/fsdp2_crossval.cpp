@@ -56,7 +56,7 @@ std::string other_models_classes(const std::string& names) {
 // What scripts/crossval/run_fsdp2.py sets up of the resolved options (its docstring), on this
 // device; see CrossvalReference::reference_setup.
 void reference_setup(const EngineSpec& spec, const std::string& device, ReferenceSetup& setup) {
-  const auto o = fsdp2_options_from_json(spec.options);
+  const auto& o = fsdp2_options(spec.options);
   setup.refusal = not_set_up(spec, o);
   if (!setup.refusal.empty()) return;
   if (o.cpu_ram_efficient_loading) {
@@ -98,7 +98,7 @@ CrossvalReference crossval_reference() {
       // device copies nothing) and the gradients stay views into the padded reduce-scatter output:
       // a padded shard per parameter, as without offload. On CUDA it copies the `sharded_size`
       // rows, which zerobench counts (the bytes where they live on a GPU).
-      const auto o = fsdp2_options_from_json(c.spec.options);
+      const auto& o = fsdp2_options(c.spec.options);
       if (!o.offloads() || c.pg_backend != "gloo") return std::nullopt;
       StateExplanation x;
       x.expected = closed_form_bytes(c.spec, Topology(c.world_size), rank).host.params;

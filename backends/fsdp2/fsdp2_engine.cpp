@@ -49,7 +49,7 @@ using common::Streams;
 class Fsdp2Engine final : public Engine, public models::UnitParamSource {
  public:
   Fsdp2Engine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec), opts_(fsdp2_options_from_json(spec.options)), comm_(world) {
+      : spec_(spec), opts_(fsdp2_options(spec.options)), comm_(world) {
     pg_.dtypes = dtypes_for(spec.precision, opts_);
     at::NoGradGuard no_grad;
     Collectives& coll = pg_.coll;
@@ -433,7 +433,7 @@ void set_observer(Engine& engine, Fsdp2Observer observer) {
 
 std::vector<std::string> group_labels(const EngineSpec& spec) {
   std::vector<std::string> out;
-  for (const auto& g : group_specs(spec.model, fsdp2_options_from_json(spec.options)))
+  for (const auto& g : group_specs(spec.model, fsdp2_options(spec.options)))
     if (!g.params.empty()) out.push_back(g.label);
   return out;
 }

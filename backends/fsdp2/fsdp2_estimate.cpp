@@ -20,7 +20,7 @@ using namespace estimate;
 // backends/fsdp2.md); gradients in p, reduce-scattered per group in r, kept sharded in the
 // sharded dtype s and freed each step (zero_grad(set_to_none=True)).
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
-  const auto o = fsdp2_options_from_json(spec.options);
+  const auto& o = fsdp2_options(spec.options);
   const auto d = dtypes_for(spec.precision, o);
   const auto layout = shard_layout(spec, topo);  // the mesh's dp_shard ranks
   const int S = layout.shard_size;

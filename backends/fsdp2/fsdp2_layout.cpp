@@ -56,7 +56,7 @@ Dtypes dtypes_for(const std::string& precision, const Fsdp2Options& o) {
 // bf16-loaded weights to fp32 sharded parameters. Sharded gradients and AdamW states are in the
 // sharded parameters' dtype (foreach_reduce casts the reduce output to orig_dtype).
 PrecisionPlan precision_plan(const EngineSpec& spec) {
-  const auto d = dtypes_for(spec.precision, fsdp2_options_from_json(spec.options));
+  const auto d = dtypes_for(spec.precision, fsdp2_options(spec.options));
   PrecisionPlan p;
   p.load = spec.precision == "fp32" || spec.precision == "fp16" ? at::kFloat : at::kBFloat16;  // fp16: an fp32 load
   p.params = p.grads = p.optimizer_states = d.orig;
@@ -153,7 +153,7 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
 }
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
-  const auto mesh = resolve_mesh(fsdp2_options_from_json(spec.options), topo.world);
+  const auto mesh = resolve_mesh(fsdp2_options(spec.options), topo.world);
   ShardLayout l;
   l.world = topo.world;
   l.ranks_per_node = topo.ranks_per_node;
@@ -179,7 +179,7 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
 // CPUOffloadPolicy (fsdp2_offload.hpp): the same states on the host, the gradient being only this
 // rank's rows (foreach_reduce copies the `sharded_size` view), `pinned` = pin_memory.
 ModelStateBytes closed_form_bytes(const EngineSpec& spec, const Topology& topo, int rank) {
-  const auto o = fsdp2_options_from_json(spec.options);
+  const auto& o = fsdp2_options(spec.options);
   const bool host = o.offloads();
   const auto d = dtypes_for(spec.precision, o);
   const auto sl = shard_layout(spec, topo);

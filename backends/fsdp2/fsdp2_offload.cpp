@@ -37,7 +37,7 @@ void HostOffload::grad_to_host(at::Tensor& host_grad, const at::Tensor& device_g
 
 common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const Topology& topo, int rank) {
   common::OffloadTraffic t;
-  const auto o = fsdp2_options_from_json(spec.options);
+  const auto& o = fsdp2_options(spec.options);
   if (!o.offloads()) return t;
   const auto d = dtypes_for(spec.precision, o);
   const auto sl = shard_layout(spec, topo);

@@ -9,7 +9,7 @@
 namespace zb::backends::fsdp2 {
 
 void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& /*topo*/, int /*rank*/) {
-  const auto o = fsdp2_options_from_json(spec.options);
+  const auto& o = fsdp2_options(spec.options);
   if (!o.offloads()) return;
   // Host gradients: set_to_none after each step, made again in backward (as the device ones
   // without offload: memory_estimate.hpp add_common's grads_set_to_none).

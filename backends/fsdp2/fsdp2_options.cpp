@@ -88,25 +88,13 @@ Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
       o.reshard_after_forward = parse_reshard_after_forward("--reshard-after-forward", v.get<std::string>());
   }
   o.reduce_dtype = j.value("reduce_dtype", o.reduce_dtype);
-  check_dtype_name("--reduce-dtype", o.reduce_dtype, false);
   o.output_dtype = j.value("output_dtype", o.output_dtype);
-  check_dtype_name("--output-dtype", o.output_dtype, true);
   o.grouping = j.value("grouping", o.grouping);
-  if (o.grouping != "root" && o.grouping != "accelerate")
-    throw UsageError("--fsdp2-grouping must be root or accelerate, got '" + o.grouping + "'");
-  o.auto_wrap_policy = upper(j.value("auto_wrap_policy", o.auto_wrap_policy));
-  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" && o.auto_wrap_policy != "NO_WRAP")
-    throw UsageError("fsdp2 auto_wrap_policy must be TRANSFORMER_BASED_WRAP or NO_WRAP, got '" + o.auto_wrap_policy +
-                     "'");
+  o.auto_wrap_policy = j.value("auto_wrap_policy", o.auto_wrap_policy);
   o.dp_replicate_size = j.value("dp_replicate_size", o.dp_replicate_size);
   o.dp_shard_size = j.value("dp_shard_size", o.dp_shard_size);
-  if (o.dp_replicate_size < 0 || o.dp_shard_size < 0 || (o.dp_replicate_size == 0 && o.dp_shard_size == 0))
-    throw UsageError("--dp-replicate-size " + std::to_string(o.dp_replicate_size) + " / --dp-shard-size " +
-                     std::to_string(o.dp_shard_size) + ": sizes must be >= 0 and not both 0 (0 = world / the other)");
   o.modules_to_forward_prefetch = j.value("modules_to_forward_prefetch", o.modules_to_forward_prefetch);
   o.modules_to_backward_prefetch = j.value("modules_to_backward_prefetch", o.modules_to_backward_prefetch);
-  if (o.modules_to_forward_prefetch < 0 || o.modules_to_backward_prefetch < 0)
-    throw UsageError("--modules-to-forward-prefetch / --modules-to-backward-prefetch must be >= 0");
   o.sync_each_batch = j.value("sync_each_batch", o.sync_each_batch);
   o.force_sum_reduction_for_comms = j.value("force_sum_reduction_for_comms", o.force_sum_reduction_for_comms);
   o.activation_checkpointing = j.value("activation_checkpointing", o.activation_checkpointing);
@@ -115,11 +103,33 @@ Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
   o.transformer_layer_cls_to_wrap = j.value("transformer_layer_cls_to_wrap", o.transformer_layer_cls_to_wrap);
   // Options written before CPUOffloadPolicy existed here spelled it offload_params (then refused).
   if (j.value("offload_params", false)) o.offload_policy = "cpu";
-  o.offload_policy = lower(j.value("offload_policy", o.offload_policy));
+  o.offload_policy = j.value("offload_policy", o.offload_policy);
+  o.offload_pin_memory = j.value("offload_pin_memory", o.offload_pin_memory);
+  return validated(std::move(o));
+}
+
+Fsdp2Options validated(Fsdp2Options o) {
+  check_dtype_name("--reduce-dtype", o.reduce_dtype, false);
+  check_dtype_name("--output-dtype", o.output_dtype, true);
+  if (o.grouping != "root" && o.grouping != "accelerate")
+    throw UsageError("--fsdp2-grouping must be root or accelerate, got '" + o.grouping + "'");
+  o.auto_wrap_policy = upper(o.auto_wrap_policy);
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" && o.auto_wrap_policy != "NO_WRAP")
+    throw UsageError("fsdp2 auto_wrap_policy must be TRANSFORMER_BASED_WRAP or NO_WRAP, got '" + o.auto_wrap_policy +
+                     "'");
+  if (o.dp_replicate_size < 0 || o.dp_shard_size < 0 || (o.dp_replicate_size == 0 && o.dp_shard_size == 0))
+    throw UsageError("--dp-replicate-size " + std::to_string(o.dp_replicate_size) + " / --dp-shard-size " +
+                     std::to_string(o.dp_shard_size) + ": sizes must be >= 0 and not both 0 (0 = world / the other)");
+  if (o.modules_to_forward_prefetch < 0 || o.modules_to_backward_prefetch < 0)
+    throw UsageError("--modules-to-forward-prefetch / --modules-to-backward-prefetch must be >= 0");
+  o.offload_policy = lower(o.offload_policy);
   if (o.offload_policy != "none" && o.offload_policy != "cpu")
     throw UsageError("--fsdp2-offload-policy must be cpu or none, got '" + o.offload_policy + "'");
-  o.offload_pin_memory = j.value("offload_pin_memory", o.offload_pin_memory);
   return o;
+}
+
+const Fsdp2Options& fsdp2_options(const BackendOptions& options) {
+  return options.as<Fsdp2Options>(fsdp2_options_from_json);
 }
 
 }  // namespace zb::backends::fsdp2

@@ -5,6 +5,8 @@
 // validation. Must not: run anything.
 #pragma once
 #include <nlohmann/json.hpp>
+
+#include "backends/backend_options.hpp"
 #include <string>
 #include <vector>
 
@@ -71,6 +73,12 @@ int parse_reshard_after_forward(const std::string& key, const std::string& v);
 
 nlohmann::json to_json(const Fsdp2Options& o);
 Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
+// `o` with its names normalised (auto_wrap_policy upper case, offload_policy lower case) and
+// checked; throws UsageError naming the refused value. Resolution calls it once.
+Fsdp2Options validated(Fsdp2Options o);
+// The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
+// parsed once by fsdp2_options_from_json. Every reader of a spec's options goes here.
+const Fsdp2Options& fsdp2_options(const BackendOptions& options);
 
 // What an accelerate config with `fsdp_version: 2` makes of the fsdp2 options (config/
 // accelerate_fsdp2.hpp reads the file; fsdp2_config.cpp turns it into these options).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp2/fsdp2_options.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -35,20 +36,23 @@ using common::unit_share;
 // current stream waits the previous group's reduce-scatter event in the next post-backward
 // (_fsdp_param_group.py post_backward) and every reduction in finalize_backward.
 Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
+  // The report's resolved options (config.backend.options, the engine's names: mesh,
+  // all_gather_dtype, ...); a key the report lacks takes Fsdp2Options' default, defined once.
   const auto& o = in.options;
+  const Fsdp2Options d;
   auto refuse = [](const std::string& what) {
     throw UsageError("projection: fsdp2 " + what +
                      " is not modelled (the default grouping, reshard_after_forward "
                      "true/false, implicit prefetch, no HSDP are)");
   };
-  if (o.value("grouping", std::string("root")) != "root") refuse("grouping " + o.value("grouping", std::string()));
-  if (o.value("auto_wrap_policy", std::string("TRANSFORMER_BASED_WRAP")) != "TRANSFORMER_BASED_WRAP")
-    refuse("auto_wrap_policy " + o.value("auto_wrap_policy", std::string()));
-  if (o.value("modules_to_forward_prefetch", 0) > 0) refuse("modules_to_forward_prefetch");
-  if (o.value("modules_to_backward_prefetch", 0) > 0) refuse("modules_to_backward_prefetch");
+  if (const auto g = o.value("grouping", d.grouping); g != "root") refuse("grouping " + g);
+  if (const auto w = o.value("auto_wrap_policy", d.auto_wrap_policy); w != "TRANSFORMER_BASED_WRAP")
+    refuse("auto_wrap_policy " + w);
+  if (o.value("modules_to_forward_prefetch", d.modules_to_forward_prefetch) > 0) refuse("modules_to_forward_prefetch");
+  if (o.value("modules_to_backward_prefetch", d.modules_to_backward_prefetch) > 0) refuse("modules_to_backward_prefetch");
   if (o.contains("mesh") && o["mesh"].value("dp_replicate", 1) > 1) refuse("HSDP (dp_replicate_size > 1)");
   // CPUOffloadPolicy's copies (fsdp2_offload.cpp) are not scheduled here yet (fsdp CPUOffload is).
-  if (o.value("offload_policy", std::string("none")) != "none") refuse("offload_policy " + o.value("offload_policy", std::string()));
+  if (const auto p = o.value("offload_policy", d.offload_policy); p != "none") refuse("offload_policy " + p);
   bool reshard_blocks = true;
   if (o.contains("reshard_after_forward")) {
     const auto& r = o["reshard_after_forward"];

@@ -26,14 +26,22 @@ Zero0Options zero0_options_from_json(const nlohmann::json& j) {
       throw UsageError("zero0 option '" + k + "' is not known (stage, communication_data_type, grad_accum_dtype, fp16, "
                        "fused_adam)");
   if (j.contains("stage") && j["stage"] != 0) throw UsageError("zero0 option stage " + j["stage"].dump() + ": zero0 is ZeRO stage 0");
-  o.communication_data_type = j.value("communication_data_type", std::string());
-  o.grad_accum_dtype = j.value("grad_accum_dtype", std::string());
+  o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
+  o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
+  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
+  o.fused_adam = j.value("fused_adam", o.fused_adam);
+  validate(o);
+  return o;
+}
+
+void validate(const Zero0Options& o) {
   for (const auto* d : {&o.communication_data_type, &o.grad_accum_dtype})
     if (!d->empty() && *d != "fp32" && *d != "bf16" && *d != "fp16")
       throw UsageError("zero0 dtype '" + *d + "' is not fp32, bf16 or fp16");
-  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
-  o.fused_adam = j.value("fused_adam", false);
-  return o;
+}
+
+const Zero0Options& zero0_options(const BackendOptions& options) {
+  return options.as<Zero0Options>(zero0_options_from_json);
 }
 
 void check_precision(const Zero0Options& o, const std::string& precision) {
@@ -109,7 +117,8 @@ Zero0Options options_from_deepspeed(const config::DeepSpeedConfig& c, config::Co
   if (c.precision == "fp16")
     move_to_ignored("fp16.hysteresis", "FP16_UnfusedOptimizer's dynamic loss scale has no hysteresis "
                                        "(runtime/fp16/unfused_optimizer.py _update_scale)");
-  return zero0_options_from_json(to_json(o));
+  validate(o);
+  return o;
 }
 
 void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const ConfigRequest& req, ResolvedConfig& out) {
@@ -119,7 +128,7 @@ void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const Confi
   check_precision(z, cfg.precision);
   out.precision = cfg.precision;
   apply_training_arguments(cfg.train, out.train);
-  out.options = to_json(z);
+  out.options = z;
 }
 
 }  // namespace

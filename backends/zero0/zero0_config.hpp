@@ -25,7 +25,11 @@ struct Zero0Options {
 };
 
 nlohmann::json to_json(const Zero0Options& o);
-Zero0Options zero0_options_from_json(const nlohmann::json& j);
+Zero0Options zero0_options_from_json(const nlohmann::json& j);  // validated; throws UsageError naming the key
+void validate(const Zero0Options& o);  // throws UsageError for a refused dtype; resolution calls it once
+// The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
+// parsed once by zero0_options_from_json. Every reader of a spec's options goes here.
+const Zero0Options& zero0_options(const BackendOptions& options);
 // The refusals that depend on the precision, one line naming the key (DeepSpeed's own where it refuses).
 void check_precision(const Zero0Options& o, const std::string& precision);
 

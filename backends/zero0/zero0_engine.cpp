@@ -68,7 +68,7 @@ bool planted(const char* fault) {
 class Zero0Engine final : public Engine, public models::UnitParamSource {
  public:
   Zero0Engine(const EngineSpec& spec, const runtime::World& world)
-      : spec_(spec), opts_(zero0_options_from_json(spec.options)), comm_(world) {
+      : spec_(spec), opts_(zero0_options(spec.options)), comm_(world) {
     at::NoGradGuard no_grad;
     check_precision(opts_, spec_.precision);
     model_ = dtype_of(spec_.precision);
@@ -321,7 +321,7 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
 // DeepSpeed ZeRO stage 0: the model in its dtype, gradients and their reduction in it
 // (communication_data_type may change the reduction); bf16/fp16 keep an fp32 master.
 PrecisionPlan precision_plan(const EngineSpec& spec) {
-  const auto o = zero0_options_from_json(spec.options);
+  const auto& o = zero0_options(spec.options);
   check_precision(o, spec.precision);
   PrecisionPlan p;
   p.load = p.params = p.compute = p.grads = dtype_of(spec.precision);
@@ -340,7 +340,7 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) { return 
 // At the end of the last micro-batch's backward: every parameter and its gradient in the model
 // dtype, fp32 masters (bf16/fp16) and two fp32 AdamW states — the same on every rank.
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& /*topo*/, int /*rank*/) {
-  const auto o = zero0_options_from_json(spec.options);
+  const auto& o = zero0_options(spec.options);
   check_precision(o, spec.precision);
   const int64_t n = models::count_params(spec.model).total;
   const int64_t e = int64_t(c10::elementSize(dtype_of(spec.precision)));
@@ -368,9 +368,9 @@ BackendInfo backend_info() {
   info.read_config = read_config;
   // No flags of its own: the options completed (defaults written in) and checked for the precision.
   info.apply_flags = [](const FlagValues&, bool, EngineSpec& spec, config::ConfigNotes&) {
-    const auto o = zero0_options_from_json(spec.options);
+    const Zero0Options o = zero0_options(spec.options);  // the file's struct, or no options parsed
     check_precision(o, spec.precision);
-    spec.options = to_json(o);
+    spec.options = o;
   };
   info.option_effects = common::deepspeed_option_effects();
   // -- crossval (zero0_crossval.cpp): real DeepSpeed stage 0 through run_deepspeed.py

@@ -22,7 +22,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   e.terms.push_back({"weight-gradient transient", kBackward, VH * md, "V*H*" + std::to_string(md)});
   // allreduce_bucket: a communication_data_type other than the model dtype casts the bucket (the
   // whole gradient buffer below 5e8 elements); the model dtype's all-reduce works in place.
-  const auto o = zero0_options_from_json(spec.options);
+  const auto& o = zero0_options(spec.options);
   const int cd = o.communication_data_type.empty() ? md : o.communication_data_type == "fp32" ? 4 : 2;
   if (cd != md)
     e.terms.push_back({"communication_data_type copy", kEndOfBackward, std::min(N, kAllreduceBucketElements) * cd,

@@ -34,7 +34,7 @@ Zero12Options options_from_deepspeed(const config::DeepSpeedConfig& c, int stage
             c.fp16.consecutive_hysteresis, double(c.fp16.min_loss_scale)};
   // offload_param: engine.py _configure_zero_optimizer passes offload_param_config only to stage
   // 3; DeepSpeedZeroOptimizer never reads it (read_deepspeed notes it as ignored).
-  return zero12_options_from_json(to_json(o), stage);  // validates
+  return validated(std::move(o));
 }
 
 void accept_stage(const config::DeepSpeedStage& s, int stage) {
@@ -74,7 +74,7 @@ void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const Confi
                 "true: DeepSpeedZeroOptimizer forces contiguous gradients with CPU offload (stage_1_and_2.py __init__)");
   out.precision = cfg.precision;
   apply_training_arguments(cfg.train, out.train);
-  out.options = to_json(z);
+  out.options = z;
 }
 }  // namespace
 
@@ -139,7 +139,7 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
     };
     Zero12Options z;
     z.stage = stage;
-    if (from_file) z = zero12_options_from_json(spec.options, stage);
+    if (from_file) z = zero12_options(spec.options, stage);
     for (const auto& [name, field] : {std::pair<const char*, int64_t*>{"--zero-reduce-bucket-size", &z.reduce_bucket_size},
                                       {"--zero-allgather-bucket-size", &z.allgather_bucket_size}}) {
       const auto it = given.find(name);
@@ -167,7 +167,7 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
       z.offload_pin_memory = it->second.text == "true";
       overridden("--zero-offload-pin-memory", it->second.text);
     }
-    spec.options = to_json(zero12_options_from_json(to_json(z), stage));  // validates: exit 2 on a refused value
+    spec.options = validated(std::move(z));  // exit 2 on a refused value
   };
 }
 

@@ -11,7 +11,8 @@ using json = nlohmann::json;
 
 // The DeepSpeed JSON both sides read: the user's file (if any) with every value zerobench resolved
 // written in (as zero3_crossval.cpp builds it for stage 3), the stage-1/2 keys included.
-json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
+json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes,
+                   int stage) {
   json ds = common::deepspeed_crossval_json(spec, world, user_file, notes,
                                             {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                                              "contiguous_gradients", "reduce_scatter", "round_robin_gradients",
@@ -20,7 +21,7 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   // resolved, and DeepSpeed's own "optimizer" section so that it builds the host optimizer a
   // user's offload file gets (engine.py get_optimizer_configuration: DeepSpeedCPUAdam, or
   // torch.optim.AdamW with torch_adam); lr is crossval's schedule, written per step by the runner.
-  const auto o = zero12_options_from_json(spec.options, spec.options.value("stage", 2));
+  const auto& o = zero12_options(spec.options, stage);
   json& z = ds["zero_optimization"];
   if (!o.offload()) {
     z.erase("offload_optimizer");
@@ -67,7 +68,11 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference(int stage) {
-  CrossvalReference r = common::deepspeed_crossval_reference("DeepSpeed ZeRO-" + std::to_string(stage), deepspeed_json);
+  CrossvalReference r = common::deepspeed_crossval_reference(
+      "DeepSpeed ZeRO-" + std::to_string(stage),
+      [stage](const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
+        return deepspeed_json(spec, world, user_file, notes, stage);
+      });
   r.explain_state = explain_state;
   r.measured_bound = measured_bound;
   return r;

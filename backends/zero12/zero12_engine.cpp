@@ -20,7 +20,7 @@ namespace zb::backends::zero12 {
 
 Zero12Engine::Zero12Engine(const EngineSpec& spec, const runtime::World& world, int stage)
     : spec_(spec),
-      opts_(zero12_options_from_json(spec.options, stage)),
+      opts_(zero12_options(spec.options, stage)),
       comm_(world),
       dtypes_(dtypes_for(spec.precision, opts_)) {
   at::NoGradGuard no_grad;
@@ -224,7 +224,7 @@ std::vector<at::Tensor> Zero12Engine::full_parameters() {
 // bucket lives only during backward (setup_buckets allocates it at the first gradient hook,
 // _release_ipg_buffers drops it in the epilogue): buffers 0.
 ModelStateBytes expected_bytes_for(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
-  const auto o = zero12_options_from_json(spec.options, stage);
+  const auto& o = zero12_options(spec.options, stage);
   if (o.offload()) return expected_offload_bytes(spec, topo, rank, stage);  // zero12_offload_form.cpp
   const auto d = dtypes_for(spec.precision, o);
   const auto l = flat_layout(spec.model, topo.world, o.round_robin_gradients);
@@ -244,7 +244,7 @@ namespace {
 // DeepSpeed ZeRO-1/2: the model in its dtype (bf16 / fp16 with "bf16" / "fp16": enabled), gradients and their
 // reduction in it (communication_data_type may change the reduction), an fp32 master partition.
 PrecisionPlan precision_plan(const EngineSpec& spec, int stage) {
-  const auto d = dtypes_for(spec.precision, zero12_options_from_json(spec.options, stage));
+  const auto d = dtypes_for(spec.precision, zero12_options(spec.options, stage));
   PrecisionPlan p;
   p.load = p.params = p.compute = d.model;
   p.reduce = d.comm;

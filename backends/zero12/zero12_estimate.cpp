@@ -34,7 +34,7 @@ std::vector<EstimateTerm> with_offload(std::vector<EstimateTerm> t, int stage, i
 }  // namespace
 
 std::vector<EstimateTerm> estimate_terms(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
-  const auto o = zero12_options_from_json(spec.options, stage);
+  const auto& o = zero12_options(spec.options, stage);
   const auto d = dtypes_for(spec.precision, o);
   const auto l = flat_layout(spec.model, topo.world, o.round_robin_gradients);
   const int64_t e = int64_t(c10::elementSize(d.model)), ce = int64_t(c10::elementSize(d.comm));

@@ -16,7 +16,7 @@ int64_t largest_param(const FlatLayout& l) {
 }  // namespace
 
 ModelStateBytes expected_offload_bytes(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
-  const auto o = zero12_options_from_json(spec.options, stage);
+  const auto& o = zero12_options(spec.options, stage);
   const auto d = dtypes_for(spec.precision, o);
   const auto l = flat_layout(spec.model, topo.world, o.round_robin_gradients);
   const int64_t e = int64_t(c10::elementSize(d.model)), L = largest_param(l), P = l.partition;
@@ -34,7 +34,7 @@ ModelStateBytes expected_offload_bytes(const EngineSpec& spec, const Topology& t
 }
 
 common::OffloadTraffic expected_step_traffic(const EngineSpec& spec, const Topology& topo, int rank, int stage) {
-  const auto o = zero12_options_from_json(spec.options, stage);
+  const auto& o = zero12_options(spec.options, stage);
   common::OffloadTraffic t;
   if (!o.offload()) return t;
   const auto d = dtypes_for(spec.precision, o);

@@ -47,12 +47,6 @@ void read_offload_optimizer(const json& oo, int stage, Zero12Options& o) {
   } else {
     throw UsageError(key + " " + oo.dump() + " is not a section");
   }
-  if (o.offload_optimizer == "nvme")
-    throw UsageError(key + ".device nvme with ZeRO stage " + std::to_string(stage) +
-                     ": NVMe offload is not implemented in zerobench (DeepSpeed's stage 1/2 would run it as cpu "
-                     "offload); use cpu");
-  if (o.offload_optimizer != "none" && o.offload_optimizer != "cpu")
-    throw UsageError(key + ".device '" + o.offload_optimizer + "' is not none, cpu or nvme");
 }
 }  // namespace
 
@@ -100,6 +94,17 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
   if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
   if (j.contains("offload_optimizer")) read_offload_optimizer(j["offload_optimizer"], stage, o);
   o.host_optimizer = j.value("host_optimizer", o.host_optimizer);
+  return validated(std::move(o));
+}
+
+Zero12Options validated(Zero12Options o) {
+  const std::string key = "zero_optimization.offload_optimizer";
+  if (o.offload_optimizer == "nvme")
+    throw UsageError(key + ".device nvme with ZeRO stage " + std::to_string(o.stage) +
+                     ": NVMe offload is not implemented in zerobench (DeepSpeed's stage 1/2 would run it as cpu "
+                     "offload); use cpu");
+  if (o.offload_optimizer != "none" && o.offload_optimizer != "cpu")
+    throw UsageError(key + ".device '" + o.offload_optimizer + "' is not none, cpu or nvme");
   check_dtype("communication_data_type", o.communication_data_type);
   check_dtype("grad_accum_dtype", o.grad_accum_dtype);
   if (o.reduce_bucket_size <= 0) throw UsageError("reduce_bucket_size must be positive");  // Field(gt=0)
@@ -119,6 +124,10 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
     throw UsageError("contiguous_gradients false: the non-contiguous buffered_reduce_fallback path is not implemented "
                      "in zerobench (default true)");
   return o;
+}
+
+const Zero12Options& zero12_options(const BackendOptions& options, int stage) {
+  return options.as<Zero12Options>([stage](const json& j) { return zero12_options_from_json(j, stage); });
 }
 
 void check_precision(const Zero12Options& o, const std::string& precision) {

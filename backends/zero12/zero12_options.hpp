@@ -9,13 +9,15 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "config/deepspeed_zero_config.hpp"
 
 namespace zb::backends::zero12 {
 
 struct Zero12Options {
   int stage = 2;                                 // 1: optimizer states partitioned; 2: gradients too
-  int64_t reduce_bucket_size = 500000000;        // IPG bucket (elements)
+  int64_t reduce_bucket_size = config::zero_keys::kDefaultReduceBucketSize;  // IPG bucket (elements)
   int64_t allgather_bucket_size = 500000000;     // read only without all_gather_into_tensor (see engine)
   bool overlap_comm = false;                     // config.py overlap_comm_valid: False below stage 3
   bool contiguous_gradients = true;
@@ -41,7 +43,13 @@ inline constexpr const char* kTorchAdamW = "torch.optim.AdamW";
 
 nlohmann::json to_json(const Zero12Options& o);
 // Keys as in to_json; throws UsageError naming the key for a bad or refused value.
-Zero12Options zero12_options_from_json(const nlohmann::json& j, int stage);
+Zero12Options zero12_options_from_json(const nlohmann::json& j, int stage);  // validated; throws UsageError
+// `o` completed as DeepSpeed completes it (contiguous_gradients under offload) and checked;
+// throws UsageError naming the refused key. Resolution calls it once.
+Zero12Options validated(Zero12Options o);
+// The options a spec of stage `stage` carries (EngineSpec::options): the struct resolution
+// stored, or a raw object parsed once by zero12_options_from_json. Every reader goes here.
+const Zero12Options& zero12_options(const BackendOptions& options, int stage);
 // The refusals that depend on the precision (model dtype), one line naming the key.
 void check_precision(const Zero12Options& o, const std::string& precision);
 

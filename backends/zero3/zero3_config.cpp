@@ -37,7 +37,8 @@ Zero3Options options_from_deepspeed(const config::DeepSpeedConfig& c) {
   o.zero_quantized_nontrainable_weights = c.zero.zero_quantized_nontrainable_weights;
   o.zero_quantized_gradients = c.zero.zero_quantized_gradients;
   o.host_optimizer = (c.optimizer_section ? !c.torch_adam : c.zero_force_ds_cpu_optimizer) ? kCpuAdam : kTorchAdamW;
-  return zero3_options_from_json(to_json(o));  // validates ranges and dtypes
+  validate(o);  // ranges and dtypes
+  return o;
 }
 
 void accept_stage(const config::DeepSpeedStage& s) {
@@ -67,7 +68,7 @@ void read_deepspeed(const nlohmann::json& ds, config::AutoFill mode, const Confi
   const Zero3Options z = options_from_deepspeed(cfg);
   out.precision = cfg.precision;
   apply_training_arguments(cfg.train, out.train);
-  out.options = to_json(z);
+  out.options = z;
 }
 }  // namespace
 
@@ -145,7 +146,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     if (from_file) notes.apply(flag_name, value, "command line, over the config file");
   };
   Zero3Options z;
-  if (from_file) z = zero3_options_from_json(spec.options);
+  if (from_file) z = zero3_options(spec.options);
   auto set = [&](const char* flag_name, int64_t& field) {
     const auto it = given.find(flag_name);
     if (it == given.end()) return;
@@ -186,7 +187,8 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
     z.offload_optimizer.pin_memory = z.offload_param.pin_memory = it->second.text == "true";
     overridden("--zero3-offload-pin-memory", it->second.text);
   }
-  spec.options = to_json(zero3_options_from_json(to_json(z)));  // validates (nvme: exit 2)
+  validate(z);  // nvme: exit 2
+  spec.options = z;
   // Needs the model: checked here, before any rank starts, so the refusal is one line (the engine
   // checks again for callers that build an EngineSpec themselves).
   check_module_granularity(z.stage3_module_granularity_threshold, spec.model);

@@ -23,30 +23,28 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
        "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
        "contiguous_gradients"});
   const auto& t = spec.train;
-  const auto& o = spec.options;
+  const auto& o = zero3_options(spec.options);
   json& z = ds["zero_optimization"];
   // ZeRO++ (zero3_zeropp.hpp): hpZ runs in DeepSpeed on the CPU accelerator; qwZ needs its CUDA
   // quantizer (QuantizerBuilder), which a CPU run refuses to build.
-  if (o.value("zero_hpz_partition_size", int64_t(1)) > 1) z["zero_hpz_partition_size"] = o["zero_hpz_partition_size"];
-  if (o.value("zero_quantized_weights", false)) z["zero_quantized_weights"] = true;
+  if (o.zero_hpz_partition_size > 1) z["zero_hpz_partition_size"] = o.zero_hpz_partition_size;
+  if (o.zero_quantized_weights) z["zero_quantized_weights"] = true;
   // Offload (zero3_offload.cpp): the sections as zerobench resolved them. With offload_optimizer
   // DeepSpeed builds its own optimizer from an "optimizer" section, as a user's offload file has
   // it: DeepSpeedCPUAdam, or torch.optim.AdamW with torch_adam (engine.py
   // get_optimizer_configuration); lr is crossval's schedule, written per step by the runner.
-  const json oo = o.value("offload_optimizer", json::object()), op = o.value("offload_param", json::object());
-  if (oo.value("device", std::string("none")) != "none")
-    z["offload_optimizer"] = {{"device", oo["device"]}, {"pin_memory", oo.value("pin_memory", true)}};
-  if (op.value("device", std::string("none")) != "none")
-    z["offload_param"] = {{"device", op["device"]}, {"pin_memory", op.value("pin_memory", true)}};
-  if (oo.value("device", std::string("none")) == "none") {
+  const auto& oo = o.offload_optimizer;
+  const auto& op = o.offload_param;
+  if (oo.device != "none") z["offload_optimizer"] = {{"device", oo.device}, {"pin_memory", oo.pin_memory}};
+  if (op.device != "none") z["offload_param"] = {{"device", op.device}, {"pin_memory", op.pin_memory}};
+  if (oo.device == "none") {
     // The host optimizer zerobench resolved (read only under offload) stays what the JSON says
     // without the user's optimizer section (config: zero_force_ds_cpu_optimizer).
-    ds["zero_force_ds_cpu_optimizer"] = o.value("host_optimizer", std::string(kCpuAdam)) == kCpuAdam;
-  } else if (o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW &&
-             !(user_file.is_object() && user_file.contains("optimizer"))) {
+    ds["zero_force_ds_cpu_optimizer"] = o.host_optimizer == kCpuAdam;
+  } else if (o.host_optimizer == kTorchAdamW && !(user_file.is_object() && user_file.contains("optimizer"))) {
     common::client_adamw_on_host(ds, notes);
   } else {
-    const bool torch_adam = o.value("host_optimizer", std::string(kCpuAdam)) == kTorchAdamW;
+    const bool torch_adam = o.host_optimizer == kTorchAdamW;
     ds["optimizer"] = common::deepspeed_adamw_section(t, torch_adam);
     notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
                     (torch_adam ? "torch_adam: " + config::adamw_description(t.adamw_impl, false) : "DeepSpeedCPUAdam") +

@@ -23,7 +23,7 @@
 namespace zb::backends::zero3 {
 
 Zero3Engine::Zero3Engine(const EngineSpec& spec, const runtime::World& world)
-    : spec_(spec), opts_(zero3_options_from_json(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
+    : spec_(spec), opts_(zero3_options(spec.options)), comm_(world), dtypes_(dtypes_for(spec.precision, opts_)) {
   at::NoGradGuard no_grad;
   const auto& cfg = spec_.model;
   const auto dev = world.device;
@@ -187,7 +187,7 @@ nlohmann::json Zero3Engine::resolved_options() const {
 
 // ZeRO-3 partitions over the run's shard layout: the whole data-parallel group (no hpZ/MiCS).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int /*rank*/) {
-  const auto o = zero3_options_from_json(spec.options);
+  const auto& o = zero3_options(spec.options);
   const auto d = dtypes_for(spec.precision, o);
   const int world = shard_layout(spec, topo).shard_size;  // the whole world (no hpZ/MiCS)
   int groups = 1;
@@ -221,7 +221,7 @@ ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int
 // gradients reduced in communication_data_type and kept in grad_accum_dtype, and an fp32 master
 // partition per sub-group that AdamW updates (stage3.py _create_fp32_partitions) in every mode.
 PrecisionPlan precision_plan(const EngineSpec& spec) {
-  const auto d = dtypes_for(spec.precision, zero3_options_from_json(spec.options));
+  const auto d = dtypes_for(spec.precision, zero3_options(spec.options));
   PrecisionPlan p;
   p.load = p.params = p.compute = d.model;
   p.reduce = d.comm;

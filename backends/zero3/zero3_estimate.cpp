@@ -27,7 +27,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   const auto layout = shard_layout(spec, topo);
   const int world = layout.shard_size;  // ZeRO-3 partitions over every rank
   PeakEstimate e = for_layout(layout);
-  const auto o = zero3_options_from_json(spec.options);
+  const auto& o = zero3_options(spec.options);
   const int md = spec.precision == "bf16" || spec.precision == "fp16" ? 2 : 4;
   const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);
   add_common(e, spec, expected_bytes(spec, topo, rank), md);

@@ -82,7 +82,7 @@ std::vector<int> in_ds_id_order(std::vector<int> ids, const std::vector<ParamLay
 }
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
-  const auto o = zero3_options_from_json(spec.options);
+  const auto& o = zero3_options(spec.options);
   ShardLayout l;
   l.world = topo.world;
   l.ranks_per_node = topo.ranks_per_node;

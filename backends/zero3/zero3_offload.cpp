@@ -184,7 +184,7 @@ ModelStateBytes split_offloaded(const ModelStateBytes& all, const Zero3Options& 
 }
 
 common::OffloadTraffic expected_step_traffic(const EngineSpec& spec, const Topology& topo, int rank) {
-  const auto o = zero3_options_from_json(spec.options);
+  const auto& o = zero3_options(spec.options);
   const auto d = dtypes_for(spec.precision, o);
   const auto sl = shard_layout(spec, topo);
   const int64_t index = sl.shard_index(rank);

@@ -12,7 +12,7 @@ namespace zb::backends::zero3 {
 
 void add_offload_terms(PeakEstimate& e, const EngineSpec& spec, const Topology& topo, int /*rank*/,
                        bool refetch_in_backward) {
-  const auto o = zero3_options_from_json(spec.options);
+  const auto& o = zero3_options(spec.options);
   const bool oo = o.offload_optimizer.enabled(), op = o.offload_param.enabled();
   if (!oo && !op) return;
   const auto d = dtypes_for(spec.precision, o);

@@ -144,12 +144,20 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.zero_quantized_gradients = j.value("zero_quantized_gradients", o.zero_quantized_gradients);
   if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
   if (j.contains("qgz_ranks_per_node")) o.qgz_ranks_per_node = as_count("qgz_ranks_per_node", j["qgz_ranks_per_node"]);
+  validate(o);
+  return o;
+}
+
+void validate(const Zero3Options& o) {
   check_offload(o);
   check_zeropp(o);
   check_dtype("communication_data_type", o.communication_data_type);
   check_dtype("grad_accum_dtype", o.grad_accum_dtype);
   if (o.reduce_bucket_size <= 0) throw UsageError("reduce_bucket_size must be positive");  // Field(gt=0)
-  return o;
+}
+
+const Zero3Options& zero3_options(const BackendOptions& options) {
+  return options.as<Zero3Options>(zero3_options_from_json);
 }
 
 }  // namespace zb::backends::zero3

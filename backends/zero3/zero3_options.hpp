@@ -6,6 +6,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
@@ -77,6 +78,12 @@ struct Zero3Options {
 nlohmann::json to_json(const OffloadOptimizerOptions& o);
 nlohmann::json to_json(const OffloadParamOptions& o);
 nlohmann::json to_json(const Zero3Options& o);
-Zero3Options zero3_options_from_json(const nlohmann::json& j);  // keys as in to_json; throws UsageError
+// The keys as to_json writes them (a key missing: its default above), validated; throws UsageError.
+Zero3Options zero3_options_from_json(const nlohmann::json& j);
+// Throws UsageError for a value zero3 refuses (one line naming the key); resolution calls it once.
+void validate(const Zero3Options& o);
+// The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw
+// object parsed once by zero3_options_from_json. Every reader of a spec's options goes here.
+const Zero3Options& zero3_options(const BackendOptions& options);
 
 }  // namespace zb::backends::zero3

@@ -357,8 +357,10 @@ common::ProjectionHooks projection_hooks() {
   h.program = [](const ProgramInput& in, const CollectiveCost& cost) {
     // Offload's copies (zero3_offload.cpp: per-parameter fetches, gradient copies per bucket, the
     // host step) are not scheduled here yet: refuse rather than project a run without them.
-    for (const char* section : {"offload_optimizer", "offload_param"})
-      if (in.options.contains(section) && in.options[section].value("device", std::string("none")) != "none")
+    const Zero3Options d;
+    for (const auto& [section, off] : {std::pair<const char*, const std::string*>{"offload_optimizer", &d.offload_optimizer.device},
+                                       {"offload_param", &d.offload_param.device}})
+      if (in.options.contains(section) && in.options[section].value("device", *off) != "none")
         throw UsageError(std::string("projection: zero3 ") + section + " device " +
                          in.options[section]["device"].get<std::string>() +
                          " is not modelled yet (fsdp CPUOffload is: docs/projection.md)");

@@ -276,7 +276,7 @@ void check_same_run(const RunOptions& mode, const RunOptions::Resolved& expected
   }
   auto run_of = [](const RunOptions::Resolved& r) {
     return json{{"backend", r.backend}, {"precision", r.spec.precision}, {"train", crossval_train_json(r.spec.train)},
-                {"options", r.spec.options}};
+                {"options", r.spec.options.json()}};
   };
   const json want = run_of(expected), have = run_of(got);
   if (want == have) return;
@@ -490,7 +490,7 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     plan.run.given.insert("--precision");
     plan.resolved = plan.run.resolve();
     backends::ReferenceSetup setup;
-    setup.reference_options = plan.resolved.spec.options;
+    setup.reference_options = plan.resolved.spec.options.json();
     if (ref->reference_setup) ref->reference_setup(plan.resolved.spec, dev.kind, setup);
     if (!setup.refusal.empty()) throw UsageError("crossval" + from + ": " + setup.refusal);
     if (!setup.zerobench_flags.empty()) {  // the same substitution on zerobench's side: its flags, resolved again

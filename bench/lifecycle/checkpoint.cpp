@@ -120,7 +120,7 @@ json checkpoint_identity(const std::string& backend, const backends::EngineSpec&
             {"lr_warmup_steps", t.lr_warmup_steps},
             {"weight_decay", t.weight_decay},
             {"grad_clip", t.grad_clip}}},
-          {"options", spec.options}};
+          {"options", spec.options.json()}};
   // A DeepSpeed scheduler's parameters shape every step's lr (config/deepspeed_scheduler.hpp).
   if (t.deepspeed_scheduler.active())
     id["train"]["lr_schedule_params"] = config::scheduler_params_json(t.deepspeed_scheduler);

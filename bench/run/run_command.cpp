@@ -540,7 +540,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   // Leave a report that says the run failed and why (never a half-written one): a failed run is a result too.
   auto write_failed = [&](const std::string& state, const std::string& error) {
     json config = {{"model", model_json(spec.model)},
-                   {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options}}},
+                   {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options.json()}}},
                    {"train", train_json(spec.train)},
                    {"world_size", o.nproc}};
     config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
