@@ -299,7 +299,7 @@ TEST(FsdpOffload, CrossvalsStateRuleReadsTheHostOptimizerBytesUnderOffload) {
   const auto spec = offload_spec("fp32", 1, true);
   const auto& ref = backends::backend("fsdp").crossval;
   ASSERT_TRUE(ref && ref->explain_state);
-  const nlohmann::json options = spec.options;
+  const nlohmann::json options = spec.options.json();
   const backends::CrossvalCase c{spec, 3, options, "gloo"};
   const int64_t host_optimizer = 1'000'000;
   const nlohmann::json zb = {{"params", 0},          {"grads", 0},     {"optimizer", 0}, {"master_params", 0},
