@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # crossval-sweeps.sh — the crossval sweep points CI does not run (every bucket size of every ZeRO
-# stage, each ZeRO-3 offload choice alone, the other precision of the ZeRO-1/2 offload and plain
-# runs, the remaining packed-row engines, plain ZeRO-2 at three ranks), each run as its CI test ran
+# stage, each ZeRO-3 offload choice alone, the other points of ZeRO-1/2 offload, ZeRO-1/2/3 at the
+# default buckets, FSDP2's CPU offload in fp32, the remaining packed- and padded-row engines, ZeRO-1/2
+# without offload at three ranks), each run as its CI test ran
 # it and checked with that test's assertions (scripts/crossval_sweeps.py). Writes the committed
 # summary reports/results/cpu/crossval-sweeps/sweeps.json (schema zerobench.crossval_sweeps) and
 # sweeps.md; exit 1 when a point fails a check. CI keeps one representative of each sweep
 # (docs/testing.md, "What CI runs and what the sweeps prove").
-#   ./scripts/crossval-sweeps.sh                 every point (about 20 crossvals: 10-20 min on 2 cores)
+#   ./scripts/crossval-sweeps.sh                 every point (26 crossvals: 15-30 min on 2 cores)
 #   ./scripts/crossval-sweeps.sh POINT...        only these points (their entries replaced, the others kept)
 #   ./scripts/crossval-sweeps.sh --summary-only  rewrite sweeps.md from the committed sweeps.json
+#   ./scripts/crossval-sweeps.sh --check         exit 1 unless sweeps.json records every current point passing (CI)
 # Environment: ZEROBENCH_BIN (default build/bin/zerobench), ZB_SWEEPS_WORK (default
 # /tmp/zb-crossval-sweeps: the crossval documents and work dirs, not committed), ZB_SWEEPS_OUT
 # (default reports/results/cpu/crossval-sweeps), ZB_SWEEPS_REUSE=1 (check the documents already in the

@@ -10,9 +10,11 @@ Owns: the list of moved points (POINTS), the per-point checks (the tests' expect
 extra assertions), the per-stage bucket ordering check, the summary's JSON and Markdown. Must not:
 re-implement crossval's comparison — it reads the crossval documents `zerobench crossval` wrote.
 
-  crossval_sweeps.py BIN OUT_DIR WORK_DIR [--summary-only] [POINT...]
+  crossval_sweeps.py BIN OUT_DIR WORK_DIR [--summary-only | --check] [POINT...]
 Exit 0 when every point passes every check, 1 when one fails (the summary says which and why), 2 on
-bad input.
+bad input. --check runs nothing: exit 1 when the committed summary does not record every current point
+(by name and command) passing and the bucket ordering holding (CI runs it: a point added or changed
+without re-running the sweep fails there).
 """
 import json
 import os
@@ -57,21 +59,42 @@ POINTS = [
      "args": Z3OFF + " --zero3-offload-param cpu", "nproc": 2, "kind": "zero3-offload"},
     {"name": "zero3-offload-optimizer", "test": "Zero3OffloadCrossval.AgreesWithDeepSpeedWithBothOffloads",
      "args": Z3OFF + " --zero3-offload-optimizer cpu", "nproc": 2, "kind": "zero3-offload"},
-    # Crossval.Zero1AndZero2WithOffloadOptimizerAgreeWithDeepSpeed: CI keeps zero1 bf16 and zero2 fp32.
-    {"name": "zero1-offload-optimizer-fp32", "test": "Crossval.Zero1AndZero2WithOffloadOptimizerAgreeWithDeepSpeed",
+    # ZeRO-1/2 offload_optimizer: CI keeps zero2 fp32 at W = 2 (Crossval.Zero2WithOffloadOptimizerAgreesWithDeepSpeedInFp32)
+    # and both stages in bf16 at W = 3 (Crossval.Zero1AndZero2AreBitwiseWithDeepSpeedAtThreeRanks), with these checks.
+    {"name": "zero1-offload-optimizer-bf16", "test": "Crossval.Zero2WithOffloadOptimizerAgreesWithDeepSpeedInFp32",
+     "args": f"--backend zero1 --precision bf16 {GA} --zero-offload-optimizer cpu", "nproc": 2,
+     "upstream": "DeepSpeed ZeRO-1", "modes": 1, "steps": 2, "kind": "zero12-offload"},
+    {"name": "zero1-offload-optimizer-fp32", "test": "Crossval.Zero2WithOffloadOptimizerAgreesWithDeepSpeedInFp32",
      "args": f"--backend zero1 --precision fp32 {GA} --zero-offload-optimizer cpu", "nproc": 2,
      "upstream": "DeepSpeed ZeRO-1", "modes": 1, "steps": 2, "kind": "zero12-offload"},
-    {"name": "zero2-offload-optimizer-bf16", "test": "Crossval.Zero1AndZero2WithOffloadOptimizerAgreeWithDeepSpeed",
+    {"name": "zero2-offload-optimizer-bf16", "test": "Crossval.Zero2WithOffloadOptimizerAgreesWithDeepSpeedInFp32",
      "args": f"--backend zero2 --precision bf16 {GA} --zero-offload-optimizer cpu", "nproc": 2,
      "upstream": "DeepSpeed ZeRO-2", "modes": 1, "steps": 2, "kind": "zero12-offload"},
-    # Crossval.Zero1AndZero2AgreeWithDeepSpeedInFp32: CI keeps fp32 (bf16 with accumulation stays in
-    # CI through the bucket tests' bf16 runs).
-    {"name": "zero1-bf16", "test": "Crossval.Zero1AndZero2AgreeWithDeepSpeedInFp32",
+    # ZeRO-1/2 without offload at DeepSpeed's default bucket, both precisions (the test that ran them,
+    # Crossval.Zero1AndZero2AgreeWithDeepSpeedInFp32, is gone): CI runs zero1 fp32 in
+    # Crossval.Zero1PacksItsBucketsAsDeepSpeed (50,000, overlap_comm), zero2 fp32 in
+    # Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem, both in bf16 in the bucket tests.
+    {"name": "zero1-fp32", "test": "Crossval.Zero1PacksItsBucketsAsDeepSpeed",
+     "args": f"--backend zero1 --precision fp32 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
+     "steps": 2, "kind": "plain"},
+    {"name": "zero2-fp32", "test": "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem",
+     "args": f"--backend zero2 --precision fp32 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
+     "steps": 2, "kind": "plain"},
+    {"name": "zero1-bf16", "test": "Crossval.Zero1PacksItsBucketsAsDeepSpeed",
      "args": f"--backend zero1 --precision bf16 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
      "steps": 2, "kind": "plain"},
-    {"name": "zero2-bf16", "test": "Crossval.Zero1AndZero2AgreeWithDeepSpeedInFp32",
+    {"name": "zero2-bf16", "test": "Crossval.Zero2PacksItsBucketsAsDeepSpeed",
      "args": f"--backend zero2 --precision bf16 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
      "steps": 2, "kind": "plain"},
+    # Crossval.Zero3AgreesWithDeepSpeedInFp32: CI keeps fp32 (bf16 at the default buckets runs in the packed
+    # and checkpointed-blocks tests).
+    {"name": "zero3-bf16", "test": "Crossval.Zero3AgreesWithDeepSpeedInFp32",
+     "args": f"--backend zero3 --precision bf16 {GA}", "nproc": 2, "upstream": "DeepSpeed", "modes": 1,
+     "steps": 2, "kind": "plain"},
+    # Crossval.Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2: CI keeps mixed.
+    {"name": "fsdp2-offload-fp32", "test": "Crossval.Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2",
+     "args": f"--backend fsdp2 --precision fp32 {GA} --fsdp2-offload-policy cpu --fsdp2-offload-pin-memory false",
+     "nproc": 2, "upstream": "FSDP2", "modes": 1, "steps": 2, "kind": "fsdp2-offload"},
     # Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem: CI keeps fsdp fp32, fsdp2, zero2, zero3.
     {"name": "fsdp-pack-mixed", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
      "args": "--backend fsdp --precision mixed {pack}", "nproc": 2, "upstream": "FSDP1", "modes": 1, "steps": 2,
@@ -79,10 +102,20 @@ POINTS = [
     {"name": "zero1-pack-bf16", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
      "args": "--backend zero1 --precision bf16 {pack}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
      "steps": 2, "kind": "pack"},
-    # Crossval.Zero1AndZero2AreBitwiseWithDeepSpeedAtThreeRanks: CI keeps zero2 + offload and zero1.
+    # Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem: CI keeps zero2 fp32.
+    {"name": "fsdp-pad-fp32", "test": "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem",
+     "args": "--backend fsdp --precision fp32 {pad}", "nproc": 2, "upstream": "FSDP1", "modes": 1, "steps": 2,
+     "kind": "pad"},
+    # Crossval.Zero1AndZero2AreBitwiseWithDeepSpeedAtThreeRanks: CI keeps both stages with offload_optimizer.
     {"name": "zero2-three-ranks", "test": "Crossval.Zero1AndZero2AreBitwiseWithDeepSpeedAtThreeRanks",
      "args": "--backend zero2 " + THREE, "nproc": 3, "upstream": "DeepSpeed ZeRO-", "modes": 1, "steps": 2,
      "kind": "comm-equal"},
+    {"name": "zero1-three-ranks-no-reduce-scatter", "test": "Crossval.Zero1AndZero2AreBitwiseWithDeepSpeedAtThreeRanks",
+     "args": "--backend zero1 --zero-reduce-scatter false --zero-reduce-bucket-size 50000 " + THREE, "nproc": 3,
+     "upstream": "DeepSpeed ZeRO-", "modes": 1, "steps": 2, "kind": "comm-equal"},
+    # Crossval.Zero1PacksItsBucketsAsDeepSpeed runs overlap_comm in fp32; bf16 here.
+    dict(bucket_point("zero1", "50000"), name="zero1-bucket-50000-overlap-bf16",
+         args="--backend zero1 --precision bf16 --zero-reduce-bucket-size 50000 --zero-overlap-comm true " + BUCKET),
 ] + [bucket_point(b, s) for b in ("zero1", "zero2", "zero3") for s in ("auto", "50000", "300000")]
 # (The bucket sweep runs every size, the CI representatives too: the ordering check compares them.)
 
@@ -163,9 +196,18 @@ def check(point, doc):
             if host_categories(m) != want:
                 bad.append(f"{p}: host categories {sorted(host_categories(m))}")
             facts[p + " host"] = sorted(host_categories(m))
-    elif kind == "pack":
-        if doc["train"].get("batching") != "pack":
+    elif kind in ("pack", "pad"):
+        if doc["train"].get("batching") != kind:
             bad.append(f"batching {doc['train'].get('batching')}")
+    elif kind == "fsdp2-offload":  # Crossval.Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2
+        for m in doc["modes"]:
+            p = m["precision"]
+            for e in m["model_states"]:
+                if e["category"] in ("params", "grads", "optimizer") and e["upstream"] != 0:
+                    bad.append(f"{p}: {e['category']} on the device {e['upstream']}")
+            if host_categories(m) != {"host.params", "host.grads", "host.optimizer"}:
+                bad.append(f"{p}: host categories {sorted(host_categories(m))}")
+            facts[p + " host"] = sorted(host_categories(m))
     elif kind == "comm-equal":
         if doc["world_size"] != point["nproc"]:
             bad.append(f"world size {doc['world_size']}")
@@ -195,10 +237,43 @@ def check(point, doc):
     return bad, facts
 
 
+def per_document(data, batching):
+    """tests/test_crossval.cpp per_document_flags."""
+    return f"--batching {batching} --data {data} --seq-len 64 --steps 2 --grad-accum 2 --micro-batch 2 --threads 1"
+
+
+def command_of(point):
+    """The point's command as the summary records it (the work folder's files named, not their paths)."""
+    return "zerobench crossval " + point["args"].format(
+        pack=per_document("lengths:LENGTHS", "pack"), pad=per_document("lengths:LENGTHS", "pad"),
+        auto_zero1="AUTO_BUCKET_FILE", auto_zero2="AUTO_BUCKET_FILE", auto_zero3="AUTO_BUCKET_FILE") + (
+        "" if point["kind"] == "zero3-offload" else f" --nproc {point['nproc']} --model tiny")
+
+
+def stale(summary):
+    """Why the committed summary does not record the current POINTS passing (empty when it does): every
+    point by name with the command it has now and a pass, no point that is not one, the bucket ordering."""
+    have = {e["name"]: e for e in summary["points"]}
+    bad = []
+    for p in POINTS:
+        e = have.get(p["name"])
+        if e is None:
+            bad.append(f"{p['name']}: not in the summary")
+        elif e["command"] != command_of(p):
+            bad.append(f"{p['name']}: recorded as '{e['command']}', the point is now '{command_of(p)}'")
+        elif not e["passed"]:
+            bad.append(f"{p['name']}: failed ({'; '.join(e['failures'])})")
+    bad += [f"{n}: in the summary, not a point" for n in sorted(set(have) - {p["name"] for p in POINTS})]
+    bad += [f"bucket ordering of {b} fails" for b, o in summary["bucket_ordering"].items() if not o["passed"]]
+    if set(summary["bucket_ordering"]) != {"zero1", "zero2", "zero3"}:
+        bad.append(f"bucket ordering recorded for {sorted(summary['bucket_ordering'])}, not every stage")
+    return bad
+
+
 def run_point(bin_path, point, work):
     out = os.path.join(work, point["name"] + ".json")
-    args = point["args"].format(pack=f"--batching pack --data lengths:{work}/lengths.csv --seq-len 64 --steps 2 "
-                                     "--grad-accum 2 --micro-batch 2 --threads 1",
+    args = point["args"].format(pack=per_document(f"lengths:{work}/lengths.csv", "pack"),
+                                pad=per_document(f"lengths:{work}/lengths.csv", "pad"),
                                 auto_zero1=auto_bucket_file(work, "zero1"), auto_zero2=auto_bucket_file(work, "zero2"),
                                 auto_zero3=auto_bucket_file(work, "zero3"))
     if point["kind"] != "zero3-offload":  # tests/test_crossval.cpp run_case adds these
@@ -213,11 +288,8 @@ def run_point(bin_path, point, work):
         wall = time.time() - t0
         with open(out + ".wall", "w") as f:
             json.dump(wall, f)
-    entry = {"name": point["name"], "test": point["test"], "command": "zerobench crossval " + point["args"].replace(
-        "{pack}", "--batching pack --data lengths:LENGTHS --seq-len 64 --steps 2 --grad-accum 2 --micro-batch 2 --threads 1")
-        .replace("{auto_" + point.get("backend", "") + "}", "AUTO_BUCKET_FILE") + (
-        "" if point["kind"] == "zero3-offload" else f" --nproc {point['nproc']} --model tiny"),
-        "exit": r.returncode, "wall_s": round(wall, 1)}
+    entry = {"name": point["name"], "test": point["test"], "command": command_of(point),
+             "exit": r.returncode, "wall_s": round(wall, 1)}
     if r.returncode != 0 or not os.path.exists(out):
         tail = [line for line in r.stdout.splitlines() if line.strip()][-3:]
         entry.update(passed=False, failures=[f"exit {r.returncode}: " + " | ".join(tail)])
@@ -282,13 +354,23 @@ def write_md(summary, path):
 
 def main(argv):
     if len(argv) < 3:
-        print("usage: crossval_sweeps.py BIN OUT_DIR WORK_DIR [--summary-only] [POINT...]", file=sys.stderr)
+        print("usage: crossval_sweeps.py BIN OUT_DIR WORK_DIR [--summary-only | --check] [POINT...]", file=sys.stderr)
         return 2
     bin_path, out_dir, work = argv[:3]
     rest = argv[3:]
     summary_path = os.path.join(out_dir, "sweeps.json")
     if rest == ["--summary-only"]:
         write_md(read_json(summary_path), os.path.join(out_dir, "sweeps.md"))
+        return 0
+    if rest == ["--check"]:  # CI's freshness check (tests/test_crossval.cpp): runs nothing
+        bad = stale(read_json(summary_path)) if os.path.exists(summary_path) else [f"{summary_path}: missing"]
+        for line in bad:
+            print(f"crossval-sweeps.sh: {summary_path}: {line}", file=sys.stderr)
+        if bad:
+            print("crossval-sweeps.sh: the committed sweeps are stale: run ./scripts/crossval-sweeps.sh "
+                  "(the points named) and commit its summary", file=sys.stderr)
+            return 1
+        print(f"crossval-sweeps.sh: {summary_path} records every one of the {len(POINTS)} points passing")
         return 0
     names = {p["name"] for p in POINTS}
     for n in rest:
@@ -305,7 +387,7 @@ def main(argv):
     for p in POINTS:
         if rest and p["name"] not in rest:
             if p["name"] in old:
-                entries.append(old[p["name"]])
+                entries.append(dict(old[p["name"]], test=p["test"]))  # the CI test that represents it now
             continue
         e = run_point(bin_path, p, work)
         print(f"[crossval-sweeps] {p['name']}: {'pass' if e['passed'] else 'FAIL ' + '; '.join(e['failures'])} "
