@@ -11,4 +11,7 @@ if [ "${ZEROBENCH_PREPARED:-0}" != 1 ]; then
   "${root}/scripts/build.sh"
 fi
 cd "${BUILD_DIR:-${root}/build}"
-ctest --output-on-failure -j "${TEST_JOBS:-2}" "$@"
+# One test per core, at least two (the crossval tests wait on their reference's start-up much of the time).
+jobs="${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+[ "${jobs}" -ge 2 ] 2>/dev/null || jobs=2
+ctest --output-on-failure -j "${jobs}" "$@"
