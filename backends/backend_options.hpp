@@ -3,7 +3,8 @@
 // fsdp::FsdpOptions, ...) that resolution (BackendInfo::read_config / apply_flags) parsed and
 // validated once, or of a raw JSON object not parsed yet (a test's spec, a report's options
 // replayed, model-info's offload choices), which the backend's accessor (e.g.
-// zero3::zero3_options(spec)) parses once on first use and keeps. JSON leaves it only at the
+// zero3::zero3_options(spec)) parses once on first use and keeps (a raw object names no backend:
+// each backend that reads it parses it once, into its own struct). JSON leaves it only at the
 // report's edge (json()). Must not: know any backend or its keys.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 namespace zb::backends {
 
@@ -33,18 +35,17 @@ class BackendOptions {
                             render_([](const void* p) { return nlohmann::json(to_json(*static_cast<const T*>(p))); }) {}
 
   // The typed struct. A raw form is parsed with `parse` (the backend's reader, which throws
-  // UsageError naming a bad key) once and kept (copies share what was parsed).
-  // Asking for another backend's type is a logic error.
+  // UsageError naming a bad key) once per struct type and kept (copies share what was parsed).
+  // Asking a typed holder for another backend's type is a logic error.
   template <class T, class Parse>
   const T& as(Parse&& parse) const {
     if (!typed_) {
       std::lock_guard<std::mutex> lock(cache_->m);
-      if (!cache_->typed) {
-        cache_->typed = std::make_shared<const T>(parse(raw_));
-        cache_->type = &typeid(T);
-      }
-      check<T>(*cache_->type);
-      return *static_cast<const T*>(cache_->typed.get());
+      for (const auto& [type, parsed] : cache_->parsed)
+        if (*type == typeid(T)) return *static_cast<const T*>(parsed.get());
+      auto parsed = std::make_shared<const T>(parse(raw_));
+      cache_->parsed.emplace_back(&typeid(T), parsed);
+      return *parsed;
     }
     check<T>(*type_);
     return *static_cast<const T*>(typed_.get());
@@ -76,14 +77,13 @@ class BackendOptions {
   }
   struct Cache {
     std::mutex m;
-    std::shared_ptr<const void> typed;
-    const std::type_info* type = nullptr;
+    std::vector<std::pair<const std::type_info*, std::shared_ptr<const void>>> parsed;  // one per type read
   };
   nlohmann::json raw_ = nlohmann::json::object();        // when typed_ is null
   std::shared_ptr<const void> typed_;                     // the parsed struct, immutable
   const std::type_info* type_ = nullptr;
   nlohmann::json (*render_)(const void*) = nullptr;
-  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();  // raw_'s parse, shared by copies of it
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();  // raw_'s parses, shared by copies of it
 };
 
 }  // namespace zb::backends
