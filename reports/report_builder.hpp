@@ -36,6 +36,20 @@ struct ThroughputInputs {
 // The summary keys every report has; a caller adds its own (final_loss, entropy_floor_nats).
 Summary summary_record(const ThroughputInputs& t);
 
+// summary.batching from a token file's rows (models::RowStats, or anything with its fields): the
+// one mapping `run` and `project` both write.
+template <class Rows>
+BatchingSummary batching_summary(const std::string& mode, const Rows& rows) {
+  BatchingSummary b;
+  b.mode = mode;
+  b.real_tokens_per_rank_per_step = rows.real_tokens;
+  b.documents_per_rank_per_step = rows.documents;
+  b.label_tokens_per_rank_per_step = rows.label_tokens;
+  b.padding_fraction = rows.padding_fraction;
+  b.attention_span = rows.attention_span;
+  return b;
+}
+
 // A report's parts, typed (reports/run_report.hpp) but for the config section and the profile,
 // which their writers still assemble as JSON; build_report adds the schema header and the
 // creation time.

@@ -53,6 +53,13 @@ def bucket_point(backend, size):
 
 # Each moved point: the test it came from, its crossval arguments (as that test ran them, W = `nproc`,
 # --model tiny), what expect_agreement was given, and the extra checks of its kind.
+def zero12_plain(stage, precision, test):
+    """ZeRO-1/2 without offload at DeepSpeed's default bucket, checked with `test`'s assertions."""
+    return {"name": f"zero{stage}-{precision}", "test": test,
+            "args": f"--backend zero{stage} --precision {precision} {GA}", "nproc": 2,
+            "upstream": f"DeepSpeed ZeRO-{stage}", "modes": 1, "steps": 2, "kind": "plain"}
+
+
 POINTS = [
     # Zero3OffloadCrossval.AgreesWithDeepSpeedWithBothOffloads keeps both offloads together in CI.
     {"name": "zero3-offload-param", "test": "Zero3OffloadCrossval.AgreesWithDeepSpeedWithBothOffloads",
@@ -74,18 +81,11 @@ POINTS = [
     # Crossval.Zero1AndZero2AgreeWithDeepSpeedInFp32, is gone): CI runs zero1 fp32 in
     # Crossval.Zero1PacksItsBucketsAsDeepSpeed (50,000, overlap_comm), zero2 fp32 in
     # Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem, both in bf16 in the bucket tests.
-    {"name": "zero1-fp32", "test": "Crossval.Zero1PacksItsBucketsAsDeepSpeed",
-     "args": f"--backend zero1 --precision fp32 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
-     "steps": 2, "kind": "plain"},
-    {"name": "zero2-fp32", "test": "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem",
-     "args": f"--backend zero2 --precision fp32 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
-     "steps": 2, "kind": "plain"},
-    {"name": "zero1-bf16", "test": "Crossval.Zero1PacksItsBucketsAsDeepSpeed",
-     "args": f"--backend zero1 --precision bf16 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
-     "steps": 2, "kind": "plain"},
-    {"name": "zero2-bf16", "test": "Crossval.Zero2PacksItsBucketsAsDeepSpeed",
-     "args": f"--backend zero2 --precision bf16 {GA}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
-     "steps": 2, "kind": "plain"},
+    *[zero12_plain(stage, precision, test) for stage, precision, test in (
+        (1, "fp32", "Crossval.Zero1PacksItsBucketsAsDeepSpeed"),
+        (2, "fp32", "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem"),
+        (1, "bf16", "Crossval.Zero1PacksItsBucketsAsDeepSpeed"),
+        (2, "bf16", "Crossval.Zero2PacksItsBucketsAsDeepSpeed"))],
     # Crossval.Zero3AgreesWithDeepSpeedInFp32: CI keeps fp32 (bf16 at the default buckets runs in the packed
     # and checkpointed-blocks tests).
     {"name": "zero3-bf16", "test": "Crossval.Zero3AgreesWithDeepSpeedInFp32",

@@ -513,16 +513,7 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   parts.env = env;
   parts.config = config;
   parts.summary = reports::summary_record(throughput);
-  if (rows.documents) {
-    reports::BatchingSummary b;
-    b.mode = rows.mode;
-    b.real_tokens_per_rank_per_step = rows.stats.real_tokens;
-    b.documents_per_rank_per_step = rows.stats.documents;
-    b.label_tokens_per_rank_per_step = rows.stats.label_tokens;
-    b.padding_fraction = rows.stats.padding_fraction;
-    b.attention_span = rows.stats.attention_span;
-    parts.summary.batching = b;
-  }
+  if (rows.documents) parts.summary.batching = reports::batching_summary(rows.mode, rows.stats);
   parts.sections["projection"] = projection;
   return reports::build_report(parts);
 }

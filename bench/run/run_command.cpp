@@ -152,14 +152,7 @@ reports::BatchingSummary batching_stats(const backends::EngineSpec& spec, const 
   for (const auto& s : steps)
     if (s.measured) measured.push_back(s.step);
   const auto rows = models::row_stats(data, measured, t.grad_accum, world, t.micro_batch, t.seq_len);
-  reports::BatchingSummary b;
-  b.mode = t.batching.empty() ? std::string("pack-naive") : t.batching;
-  b.real_tokens_per_rank_per_step = rows.real_tokens;
-  b.documents_per_rank_per_step = rows.documents;
-  b.label_tokens_per_rank_per_step = rows.label_tokens;
-  b.padding_fraction = rows.padding_fraction;
-  b.attention_span = rows.attention_span;
-  return b;
+  return reports::batching_summary(t.batching.empty() ? std::string("pack-naive") : t.batching, rows);
 }
 
 json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
