@@ -66,8 +66,13 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, std::chron
   bool killed = false;
   auto kill_deadline = std::chrono::steady_clock::time_point::max();
   int status = 0;
+  // Once every writer has closed the pipe (a child that sends its stderr to a file closes it at
+  // once), poll reports POLLHUP without waiting: the fd leaves the poll set (a negative fd is
+  // ignored) and the 50 ms tick still paces the loop instead of a busy wait on waitpid.
+  bool pipe_open = true;
   while (true) {
-    pollfd pfd{pipe_fds[0], POLLIN, 0};
+    ++r.wakeups;
+    pollfd pfd{pipe_open ? pipe_fds[0] : -1, POLLIN, 0};
     if (poll(&pfd, 1, 50) > 0) {
       char buf[4096];
       ssize_t n;
@@ -76,6 +81,7 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, std::chron
         captured.append(buf, size_t(n));
         if (captured.size() > 16384) captured.erase(0, captured.size() - 16384);
       }
+      if (n == 0) pipe_open = false;  // end of file: no writer is left
     }
     pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;

@@ -3,6 +3,7 @@
 // on timeout or interrupt. Must not: interpret what the child does.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ struct SubprocessResult {
   int signal = 0;             // signal that ended it, 0 if it exited
   std::string stderr_tail;    // the last lines it wrote to stderr
   double wall_s = 0;
+  // Times the wait loop went round: one per 50 ms tick or burst of output, so about wall_s / 0.05
+  // for a quiet child (a loop that spun instead would count hundreds of thousands).
+  int64_t wakeups = 0;
 };
 
 // argv[0] is the program path. timeout 0 = none. stderr is also passed through to ours.

@@ -7,7 +7,7 @@
 # summary reports/results/cpu/crossval-sweeps/sweeps.json (schema zerobench.crossval_sweeps) and
 # sweeps.md; exit 1 when a point fails a check. CI keeps one representative of each sweep
 # (docs/testing.md, "What CI runs and what the sweeps prove").
-#   ./scripts/crossval-sweeps.sh                 every point (26 crossvals: 15-30 min on 2 cores)
+#   ./scripts/crossval-sweeps.sh                 every point (28 crossvals: 15-30 min on 2 cores)
 #   ./scripts/crossval-sweeps.sh POINT...        only these points (their entries replaced, the others kept)
 #   ./scripts/crossval-sweeps.sh --summary-only  rewrite sweeps.md from the committed sweeps.json
 #   ./scripts/crossval-sweeps.sh --check         exit 1 unless sweeps.json records every current point passing (CI)

@@ -102,6 +102,12 @@ POINTS = [
     {"name": "zero1-pack-bf16", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
      "args": "--backend zero1 --precision bf16 {pack}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
      "steps": 2, "kind": "pack"},
+    {"name": "fsdp2-pack-fp32", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
+     "args": "--backend fsdp2 --precision fp32 {pack}", "nproc": 2, "upstream": "FSDP2", "modes": 1, "steps": 2,
+     "kind": "pack"},
+    {"name": "zero2-pack-bf16", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
+     "args": "--backend zero2 --precision bf16 {pack}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
+     "steps": 2, "kind": "pack"},
     # Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem: CI keeps zero2 fp32.
     {"name": "fsdp-pad-fp32", "test": "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem",
      "args": "--backend fsdp --precision fp32 {pad}", "nproc": 2, "upstream": "FSDP1", "modes": 1, "steps": 2,
