@@ -44,6 +44,7 @@ inline constexpr int64_t kDefaultParamPersistenceThreshold = 100000;
 inline constexpr int64_t kDefaultMaxLiveParameters = 1000000000;
 inline constexpr int64_t kDefaultMaxReuseDistance = 1000000000;
 inline constexpr int64_t kDefaultSubGroupSize = 1000000000;
+inline constexpr int64_t kDefaultAllgatherBucketSize = 500000000;  // stages 1 and 2
 }  // namespace zero_keys
 
 // zero_optimization's fields as DeepSpeedZeroConfig names and defaults them (stage-3 names).
@@ -68,7 +69,7 @@ struct DeepSpeedZeroConfig {
   // Stages 1 and 2 only (read and honoured when the stage is 1 or 2; ignored with a reason for
   // stage 3). overlap_comm above defaults to false for stages 1/2 (config.py overlap_comm_valid).
   bool reduce_scatter = true;
-  int64_t allgather_bucket_size = 500000000;
+  int64_t allgather_bucket_size = zero_keys::kDefaultAllgatherBucketSize;
   bool allgather_partitions = true;
   bool use_multi_rank_bucket_allreduce = true;
   bool round_robin_gradients = false;

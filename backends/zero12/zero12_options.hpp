@@ -18,7 +18,7 @@ namespace zb::backends::zero12 {
 struct Zero12Options {
   int stage = 2;                                 // 1: optimizer states partitioned; 2: gradients too
   int64_t reduce_bucket_size = config::zero_keys::kDefaultReduceBucketSize;  // IPG bucket (elements)
-  int64_t allgather_bucket_size = 500000000;     // read only without all_gather_into_tensor (see engine)
+  int64_t allgather_bucket_size = config::zero_keys::kDefaultAllgatherBucketSize;  // read only without all_gather_into_tensor (see engine)
   bool overlap_comm = false;                     // config.py overlap_comm_valid: False below stage 3
   bool contiguous_gradients = true;
   bool reduce_scatter = true;                    // average_tensor's partition-wise path (vs one all-reduce)

@@ -206,7 +206,7 @@ class Zero12Builder {
   const CollectiveCost& cost_;
   int W_;
   int stage_ = 2;
-  int64_t bucket_size_ = 500000000, bucket_elements_ = 0;
+  int64_t bucket_size_ = config::zero_keys::kDefaultReduceBucketSize, bucket_elements_ = 0;
   bool overlap_ = false, reduce_scatter_ = true, boundary_ = true;
   ProgramDtype model_, comm_;
   FlatLayout layout_;
