@@ -187,6 +187,33 @@ TEST(CompareSides, TheBatchOneFileFixesIsGivenToEverySide) {
   EXPECT_EQ(r.output.find("--micro-batch"), std::string::npos) << r.output;  // nothing to align
 }
 
+// Two DeepSpeed files whose scheduler has warmup_num_steps "auto" (transformers' ds_config_zero2.json
+// and its copies): run refuses them without a warm-up and names --lr-warmup-steps / --lr-warmup-ratio
+// as the way round; compare takes those flags and gives them to every side (found by the
+// 2026-11-28 real-file trial: compare had neither, so such a pair could not be compared at all).
+TEST(CompareSides, AnAutoWarmUpFileComparesWithTheWarmUpGivenToEverySide) {
+  const std::string a = kSrc + "/tests/configs/real/qwen_ds_config_zero2.json",
+                    b = kSrc + "/tests/configs/real/accelerate_zero_stage2_config.json";
+  auto r = run_zerobench("compare " + a + " " + b + " --repeat 1 --dry-run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("give --lr-warmup-steps N or --lr-warmup-ratio R"), std::string::npos) << r.output;
+  for (const std::string flag : {"--lr-warmup-steps 2", "--lr-warmup-ratio 0.5"}) {
+    r = run_zerobench("compare " + a + " " + b + " " + flag + " --repeat 1 --dry-run");
+    ASSERT_EQ(r.exit_code, 0) << flag << "\n" << r.output;
+    size_t n = 0;
+    for (size_t p = r.output.find(flag); p != std::string::npos; p = r.output.find(flag, p + 1)) ++n;
+    EXPECT_EQ(n, 2u) << "both runs get " << flag << ":\n" << r.output;
+  }
+  // Given once: not also by a spec side, and not both forms.
+  r = run_zerobench("compare " + a + " zero2:fp32:lr-warmup-steps=3 --lr-warmup-steps 2 --repeat 1 --dry-run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("side 'zero2:fp32:lr-warmup-steps=3': lr-warmup-steps=3 beside compare's --lr-warmup-steps"),
+            std::string::npos)
+      << r.output;
+  r = run_zerobench("compare " + a + " " + b + " --lr-warmup-steps 2 --lr-warmup-ratio 0.5 --dry-run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 // ---- the compare document ---------------------------------------------------------------------
 
 TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {
