@@ -274,6 +274,33 @@ TEST(CompareAnalysis, VerdictNumbersEqualTheJson) {
   EXPECT_TRUE(sides[0]["curves"]["identical_across_rounds"].get<bool>());
 }
 
+// A side that offloads its optimizer keeps its fp32 masters on the host: the verdict must not say
+// the other side alone "keeps separate fp32 master weights", and names the host bytes the device
+// totals leave out (2026-11-28 trial: transformers' ds_config_zero2.json, offload_optimizer cpu,
+// against ms-swift's zero2.json was explained by "msswift_zero2 keeps separate fp32 master weights").
+TEST(CompareAnalysis, OffloadedStatesAreNamedAndAnOffloadedMasterIsStillKept) {
+  const auto off = smoke("zero2_bf16_zero-offload-optimizer-cpu");
+  const auto c = compare_of({rounds("offloaded", off, {1, 1}), rounds("on_device", smoke("zero2_bf16"), {1, 1})});
+  const auto& cmp = c["comparisons"][0];
+  EXPECT_TRUE(cmp["keeps_master"]["side"].get<bool>());
+  EXPECT_TRUE(cmp["keeps_master"]["baseline"].get<bool>()) << "its fp32 master is on the host";
+  const std::string v = c["verdict"];
+  EXPECT_EQ(v.find("keeps separate"), std::string::npos) << v;
+  int64_t host = 0;
+  for (const auto& rk : off["ranks"]) {
+    int64_t t = 0;
+    for (const char* k : {"params", "master_params", "grads", "optimizer", "buffers"})
+      t += rk["memory"]["model_states_bytes"]["host"].value(k, int64_t(0));
+    host = std::max(host, t);
+  }
+  ASSERT_GT(host, 0);
+  EXPECT_EQ(c["sides"][0]["memory"]["max"]["host_model_states_total_bytes"].get<int64_t>(), host);
+  EXPECT_TRUE(c["sides"][1]["memory"]["max"]["host_model_states_total_bytes"].is_null());
+  EXPECT_NE(v.find("offloaded to the host, not counted in those: " + fmt("%.1f", host / 1048576.0) + " MiB for offloaded"),
+            std::string::npos)
+      << v;
+}
+
 TEST(CompareAnalysis, NoPlantedDifferenceIsNotBeyondNoise) {
   // Same report both sides, jittered differently: the ratio's interval contains 1.
   const auto c = compare_of({rounds("a", smoke("fsdp_fp32"), {1.00, 1.02, 0.98, 1.01, 0.99, 1.00}),
