@@ -197,6 +197,7 @@ DeepSpeedScheduler read_deepspeed_scheduler(const json& s, double optimizer_lr, 
   const json& p = s["params"];
   if (!p.is_object()) throw UsageError("scheduler.params " + p.dump() + " is not a mapping");
   out.type = type;
+  notes.apply("scheduler.type", type, "DeepSpeed's lr_schedules." + type + " (config.train.lr_schedule_params)");
   const auto& allowed = kParams.at(type);
   // The constructors' defaults.
   if (type == "WarmupLR") out.warmup_max_lr = optimizer_lr;  // warmup_max_lr=None: the optimizer's lr

@@ -194,6 +194,53 @@ TEST(RealConfigCorpus, HasAtLeastTwelveFilesFromSeveralRepositories) {
   EXPECT_GE(runs, 8);
 }
 
+// Every leaf of every DeepSpeed JSON of the corpus that resolves (with the warm-up flag the "auto"
+// warm-up refusal names) is accounted for in the notes the report carries: the leaf itself, a
+// section above it applied or ignored whole, or keys below it. RealConfig checks the YAML files'
+// keys and only the sections it names; this one reads every leaf, without starting a run. It caught
+// `scheduler.type`, honoured (the LR schedule) yet listed nowhere (2026-11-28 trial).
+TEST(RealConfigCorpus, EveryLeafOfEveryDeepSpeedJsonIsAppliedOrIgnored) {
+  int checked = 0, leaves = 0;
+  for (const auto& c : corpus()) {
+    std::ifstream in(kCorpus + c.file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto first = text.str().find_first_not_of(" \t\r\n");
+    if (first == std::string::npos || text.str()[first] != '{') continue;  // accelerate YAML
+    bench::RunOptions::Resolved r;
+    try {
+      r = resolve({"--config", kCorpus + c.file, "--model", "tiny", "--nproc", "2"});
+    } catch (const UsageError& e) {
+      if (std::string(e.what()).find("--lr-warmup-steps N") == std::string::npos) continue;  // refused: RealConfig
+      r = resolve({"--config", kCorpus + c.file, "--model", "tiny", "--nproc", "2", "--lr-warmup-steps", "2"});
+    }
+    std::vector<std::string> keys;
+    for (const auto* section : {&r.provenance.notes.applied, &r.provenance.notes.ignored})
+      for (const auto& k : *section) keys.push_back(k.key);
+    const auto accounted = [&](const std::string& leaf) {
+      for (const auto& k : keys)
+        if (k == leaf || k.rfind(leaf + ".", 0) == 0 || leaf.rfind(k + ".", 0) == 0) return true;
+      return false;
+    };
+    const json root = json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
+    std::vector<std::pair<std::string, const json*>> todo;
+    for (const auto& [k, v] : root.items()) todo.push_back({k, &v});
+    while (!todo.empty()) {
+      const auto [path, v] = todo.back();
+      todo.pop_back();
+      if (v->is_object() && !v->empty()) {
+        for (const auto& [k, child] : v->items()) todo.push_back({path + "." + k, &child});
+        continue;
+      }
+      ++leaves;
+      EXPECT_TRUE(accounted(path)) << c.file << ": " << path << " is neither applied nor ignored";
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 30) << "the corpus's DeepSpeed files that resolve";
+  EXPECT_GE(leaves, 500);
+}
+
 // ---- DeepSpeed JSON, key by key -------------------------------------------------------------
 
 TEST(DeepSpeedConfig, AliasesAutoAndSubGroupZeroResolveAsDeepSpeedAndTransformers) {

@@ -55,12 +55,14 @@ struct Memory {
 
 Memory memory_of(const RunReport& report) {
   json ranks = json::array();
-  double max_states = kNaN, max_peak = kNaN, max_est = kNaN;
+  double max_states = kNaN, max_peak = kNaN, max_est = kNaN, max_host = kNaN;
   auto up = [](double& m, double v) {
     if (std::isfinite(v)) m = std::isfinite(m) ? std::max(m, v) : v;
   };
   for (const auto& r : report.rank_records()) {
     const auto& m = r.memory;
+    // Offloaded states (model_states_bytes.host) are not in model_states_total_bytes (the device's).
+    if (m.model_states_bytes.host) up(max_host, double(m.model_states_bytes.host->total()));
     double est = m.estimate ? num(m.estimate->peak_bytes) : kNaN;
     if (!std::isfinite(est)) est = num(m.estimated_peak_bytes);
     const double states = num(m.model_states_total_bytes), peak = double(m.peak_tracked_bytes);
@@ -78,7 +80,8 @@ Memory memory_of(const RunReport& report) {
               {"max",
                {{"model_states_total_bytes", num_json(max_states)},
                 {"peak_tracked_bytes", num_json(max_peak)},
-                {"estimate_peak_bytes", num_json(max_est)}}}};
+                {"estimate_peak_bytes", num_json(max_est)},
+                {"host_model_states_total_bytes", num_json(max_host)}}}};
   return {doc, max_states, max_peak, max_est};
 }
 
@@ -287,10 +290,15 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
         if (std::isfinite(d) && std::abs(d) > std::abs(delta)) delta = d, largest = cat.name;
       }
       c["largest_category_difference"] = {{"category", largest}, {"delta_bytes", delta}};
-      const Category& master = kCategories[1];
-      const double ma_master = category_max(*a, master), mb_master = category_max(*b, master);
-      c["keeps_master"] = {{"side", std::isfinite(mb_master) && mb_master > 0},
-                           {"baseline", std::isfinite(ma_master) && ma_master > 0}};
+      // Master weights kept on the device or, offloaded, on the host: both keep them.
+      const auto keeps_master = [](const RunReport& r) {
+        for (const auto& rk : r.rank_records()) {
+          const auto& m = rk.memory.model_states_bytes;
+          if (m.master_params > 0 || (m.host && m.host->master_params.value_or(0) > 0)) return true;
+        }
+        return false;
+      };
+      c["keeps_master"] = {{"side", keeps_master(*b)}, {"baseline", keeps_master(*a)}};
     }
     if (a && b) {  // the curves of each side's first successful run
       const auto la = series(*a, &reports::StepRecord::loss), lb = series(*b, &reports::StepRecord::loss);

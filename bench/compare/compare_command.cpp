@@ -52,6 +52,8 @@ RunArgs workload_args(const CompareOptions& o, const CLI::App& app) {
   if (given("--batching")) w.emplace_back("batching", o.batching);
   if (given("--seed")) w.emplace_back("seed", std::to_string(o.seed));
   if (o.activation_checkpointing) w.emplace_back("activation-checkpointing", "true");
+  if (given("--lr-warmup-steps")) w.emplace_back("lr-warmup-steps", std::to_string(o.lr_warmup_steps));
+  if (given("--lr-warmup-ratio")) w.emplace_back("lr-warmup-ratio", o.lr_warmup_ratio);
   if (!o.no_profile) {
     w.emplace_back("profile", "true");
     w.emplace_back("profile-steps", "2");
@@ -65,6 +67,13 @@ json plan_from_options(const CompareOptions& o, const CLI::App& app) {
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below --steps " + std::to_string(o.steps));
   const auto sides = parse_sides(o.sides);
   RunArgs workload = workload_args(o, app);
+  // A warm-up compare gives every side may not also be a spec's own (the run would get it twice).
+  for (const auto& s : sides)
+    for (const auto& [k, v] : s.options)
+      for (const char* flag : {"lr-warmup-steps", "lr-warmup-ratio"})
+        if (app.count(std::string("--") + flag) > 0 && (k == "lr-warmup-steps" || k == "lr-warmup-ratio"))
+          throw UsageError("side '" + s.spec + "': " + k + "=" + v + " beside compare's --" + flag +
+                           ", which every side gets: give the warm-up once");
   json plan = {{"schema", {{"name", "zerobench.compare-plan"}, {"version", 1}}},
                {"repeat", o.repeat},
                {"timeout_s", o.timeout_s},
@@ -224,6 +233,12 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--device", o.device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "every side recomputes each block in backward (a trainer setting, not in either config file)");
+  app.add_option("--lr-warmup-steps", o.lr_warmup_steps,
+                 "LR warm-up steps for every side (HF's warmup_steps: fills a DeepSpeed warmup_num_steps \"auto\")")
+      ->check(NonNegative());
+  app.add_option("--lr-warmup-ratio", o.lr_warmup_ratio, "LR warm-up for every side as a fraction of --steps, in [0, 1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes("--lr-warmup-steps");
   app.add_option("--data", o.data, "random|markov|megatron:PREFIX|tokens:PATH:uint16|uint32:eos=ID|lengths:FILE.json|csv (docs/data.md)")
       ->check(CLI::Validator(models::data_spec_problem, "DATA", "DATA"));
   app.add_option("--batching", o.batching, "pad|pack|pack-naive: how every side's documents form rows (docs/data.md)")

@@ -23,6 +23,8 @@ struct CompareOptions {
   int64_t micro_batch = 0, grad_accum = 0;  // 0: each side's own (a config file's, else the run default)
   int64_t layers = 0;                         // 0: the model's own
   bool activation_checkpointing = false;      // every side recomputes each block (HF's gradient_checkpointing)
+  int64_t lr_warmup_steps = 0;                // HF's warmup_steps for every side (only when given)
+  std::string lr_warmup_ratio;                // or as a fraction of --steps, passed as written
   int threads = 0;
   std::string device = "cpu", data, batching;
   uint64_t seed = 0;

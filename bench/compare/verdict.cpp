@@ -73,6 +73,13 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
     else if (!largest.empty())
       out += "; the largest difference by category is " + largest + " (" + delta + ")" +
              (master.empty() ? "" : ": " + master);
+    // Offloaded states are not in those device bytes: say where they went.
+    std::string host;
+    for (const auto& [label, m] : {std::pair{a, &ma}, std::pair{b, &mb}})
+      if (m->contains("host_model_states_total_bytes") && (*m)["host_model_states_total_bytes"].is_number() &&
+          d((*m)["host_model_states_total_bytes"]) > 0)
+        host += (host.empty() ? "" : ", ") + mib((*m)["host_model_states_total_bytes"]) + " MiB for " + label;
+    if (!host.empty()) out += "; offloaded to the host, not counted in those: " + host;
     out += ". ";
   }
   if (c["peak_tracked_ratio"].is_number()) {
