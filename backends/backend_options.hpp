@@ -1,6 +1,6 @@
 // backend_options.hpp — a backend's options as EngineSpec carries them: type-erased, typed.
 // Owns: BackendOptions, the holder of one backend's options struct (zero3::Zero3Options,
-// fsdp::FsdpOptions, ...) that resolution (BackendInfo::read_config / apply_flags) parsed and
+// fsdp::FsdpOptions, ...) that resolution (BackendInfo::config.read / apply_flags) parsed and
 // validated once, or of a raw JSON object not parsed yet (a test's spec, a report's options
 // replayed, model-info's offload choices), which the backend's accessor (e.g.
 // zero3::zero3_options(spec)) parses once on first use and keeps (a raw object names no backend:

@@ -3,7 +3,7 @@
 // memory estimate"). Each built-in backend's own terms live in its folder
 // (ddp/ddp_estimate.cpp, fsdp/fsdp_estimate.cpp, fsdp2/fsdp2_estimate.cpp,
 // zero3/zero3_estimate.cpp, zero12/zero12_estimate.cpp) and reach the program through its
-// BackendInfo::estimate_peak. Model states come from each backend's closed form; activations
+// BackendInfo::training.estimate_peak. Model states come from each backend's closed form; activations
 // from models/activation_memory. Owns: the shared terms (model states, batches, RoPE tables,
 // activations, the optimizer step's norm transient), the moments, PeakEstimate's sums and JSON.
 // Must not: allocate or measure anything, or hold one backend's formulas.
@@ -43,7 +43,7 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
 void add_optimizer_transient(PeakEstimate& e, int64_t largest_grad_numel, int grad_bytes);
 
 // An empty estimate for the run's shard layout, as the backend's engine builds its groups
-// (BackendInfo::shard_layout): world, ranks per node, shard group.
+// (BackendInfo::training.shard_layout): world, ranks per node, shard group.
 PeakEstimate for_layout(const ShardLayout& l);
 
 }  // namespace zb::backends::estimate

@@ -1,7 +1,7 @@
 // precision_plan.hpp — the typed precision plan of a run: which dtype each piece of model state
 // is held and moved in (the blog's Table 2: load, flat/sharded parameters, compute, reduction,
 // gradients, masters, optimizer states). Each backend works it out from its own dtype rules
-// (BackendInfo::precision_plan) — the same functions its engine builds its tensors from — and
+// (BackendInfo::training.precision_plan) — the same functions its engine builds its tensors from — and
 // every report carries it under config.precision_plan, one set of keys for every backend.
 // Owns: the struct and its JSON form. Must not: know a particular backend.
 #pragma once

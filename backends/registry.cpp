@@ -26,9 +26,9 @@ namespace {
 // On a CPU-only run (`gloo`) a built-in backend's offloaded host terms share the memory the peak
 // is measured in.
 BackendInfo builtin(BackendInfo info) {
-  if (!info.estimate_peak) return info;
-  info.estimate_peak = [estimate = std::move(info.estimate_peak)](const EngineSpec& spec, const Topology& topo, int rank,
-                                                                  bool gloo) {
+  if (!info.training.estimate_peak) return info;
+  auto& peak = info.training.estimate_peak;
+  peak = [estimate = std::move(peak)](const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
     auto e = estimate(spec, topo, rank, gloo);
     e.host_is_device = gloo;
     return e;
@@ -70,7 +70,7 @@ CheckpointLayout default_checkpoint_layout() {
 
 std::string lifecycle_study_backend() {
   for (const auto& b : registered_backends())
-    if (b.lifecycle_study_default) return b.name;
+    if (b.lifecycle.study_default) return b.name;
   return registered_backends().front().name;
 }
 
@@ -95,7 +95,7 @@ void validate_precision(const std::string& name, const std::string& precision) {
 
 std::unique_ptr<Engine> create_engine(const std::string& name, const EngineSpec& spec, const runtime::World& world) {
   validate_precision(name, spec.precision);
-  return backend(name).create(spec, world);
+  return backend(name).training.create(spec, world);
 }
 
 }  // namespace zb::backends

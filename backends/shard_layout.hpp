@@ -1,7 +1,7 @@
 // shard_layout.hpp — the shard layout of a run: how many ranks, how many share a node, the ranks
 // a parameter is sharded over (the shard group), the ranks that hold the same shard (the
 // replicate group) and each unit's padding. Worked out once per run by the backend
-// (BackendInfo::shard_layout, from its options and the Topology) and consumed by its engine (its
+// (BackendInfo::training.shard_layout, from its options and the Topology) and consumed by its engine (its
 // process groups), its closed form (expected_bytes), its memory estimate and the report
 // (config.shard_layout), so that none of them derives the shard group from bare ints again.
 // Owns: the value type, its group arithmetic and its JSON form. Must not: know a particular

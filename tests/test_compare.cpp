@@ -478,7 +478,7 @@ TEST(CompareRender, CommittedBlogCompareRegeneratesFromItsRuns) {
   EXPECT_NE(slurp(dir + "/compare.json"), slurp(committed + "/compare.json"));
 }
 
-// A backend's option effects are its own (BackendInfo::option_effects, e.g. zero3_config.cpp) and
+// A backend's option effects are its own (BackendInfo::analysis.option_effects, e.g. zero3_config.cpp) and
 // reach the diff through the registry: a backend registered by a program (as the toy backend is)
 // describes its keys with no edit to bench/compare; the general sentences (backend, precision,
 // config.train) are not overridden by a backend's. Registered last in this file: earlier tests
@@ -490,7 +490,8 @@ TEST(CompareAnalysis, OptionEffectsComeFromTheRegisteredBackends) {
   const std::string general = config_effect("backend");
   backends::BackendInfo info;
   info.name = "effects_test";
-  info.option_effects = {{"effects_test_knob", "a test backend's own knob"}, {"backend", "not the general sentence"}};
+  info.analysis.option_effects = {{"effects_test_knob", "a test backend's own knob"},
+                                  {"backend", "not the general sentence"}};
   backends::register_backend(info);
   EXPECT_EQ(config_effect("options.effects_test_knob"), "a test backend's own knob");
   EXPECT_EQ(config_effect("backend"), general);

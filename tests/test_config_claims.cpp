@@ -36,13 +36,13 @@ std::string usage_error(const std::vector<std::string>& flags) {
 backends::BackendInfo toy_backend() {
   backends::BackendInfo info = backends::backend(backends::default_backend_name());
   info.name = "toy_claims";
-  info.config_claim = [](const backends::ConfigIdentity& id) {
+  info.config.claim = [](const backends::ConfigIdentity& id) {
     if (id.accelerate && id.distributed_type == "MEGATRON_LM") return 2;
     if (!id.accelerate && id.zero_stage == 2) return 3;  // above zero2's own claim (2)
     return 0;
   };
-  info.config_claim_text = "MEGATRON_LM";
-  info.read_config = [](const backends::ConfigInput& in, backends::ResolvedConfig& out) {
+  info.config.claim_text = "MEGATRON_LM";
+  info.config.read = [](const backends::ConfigInput& in, backends::ResolvedConfig& out) {
     out.precision = "fp32";
     out.options = {{"read_by", "toy_claims"}, {"stage", in.launch ? -1 : in.file.root["zero_optimization"]["stage"].get<int>()}};
     out.provenance.notes.apply("distributed_type", in.launch ? in.launch->distributed_type : "(DeepSpeed JSON)", "toy");
@@ -51,12 +51,13 @@ backends::BackendInfo toy_backend() {
   flag.name = "--toy-knob";
   flag.help = "toy_claims: a knob";
   flag.kind = backends::BackendFlag::Kind::kCount;
-  info.flags = {flag};
-  info.flags_title = "Toy";
-  info.apply_flags = [](const backends::FlagValues& given, bool, backends::EngineSpec& spec, config::ConfigNotes&) {
+  info.config.flags = {flag};
+  info.config.flags_title = "Toy";
+  info.config.apply_flags = [](const backends::FlagValues& given, bool, backends::EngineSpec& spec,
+                               config::ConfigNotes&) {
     if (given.count("--toy-knob")) spec.options["knob"] = given.at("--toy-knob").count;
   };
-  info.broadcasts_initial_weights = nullptr;
+  info.training.broadcasts_initial_weights = nullptr;
   return info;
 }
 

@@ -39,7 +39,8 @@ TEST(DdpMemory, EngineOwnedBytesEqualTheClosedForm) {
     spec.train.warmup = 0;
     test_support::run_ranks(2, [&](runtime::World& world) {
       auto [engine, r] = test_support::train_on(world, "ddp", spec);
-      EXPECT_EQ(r.model_state_bytes, backends::backend("ddp").expected_bytes(spec, 2, world.rank)) << precision;
+      EXPECT_EQ(r.model_state_bytes, backends::backend("ddp").training.expected_bytes(spec, 2, world.rank))
+          << precision;
       // Comm per step: the flat gradient all-reduced once (one bucket: far below 25 MiB).
       const auto& ar = r.comm_last_step[size_t(backends::common::CollectiveKind::kAllReduce)];
       EXPECT_EQ(ar.count, 1);

@@ -117,7 +117,7 @@ TEST(FsdpMemory, EngineOwnedBytesEqualTheClosedFormAtW3WithUnevenUnits) {
       const int64_t elems = root + 2 * block;  // ceil(numel / 3) per unit: padding included
       const int64_t e = precision == "low" ? 2 : 4;
       const backends::ModelStateBytes expected{elems * e, 0, elems * e, 2 * elems * e, 0, {}};
-      EXPECT_EQ(backends::backend("fsdp").expected_bytes(spec, 3, 0), expected);
+      EXPECT_EQ(backends::backend("fsdp").training.expected_bytes(spec, 3, 0), expected);
       test_support::run_ranks(3, [&](runtime::World& world) {
         auto [engine, r] = test_support::train_on(world, "fsdp", spec);
         EXPECT_EQ(r.model_state_bytes, expected) << precision << " " << backends::fsdp::to_string(st);
@@ -423,7 +423,7 @@ TEST(FsdpWorldSizeOne, SwitchesToNoShardAsFsdp1Does) {
       EXPECT_EQ(r.comm_last_step[size_t(K::kReduceScatter)].count, 0) << precision;
       EXPECT_EQ(r.comm_last_step[size_t(K::kAllReduce)].count, spec.model.layers + 1) << precision;
       // At the end of backward no unit holds an unsharded (or bf16) copy.
-      EXPECT_EQ(r.model_state_bytes, backends::backend("fsdp").expected_bytes(spec, 1, 0)) << precision;
+      EXPECT_EQ(r.model_state_bytes, backends::backend("fsdp").training.expected_bytes(spec, 1, 0)) << precision;
     });
   }
   // fp32 at W=1 still equals the single-process reference.

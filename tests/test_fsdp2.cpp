@@ -154,7 +154,8 @@ TEST(Fsdp2Memory, PerRankBytesEqualTheClosedFormAndRealFsdp2AtW3) {
                                                             : std::vector<int64_t>{1165496, 1165496, 1137296};
       for (int r = 0; r < 3; ++r) {
         const backends::ModelStateBytes expected{shard, 0, shard, optim[size_t(r)], 0, {}};
-        EXPECT_EQ(backends::backend("fsdp2").expected_bytes(spec, 3, r), expected) << precision << " rank " << r;
+        EXPECT_EQ(backends::backend("fsdp2").training.expected_bytes(spec, 3, r), expected)
+            << precision << " rank " << r;
       }
       test_support::run_ranks(3, [&](runtime::World& world) {
         auto [engine, res] = test_support::train_on(world, "fsdp2", spec);
@@ -184,7 +185,7 @@ TEST(Fsdp2Memory, NoSyncMicroBatchesHoldUnshardedGradientsInTheReduceDtype) {
       engine->forward_backward(b, 0.5, /*last_micro_batch=*/true);
       EXPECT_EQ(engine->comm().stats()[size_t(K::kReduceScatter)].count, comm_before + 3);
       EXPECT_EQ(engine->model_state_bytes().grads,
-                backends::backend("fsdp2").expected_bytes(spec, 2, world.rank).grads);
+                backends::backend("fsdp2").training.expected_bytes(spec, 2, world.rank).grads);
     });
   }
 }
@@ -499,7 +500,7 @@ TEST(Fsdp2Options, ResolvedMixedPrecisionPolicyAndDivideFactors) {
   // fp32 precision has no param_dtype: an output_dtype there is refused.
   Fsdp2Options bad;
   bad.output_dtype = "bf16";
-  EXPECT_THROW(backends::backend("fsdp2").expected_bytes(fsdp2_spec("fp32", 1, bad), 2, 0), UsageError);
+  EXPECT_THROW(backends::backend("fsdp2").training.expected_bytes(fsdp2_spec("fp32", 1, bad), 2, 0), UsageError);
 }
 
 // ---------------------------------------------------------------- configs

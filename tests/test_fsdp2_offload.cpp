@@ -70,7 +70,7 @@ void expect_closed_forms(const backends::EngineSpec& spec, int w) {
   test_support::run_ranks(w, [&](runtime::World& world) {
     auto [engine, r] = test_support::train_on(world, "fsdp2", spec);
     const backends::Topology topo(w, w);
-    const auto expected = backends::backend("fsdp2").expected_bytes(spec, topo, world.rank);
+    const auto expected = backends::backend("fsdp2").training.expected_bytes(spec, topo, world.rank);
     EXPECT_TRUE(r.model_state_bytes == expected)
         << "rank " << world.rank << ": " << backends::to_json(r.model_state_bytes).dump() << " vs closed form "
         << backends::to_json(expected).dump();
@@ -235,16 +235,18 @@ TEST(Fsdp2Offload, ClosedFormHoldsNothingOnTheDeviceAndUnpaddedHostGradients) {
   auto plain_spec = spec;
   plain_spec.options = backends::fsdp2::to_json(Fsdp2Options{});
   for (int r = 0; r < 3; ++r) {
-    const auto b = info.expected_bytes(spec, topo, r), plain = info.expected_bytes(plain_spec, topo, r);
+    const auto b = info.training.expected_bytes(spec, topo, r),
+               plain = info.training.expected_bytes(plain_spec, topo, r);
     EXPECT_EQ(b.total(), 0);
     EXPECT_EQ(b.host.params, plain.params);        // padded shards
     EXPECT_EQ(b.host.optimizer, plain.optimizer);  // owned rows
     EXPECT_EQ(2 * b.host.grads, plain.optimizer);  // owned rows, not the padded shard
     EXPECT_TRUE(b.host.pinned);
   }
-  EXPECT_LT(info.expected_bytes(spec, topo, 2).host.grads, info.expected_bytes(plain_spec, topo, 2).grads);
-  ASSERT_EQ(info.offload_choices.size(), 1u);
-  EXPECT_EQ(info.offload_choices[0].options["offload_policy"], "cpu");
+  EXPECT_LT(info.training.expected_bytes(spec, topo, 2).host.grads,
+            info.training.expected_bytes(plain_spec, topo, 2).grads);
+  ASSERT_EQ(info.training.offload_choices.size(), 1u);
+  EXPECT_EQ(info.training.offload_choices[0].options["offload_policy"], "cpu");
 }
 
 // ---------------------------------------------------------------- streams

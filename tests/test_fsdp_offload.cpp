@@ -146,7 +146,7 @@ TEST(FsdpOffload, BytesByLocationAndTrafficPerStepEqualTheClosedFormOnEveryRank)
       const auto run = train(spec, W);
       for (int r = 0; r < W; ++r) {
         SCOPED_TRACE(precision + " " + backends::fsdp::to_string(st) + " rank " + std::to_string(r));
-        const auto closed = backends::backend("fsdp").expected_bytes(spec, W, r);
+        const auto closed = backends::backend("fsdp").training.expected_bytes(spec, W, r);
         EXPECT_EQ(closed, by_hand);
         EXPECT_EQ(run.bytes[size_t(r)], closed);
         const auto traffic = backends::fsdp::offload_traffic_per_step(spec, W, r);
@@ -174,13 +174,14 @@ TEST(FsdpOffload, BytesByLocationAndTrafficPerStepEqualTheClosedFormOnEveryRank)
         const auto traffic = backends::fsdp::offload_traffic_per_step(spec, backends::Topology(w, w), r);
         EXPECT_TRUE(same_traffic(run.last_step[size_t(r)], traffic))
             << spec.options.dump() << " rank " << r << ": " << str(run.last_step[size_t(r)]) << " vs " << str(traffic);
-        EXPECT_EQ(run.bytes[size_t(r)], backends::backend("fsdp").expected_bytes(spec, backends::Topology(w, w), r));
+        EXPECT_EQ(run.bytes[size_t(r)],
+                  backends::backend("fsdp").training.expected_bytes(spec, backends::Topology(w, w), r));
       }
     }
   }
   // Without offload: no host bytes, no traffic.
   auto plain = offload_spec("fp32", 1, false);
-  EXPECT_EQ(backends::backend("fsdp").expected_bytes(plain, 2, 0).host.total(), 0);
+  EXPECT_EQ(backends::backend("fsdp").training.expected_bytes(plain, 2, 0).host.total(), 0);
   EXPECT_TRUE(same_traffic(backends::fsdp::offload_traffic_per_step(plain, 2, 0), {}));
 }
 

@@ -535,7 +535,7 @@ GpuJob gpu_job(const std::vector<std::string>& flags, int world) {
   GpuJob job{r.backend, r.spec, backends::Topology(world, world)};
   const auto& info = backends::backend(job.backend);
   for (int rank : {0, world - 1})
-    job.peak = std::max(job.peak, info.estimate_peak(job.spec, job.topo, rank, /*gloo=*/false).peak_bytes());
+    job.peak = std::max(job.peak, info.training.estimate_peak(job.spec, job.topo, rank, /*gloo=*/false).peak_bytes());
   return job;
 }
 }  // namespace

@@ -82,31 +82,33 @@ TEST(MemoryEstimateTopology, ClosedFormsAndEstimatesShardOverTheNodeUnderHybridS
   // Two nodes of two ranks: each unit is sharded over its node, as FULL_SHARD over 2 ranks is.
   const backends::Topology two_nodes(4, 2);
   EXPECT_EQ(two_nodes.nodes(), 2);
-  EXPECT_EQ(fsdp.expected_bytes(hybrid, two_nodes, 0), fsdp.expected_bytes(full, 2, 0));
+  EXPECT_EQ(fsdp.training.expected_bytes(hybrid, two_nodes, 0), fsdp.training.expected_bytes(full, 2, 0));
   // The fault this catches: counting the shard over all four ranks (a bare world size) halves it.
-  EXPECT_LT(fsdp.expected_bytes(hybrid, 4, 0).params * 3 / 2, fsdp.expected_bytes(hybrid, two_nodes, 0).params);
-  const auto e = backends::to_json(fsdp.estimate_peak(hybrid, two_nodes, 0, true));
+  EXPECT_LT(fsdp.training.expected_bytes(hybrid, 4, 0).params * 3 / 2,
+            fsdp.training.expected_bytes(hybrid, two_nodes, 0).params);
+  const auto e = backends::to_json(fsdp.training.estimate_peak(hybrid, two_nodes, 0, true));
   EXPECT_EQ(e["topology"]["shard_group"], 2);
   EXPECT_EQ(e["topology"]["ranks_per_node"], 2);
-  EXPECT_EQ(term(e, "params", "resident"), fsdp.expected_bytes(full, 2, 0).params);
+  EXPECT_EQ(term(e, "params", "resident"), fsdp.training.expected_bytes(full, 2, 0).params);
   // An explicit hybrid_shard_group_size wins over the node size.
   auto sized = hybrid;
   sized.options["hybrid_shard_group_size"] = 4;
-  EXPECT_EQ(fsdp.expected_bytes(sized, backends::Topology(8, 2), 0), fsdp.expected_bytes(full, 4, 0));
+  EXPECT_EQ(fsdp.training.expected_bytes(sized, backends::Topology(8, 2), 0), fsdp.training.expected_bytes(full, 4, 0));
 
   // FSDP2 HSDP: the mesh's dp_shard dimension is the shard group.
   const auto& fsdp2 = backends::backend("fsdp2");
   const auto hsdp = tiny_spec("mixed", {{"dp_replicate_size", 2}});
   const auto plain = tiny_spec("mixed", json::object());
   for (int rank = 0; rank < 4; ++rank)
-    EXPECT_EQ(fsdp2.expected_bytes(hsdp, two_nodes, rank), fsdp2.expected_bytes(plain, 2, rank % 2)) << rank;
-  const auto e2 = backends::to_json(fsdp2.estimate_peak(hsdp, two_nodes, 1, true));
+    EXPECT_EQ(fsdp2.training.expected_bytes(hsdp, two_nodes, rank), fsdp2.training.expected_bytes(plain, 2, rank % 2))
+        << rank;
+  const auto e2 = backends::to_json(fsdp2.training.estimate_peak(hsdp, two_nodes, 1, true));
   EXPECT_EQ(e2["topology"]["shard_group"], 2);
-  EXPECT_EQ(term(e2, "params", "resident"), fsdp2.expected_bytes(plain, 2, 1).params);
+  EXPECT_EQ(term(e2, "params", "resident"), fsdp2.training.expected_bytes(plain, 2, 1).params);
 }
 
 TEST(MemoryEstimateTopology, Fsdp2HasAnEstimateInModelInfo) {
-  ASSERT_TRUE(backends::backend("fsdp2").estimate_peak);
+  ASSERT_TRUE(backends::backend("fsdp2").training.estimate_peak);
   const auto info = run_zerobench("model-info tiny --world-size 2 --seq-len 128 --micro-batch 2 --json");
   ASSERT_EQ(info.exit_code, 0) << info.output;
   const auto j = json::parse(info.output);
@@ -192,8 +194,8 @@ TEST(MemoryEstimateTwoNodes, HybridShardEstimateParamsTermEqualsTheMeasuredParam
   const auto report = reports::read_report(out);
   ASSERT_EQ(report["ranks"].size(), 4u);
   const auto spec = tiny_spec("fp32", {{"sharding_strategy", "HYBRID_SHARD"}});
-  const int64_t per_node = backends::backend("fsdp").expected_bytes(spec, backends::Topology(4, 2), 0).params;
-  const int64_t over_world = backends::backend("fsdp").expected_bytes(spec, 4, 0).params;
+  const int64_t per_node = backends::backend("fsdp").training.expected_bytes(spec, backends::Topology(4, 2), 0).params;
+  const int64_t over_world = backends::backend("fsdp").training.expected_bytes(spec, 4, 0).params;
   for (const auto& rk : report["ranks"]) {
     const auto& mem = rk["memory"];
     const int64_t measured = mem["model_states_bytes"]["params"].get<int64_t>();
@@ -205,7 +207,7 @@ TEST(MemoryEstimateTwoNodes, HybridShardEstimateParamsTermEqualsTheMeasuredParam
     EXPECT_EQ(mem["estimate"]["topology"]["ranks_per_node"], 2);
   }
   EXPECT_EQ(report["config"]["backend"]["options"]["shard_group_size"], 2);
-  // config.shard_layout: the groups the engine built (BackendInfo::shard_layout), node-local shards.
+  // config.shard_layout: the groups the engine built (BackendInfo::training.shard_layout), node-local shards.
   EXPECT_EQ(report["config"]["shard_layout"]["ranks_per_node"], 2);
   EXPECT_EQ(report["config"]["shard_layout"]["shard_group"]["ranks"], json({0, 1}));
   EXPECT_EQ(report["config"]["shard_layout"]["replicate_group"]["ranks"], json({0, 2}));
@@ -222,11 +224,11 @@ TEST(PrecisionPlan, ClosedFormBytesFollowThePlanAtW1) {
   const int64_t n = models::count_params(cfg).total;
   int checked = 0;
   for (const auto& b : backends::registered_backends()) {
-    ASSERT_TRUE(bool(b.precision_plan)) << b.name << " registers no precision plan";
+    ASSERT_TRUE(bool(b.training.precision_plan)) << b.name << " registers no precision plan";
     for (const auto& p : b.precisions) {
       const auto spec = tiny_spec(p, json::object());
-      const auto plan = b.precision_plan(spec);
-      const auto bytes = b.expected_bytes(spec, backends::Topology(1), 0);
+      const auto plan = b.training.precision_plan(spec);
+      const auto bytes = b.training.expected_bytes(spec, backends::Topology(1), 0);
       auto size = [](at::ScalarType t) { return int64_t(c10::elementSize(t)); };
       SCOPED_TRACE(b.name + ":" + p);
       EXPECT_EQ(bytes.grads, n * size(plan.grads));
@@ -262,7 +264,7 @@ TEST(PrecisionPlan, EveryModeAsDocumented) {
   std::map<std::string, std::string> got;
   for (const auto& b : backends::registered_backends())
     for (const auto& p : b.precisions) {
-      const auto j = backends::to_json(b.precision_plan(tiny_spec(p, json::object())));
+      const auto j = backends::to_json(b.training.precision_plan(tiny_spec(p, json::object())));
       std::string row;
       for (const char* k : {"load", "params", "compute", "reduce", "grads", "master", "optimizer_states"})
         row += (row.empty() ? "" : " ") + (j[k].is_null() ? std::string("-") : j[k].get<std::string>());
@@ -271,8 +273,11 @@ TEST(PrecisionPlan, EveryModeAsDocumented) {
   EXPECT_EQ(got, want);
   // Options move the plan the way the engines read them: FSDP1 mixed with reduce_dtype fp32, ZeRO-3
   // bf16 with communication_data_type fp32 (DeepSpeed's fp32 gradient reduction).
-  EXPECT_EQ(backends::backend("fsdp").precision_plan(tiny_spec("mixed", {{"reduce_dtype", "fp32"}})).reduce, at::kFloat);
-  EXPECT_EQ(backends::backend("zero3").precision_plan(tiny_spec("bf16", {{"communication_data_type", "fp32"}})).reduce,
+  EXPECT_EQ(backends::backend("fsdp").training.precision_plan(tiny_spec("mixed", {{"reduce_dtype", "fp32"}})).reduce,
+            at::kFloat);
+  EXPECT_EQ(backends::backend("zero3")
+                .training.precision_plan(tiny_spec("bf16", {{"communication_data_type", "fp32"}}))
+                .reduce,
             at::kFloat);
 }
 

@@ -101,12 +101,12 @@ void check_two_nodes(const Case& c, const std::string& out) {
     SCOPED_TRACE(c.backend + " rank " + std::to_string(rank));
     const auto& mem = rk["memory"];
     const auto& got = mem["model_states_bytes"];
-    const auto closed = backends::to_json(info.expected_bytes(spec, backends::Topology(4, 2), rank));
+    const auto closed = backends::to_json(info.training.expected_bytes(spec, backends::Topology(4, 2), rank));
     EXPECT_EQ(got, closed) << "measured vs the closed form for 2 nodes x 2 ranks";
     EXPECT_EQ(got, mem["model_states_expected_bytes"]);
     auto world_spec = spec;
     world_spec.options = c.world_options;
-    const auto over_world = info.expected_bytes(world_spec, backends::Topology(4, 4), rank);
+    const auto over_world = info.training.expected_bytes(world_spec, backends::Topology(4, 4), rank);
     EXPECT_NE(got["params"].get<int64_t>(), over_world.params) << "sharded over the world, not the node";
     EXPECT_EQ(term(mem["estimate"], "params"), got["params"].get<int64_t>());
     EXPECT_EQ(term(mem["estimate"], "master params"), got["master_params"].get<int64_t>());

@@ -202,7 +202,8 @@ TEST(OffloadProjection, FsdpProgramCopiesWhatTheEngineCopies) {
             in.costs.backward_s.assign(size_t(spec.model.layers + 1), 2e-3);
             in.offload = {1.0, 1.0, 1.0, "test"};
             const auto& b = backends::backend("fsdp");
-            const auto prog = b.projection.program(in, [](auto, const std::string&, int64_t, int, int) { return 1e-4; });
+            const auto prog =
+                b.analysis.projection.program(in, [](auto, const std::string&, int64_t, int, int) { return 1e-4; });
             backends::common::OffloadTraffic got;
             bool host_optimizer = false;
             for (const auto& a : prog.actions()) {
@@ -234,6 +235,7 @@ TEST(OffloadProjection, FsdpProgramCopiesWhatTheEngineCopies) {
   in.costs.forward_s.assign(size_t(in.model.layers + 1), 1e-3);
   in.costs.backward_s.assign(size_t(in.model.layers + 1), 1e-3);
   in.offload = {32, 32, 0, "preset"};
-  EXPECT_THROW(backends::backend("fsdp").projection.program(in, [](auto, const std::string&, int64_t, int, int) { return 0.0; }),
+  EXPECT_THROW(backends::backend("fsdp").analysis.projection.program(
+                   in, [](auto, const std::string&, int64_t, int, int) { return 0.0; }),
                UsageError);
 }

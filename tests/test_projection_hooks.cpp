@@ -1,4 +1,4 @@
-// The projection reaches every backend through its descriptor (BackendInfo::projection,
+// The projection reaches every backend through its descriptor (BackendInfo::analysis.projection,
 // backends/common/projection_program.hpp): a backend registered with one line gets its own
 // program scheduled and its own shard rule used, a backend without a program is refused naming
 // the modelled ones, and each built-in backend's shard rule is its closed form's (the padding
@@ -34,7 +34,7 @@ Calibration flat_calibration() {
 backends::BackendInfo toy(const std::string& name, backends::common::ProjectionHooks hooks) {
   auto info = backends::registered_backends().front();
   info.name = name;
-  info.projection = std::move(hooks);
+  info.analysis.projection = std::move(hooks);
   return info;
 }
 
@@ -101,12 +101,12 @@ TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
   spec.precision = "fp32";
   int checked = 0;
   for (const auto& b : backends::registered_backends()) {
-    if (!b.projection.shard_elements || !b.expected_bytes || b.name.rfind("toy_", 0) == 0) continue;
+    if (!b.analysis.projection.shard_elements || !b.training.expected_bytes || b.name.rfind("toy_", 0) == 0) continue;
     for (int w : {1, 2, 3}) {
       // The elements one rank's optimizer steps over: AdamW's two fp32 states on each (ZeRO-1/2
       // keep more gradient than that, so the optimizer states are the measure).
-      const int64_t closed = b.expected_bytes(spec, backends::Topology(w), 0).optimizer;
-      EXPECT_EQ(b.projection.shard_elements(spec.model, nlohmann::json::object(), w) * 8, closed)
+      const int64_t closed = b.training.expected_bytes(spec, backends::Topology(w), 0).optimizer;
+      EXPECT_EQ(b.analysis.projection.shard_elements(spec.model, nlohmann::json::object(), w) * 8, closed)
           << b.name << " W=" << w;
     }
     ++checked;
@@ -118,7 +118,7 @@ TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
   for (const auto& unit : models::unit_param_specs(spec.model))
     for (const auto& p : unit) unpadded += p.numel() / 3;
   for (const auto& b : backends::registered_backends())
-    if (b.projection.shard_elements && b.projection.per_unit_times && b.name.rfind("toy_", 0) != 0) {
-      EXPECT_NE(unpadded * 8, b.expected_bytes(spec, backends::Topology(3), 0).optimizer) << b.name;
+    if (b.analysis.projection.shard_elements && b.analysis.projection.per_unit_times && b.name.rfind("toy_", 0) != 0) {
+      EXPECT_NE(unpadded * 8, b.training.expected_bytes(spec, backends::Topology(3), 0).optimizer) << b.name;
     }
 }

@@ -30,7 +30,7 @@
 using namespace zb;
 using backends::zero3::Zero3Options;
 using nlohmann::json;
-namespace q = zb::backends::common;
+namespace q = zb::backends::deepspeed_family;
 
 namespace {
 

@@ -1,7 +1,7 @@
-// The run's ShardLayout (backends/shard_layout.hpp, BackendInfo::shard_layout): each backend's
+// The run's ShardLayout (backends/shard_layout.hpp, BackendInfo::training.shard_layout): each backend's
 // shard and replicate groups and per-unit padding as its engine builds them; the closed forms and
 // the memory estimates read theirs from it; the consistency gate (check_layout) and the report's
-// validation (config.shard_layout) fail on a planted inconsistency; common::shard_groups builds
+// validation (config.shard_layout) fail on a planted inconsistency; fsdp_family::shard_groups builds
 // the process groups a layout names (and refuses a layout made for another world).
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ backends::EngineSpec tiny_spec(const std::string& precision, json options) {
 }
 
 backends::ShardLayout layout(const std::string& backend, const backends::EngineSpec& spec, backends::Topology topo) {
-  return backends::backend(backend).shard_layout(spec, topo);
+  return backends::backend(backend).training.shard_layout(spec, topo);
 }
 
 int64_t total_numel(const backends::EngineSpec& spec) { return models::count_params(spec.model).total; }
@@ -107,17 +107,18 @@ TEST(ShardLayout, ClosedFormsAndEstimatesFollowIt) {
   const backends::Topology two_nodes(4, 2);
   const auto hybrid = tiny_spec("fp32", {{"sharding_strategy", "HYBRID_SHARD"}});
   const auto& fsdp = backends::backend("fsdp");
-  EXPECT_EQ(fsdp.expected_bytes(hybrid, two_nodes, 0).params, layout("fsdp", hybrid, two_nodes).shard_numel() * 4);
+  EXPECT_EQ(fsdp.training.expected_bytes(hybrid, two_nodes, 0).params,
+            layout("fsdp", hybrid, two_nodes).shard_numel() * 4);
   const auto zspec = tiny_spec("fp32", json::object());
-  EXPECT_EQ(backends::backend("zero3").expected_bytes(zspec, 3, 0).master_params,
+  EXPECT_EQ(backends::backend("zero3").training.expected_bytes(zspec, 3, 0).master_params,
             layout("zero3", zspec, 3).shard_numel() * 4);
   const auto hsdp = tiny_spec("fp32", {{"dp_replicate_size", 2}});
-  EXPECT_EQ(backends::backend("fsdp2").expected_bytes(hsdp, two_nodes, 0).params,
+  EXPECT_EQ(backends::backend("fsdp2").training.expected_bytes(hsdp, two_nodes, 0).params,
             layout("fsdp2", hsdp, two_nodes).shard_numel() * 4);
   for (const auto& [backend, spec] : std::vector<std::pair<std::string, backends::EngineSpec>>{
            {"ddp", tiny_spec("fp32", json::object())}, {"fsdp", hybrid}, {"fsdp2", hsdp}, {"zero3", zspec}}) {
     const auto l = layout(backend, spec, two_nodes);
-    const auto e = backends::backend(backend).estimate_peak(spec, two_nodes, 1, true);
+    const auto e = backends::backend(backend).training.estimate_peak(spec, two_nodes, 1, true);
     EXPECT_EQ(e.world, l.world) << backend;
     EXPECT_EQ(e.ranks_per_node, l.ranks_per_node) << backend;
     EXPECT_EQ(e.shard_group, l.shard_size) << backend;
@@ -169,20 +170,20 @@ TEST(ShardLayout, ReportKeyValidates) {
   EXPECT_EQ(reports::validate_report(report).size(), 1u);
 }
 
-// common::shard_groups: the process groups a layout names, on real Gloo groups.
+// fsdp_family::shard_groups: the process groups a layout names, on real Gloo groups.
 TEST(ShardLayout, ShardGroupsBuildsTheLayoutsProcessGroups) {
   const auto l = layout("fsdp", tiny_spec("fp32", {{"sharding_strategy", "HYBRID_SHARD"}}), backends::Topology(4, 2));
   test_support::run_ranks(4, [&](runtime::World& world) {
-    const auto g = backends::common::shard_groups(world, l, "test");
+    const auto g = backends::fsdp_family::shard_groups(world, l, "test");
     EXPECT_EQ(g.shard.size, 2);
     EXPECT_EQ(g.shard.rank, l.shard_index(world.rank));
     EXPECT_EQ(g.replicate.size, 2);
     EXPECT_EQ(g.replicate.rank, world.rank / 2);
     // Without separate groups the world itself is the shard group.
     const auto full = layout("fsdp", tiny_spec("fp32", json::object()), 4);
-    EXPECT_EQ(backends::common::shard_groups(world, full, "test_full").shard.size, 4);
+    EXPECT_EQ(backends::fsdp_family::shard_groups(world, full, "test_full").shard.size, 4);
     // A layout made for another world is refused, not silently used.
     const auto other = layout("fsdp", tiny_spec("fp32", json::object()), 2);
-    EXPECT_THROW(backends::common::shard_groups(world, other, "test_other"), std::logic_error);
+    EXPECT_THROW(backends::fsdp_family::shard_groups(world, other, "test_other"), std::logic_error);
   });
 }

@@ -270,7 +270,7 @@ TEST(TranslateCorpus, UnrunnableSourcesTranslateAndTheRefusedKeysAreNamed) {
 }
 
 // Bytes. FSDP FULL_SHARD fp32 vs its ZeRO-3 translation at W=2: the guide calls them alike; the
-// closed forms (BackendInfo::expected_bytes) agree on optimizer states and differ only where the
+// closed forms (BackendInfo::training.expected_bytes) agree on optimizer states and differ only where the
 // layouts do, which the mapping says (padding; DeepSpeed's fp32 master copy and IPG buffer).
 TEST(TranslateBytes, FullShardFp32AndItsZero3TranslationHoldTheSameStatesUpToPadding) {
   const auto f = kCorpus + "accelerate_tests_latest_fsdp.yaml";  // FULL_SHARD, mixed_precision 'no'
@@ -280,8 +280,8 @@ TEST(TranslateBytes, FullShardFp32AndItsZero3TranslationHoldTheSameStatesUpToPad
   ASSERT_EQ(a.spec.precision, "fp32");
   ASSERT_EQ(b.spec.precision, "fp32");
   for (int rank = 0; rank < 2; ++rank) {
-    const auto fsdp = backends::backend("fsdp").expected_bytes(a.spec, 2, rank);
-    const auto zero3 = backends::backend("zero3").expected_bytes(b.spec, 2, rank);
+    const auto fsdp = backends::backend("fsdp").training.expected_bytes(a.spec, 2, rank);
+    const auto zero3 = backends::backend("zero3").training.expected_bytes(b.spec, 2, rank);
     std::cout << "[ rank " << rank << " fsdp params/master/grads/optimizer/buffers " << fsdp.params << "/"
               << fsdp.master_params << "/" << fsdp.grads << "/" << fsdp.optimizer << "/" << fsdp.buffers
               << "  zero3 " << zero3.params << "/" << zero3.master_params << "/" << zero3.grads << "/"
@@ -294,8 +294,8 @@ TEST(TranslateBytes, FullShardFp32AndItsZero3TranslationHoldTheSameStatesUpToPad
     EXPECT_LE(std::llabs(fsdp.optimizer - zero3.optimizer), 2 * pad_bound);
   }
   // Where they differ, the mapping says why: DeepSpeed's fp32 master copy and reduce bucket (and padding).
-  const auto fsdp = backends::backend("fsdp").expected_bytes(a.spec, 2, 0);
-  const auto zero3 = backends::backend("zero3").expected_bytes(b.spec, 2, 0);
+  const auto fsdp = backends::backend("fsdp").training.expected_bytes(a.spec, 2, 0);
+  const auto zero3 = backends::backend("zero3").training.expected_bytes(b.spec, 2, 0);
   const auto* strategy = entry(t, "fsdp_config.fsdp_sharding_strategy");
   ASSERT_NE(strategy, nullptr);
   EXPECT_NE(strategy->reason.find("padding"), std::string::npos);
@@ -313,8 +313,8 @@ TEST(TranslateBytes, Bf16MixedAndDeepSpeedBf16HoldDifferentCopiesAndTheMappingSa
   const auto b = resolve(write_translation(t, "bytes_bf16"));
   ASSERT_EQ(a.spec.precision, "mixed");
   ASSERT_EQ(b.spec.precision, "bf16");
-  const auto fsdp = backends::backend("fsdp").expected_bytes(a.spec, 2, 0);
-  const auto zero3 = backends::backend("zero3").expected_bytes(b.spec, 2, 0);
+  const auto fsdp = backends::backend("fsdp").training.expected_bytes(a.spec, 2, 0);
+  const auto zero3 = backends::backend("zero3").training.expected_bytes(b.spec, 2, 0);
   std::cout << "[ bf16 rank 0 fsdp mixed params/master/grads/optimizer " << fsdp.params << "/" << fsdp.master_params << "/"
             << fsdp.grads << "/" << fsdp.optimizer << "  zero3 bf16 " << zero3.params << "/" << zero3.master_params << "/"
             << zero3.grads << "/" << zero3.optimizer << " ]\n";

@@ -76,7 +76,8 @@ TEST(Zero12Memory, EngineOwnedBytesEqualTheClosedFormOnEveryRank) {
         spec.train.warmup = 0;
         SCOPED_TRACE("zero" + std::to_string(stage) + " W=" + std::to_string(w) + " " + precision);
         for (int r = 0; r < w; ++r)
-          EXPECT_EQ(backends::backend(backend_of(stage)).expected_bytes(spec, w, r), closed_form(spec, w, r)) << r;
+          EXPECT_EQ(backends::backend(backend_of(stage)).training.expected_bytes(spec, w, r), closed_form(spec, w, r))
+              << r;
         test_support::run_ranks(w, [&](runtime::World& world) {
           auto [engine, res] = test_support::train_on(world, backend_of(stage), spec);
           EXPECT_EQ(res.model_state_bytes, closed_form(spec, w, world.rank)) << "rank " << world.rank;
@@ -262,7 +263,7 @@ TEST(Zero12Options, RefusalsNameTheKey) {
   refused({{"allgather_bucket_size", 3}}, 1, "allgather_bucket_size");
   auto spec = test_support::zero12_spec(1, "bf16", 1);
   spec.options["grad_accum_dtype"] = "fp32";
-  EXPECT_THROW(backends::backend("zero1").expected_bytes(spec, 2, 0), UsageError);
+  EXPECT_THROW(backends::backend("zero1").training.expected_bytes(spec, 2, 0), UsageError);
 }
 
 // The pre-flight estimate (zero12_estimate.cpp) against the

@@ -103,7 +103,7 @@ TEST(Zero12Offload, BytesByLocationEqualTheClosedFormOnEveryRank) {
                          std::to_string(accum) + " rank " + std::to_string(r));
             const auto expected = closed_form(stage, spec, w, r);
             EXPECT_EQ(ranks[size_t(r)].bytes, expected);
-            EXPECT_EQ(backends::backend("zero" + std::to_string(stage)).expected_bytes(spec, w, r), expected);
+            EXPECT_EQ(backends::backend("zero" + std::to_string(stage)).training.expected_bytes(spec, w, r), expected);
           }
         }
 }
@@ -216,7 +216,7 @@ TEST(Zero12Offload, PlantedFaultsAreCaught) {
   auto one_micro = spec;
   one_micro.train.grad_accum = 1;
   const auto ok = run(2, spec, 2);
-  EXPECT_FALSE(ok[0].bytes == backends::backend("zero2").expected_bytes(one_micro, 2, 0));
+  EXPECT_FALSE(ok[0].bytes == backends::backend("zero2").training.expected_bytes(one_micro, 2, 0));
   EXPECT_NE(ok[0].traffic.back().d2h_bytes, backends::zero12::expected_step_traffic(one_micro, 2, 0, 2).d2h_bytes);
   // And one that takes stage 2's path for stage 1.
   EXPECT_NE(backends::zero12::expected_step_traffic(test_support::zero12_spec(1, "fp32", 2, offload()), 2, 0, 1).d2h_copies,
@@ -310,8 +310,8 @@ TEST(Zero12Offload, StreamLogOrdersTheCopies) {
 TEST(Zero12Offload, OffloadChoiceIsListed) {
   for (const char* b : {"zero1", "zero2"}) {
     const auto& info = backends::backend(b);
-    ASSERT_EQ(info.offload_choices.size(), 1u) << b;
-    EXPECT_EQ(info.offload_choices[0].options["offload_optimizer"]["device"], "cpu");
+    ASSERT_EQ(info.training.offload_choices.size(), 1u) << b;
+    EXPECT_EQ(info.training.offload_choices[0].options["offload_optimizer"]["device"], "cpu");
   }
 }
 

@@ -152,7 +152,7 @@ TEST(Zero3Memory, EngineOwnedBytesEqualTheClosedFormAtW3) {
       expected.optimizer += wt.count * 2 * part * 4;
     }
     expected.buffers = 70000 * e;
-    EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 3, 0), expected) << precision;
+    EXPECT_EQ(backends::backend("zero3").training.expected_bytes(spec, 3, 0), expected) << precision;
     test_support::run_ranks(3, [&](runtime::World& world) {
       auto [engine, r] = test_support::train_on(world, "zero3", spec);
       EXPECT_EQ(r.model_state_bytes, expected) << precision;
@@ -319,7 +319,7 @@ TEST(Zero3Memory, BuffersAreDeepSpeedsIpgBucket) {
     auto spec = zero3_spec(c.precision, 1, o);
     spec.train.steps = 1;
     spec.train.warmup = 0;
-    EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 2, 0).buffers, c.expected);
+    EXPECT_EQ(backends::backend("zero3").training.expected_bytes(spec, 2, 0).buffers, c.expected);
     test_support::run_ranks(2, [&](runtime::World& world) {
       auto [engine, r] = test_support::train_on(world, "zero3", spec);
       EXPECT_EQ(r.model_state_bytes.buffers, c.expected) << c.precision << " comm " << c.comm;
@@ -329,7 +329,7 @@ TEST(Zero3Memory, BuffersAreDeepSpeedsIpgBucket) {
   // The default bucket (5e8 elements) in bf16 is DeepSpeed's 1 GB per rank; the HF "auto"
   // config makes it hidden^2 (tests/test_zero3.cpp DeepSpeedConfig).
   auto spec = zero3_spec("bf16", 1);
-  EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 4, 0).buffers, 1000000000);
+  EXPECT_EQ(backends::backend("zero3").training.expected_bytes(spec, 4, 0).buffers, 1000000000);
 }
 
 TEST(Zero3Memory, ASingleParameterIsGatheredInPlace) {

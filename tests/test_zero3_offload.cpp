@@ -120,7 +120,7 @@ TEST(Zero3Offload, BytesByLocationEqualTheClosedFormOnEveryRank) {
         const auto spec = spec_for("bf16", 1, with(off, o));
         const auto ranks = run(spec, w);
         for (int r = 0; r < w; ++r) {
-          const auto expected = backends::backend("zero3").expected_bytes(spec, w, r);
+          const auto expected = backends::backend("zero3").training.expected_bytes(spec, w, r);
           EXPECT_EQ(ranks[size_t(r)].bytes, expected) << "offload " << int(off) << " W=" << w << " rank " << r
                                                       << " threshold " << threshold;
           if (off == Off::kNone) { EXPECT_EQ(expected.host.total(), 0); }
@@ -184,7 +184,7 @@ TEST(Zero3Offload, PlantedFaultsAreCaught) {
   const auto ranks = run(spec, 2);
   auto wrong = spec;
   wrong.options = backends::zero3::to_json(with(Off::kOptimizer));  // forgets offload_param
-  EXPECT_FALSE(ranks[0].bytes == backends::backend("zero3").expected_bytes(wrong, 2, 0));
+  EXPECT_FALSE(ranks[0].bytes == backends::backend("zero3").training.expected_bytes(wrong, 2, 0));
   auto one_micro = spec;
   one_micro.train.grad_accum = 1;  // forgets the second micro-batch's copies
   EXPECT_NE(ranks[0].traffic.back().d2h_bytes, backends::zero3::expected_step_traffic(one_micro, 2, 0).d2h_bytes);

@@ -26,7 +26,7 @@
 using namespace zb;
 using backends::zero3::Zero3Options;
 using nlohmann::json;
-namespace q = zb::backends::common;
+namespace q = zb::backends::deepspeed_family;
 
 namespace {
 
@@ -275,10 +275,10 @@ TEST(ZeroPPHpz, EqualsPlainZero3BitwiseAndGathersBackwardWithinTheGroup) {
     auto expected = plain.bytes;
     expected.params += secondary;
     EXPECT_EQ(hpz.bytes, expected) << precision;
-    EXPECT_EQ(backends::backend("zero3").expected_bytes(spec, 4, 0), expected) << precision;
+    EXPECT_EQ(backends::backend("zero3").training.expected_bytes(spec, 4, 0), expected) << precision;
     // A planted fault: a closed form without the secondary partitions differs.
-    EXPECT_FALSE(backends::backend("zero3").expected_bytes(zeropp_spec(precision, 2, release_after_use()), 4, 0) ==
-                 hpz.bytes);
+    EXPECT_FALSE(backends::backend("zero3").training.expected_bytes(zeropp_spec(precision, 2, release_after_use()), 4,
+                                                                    0) == hpz.bytes);
   }
 }
 
@@ -341,7 +341,7 @@ TEST(ZeroPPOptions, FlagsAndFileKeysResolveAndRefuseWithOneLine) {
     return o;
   }());
   try {
-    backends::backend("zero3").expected_bytes(spec, 4, 0);
+    backends::backend("zero3").training.expected_bytes(spec, 4, 0);
     FAIL() << "hpZ 3 does not divide 4";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("zero_hpz_partition_size 3 does not divide the world size 4"), std::string::npos);
@@ -351,7 +351,7 @@ TEST(ZeroPPOptions, FlagsAndFileKeysResolveAndRefuseWithOneLine) {
   try {
     Zero3Options o;
     o.zero_quantized_weights = true;
-    backends::backend("zero3").expected_bytes(zeropp_spec("bf16", 1, o), 3, 0);
+    backends::backend("zero3").training.expected_bytes(zeropp_spec("bf16", 1, o), 3, 0);
     FAIL() << "partitions of 43 elements cannot be quantized";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of 8"), std::string::npos) << e.what();

@@ -254,7 +254,7 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
     const reports::ProfileUnits& units = *r.profile->units;
     std::vector<double> fwd = units.forward_s;
     std::vector<double> bwd = units.backward_s;
-    if (modelled->projection.per_unit_times && int64_t(fwd.size()) != model_m.layers + 1)
+    if (modelled->analysis.projection.per_unit_times && int64_t(fwd.size()) != model_m.layers + 1)
       throw UsageError("project: the report has per-unit times for " + std::to_string(fwd.size()) + " units, not " +
                        std::to_string(model_m.layers + 1) + " (project from " + per_unit_report_phrase() + ": " +
                        no_unit_ranges_phrase() + ")");

@@ -8,7 +8,7 @@ namespace zb::analysis::projection {
 
 const backends::BackendInfo* modelled_backend(const std::string& backend) {
   for (const auto& b : backends::registered_backends())
-    if (b.name == backend && b.projection.program) return &b;
+    if (b.name == backend && b.analysis.projection.program) return &b;
   return nullptr;
 }
 
@@ -17,7 +17,7 @@ bool projection_supports(const std::string& backend) { return modelled_backend(b
 std::string modelled_backend_list() {
   std::string out;
   for (const auto& b : backends::registered_backends())
-    if (b.projection.program) out += (out.empty() ? "" : ", ") + b.name;
+    if (b.analysis.projection.program) out += (out.empty() ? "" : ", ") + b.name;
   return out;
 }
 
@@ -31,7 +31,7 @@ std::string joined(const std::vector<std::string>& names, const char* last) {
 std::vector<std::string> modelled_names(bool per_unit_times) {
   std::vector<std::string> out;
   for (const auto& b : backends::registered_backends())
-    if (b.projection.program && b.projection.per_unit_times == per_unit_times) out.push_back(b.name);
+    if (b.analysis.projection.program && b.analysis.projection.per_unit_times == per_unit_times) out.push_back(b.name);
   return out;
 }
 }  // namespace
@@ -53,7 +53,7 @@ Program build_program(const ScheduleInput& in, const backends::common::Collectiv
   if (!b)
     throw UsageError("projection: backend '" + in.backend + "' has no modelled schedule (" + modelled_backend_list() +
                      ")");
-  return b->projection.program(in, cost);
+  return b->analysis.projection.program(in, cost);
 }
 
 Program build_program(const ScheduleInput& in, const Calibration& cal) {
@@ -66,7 +66,8 @@ Program build_program(const ScheduleInput& in, const Calibration& cal) {
 int64_t shard_elements(const std::string& backend, const models::ModelConfig& model, const nlohmann::json& options,
                        int world) {
   for (const auto& b : backends::registered_backends())
-    if (b.name == backend && b.projection.shard_elements) return b.projection.shard_elements(model, options, world);
+    if (b.name == backend && b.analysis.projection.shard_elements)
+      return b.analysis.projection.shard_elements(model, options, world);
   int64_t total = 0;  // no shard rule: every rank holds the whole model
   for (const auto& unit : models::unit_param_specs(model))
     for (const auto& p : unit) total += p.numel();

@@ -1,5 +1,5 @@
 // schedule.hpp — each backend's step as a host program (backends/common/program.hpp), looked up
-// through the backend descriptor: BackendInfo::projection (backends/common/projection_program.hpp)
+// through the backend descriptor: BackendInfo::analysis.projection (backends/common/projection_program.hpp)
 // holds each backend's program builder and shard rule, implemented in its own folder
 // (backends/<x>/<x>_program.cpp). Owns: the lookup, the cost callback the builders price their
 // collectives with (the Calibration), and the list of modelled backends the projection's errors

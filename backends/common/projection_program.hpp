@@ -2,7 +2,7 @@
 // program of one optimizer step built from its options and the measured or FLOP-derived
 // compute, and the parameter elements one rank's optimizer steps over. Owns: the inputs of a
 // projection program (ProgramInput, UnitCosts, the collective cost callback), the hooks a
-// backend fills (ProjectionHooks, on BackendInfo::projection) and the small helpers the
+// backend fills (ProjectionHooks, on BackendInfo::analysis.projection) and the small helpers the
 // backends' builders share (dtype names and widths, per-unit shares). Must not: cost a
 // collective itself (the cost callback, analysis/projection/calibration, does), simulate
 // (analysis/projection/simulate) or name a backend.
@@ -50,7 +50,7 @@ struct ProgramInput {
 using CollectiveCost =
     std::function<double(CollectiveKind kind, const std::string& dtype, int64_t bytes, int world, int nodes)>;
 
-// A backend's projection hooks (BackendInfo::projection). `program` empty: the projection does
+// A backend's projection hooks (BackendInfo::analysis.projection). `program` empty: the projection does
 // not model the backend (`project` refuses it, naming the backends that are modelled).
 struct ProjectionHooks {
   // The program of one optimizer step (grad_accum micro-batches, then the optimizer). Throws

@@ -186,21 +186,21 @@ BackendInfo backend_info() {
   info.name = "ddp";
   info.description = "plain data parallel: full replica per rank, bucketed gradient all-reduce";
   info.precisions = {"fp32", "low", "mixed"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
-  info.expected_bytes = expected_bytes;
-  info.estimate_peak = estimate_peak;  // ddp_estimate.cpp
-  info.precision_plan = precision_plan;
-  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
-  info.config_claim = config_claim;
-  info.config_claim_text = "MULTI_GPU/MULTI_CPU/NO";
-  info.read_config = read_config;
-  info.flags = cli_flags();
-  info.apply_flags = apply_flags;
-  info.option_effects = option_effects();  // ddp_config.cpp
-  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
-  info.projection = projection_hooks();
-  // -- shard layout (backends/shard_layout.hpp)
-  info.shard_layout = shard_layout;  // ddp_layout.cpp
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<DdpEngine>(s, w); };
+  info.training.expected_bytes = expected_bytes;
+  info.training.estimate_peak = estimate_peak;  // ddp_estimate.cpp
+  info.training.precision_plan = precision_plan;
+  info.training.shard_layout = shard_layout;  // ddp_layout.cpp
+  // -- config files and CLI flags (ddp_config.cpp)
+  info.config.claim = config_claim;
+  info.config.claim_text = "MULTI_GPU/MULTI_CPU/NO";
+  info.config.read = read_config;
+  info.config.flags = cli_flags();
+  info.config.apply_flags = apply_flags;
+  // -- analysis: option effects (ddp_config.cpp), projection program (ddp_program.cpp)
+  info.analysis.option_effects = option_effects();
+  info.analysis.projection = projection_hooks();
   return info;
 }
 

@@ -9,9 +9,9 @@
 
 namespace zb::backends::ddp {
 BackendInfo backend_info();
-// BackendInfo::expected_bytes (ddp_engine.cpp) and estimate_peak (ddp_estimate.cpp).
+// BackendInfo::training.expected_bytes (ddp_engine.cpp) and estimate_peak (ddp_estimate.cpp).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int rank);
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
-// BackendInfo::shard_layout (ddp_layout.cpp): nothing sharded, every rank a replica of the world.
+// BackendInfo::training.shard_layout (ddp_layout.cpp): nothing sharded, every rank a replica of the world.
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo);
 }  // namespace zb::backends::ddp

@@ -1,4 +1,4 @@
-// ddp_estimate.cpp — ddp's pre-flight peak estimate (BackendInfo::estimate_peak; the shared
+// ddp_estimate.cpp — ddp's pre-flight peak estimate (BackendInfo::training.estimate_peak; the shared
 // terms and moments are backends/memory_estimate.hpp's, docs/metrics.md). Owns: ddp's own terms,
 // as ddp_engine.cpp allocates them. Must not: allocate or measure anything.
 #include "backends/ddp/ddp_engine.hpp"

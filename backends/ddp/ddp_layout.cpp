@@ -1,4 +1,4 @@
-// ddp_layout.cpp — DDP's shard layout (BackendInfo::shard_layout): nothing is sharded (a shard
+// ddp_layout.cpp — DDP's shard layout (BackendInfo::training.shard_layout): nothing is sharded (a shard
 // group of one rank, no padding), every rank holds a whole replica and the gradient all-reduce
 // runs over the world (torch/nn/parallel/distributed.py: the default process group). Must not:
 // allocate anything.

@@ -6,7 +6,7 @@
 
 #include "runtime/errors.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 int64_t weight_quant_groups(int64_t numel, const std::string& what) {
   constexpr int64_t kTarget = 8000;  // CUDAQuantizer.target_group_size
@@ -97,4 +97,4 @@ at::Tensor dequantize_blockwise(const BlockwiseQuantized& q, at::ScalarType dtyp
   return dequantize_blockwise_fp32(q.data, q.params, q.groups, q.bits, q.symmetric).to(at::kHalf).to(dtype);
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

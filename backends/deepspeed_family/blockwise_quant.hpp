@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <string>
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 struct BlockwiseQuantized {
   at::Tensor data;    // int8 [numel] (bits 8) or [numel / 2] (bits 4: two values per byte)
@@ -63,4 +63,4 @@ at::Tensor dequantize_blockwise(const BlockwiseQuantized& q, at::ScalarType dtyp
 at::Tensor pack_int4(const at::Tensor& values);  // int8 [n] in [-8, 7], n even -> int8 [n / 2]
 at::Tensor unpack_int4(const at::Tensor& packed);  // int8 [n / 2] -> int8 [n], sign-extended
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

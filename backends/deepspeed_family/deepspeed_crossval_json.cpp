@@ -6,7 +6,7 @@
 #include "config/deepspeed_scheduler.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 using json = nlohmann::json;
 
@@ -144,4 +144,4 @@ std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c) {
   return x;
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

@@ -19,7 +19,7 @@
 #include "backends/crossval_reference.hpp"
 #include "backends/engine.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 nlohmann::json deepspeed_crossval_json(const EngineSpec& spec, int world, const nlohmann::json& user_file,
                                        std::vector<std::string>& notes, std::initializer_list<const char*> zero_keys);
@@ -53,4 +53,4 @@ nlohmann::json deepspeed_adamw_section(const TrainConfig& t, bool torch_adam);
 
 std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c);
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

@@ -3,7 +3,7 @@
 // (communication_data_type, data_types.grad_accum_dtype).
 #include "backends/deepspeed_family/deepspeed_option_effects.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 std::vector<OptionEffect> deepspeed_option_effects() {
   return {
@@ -20,4 +20,4 @@ std::vector<OptionEffect> deepspeed_option_effects() {
   };
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

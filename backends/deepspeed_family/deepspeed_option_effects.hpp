@@ -1,6 +1,6 @@
 // deepspeed_option_effects.hpp — what changing an option every DeepSpeed ZeRO stage shares does
 // (stage, reduce_bucket_size, overlap_comm, the dtypes), for the zero3 and zero1/zero2 backends'
-// BackendInfo::option_effects (bench/compare's config diff). Owns: those sentences. Must not:
+// BackendInfo::analysis.option_effects (bench/compare's config diff). Owns: those sentences. Must not:
 // describe one stage's own options (each backend's <x>_config.cpp does).
 // Belongs to the DeepSpeed family (backends/deepspeed_family/), used by zero0, zero12, zero3.
 #pragma once
@@ -8,8 +8,8 @@
 
 #include "backends/config_hooks.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 std::vector<OptionEffect> deepspeed_option_effects();
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

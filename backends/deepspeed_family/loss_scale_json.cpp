@@ -3,10 +3,10 @@
 
 #include "runtime/errors.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
-DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j) {
-  DeepSpeedLossScaleOptions o;
+common::DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j) {
+  common::DeepSpeedLossScaleOptions o;
   if (!j.is_object()) return o;
   o.loss_scale = j.value("loss_scale", o.loss_scale);
   o.initial_scale_power = j.value("initial_scale_power", o.initial_scale_power);
@@ -23,4 +23,4 @@ DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j
   return o;
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

@@ -9,10 +9,10 @@
 
 #include "backends/common/loss_scaler.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 // Missing keys keep DeepSpeedFP16Config's defaults; throws UsageError for loss_scale < 0,
 // hysteresis < 1, loss_scale_window <= 0 or min_loss_scale <= 0.
-DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j);
+common::DeepSpeedLossScaleOptions deepspeed_loss_scale_from_json(const nlohmann::json& j);
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

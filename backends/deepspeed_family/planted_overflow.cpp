@@ -7,7 +7,7 @@
 
 #include "runtime/errors.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 PlantedOverflows PlantedOverflows::from_env() {
   PlantedOverflows out;
@@ -34,4 +34,4 @@ bool PlantedOverflows::planted(int64_t step, int rank) const {
   return false;
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

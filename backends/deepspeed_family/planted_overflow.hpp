@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 struct PlantedOverflows {
   std::vector<std::pair<int64_t, int>> at;  // (optimizer step, rank)
@@ -20,4 +20,4 @@ struct PlantedOverflows {
   bool planted(int64_t step, int rank) const;
 };
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

@@ -5,7 +5,7 @@
 #include "backends/deepspeed_family/blockwise_quant.hpp"
 #include "runtime/errors.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 namespace {
 // swizzled_quantize.cu launch_swizzled_quant_impl: 16-byte loads (8 halves) per thread, at most 512
@@ -66,4 +66,4 @@ Int4Quantized quantized_reduction(const at::Tensor& data, const at::Tensor& scal
   return {q.data, q.params, out_groups};
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <string>
 
-namespace zb::backends::common {
+namespace zb::backends::deepspeed_family {
 
 struct Int4Quantized {
   at::Tensor data;    // int8 [values / 2]: two int4 per byte, first value in the high nibble
@@ -58,4 +58,4 @@ Int4Quantized quantized_reduction(const at::Tensor& data, const at::Tensor& scal
 // dequantize<__half>(data, scales, groups, 4, Symmetric): fp16 [2 * data.numel()].
 at::Tensor dequantize_int4(const at::Tensor& data, const at::Tensor& scales, int64_t groups);
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::deepspeed_family

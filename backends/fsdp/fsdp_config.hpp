@@ -21,7 +21,7 @@ FsdpOptions options_from_accelerate(const config::AccelerateFsdpConfig& c);
 int config_claim(const ConfigIdentity& id);
 void read_config(const ConfigInput& in, ResolvedConfig& out);
 std::vector<BackendFlag> cli_flags();
-// BackendInfo::option_effects: what changing each option does (bench/compare's config diff).
+// BackendInfo::analysis.option_effects: what changing each option does (bench/compare's config diff).
 std::vector<OptionEffect> option_effects();
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes);
 // FSDP1's sync_module_states: rank 0's weights are broadcast before sharding.

@@ -74,7 +74,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     // (_init_intra_and_inter_node_groups), the world otherwise; each unit's padding.
     const auto sl = shard_layout(spec_, Topology(world.size, world.local_size));
     shard_size_ = sl.shard_size;
-    auto groups = common::shard_groups(world, sl, "fsdp");
+    auto groups = fsdp_family::shard_groups(world, sl, "fsdp");
     shard_group_ = std::move(groups.shard);
     replicate_group_ = std::move(groups.replicate);
     shard_rank_ = is_sharded(strategy_) ? shard_group_.rank : 0;
@@ -130,7 +130,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       units_.push_back(std::move(unit));
     }
     optimizer_ = std::make_unique<common::AdamW>(shards, common::adamw_options(spec_.train));
-    if (spec_.precision == "fp16") scaler_ = std::make_unique<common::ShardedGradScaler>();
+    if (spec_.precision == "fp16") scaler_ = std::make_unique<fsdp_family::ShardedGradScaler>();
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, dtypes_.param, dev);
     comm_.reset_stats();
@@ -612,8 +612,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   std::unique_ptr<FlatParamOffload> offload_;  // CPUOffload(offload_params=True); null without
   at::Device local_device_ = at::kCPU;         // the compute device
   std::unique_ptr<common::AdamW> optimizer_;
-  std::unique_ptr<common::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
-  common::PlantedStepAllocation planted_ = common::PlantedStepAllocation::from_env();
+  std::unique_ptr<fsdp_family::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
+  fsdp_family::PlantedStepAllocation planted_ = fsdp_family::PlantedStepAllocation::from_env();
   models::RopeCache rope_;
   bool sync_ = true;  // state._sync_gradients for the current micro-batch
   bool final_callback_queued_ = false;
@@ -663,33 +663,36 @@ BackendInfo backend_info() {
   info.name = "fsdp";
   info.description = "FSDP-mode: one flat parameter per unit, PyTorch FSDP1 semantics";
   info.precisions = {"fp32", "low", "mixed", "fp16"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<FsdpEngine>(s, w); };
-  info.expected_bytes = expected_bytes;
-  info.estimate_peak = estimate_peak;  // fsdp_estimate.cpp
-  info.precision_plan = precision_plan;
-  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
-  info.config_claim = config_claim;
-  info.config_claim_text = "FSDP";
-  info.read_config = read_config;
-  info.flags = cli_flags();
-  info.flags_title = "FSDP";
-  info.apply_flags = apply_flags;
-  info.option_effects = option_effects();  // fsdp_config.cpp
-  info.broadcasts_initial_weights = broadcasts_initial_weights;
-  // -- crossval, checkpoints and studies
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout, loading, offload
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) {
+    return std::make_unique<FsdpEngine>(s, w);
+  };
+  info.training.expected_bytes = expected_bytes;
+  info.training.estimate_peak = estimate_peak;  // fsdp_estimate.cpp
+  info.training.precision_plan = precision_plan;
+  info.training.shard_layout = shard_layout;  // fsdp_layout.cpp
+  info.training.broadcasts_initial_weights = broadcasts_initial_weights;
+  // offload (fsdp_offload.hpp; closed forms in fsdp_offload_estimate.hpp)
+  info.training.offload_choices = {{"CPUOffload(offload_params=True)", {{"offload_params", true}}}};
+  // -- config files and CLI flags (fsdp_config.cpp)
+  info.config.claim = config_claim;
+  info.config.claim_text = "FSDP";
+  info.config.read = read_config;
+  info.config.flags = cli_flags();
+  info.config.flags_title = "FSDP";
+  info.config.apply_flags = apply_flags;
+  // -- analysis: option effects (fsdp_config.cpp), projection program (fsdp_program.cpp), study rows
+  info.analysis.option_effects = option_effects();
+  info.analysis.projection = projection_hooks();
+  info.analysis.precision_study_modes = {{"fp32", "fp32", /*reference=*/true},
+                                         {"fsdp_low", "low"},
+                                         {"fsdp_mixed", "mixed"},
+                                         {"fsdp_fp16", "fp16"},
+                                         {"fsdp_low_lr_x_W", "low", false, /*lr_x_world=*/true}};
+  // -- crossval (fsdp_crossval.cpp)
   info.crossval = crossval_reference();
-  info.precision_study_modes = {{"fp32", "fp32", /*reference=*/true},
-                                {"fsdp_low", "low"},
-                                {"fsdp_mixed", "mixed"},
-                                {"fsdp_fp16", "fp16"},
-                                {"fsdp_low_lr_x_W", "low", false, /*lr_x_world=*/true}};
-  info.lifecycle_study_default = true;  // the FSDP 70B article's loading and checkpoint problems
-  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
-  info.projection = projection_hooks();
-  // -- shard layout (backends/shard_layout.hpp)
-  info.shard_layout = shard_layout;  // fsdp_layout.cpp
-  // -- offload (fsdp_offload.hpp; closed forms in fsdp_offload_estimate.hpp)
-  info.offload_choices = {{"CPUOffload(offload_params=True)", {{"offload_params", true}}}};
+  // -- lifecycle: the default checkpoint layout; the lifecycle study's backend
+  info.lifecycle.study_default = true;  // the FSDP 70B article's loading and checkpoint problems
   return info;
 }
 

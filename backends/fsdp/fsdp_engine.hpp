@@ -23,17 +23,17 @@
 namespace zb::backends::fsdp {
 
 BackendInfo backend_info();
-// BackendInfo::expected_bytes (fsdp_engine.cpp) and estimate_peak (fsdp_estimate.cpp).
+// BackendInfo::training.expected_bytes (fsdp_engine.cpp) and estimate_peak (fsdp_estimate.cpp).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int rank);
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
-// The ranks a unit's FlatParameter is sharded over (BackendInfo::shard_layout) are in
+// The ranks a unit's FlatParameter is sharded over (BackendInfo::training.shard_layout) are in
 // fsdp_layout.hpp: shard_layout(spec, topo).shard_size.
 
 // Test and profiling hook: called at unshard, reshard_begin, reshard, post_forward,
 // pre_backward and post_backward
 // with the unit and the bytes its unsharded buffer holds right after the event.
 using FsdpObserver = std::function<void(const std::string& event, int unit, int64_t unsharded_bytes)>;
-// Installs an observer on an engine created by backend_info().create (no-op for others).
+// Installs an observer on an engine created by backend_info().training.create (no-op for others).
 void set_observer(Engine& engine, FsdpObserver observer);
 // Test-only: with offload_params, the gradient copy back to the host is skipped (a planted fault,
 // tests/test_fsdp_offload.cpp). No-op for other engines or without offload.

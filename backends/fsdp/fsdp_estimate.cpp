@@ -1,4 +1,4 @@
-// fsdp_estimate.cpp — fsdp's (FSDP1's) pre-flight peak estimate (BackendInfo::estimate_peak;
+// fsdp_estimate.cpp — fsdp's (FSDP1's) pre-flight peak estimate (BackendInfo::training.estimate_peak;
 // the shared terms and moments are backends/memory_estimate.hpp's, docs/metrics.md; CPUOffload's
 // terms fsdp_offload_estimate.cpp's). Owns: FSDP1's own terms, as fsdp_engine.cpp allocates
 // them. Must not: allocate or measure anything.

@@ -45,7 +45,7 @@ inline bool reshard_after_forward(ShardingStrategy s) {  // RESHARD_AFTER_FORWAR
 // earlier micro-batches. Throws UsageError naming the option; no-op without offload.
 void check_offload(const EngineSpec& spec, const FsdpOptions& o);
 
-// BackendInfo::shard_layout: the shard group as the engine builds it — W (FULL_SHARD,
+// BackendInfo::training.shard_layout: the shard group as the engine builds it — W (FULL_SHARD,
 // SHARD_GRAD_OP), the node's ranks or hybrid_shard_group_size (HYBRID_SHARD, its own shard and
 // replicate groups), 1 (NO_SHARD, or a world of one) — and each unit's flat parameter padded to a
 // multiple of it when sharding (_flat_param.py). Throws UsageError as the engine would.

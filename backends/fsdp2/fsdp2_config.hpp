@@ -20,7 +20,7 @@ Fsdp2Options options_from_accelerate(const config::AccelerateFsdp2Config& c);
 int config_claim(const ConfigIdentity& id);
 void read_config(const ConfigInput& in, ResolvedConfig& out);
 std::vector<BackendFlag> cli_flags();
-// BackendInfo::option_effects: what changing each option does (bench/compare's config diff).
+// BackendInfo::analysis.option_effects: what changing each option does (bench/compare's config diff).
 std::vector<OptionEffect> option_effects();
 void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, config::ConfigNotes& notes);
 // cpu_ram_efficient_loading: rank 0 builds the weights and broadcasts each parameter.

@@ -57,11 +57,11 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     const auto dev = world.device;
     // The run's layout (fsdp2_layout.cpp): the (dp_replicate, dp_shard) mesh; with R > 1
     // init_device_mesh(("dp_replicate", "dp_shard")): arange(W).view(R, S), shard groups its rows
-    // (consecutive S ranks), replicate groups its columns (common::shard_groups).
+    // (consecutive S ranks), replicate groups its columns (fsdp_family::shard_groups).
     const auto sl = shard_layout(spec_, Topology(world.size, world.local_size));
     coll.mesh.replicate = sl.replicate_size();
     coll.mesh.shard = sl.shard_size;
-    auto groups = common::shard_groups(world, sl, "fsdp2");
+    auto groups = fsdp_family::shard_groups(world, sl, "fsdp2");
     coll.shard_group = std::move(groups.shard);
     coll.replicate_group = std::move(groups.replicate);
     // _get_post_forward_mesh_info: an int N in (1, S) reshards to mesh.view(-1, N) (consecutive N
@@ -183,7 +183,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     for (const auto& p : pg_.params) locals.push_back(p.local);
     optimizer_ = std::make_unique<common::AdamW>(locals, common::adamw_options(spec_.train));
     optimizer_->set_measure_lost_updates(spec_.train.measure_lost_updates);
-    if (spec_.precision == "fp16") scaler_ = std::make_unique<common::ShardedGradScaler>();
+    if (spec_.precision == "fp16") scaler_ = std::make_unique<fsdp_family::ShardedGradScaler>();
     rope_ = models::make_rope_cache(cfg, spec_.train.seq_len, pg_.dtypes.compute(), dev);
     coll.lazy_init();
     comm_.reset_stats();
@@ -416,7 +416,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   State state_{pg_};  // FSDPState hooks over pg_
   std::vector<std::vector<int>> param_of_;         // [unit][spec index] -> pg_.params index
   std::unique_ptr<common::AdamW> optimizer_;  // over every parameter's local tensor
-  std::unique_ptr<common::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
+  std::unique_ptr<fsdp_family::ShardedGradScaler> scaler_;  // fp16: accelerate's ShardedGradScaler (torch defaults)
   HostOffload offload_;                            // CPUOffloadPolicy's host side (disabled: none)
   models::RopeCache rope_;
 };
@@ -443,27 +443,30 @@ BackendInfo backend_info() {
   info.name = "fsdp2";
   info.description = "FSDP2-mode: per-parameter Shard(0), PyTorch fully_shard semantics";
   info.precisions = {"fp32", "low", "mixed", "fp16"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Fsdp2Engine>(s, w); };
-  info.expected_bytes = closed_form_bytes;
-  info.estimate_peak = estimate_peak;  // fsdp2_estimate.cpp
-  info.precision_plan = precision_plan;
-  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
-  info.config_claim = config_claim;
-  info.read_config = read_config;
-  info.flags = cli_flags();
-  info.flags_title = "FSDP2";
-  info.apply_flags = apply_flags;
-  info.option_effects = option_effects();  // fsdp2_config.cpp
-  info.broadcasts_initial_weights = broadcasts_initial_weights;
-  // -- crossval, checkpoints and studies
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout, loading, offload
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) {
+    return std::make_unique<Fsdp2Engine>(s, w);
+  };
+  info.training.expected_bytes = closed_form_bytes;
+  info.training.estimate_peak = estimate_peak;  // fsdp2_estimate.cpp
+  info.training.precision_plan = precision_plan;
+  info.training.shard_layout = shard_layout;  // fsdp2_layout.cpp
+  info.training.broadcasts_initial_weights = broadcasts_initial_weights;
+  // offload (fsdp2_offload.hpp): accelerate's fsdp_offload_params: true is CPUOffloadPolicy()
+  info.training.offload_choices = {
+      {"CPUOffloadPolicy(pin_memory=True)", {{"offload_policy", "cpu"}, {"offload_pin_memory", true}}}};
+  // -- config files and CLI flags (fsdp2_config.cpp)
+  info.config.claim = config_claim;
+  info.config.read = read_config;
+  info.config.flags = cli_flags();
+  info.config.flags_title = "FSDP2";
+  info.config.apply_flags = apply_flags;
+  // -- analysis: option effects (fsdp2_config.cpp), projection program (fsdp2_program.cpp), study rows
+  info.analysis.option_effects = option_effects();
+  info.analysis.projection = projection_hooks();
+  info.analysis.precision_study_modes = {{"fsdp2_low", "low"}, {"fsdp2_mixed", "mixed"}, {"fsdp2_fp16", "fp16"}};
+  // -- crossval (fsdp2_crossval.cpp)
   info.crossval = crossval_reference();
-  info.precision_study_modes = {{"fsdp2_low", "low"}, {"fsdp2_mixed", "mixed"}, {"fsdp2_fp16", "fp16"}};
-  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
-  info.projection = projection_hooks();
-  // -- shard layout (backends/shard_layout.hpp)
-  info.shard_layout = shard_layout;  // fsdp2_layout.cpp
-  // -- offload (fsdp2_offload.hpp): accelerate's fsdp_offload_params: true is CPUOffloadPolicy()
-  info.offload_choices = {{"CPUOffloadPolicy(pin_memory=True)", {{"offload_policy", "cpu"}, {"offload_pin_memory", true}}}};
   return info;
 }
 

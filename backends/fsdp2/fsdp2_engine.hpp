@@ -41,7 +41,7 @@
 namespace zb::backends::fsdp2 {
 
 BackendInfo backend_info();
-// BackendInfo::estimate_peak (fsdp2_estimate.cpp; expected_bytes is fsdp2_layout.hpp's closed_form_bytes).
+// BackendInfo::training.estimate_peak (fsdp2_estimate.cpp; expected_bytes is fsdp2_layout.hpp's closed_form_bytes).
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 
 // Test and profiling hook, called with the group index (forward order), its label and the bytes
@@ -51,7 +51,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
 // accumulated).
 using Fsdp2Observer =
     std::function<void(const std::string& event, int group, const std::string& label, int64_t unsharded_bytes)>;
-// Installs an observer on an engine created by backend_info().create (no-op for others).
+// Installs an observer on an engine created by backend_info().training.create (no-op for others).
 void set_observer(Engine& engine, Fsdp2Observer observer);
 
 // Parameter-group labels in forward (= module registration) order for `spec`: "unit0" (the root

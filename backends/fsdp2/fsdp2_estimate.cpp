@@ -1,4 +1,4 @@
-// fsdp2_estimate.cpp — fsdp2's pre-flight peak estimate (BackendInfo::estimate_peak; the shared
+// fsdp2_estimate.cpp — fsdp2's pre-flight peak estimate (BackendInfo::training.estimate_peak; the shared
 // terms and moments are backends/memory_estimate.hpp's, docs/metrics.md; CPUOffloadPolicy's
 // terms fsdp2_offload_estimate.cpp's). Owns: FSDP2's own terms, as the engine (fsdp2_*.cpp)
 // allocates them. Must not: allocate or measure anything.

@@ -33,7 +33,7 @@ struct Dtypes {
 
 // Throws UsageError for a precision or policy FSDP2-mode does not offer.
 Dtypes dtypes_for(const std::string& precision, const Fsdp2Options& o);
-// The run's PrecisionPlan from dtypes_for (BackendInfo::precision_plan).
+// The run's PrecisionPlan from dtypes_for (BackendInfo::training.precision_plan).
 PrecisionPlan precision_plan(const EngineSpec& spec);
 
 // ---------------------------------------------------------------- mesh and layouts
@@ -81,7 +81,7 @@ inline constexpr int kHfBlockOrder[] = {1, 2, 3, 4, 6, 7, 8, 0, 5};
 // which is also the order their pre-forwards run in.
 std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Options& o);
 
-// BackendInfo::shard_layout: every parameter Shard(0) over the mesh's dp_shard ranks S (HSDP:
+// BackendInfo::training.shard_layout: every parameter Shard(0) over the mesh's dp_shard ranks S (HSDP:
 // its own shard and replicate groups, the mesh's rows and columns, when dp_replicate > 1), each
 // unit's padding the sum of its parameters' dim-0 padding (ceil(dim0/S)*S rows). Throws
 // UsageError when the mesh does not match the world.

@@ -75,7 +75,7 @@ class HostOffload {
 // one with sync_each_batch): one device->host copy per parameter of its rows in the sharded dtype.
 common::OffloadTraffic offload_traffic_per_step(const EngineSpec& spec, const Topology& topo, int rank);
 
-// Test hook: a fault planted in an engine made by backend_info().create. "h2d_on_compute": the
+// Test hook: a fault planted in an engine made by backend_info().training.create. "h2d_on_compute": the
 // host->device copies of the all-gather inputs run on the compute stream instead of the copy-in
 // stream (the stream-order test must catch it). "" removes it. No-op for other engines.
 void plant_offload_fault(Engine& engine, const std::string& fault);

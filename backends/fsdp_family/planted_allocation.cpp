@@ -6,7 +6,7 @@
 
 #include "runtime/errors.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
 PlantedStepAllocation PlantedStepAllocation::from_env() {
   PlantedStepAllocation out;
@@ -29,4 +29,4 @@ void PlantedStepAllocation::hold() {
 
 void PlantedStepAllocation::release() { held_ = at::Tensor(); }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

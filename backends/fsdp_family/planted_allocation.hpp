@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
 class PlantedStepAllocation {
  public:
@@ -26,4 +26,4 @@ class PlantedStepAllocation {
   at::Tensor held_;
 };
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
 ShardGroups shard_groups(const runtime::World& world, const ShardLayout& layout, const std::string& prefix) {
   if (layout.world != world.size)
@@ -19,4 +19,4 @@ ShardGroups shard_groups(const runtime::World& world, const ShardLayout& layout,
   return g;
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

@@ -3,7 +3,7 @@
 // rank's shard group and one of its replicate group, otherwise the world (sharded over, or
 // replicated across). Owns: that construction, once for every engine (it was written out in
 // fsdp_engine.cpp and fsdp2_engine.cpp). Must not: decide the groups' sizes (the backend's
-// BackendInfo::shard_layout does) or count collectives.
+// BackendInfo::training.shard_layout does) or count collectives.
 // Upstream: torch/distributed/fsdp/_init_utils.py _init_intra_and_inter_node_groups (shard
 // groups of consecutive ranks, replicate groups across them); torch/distributed/device_mesh.py
 // init_device_mesh(("dp_replicate", "dp_shard")): arange(W).view(R, S), rows and columns.
@@ -14,7 +14,7 @@
 #include "backends/shard_layout.hpp"
 #include "runtime/world.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
 struct ShardGroups {
   runtime::World shard;      // the ranks this rank's parameters are sharded over (the world unless separate)
@@ -25,4 +25,4 @@ struct ShardGroups {
 // "<prefix>_replicate". Throws std::logic_error when the layout is not for this world.
 ShardGroups shard_groups(const runtime::World& world, const ShardLayout& layout, const std::string& prefix);
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

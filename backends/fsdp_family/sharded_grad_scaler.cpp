@@ -5,9 +5,10 @@
 
 #include <map>
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
-bool ShardedGradScaler::unscale_(const std::vector<at::Tensor>& grads, Comm& comm, const runtime::World* dtensor_mesh) {
+bool ShardedGradScaler::unscale_(const std::vector<at::Tensor>& grads, common::Comm& comm,
+                                 const runtime::World* dtensor_mesh) {
   at::NoGradGuard no_grad;
   const auto device = comm.world().device;
   scale_at_unscale_ = scaler_.scale();
@@ -47,4 +48,4 @@ void ShardedGradScaler::update() {
   found_inf_ = false;
 }
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

@@ -19,11 +19,11 @@
 #include "backends/common/loss_scaler.hpp"
 #include "backends/engine.hpp"
 
-namespace zb::backends::common {
+namespace zb::backends::fsdp_family {
 
 class ShardedGradScaler {
  public:
-  explicit ShardedGradScaler(const GradScalerOptions& o = {}) : scaler_(LossScaler::grad_scaler(o)) {}
+  explicit ShardedGradScaler(const common::GradScalerOptions& o = {}) : scaler_(common::LossScaler::grad_scaler(o)) {}
 
   double scale() const { return scaler_.scale(); }
   // unscale_: inv_scale = scale.double().reciprocal().float(); every gradient of this rank
@@ -33,16 +33,16 @@ class ShardedGradScaler {
   // `dtensor_mesh`: FSDP2's gradients are DTensors, whose dispatch of the unscale op
   // (torch/distributed/tensor/_dispatch.py found_inf_reduce_handler) first all-reduces each dtype
   // group's found_inf with MAX over the mesh (Partial("max") -> full_tensor()): pass the shard group.
-  bool unscale_(const std::vector<at::Tensor>& grads, Comm& comm, const runtime::World* dtensor_mesh = nullptr);
+  bool unscale_(const std::vector<at::Tensor>& grads, common::Comm& comm, const runtime::World* dtensor_mesh = nullptr);
   // update(): _amp_update_scale_ with the all-reduced found_inf; records the step.
   void update();
   LossScaleStep last_step() const { return last_; }
 
  private:
-  LossScaler scaler_;
+  common::LossScaler scaler_;
   bool found_inf_ = false;
   double scale_at_unscale_ = 1;
   LossScaleStep last_;
 };
 
-}  // namespace zb::backends::common
+}  // namespace zb::backends::fsdp_family

@@ -28,7 +28,7 @@ Zero0Options zero0_options_from_json(const nlohmann::json& j) {
   if (j.contains("stage") && j["stage"] != 0) throw UsageError("zero0 option stage " + j["stage"].dump() + ": zero0 is ZeRO stage 0");
   o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
   o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
-  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
+  if (j.contains("fp16")) o.fp16 = deepspeed_family::deepspeed_loss_scale_from_json(j["fp16"]);
   o.fused_adam = j.value("fused_adam", o.fused_adam);
   validate(o);
   return o;

@@ -12,7 +12,7 @@ using json = nlohmann::json;
 // The user's file (if any) with every value zerobench resolved written in, stage 0, and no
 // optimizer offload (zero0 refuses it).
 json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
-  json ds = common::deepspeed_crossval_json(spec, world, user_file, notes, {});
+  json ds = deepspeed_family::deepspeed_crossval_json(spec, world, user_file, notes, {});
   ds["zero_optimization"]["stage"] = 0;
   ds["zero_optimization"].erase("offload_optimizer");
   return ds;
@@ -36,7 +36,7 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference() {
-  CrossvalReference r = common::deepspeed_crossval_reference("DeepSpeed ZeRO-0", deepspeed_json);
+  CrossvalReference r = deepspeed_family::deepspeed_crossval_reference("DeepSpeed ZeRO-0", deepspeed_json);
   r.explain_state = explain_state;
   r.measured_bound = measured_bound;
   return r;

@@ -358,24 +358,28 @@ BackendInfo backend_info() {
   info.description = "ZeRO-0: DeepSpeed without partitioning: whole params, gradients, fp32 master and optimizer "
                      "states on every rank, bucketed gradient all-reduce (DeepSpeed stage 0)";
   info.precisions = {"fp32", "bf16", "fp16"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero0Engine>(s, w); };
-  info.expected_bytes = expected_bytes;
-  info.estimate_peak = estimate_peak;  // zero0_estimate.cpp
-  info.precision_plan = precision_plan;
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) {
+    return std::make_unique<Zero0Engine>(s, w);
+  };
+  info.training.expected_bytes = expected_bytes;
+  info.training.estimate_peak = estimate_peak;  // zero0_estimate.cpp
+  info.training.precision_plan = precision_plan;
+  info.training.shard_layout = shard_layout;
   // -- config files (zero0_config.cpp): DeepSpeed files of stage 0
-  info.config_claim = config_claim;
-  info.config_claim_text = "";  // DEEPSPEED is zero3's text; a second reader of DeepSpeed files
-  info.read_config = read_config;
+  info.config.claim = config_claim;
+  info.config.claim_text = "";  // DEEPSPEED is zero3's text; a second reader of DeepSpeed files
+  info.config.read = read_config;
   // No flags of its own: the options completed (defaults written in) and checked for the precision.
-  info.apply_flags = [](const FlagValues&, bool, EngineSpec& spec, config::ConfigNotes&) {
+  info.config.apply_flags = [](const FlagValues&, bool, EngineSpec& spec, config::ConfigNotes&) {
     const Zero0Options o = zero0_options(spec.options);  // the file's struct, or no options parsed
     check_precision(o, spec.precision);
     spec.options = o;
   };
-  info.option_effects = common::deepspeed_option_effects();
+  // -- analysis: the keys every DeepSpeed stage shares
+  info.analysis.option_effects = deepspeed_family::deepspeed_option_effects();
   // -- crossval (zero0_crossval.cpp): real DeepSpeed stage 0 through run_deepspeed.py
   info.crossval = crossval_reference();
-  info.shard_layout = shard_layout;
   return info;
 }
 

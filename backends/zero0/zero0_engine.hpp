@@ -30,7 +30,7 @@
 
 namespace zb::backends::zero0 {
 BackendInfo backend_info();
-// BackendInfo::expected_bytes (zero0_engine.cpp) and estimate_peak (zero0_estimate.cpp).
+// BackendInfo::training.expected_bytes (zero0_engine.cpp) and estimate_peak (zero0_estimate.cpp).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int rank);
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 // Nothing sharded: every rank a replica of the world (as ddp's).

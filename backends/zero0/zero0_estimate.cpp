@@ -1,4 +1,4 @@
-// zero0_estimate.cpp — zero0's pre-flight peak estimate (BackendInfo::estimate_peak; the shared
+// zero0_estimate.cpp — zero0's pre-flight peak estimate (BackendInfo::training.estimate_peak; the shared
 // terms and moments are backends/memory_estimate.hpp's, docs/metrics.md). Owns: zero0's own terms,
 // as zero0_engine.cpp allocates them: everything whole on every rank (expected_bytes: parameters
 // and gradients in the model dtype, bf16/fp16's fp32 master, two fp32 AdamW states). Must not:

@@ -173,6 +173,6 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
 
 // The keys every DeepSpeed stage shares (backends/deepspeed_family/deepspeed_option_effects.cpp); ZeRO-1/2's own
 // (reduce_scatter, allgather_bucket_size, ...) are not described yet.
-std::vector<OptionEffect> option_effects() { return common::deepspeed_option_effects(); }
+std::vector<OptionEffect> option_effects() { return deepspeed_family::deepspeed_option_effects(); }
 
 }  // namespace zb::backends::zero12

@@ -22,7 +22,7 @@ void accept_stage(const config::DeepSpeedStage& s, int stage);
 std::function<int(const ConfigIdentity&)> config_claim_for(int stage);
 std::function<void(const ConfigInput&, ResolvedConfig&)> read_config_for(int stage);
 std::vector<BackendFlag> cli_flags(int stage);
-// BackendInfo::option_effects: what changing each option does (bench/compare's config diff).
+// BackendInfo::analysis.option_effects: what changing each option does (bench/compare's config diff).
 std::vector<OptionEffect> option_effects();
 std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> apply_flags_for(int stage);
 

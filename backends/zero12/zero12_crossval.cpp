@@ -13,10 +13,10 @@ using json = nlohmann::json;
 // written in (as zero3_crossval.cpp builds it for stage 3), the stage-1/2 keys included.
 json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes,
                    int stage) {
-  json ds = common::deepspeed_crossval_json(spec, world, user_file, notes,
-                                            {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                                             "contiguous_gradients", "reduce_scatter", "round_robin_gradients",
-                                             "allgather_partitions", "use_multi_rank_bucket_allreduce"});
+  json ds = deepspeed_family::deepspeed_crossval_json(
+      spec, world, user_file, notes,
+      {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients", "reduce_scatter",
+       "round_robin_gradients", "allgather_partitions", "use_multi_rank_bucket_allreduce"});
   // offload_optimizer cpu (zero12_offload.cpp), as zero3_crossval.cpp writes it: the section as
   // resolved, and DeepSpeed's own "optimizer" section so that it builds the host optimizer a
   // user's offload file gets (engine.py get_optimizer_configuration: DeepSpeedCPUAdam, or
@@ -32,12 +32,12 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   }
   z["offload_optimizer"] = {{"device", o.offload_optimizer}, {"pin_memory", o.offload_pin_memory}};
   if (o.host_optimizer == kTorchAdamW && !(user_file.is_object() && user_file.contains("optimizer"))) {
-    common::client_adamw_on_host(ds, notes);
+    deepspeed_family::client_adamw_on_host(ds, notes);
     return ds;
   }
   const auto& t = spec.train;
   const bool torch_adam = o.host_optimizer == kTorchAdamW;
-  ds["optimizer"] = common::deepspeed_adamw_section(t, torch_adam);
+  ds["optimizer"] = deepspeed_family::deepspeed_adamw_section(t, torch_adam);
   notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
                   (torch_adam ? "torch_adam: " + config::adamw_description(t.adamw_impl, false) : "DeepSpeedCPUAdam") +
                   "), as zerobench runs it");
@@ -47,7 +47,7 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  if (auto x = common::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
+  if (auto x = deepspeed_family::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
   // DeepSpeed steps the client AdamW on one fp32 flat partition per parameter group (one group).
   return adamw_step_counters(1, "the fp32 partition (single_partition_of_fp32_groups)");
 }
@@ -68,7 +68,7 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference(int stage) {
-  CrossvalReference r = common::deepspeed_crossval_reference(
+  CrossvalReference r = deepspeed_family::deepspeed_crossval_reference(
       "DeepSpeed ZeRO-" + std::to_string(stage),
       [stage](const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
         return deepspeed_json(spec, world, user_file, notes, stage);

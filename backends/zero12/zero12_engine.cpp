@@ -263,33 +263,33 @@ BackendInfo backend_info(int stage) {
                                 : "ZeRO-2: whole params per rank, gradients, fp32 master and optimizer states partitioned "
                                   "(DeepSpeed stage 2)";
   info.precisions = {"fp32", "bf16", "fp16"};
-  info.create = [stage](const EngineSpec& s, const runtime::World& w) {
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout, offload
+  info.training.create = [stage](const EngineSpec& s, const runtime::World& w) {
     return std::make_unique<Zero12Engine>(s, w, stage);
   };
-  info.expected_bytes = [stage](const EngineSpec& s, const Topology& t, int rank) {
+  info.training.expected_bytes = [stage](const EngineSpec& s, const Topology& t, int rank) {
     return expected_bytes_for(s, t, rank, stage);
   };
-  info.estimate_peak = [stage](const EngineSpec& s, const Topology& t, int rank, bool gloo) {
+  info.training.estimate_peak = [stage](const EngineSpec& s, const Topology& t, int rank, bool gloo) {
     return estimate_peak(s, t, rank, gloo, stage);  // zero12_estimate.cpp
   };
-  info.precision_plan = [stage](const EngineSpec& s) { return precision_plan(s, stage); };
+  info.training.precision_plan = [stage](const EngineSpec& s) { return precision_plan(s, stage); };
+  info.training.shard_layout = shard_layout;  // zero12_layout.cpp
+  // offload (zero12_offload.cpp): offload_optimizer device cpu (DeepSpeed has no parameter
+  // offload below stage 3: offload_param is ignored there, as upstream).
+  info.training.offload_choices = {{"offload_optimizer=cpu", {{"offload_optimizer", {{"device", "cpu"}}}}}};
   // -- config files and CLI flags (zero12_config.cpp)
-  info.config_claim = config_claim_for(stage);
-  info.config_claim_text = "";  // DEEPSPEED is zero3's text; a second reader of DeepSpeed files
-  info.read_config = read_config_for(stage);
-  info.flags = cli_flags(stage);
-  info.flags_title = "ZeRO-" + std::to_string(stage);
-  info.apply_flags = apply_flags_for(stage);
-  info.option_effects = option_effects();  // zero12_config.cpp
+  info.config.claim = config_claim_for(stage);
+  info.config.claim_text = "";  // DEEPSPEED is zero3's text; a second reader of DeepSpeed files
+  info.config.read = read_config_for(stage);
+  info.config.flags = cli_flags(stage);
+  info.config.flags_title = "ZeRO-" + std::to_string(stage);
+  info.config.apply_flags = apply_flags_for(stage);
+  // -- analysis: option effects (zero12_config.cpp), projection program (zero12_program.cpp)
+  info.analysis.option_effects = option_effects();
+  info.analysis.projection = projection_hooks();
   // -- crossval (zero12_crossval.cpp): real DeepSpeed stage 1/2 through run_deepspeed.py
   info.crossval = crossval_reference(stage);
-  // -- shard layout (zero12_layout.cpp)
-  info.shard_layout = shard_layout;
-  // -- projection (zero12_program.cpp)
-  info.projection = projection_hooks();
-  // -- offload (zero12_offload.cpp): offload_optimizer device cpu (DeepSpeed has no parameter
-  // offload below stage 3: offload_param is ignored there, as upstream).
-  info.offload_choices = {{"offload_optimizer=cpu", {{"offload_optimizer", {{"device", "cpu"}}}}}};
   return info;
 }
 

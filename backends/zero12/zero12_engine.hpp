@@ -21,7 +21,7 @@
 namespace zb::backends::zero12 {
 // stage 1 -> "zero1", stage 2 -> "zero2".
 BackendInfo backend_info(int stage);
-// BackendInfo::expected_bytes (zero12_engine.cpp) and estimate_peak (zero12_estimate.cpp) of `stage`.
+// BackendInfo::training.expected_bytes (zero12_engine.cpp) and estimate_peak (zero12_estimate.cpp) of `stage`.
 ModelStateBytes expected_bytes_for(const EngineSpec& spec, const Topology& topo, int rank, int stage);
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo, int stage);
 // Test-only fault injection (tests/test_zero12.cpp, test_projection.cpp, test_crossval.cpp):

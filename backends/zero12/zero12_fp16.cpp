@@ -29,7 +29,7 @@
 namespace zb::backends::zero12 {
 
 void Zero12Engine::init_fp16() {
-  planted_inf_ = common::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp); any precision
+  planted_inf_ = deepspeed_family::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp); any precision
   if (!fp16()) return;
   scaler_ = std::make_unique<common::LossScaler>(common::LossScaler::deepspeed(opts_.fp16));
 }

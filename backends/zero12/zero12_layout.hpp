@@ -54,7 +54,7 @@ struct FlatLayout {
 // the flat buffer holds bucket 0's parameters, then bucket 1's, ... (each in module order).
 FlatLayout flat_layout(const models::ModelConfig& cfg, int world, bool round_robin = false);
 
-// BackendInfo::shard_layout: the optimizer state partitioned over the whole world. Its per-unit
+// BackendInfo::training.shard_layout: the optimizer state partitioned over the whole world. Its per-unit
 // padding is a view (each unit rounded up to a multiple of W); the real pad is flat_layout's one.
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo);
 

@@ -91,7 +91,7 @@ Zero12Options zero12_options_from_json(const json& j, int stage) {
   o.use_multi_rank_bucket_allreduce = j.value("use_multi_rank_bucket_allreduce", o.use_multi_rank_bucket_allreduce);
   o.communication_data_type = j.value("communication_data_type", o.communication_data_type);
   o.grad_accum_dtype = j.value("grad_accum_dtype", o.grad_accum_dtype);
-  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
+  if (j.contains("fp16")) o.fp16 = deepspeed_family::deepspeed_loss_scale_from_json(j["fp16"]);
   if (j.contains("offload_optimizer")) read_offload_optimizer(j["offload_optimizer"], stage, o);
   o.host_optimizer = j.value("host_optimizer", o.host_optimizer);
   return validated(std::move(o));

@@ -5,6 +5,8 @@
 // checkpointer in bench/lifecycle does).
 #include "backends/zero3/zero3_checkpoint.hpp"
 
+#include <ATen/ATen.h>
+
 #include "models/checkpoint/safetensors.hpp"
 #include "runtime/errors.hpp"
 

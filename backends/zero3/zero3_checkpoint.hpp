@@ -1,6 +1,7 @@
-// zero3_checkpoint.hpp — ZeRO3-mode's checkpoint layout as DeepSpeed writes it (BackendInfo::checkpoint).
+// zero3_checkpoint.hpp — ZeRO3-mode's checkpoint layout as DeepSpeed writes it
+// (BackendInfo::lifecycle.checkpoint).
 #pragma once
-#include "backends/backend_info.hpp"
+#include "backends/checkpoint_layout.hpp"
 
 namespace zb::backends::zero3 {
 

@@ -197,7 +197,7 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
 // The sentences paraphrase deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig's fields); the
 // keys every DeepSpeed stage shares are backends/deepspeed_family/deepspeed_option_effects.cpp's.
 std::vector<OptionEffect> option_effects() {
-  std::vector<OptionEffect> e = common::deepspeed_option_effects();
+  std::vector<OptionEffect> e = deepspeed_family::deepspeed_option_effects();
   e.insert(e.end(), {
       {"ipg_buffer_bytes", "bytes of the IPG gradient buckets (reduce_bucket_size x dtype): resident per rank"},
       {"stage3_prefetch_bucket_size", "elements all-gathered ahead of use: more overlap, more gathered memory"},

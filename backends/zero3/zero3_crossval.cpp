@@ -17,7 +17,7 @@ using json = nlohmann::json;
 // zerobench does not read stay as the user wrote them (DeepSpeed honours them; a difference would
 // show).
 json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
-  json ds = common::deepspeed_crossval_json(
+  json ds = deepspeed_family::deepspeed_crossval_json(
       spec, world, user_file, notes,
       {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
        "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size", "overlap_comm",
@@ -42,10 +42,10 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
     // without the user's optimizer section (config: zero_force_ds_cpu_optimizer).
     ds["zero_force_ds_cpu_optimizer"] = o.host_optimizer == kCpuAdam;
   } else if (o.host_optimizer == kTorchAdamW && !(user_file.is_object() && user_file.contains("optimizer"))) {
-    common::client_adamw_on_host(ds, notes);
+    deepspeed_family::client_adamw_on_host(ds, notes);
   } else {
     const bool torch_adam = o.host_optimizer == kTorchAdamW;
-    ds["optimizer"] = common::deepspeed_adamw_section(t, torch_adam);
+    ds["optimizer"] = deepspeed_family::deepspeed_adamw_section(t, torch_adam);
     notes.push_back(std::string("offload_optimizer: DeepSpeed's own optimizer from the JSON (") +
                     (torch_adam ? "torch_adam: " + config::adamw_description(t.adamw_impl, false) : "DeepSpeedCPUAdam") +
                     "), as zerobench runs it");
@@ -64,7 +64,7 @@ int64_t sub_groups(const json& options) {
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  if (auto x = common::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
+  if (auto x = deepspeed_family::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
   const int64_t tensors = sub_groups(c.options);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
   if (tensors < 0) return std::nullopt;
   return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");
@@ -120,7 +120,7 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference() {
-  CrossvalReference r = common::deepspeed_crossval_reference("DeepSpeed ZeRO-3", deepspeed_json);
+  CrossvalReference r = deepspeed_family::deepspeed_crossval_reference("DeepSpeed ZeRO-3", deepspeed_json);
   r.explain_state = explain_state;
   r.explain_comm = explain_comm;
   r.measured_bound = measured_bound;

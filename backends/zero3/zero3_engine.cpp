@@ -236,33 +236,37 @@ BackendInfo backend_info() {
   info.name = "zero3";
   info.description = "ZeRO3-mode: per-parameter partitions, fp32 master, DeepSpeed stage-3 semantics";
   info.precisions = {"fp32", "bf16", "fp16"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<Zero3Engine>(s, w); };
-  info.expected_bytes = expected_bytes;
-  info.estimate_peak = estimate_peak;  // zero3_estimate.cpp
-  info.precision_plan = precision_plan;
-  // -- config files and CLI flags (config/, bench/config_resolve, bench/run_options)
-  info.config_claim = config_claim;
-  info.config_claim_text = "DEEPSPEED";
-  info.read_config = read_config;
-  info.flags = cli_flags();
-  info.flags_title = "ZeRO-3";
-  info.apply_flags = apply_flags;
-  info.option_effects = option_effects();  // zero3_config.cpp
-  // -- crossval, checkpoints and studies
-  info.crossval = crossval_reference();
-  info.checkpoint = checkpoint_layout();
-  info.precision_study_modes = {{"zero3_bf16", "bf16"}, {"zero3_fp16", "fp16"}};
-  // -- projection programs (analysis/projection, backends/<x>/<x>_program.cpp)
-  info.projection = projection_hooks();
-  // -- shard layout (backends/shard_layout.hpp)
-  info.shard_layout = shard_layout;  // zero3_layout.cpp
-  // -- offload (zero3_offload.cpp): DeepSpeed offloads the optimizer and the parameters
+  // -- training (bench/run): engine, closed form, estimate, dtypes, layout, offload
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) {
+    return std::make_unique<Zero3Engine>(s, w);
+  };
+  info.training.expected_bytes = expected_bytes;
+  info.training.estimate_peak = estimate_peak;  // zero3_estimate.cpp
+  info.training.precision_plan = precision_plan;
+  info.training.shard_layout = shard_layout;  // zero3_layout.cpp
+  // offload (zero3_offload.cpp): DeepSpeed offloads the optimizer and the parameters
   // separately; offload_param does not need offload_optimizer (stage3.py _configure_offloading
   // reads each on its own).
   const nlohmann::json cpu = {{"device", "cpu"}};
-  info.offload_choices = {{"offload_optimizer=cpu", {{"offload_optimizer", cpu}}},
-                          {"offload_param=cpu", {{"offload_param", cpu}}},
-                          {"offload_optimizer=cpu + offload_param=cpu", {{"offload_optimizer", cpu}, {"offload_param", cpu}}}};
+  info.training.offload_choices = {
+      {"offload_optimizer=cpu", {{"offload_optimizer", cpu}}},
+      {"offload_param=cpu", {{"offload_param", cpu}}},
+      {"offload_optimizer=cpu + offload_param=cpu", {{"offload_optimizer", cpu}, {"offload_param", cpu}}}};
+  // -- config files and CLI flags (zero3_config.cpp)
+  info.config.claim = config_claim;
+  info.config.claim_text = "DEEPSPEED";
+  info.config.read = read_config;
+  info.config.flags = cli_flags();
+  info.config.flags_title = "ZeRO-3";
+  info.config.apply_flags = apply_flags;
+  // -- analysis: option effects (zero3_config.cpp), projection program (zero3_program.cpp), study rows
+  info.analysis.option_effects = option_effects();
+  info.analysis.projection = projection_hooks();
+  info.analysis.precision_study_modes = {{"zero3_bf16", "bf16"}, {"zero3_fp16", "fp16"}};
+  // -- crossval (zero3_crossval.cpp)
+  info.crossval = crossval_reference();
+  // -- lifecycle: DeepSpeed's checkpoint files (zero3_checkpoint.cpp)
+  info.lifecycle.checkpoint = checkpoint_layout();
   return info;
 }
 

@@ -23,7 +23,7 @@
 
 namespace zb::backends::zero3 {
 BackendInfo backend_info();
-// BackendInfo::expected_bytes (zero3_engine.cpp) and estimate_peak (zero3_estimate.cpp).
+// BackendInfo::training.expected_bytes (zero3_engine.cpp) and estimate_peak (zero3_estimate.cpp).
 ModelStateBytes expected_bytes(const EngineSpec& spec, const Topology& topo, int rank);
 PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo);
 }  // namespace zb::backends::zero3

@@ -1,4 +1,4 @@
-// zero3_estimate.cpp — zero3's pre-flight peak estimate (BackendInfo::estimate_peak; the shared
+// zero3_estimate.cpp — zero3's pre-flight peak estimate (BackendInfo::training.estimate_peak; the shared
 // terms and moments are backends/memory_estimate.hpp's, docs/metrics.md; offload's terms
 // zero3_offload_estimate.cpp's). Owns: ZeRO3-mode's own terms, as zero3_engine.cpp and its
 // coordinator allocate them. Must not: allocate or measure anything.

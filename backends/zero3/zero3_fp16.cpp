@@ -29,7 +29,7 @@ namespace zb::backends::zero3 {
 void Zero3Engine::init_fp16() {
   if (!fp16()) return;
   scaler_ = std::make_unique<common::LossScaler>(common::LossScaler::deepspeed(opts_.fp16));
-  planted_inf_ = common::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp)
+  planted_inf_ = deepspeed_family::PlantedOverflows::from_env().at;  // test-only (planted_overflow.hpp)
 }
 
 // has_overflow(partition_gradients=True): on the reduce-and-partition stream (whose work the

@@ -1,7 +1,7 @@
 // zero3_layout.hpp — what ZeRO3-mode works out before it allocates anything: the dtypes of a
 // precision mode and the config's communication_data_type / grad_accum_dtype, each parameter's
 // padded partition and sub-group, the IPG buffer's size, and the run's ShardLayout
-// (BackendInfo::shard_layout: every parameter partitioned over the whole data-parallel world,
+// (BackendInfo::training.shard_layout: every parameter partitioned over the whole data-parallel world,
 // no hpZ/MiCS). Owns: those pure functions, shared by the engine (zero3_engine.cpp and the files
 // that implement it), its closed form and the memory estimate. Must not: allocate tensors.
 // Upstream: deepspeed/runtime/zero/partition_parameters.py (_partition_param: padding to a
@@ -51,7 +51,7 @@ std::vector<int> in_ds_id_order(std::vector<int> ids, const std::vector<ParamLay
 std::vector<ParamLayout> param_layouts(const models::ModelConfig& cfg, int world, const Zero3Options& o,
                                        int* sub_groups);
 
-// BackendInfo::shard_layout: ZeRO-3 partitions over the whole data-parallel group (the world),
+// BackendInfo::training.shard_layout: ZeRO-3 partitions over the whole data-parallel group (the world),
 // each unit's padding the sum of its parameters' (each to a multiple of W).
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo);
 

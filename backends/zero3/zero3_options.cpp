@@ -142,7 +142,7 @@ Zero3Options zero3_options_from_json(const json& j) {
   o.zero_quantized_weights = j.value("zero_quantized_weights", o.zero_quantized_weights);
   o.zero_quantized_nontrainable_weights = j.value("zero_quantized_nontrainable_weights", o.zero_quantized_nontrainable_weights);
   o.zero_quantized_gradients = j.value("zero_quantized_gradients", o.zero_quantized_gradients);
-  if (j.contains("fp16")) o.fp16 = common::deepspeed_loss_scale_from_json(j["fp16"]);
+  if (j.contains("fp16")) o.fp16 = deepspeed_family::deepspeed_loss_scale_from_json(j["fp16"]);
   if (j.contains("qgz_ranks_per_node")) o.qgz_ranks_per_node = as_count("qgz_ranks_per_node", j["qgz_ranks_per_node"]);
   validate(o);
   return o;

@@ -41,8 +41,8 @@ void check_qgz_shapes(const std::vector<ParamLayout>& layout, const QgzTopology&
   const int world = t.nodes * t.devices;
   for (const auto& l : layout)
     if (qgz_quantized(l.shape, world))
-      common::check_swizzle_shape(l.numel, qgz_groups(l.shape, world), t.nodes, t.devices,
-                                  "unit" + std::to_string(l.unit) + " parameter " + std::to_string(l.index));
+      deepspeed_family::check_swizzle_shape(l.numel, qgz_groups(l.shape, world), t.nodes, t.devices,
+                                            "unit" + std::to_string(l.unit) + " parameter " + std::to_string(l.index));
 }
 
 QgzBackwardComm qgz_backward_comm(const std::vector<ParamLayout>& layout, const QgzTopology& t, int world,
@@ -124,17 +124,18 @@ void Zero3Engine::qgz_reduce_and_partition() {
     }
     const int64_t groups = qgz_groups(l.shape, W);  // intra_quant_group
     s.op("qgz swizzle_quant " + name, {e.grad});
-    auto intra = common::swizzle_quant(e.grad, groups, N, D);
+    auto intra = deepspeed_family::swizzle_quant(e.grad, groups, N, D);
     auto local_data = at::empty_like(intra.data), local_scales = at::empty_like(intra.scales);
     comm_.all_to_all_single(local_data, intra.data, "qgz_local " + name, &qgz_local_);
     comm_.all_to_all_single(local_scales, intra.scales, "qgz_local_scales " + name, &qgz_local_);
     s.op("qgz quantized_reduction " + name);
-    auto inter = common::quantized_reduction(local_data, local_scales, groups, groups / D, D);
+    auto inter = deepspeed_family::quantized_reduction(local_data, local_scales, groups, groups / D, D);
     auto global_data = at::empty_like(inter.data), global_scales = at::empty_like(inter.scales);
     comm_.all_to_all_single(global_data, inter.data, "qgz_global " + name, &qgz_global_);
     comm_.all_to_all_single(global_scales, inter.scales, "qgz_global_scales " + name, &qgz_global_);
     s.op("qgz dequantize + mean over nodes " + name);
-    const auto full = common::dequantize_int4(global_data, global_scales, global_scales.numel());  // fp16 [numel / D]
+    // fp16 [numel / D]
+    const auto full = deepspeed_family::dequantize_int4(global_data, global_scales, global_scales.numel());
     // sum(list(final_output.chunk(num_nodes))) / num_nodes, in fp16 (Python's sum starts at 0).
     const auto chunks = full.chunk(N);
     at::Tensor mean = chunks[0];

@@ -33,8 +33,8 @@ std::vector<int> hpz_group_ranks(int rank, int hpz) {
 void check_quantizable(const std::vector<ParamLayout>& layout, int hpz) {
   for (const auto& l : layout) {
     const std::string name = "unit" + std::to_string(l.unit) + " parameter " + std::to_string(l.index);
-    common::weight_quant_groups(l.part_numel, name);
-    if (hpz > 1) common::weight_quant_groups(l.padded / hpz, name + " (hpZ secondary)");
+    deepspeed_family::weight_quant_groups(l.part_numel, name);
+    if (hpz > 1) deepspeed_family::weight_quant_groups(l.padded / hpz, name + " (hpZ secondary)");
   }
 }
 
@@ -47,7 +47,7 @@ int64_t secondary_bytes(const std::vector<ParamLayout>& layout, int hpz, int64_t
 }
 
 QuantizedGatherBytes quantized_gather_bytes(int64_t numel_per_rank, int group) {
-  const int64_t groups = common::weight_quant_groups(numel_per_rank, "all-gather input");
+  const int64_t groups = deepspeed_family::weight_quant_groups(numel_per_rank, "all-gather input");
   return {numel_per_rank * group, groups * group * 4};  // int8 [group * n], fp32 [group * groups]
 }
 
@@ -109,8 +109,8 @@ void Zero3Engine::issue_zeropp_part(std::vector<int> ids, bool secondary, const 
     // fp32 scales [groups, 1]; the data gathered into int8 [G * total], the scales into
     // fp32 [G * groups] (_all_gather_sequential / _all_gather_coalesced, quantize=True).
     const auto in = ids.size() == 1 ? inputs[0] : at::cat(inputs);
-    g.quant_groups = common::weight_quant_groups(g.total, label);
-    auto q = common::quantize_blockwise(in, g.quant_groups, 8, /*symmetric=*/true);
+    g.quant_groups = deepspeed_family::weight_quant_groups(g.total, label);
+    auto q = deepspeed_family::quantize_blockwise(in, g.quant_groups, 8, /*symmetric=*/true);
     g.flat = at::empty({G * g.total}, partitions_.options().dtype(at::kChar));
     g.scales = at::empty({G * g.quant_groups}, partitions_.options().dtype(at::kFloat));
     auto scales = q.params.view({-1});
@@ -128,7 +128,7 @@ void Zero3Engine::finish_zeropp_gather(InflightGather& g) {
   at::Tensor flat = g.flat;  // [G * total]
   if (g.quantized) {
     g.scale_collective.wait();
-    flat = common::dequantize_blockwise_fp32(g.flat, g.scales, g.group_size * g.quant_groups, 8, true)
+    flat = deepspeed_family::dequantize_blockwise_fp32(g.flat, g.scales, g.group_size * g.quant_groups, 8, true)
                .to(at::kHalf)
                .to(dtypes_.model);
   }

@@ -1,5 +1,5 @@
 // config_diff.cpp — differing config keys and their effects (see config_diff.hpp). The effect
-// sentences of a backend's options are the backend's own (BackendInfo::option_effects, e.g.
+// sentences of a backend's options are the backend's own (BackendInfo::analysis.option_effects, e.g.
 // backends/fsdp/fsdp_config.cpp, paraphrasing the upstream documentation of each option); the
 // general ones (backend, precision, config.train) are here.
 #include "bench/compare/config_diff.hpp"
@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 // The keys that are no one backend's options: the backend and precision, the options every
 // engine's report holds, and config.train's. Each backend describes its own options
-// (BackendInfo::option_effects, in its folder); a key described here wins over a backend's.
+// (BackendInfo::analysis.option_effects, in its folder); a key described here wins over a backend's.
 const std::map<std::string, std::string>& general_effects() {
   static const std::map<std::string, std::string> e = {
       {"backend", "a different engine: how parameters, gradients and optimizer states are sharded and communicated"},
@@ -75,7 +75,7 @@ const std::map<std::string, std::string>& general_effects() {
 std::map<std::string, std::string> effects() {
   std::map<std::string, std::string> e = general_effects();
   for (const auto& b : backends::registered_backends())
-    for (const auto& o : b.option_effects) e.emplace(o.key, o.effect);
+    for (const auto& o : b.analysis.option_effects) e.emplace(o.key, o.effect);
   return e;
 }
 

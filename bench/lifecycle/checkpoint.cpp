@@ -75,8 +75,10 @@ std::string trim(std::string s) {
   return s;
 }
 
-// File names per rank and the step directory: the backend's CheckpointLayout (BackendInfo::checkpoint).
-const backends::CheckpointLayout& layout(const std::string& backend) { return backends::backend(backend).checkpoint; }
+// File names per rank and the step directory: the backend's CheckpointLayout (BackendInfo::lifecycle.checkpoint).
+const backends::CheckpointLayout& layout(const std::string& backend) {
+  return backends::backend(backend).lifecycle.checkpoint;
+}
 std::string model_file(const std::string& backend, int rank) { return layout(backend).model_file(rank); }
 std::string optim_file(const std::string& backend, const std::string& precision, int rank) {
   return layout(backend).optim_file(precision, rank);
@@ -340,12 +342,12 @@ int consolidate_command(const std::string& from, const std::string& out) {
     const backends::BackendInfo* info = nullptr;
     for (const auto& b : backends::registered_backends()) {
       if (b.name == backend) info = &b;
-      if (b.checkpoint.consolidate) can += (can.empty() ? "" : ", ") + b.name;
+      if (b.lifecycle.checkpoint.consolidate) can += (can.empty() ? "" : ", ") + b.name;
     }
-    if (!info || !info->checkpoint.consolidate)
+    if (!info || !info->lifecycle.checkpoint.consolidate)
       throw UsageError("consolidate: a sharded " + backend + " checkpoint is not supported (" + can +
                        " sharded or any full checkpoint; save --state-dict full)");
-    units = info->checkpoint.consolidate(tag_dir, meta, cfg, W);
+    units = info->lifecycle.checkpoint.consolidate(tag_dir, meta, cfg, W);
   }
   ckpt::write_hf_llama(out, cfg, units, at::kFloat);
   std::cout << "wrote " << out << " (config.json, model.safetensors) from " << tag_dir << "\n";

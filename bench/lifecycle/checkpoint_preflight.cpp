@@ -43,7 +43,7 @@ CheckpointDiskNeed checkpoint_disk_need(const CheckpointOptions& opts, const std
   // states, which are the backend's closed form of those categories (gradients are not saved).
   int64_t state = 0;
   for (int r = 0; r < world_size; ++r) {
-    const auto b = backends::backend(backend).expected_bytes(spec, world_size, r);
+    const auto b = backends::backend(backend).training.expected_bytes(spec, world_size, r);
     state += b.params + b.master_params + b.optimizer;
   }
   int64_t param_tensors = 0;

@@ -5,7 +5,7 @@
 // otherwise UsageError (exit 2) naming the directory, the bytes needed and the bytes free.
 // Owns: that closed form (bytes per save, saves kept on disk) and the check. Must not: write a
 // checkpoint, or know an engine's internals (the per-rank state bytes come from the backend's
-// registered closed form, BackendInfo::expected_bytes).
+// registered closed form, BackendInfo::training.expected_bytes).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -19,7 +19,7 @@ const backends::BackendInfo* find_backend(const std::string& name) {
 }
 
 int claim(const backends::BackendInfo& b, const backends::ConfigIdentity& id) {
-  return b.config_claim && b.read_config ? b.config_claim(id) : 0;
+  return b.config.claim && b.config.read ? b.config.claim(id) : 0;
 }
 
 const backends::BackendInfo* strongest_claim(const backends::ConfigIdentity& id) {
@@ -37,7 +37,7 @@ const backends::BackendInfo* strongest_claim(const backends::ConfigIdentity& id)
 std::string claimed_types() {
   std::vector<std::string> parts;
   for (const auto& b : backends::registered_backends())
-    if (!b.config_claim_text.empty()) parts.push_back(b.config_claim_text + " (" + b.name + ")");
+    if (!b.config.claim_text.empty()) parts.push_back(b.config.claim_text + " (" + b.name + ")");
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
   return out;
@@ -71,7 +71,7 @@ void resolve_into(const ConfigRequest& req, ResolvedConfig& out) {
     throw UsageError("a DeepSpeed JSON: no registered backend runs DeepSpeed configs");
   }
   out.backend = chosen->name;
-  chosen->read_config({d, launch ? &*launch : nullptr, req}, out);
+  chosen->config.read({d, launch ? &*launch : nullptr, req}, out);
   // --backend X agrees with the file when X claims it too (e.g. --backend fsdp names FSDP, which an
   // accelerate file runs as version 1 or 2).
   if (req.backend_given && req.backend != out.backend) {

@@ -1,5 +1,5 @@
 // config_resolve.hpp — the one place a config file meets the backends: the file is read
-// (config/), each registered backend says how strongly it claims it (BackendInfo::config_claim),
+// (config/), each registered backend says how strongly it claims it (BackendInfo::config.claim),
 // and the strongest one's reader turns it into the run's backend, precision, train settings and
 // options. Owns: the choice, the refusal when no backend claims a file, and the --backend /
 // --accelerate-config / --deepspeed-config consistency checks. Must not: name a backend or read a

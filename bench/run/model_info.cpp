@@ -29,29 +29,29 @@ backends::EngineSpec info_spec(const ModelInfoOptions& o, const models::ModelCon
 // device's terms only, the host's reported apart).
 backends::PeakEstimate cpu_run_estimate(const backends::BackendInfo& b, const backends::EngineSpec& spec,
                                         const backends::Topology& topo) {
-  return b.estimate_peak(spec, topo, 0, /*gloo=*/true);
+  return b.training.estimate_peak(spec, topo, 0, /*gloo=*/true);
 }
 backends::PeakEstimate gpu_run_estimate(const backends::BackendInfo& b, const backends::EngineSpec& spec,
                                         const backends::Topology& topo) {
-  auto e = b.estimate_peak(spec, topo, 0, /*gloo=*/false);
+  auto e = b.training.estimate_peak(spec, topo, 0, /*gloo=*/false);
   e.host_is_device = false;
   return e;
 }
 
-// One row per backend mode and offload choice (none first, then BackendInfo::offload_choices):
+// One row per backend mode and offload choice (none first, then BackendInfo::training.offload_choices):
 // rank 0's model-state bytes on the device and on the host, the estimated peak of each, and
 // whether they fit in --device-memory per rank and --host-memory per node (W ranks on one node).
 nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig& cfg, const backends::Topology& topo) {
   nlohmann::json rows = nlohmann::json::array();
   const double gib = double(1 << 30);
   for (const auto& b : backends::registered_backends()) {
-    if (b.offload_choices.empty()) continue;
-    std::vector<backends::BackendInfo::OffloadChoice> choices = {{"none", nlohmann::json::object()}};
-    choices.insert(choices.end(), b.offload_choices.begin(), b.offload_choices.end());
+    if (b.training.offload_choices.empty()) continue;
+    std::vector<backends::TrainingFacet::OffloadChoice> choices = {{"none", nlohmann::json::object()}};
+    choices.insert(choices.end(), b.training.offload_choices.begin(), b.training.offload_choices.end());
     for (const auto& p : b.precisions)
       for (const auto& c : choices) {
         const auto spec = info_spec(o, cfg, p, c.options);
-        const auto bytes = b.expected_bytes(spec, topo, 0);
+        const auto bytes = b.training.expected_bytes(spec, topo, 0);
         nlohmann::json row = {{"mode", b.name + ":" + p},
                               {"offload", c.label},
                               {"options", c.options},
@@ -60,7 +60,7 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
                               {"model_states_bytes", backends::to_json(bytes)}};
         // A GPU run's estimate (host terms apart from the device's), whatever --device says; none
         // for selective-op, which does not run on CUDA.
-        if (b.estimate_peak && !o.run.train.activation_checkpointing.saves_ops()) {
+        if (b.training.estimate_peak && !o.run.train.activation_checkpointing.saves_ops()) {
           const auto e = gpu_run_estimate(b, spec, topo);
           row["estimated_device_peak_bytes"] = e.peak_bytes();
           row["estimated_host_peak_bytes"] = e.host_peak_bytes();
@@ -97,7 +97,7 @@ int model_info_command(const ModelInfoOptions& o) {
       const auto spec = info_spec(o, cfg, p);
       // Per rank: rank 0's bytes, and where ranks differ (FSDP2's AdamW states follow each
       // rank's unpadded rows) every run of consecutive ranks with the same bytes.
-      const auto r0 = b.expected_bytes(spec, topo, 0);
+      const auto r0 = b.training.expected_bytes(spec, topo, 0);
       auto& m = modes[b.name + ":" + p];
       m = backends::to_json(r0);
       m["total"] = r0.total();
@@ -105,7 +105,7 @@ int model_info_command(const ModelInfoOptions& o) {
       backends::ModelStateBytes prev = r0;
       int first = 0;
       for (int r = 1; r <= o.world_size; ++r) {
-        const auto cur = r < o.world_size ? b.expected_bytes(spec, topo, r) : backends::ModelStateBytes{};
+        const auto cur = r < o.world_size ? b.training.expected_bytes(spec, topo, r) : backends::ModelStateBytes{};
         if (r < o.world_size && cur == prev) continue;
         auto range = backends::to_json(prev);
         range["first_rank"] = first;
@@ -117,10 +117,10 @@ int model_info_command(const ModelInfoOptions& o) {
       }
       if (ranges.size() > 1) m["rank_ranges"] = ranges;
       // The dtypes of each piece of model state (the blog's Table 2), from the engine's own rules.
-      plans[b.name + ":" + p] = backends::to_json(b.precision_plan(spec));
+      plans[b.name + ":" + p] = backends::to_json(b.training.precision_plan(spec));
       // The pre-flight estimate of a rank's peak for one step (backends/memory_estimate.cpp).
       // One peak per mode and device: a CPU run's and a GPU run's (`modes` holds --device's in full).
-      if (b.estimate_peak) {
+      if (b.training.estimate_peak) {
         const auto cpu = cpu_run_estimate(b, spec, topo), gpu = gpu_run_estimate(b, spec, topo);
         estimates[b.name + ":" + p] = backends::to_json(o.run.device == "cpu" ? cpu : gpu);
         by_device["cpu"][b.name + ":" + p] = {{"peak_bytes", cpu.peak_bytes()}, {"peak_phase", cpu.peak_phase()}};

@@ -54,11 +54,11 @@ void check_estimate_fits(const backends::PeakEstimate& estimate, int sharing, at
 void check_memory(const std::string& backend, const backends::EngineSpec& spec, const backends::Topology& topo,
                   int ranks_sharing, at::Device device, int ranks_on_host) {
   const auto& info = backends::backend(backend);
-  if (!info.estimate_peak) return;
+  if (!info.training.estimate_peak) return;
   // Ranks differ only in padding ownership: the first and the last bound them.
-  auto estimate = info.estimate_peak(spec, topo, 0, device.is_cpu());
+  auto estimate = info.training.estimate_peak(spec, topo, 0, device.is_cpu());
   if (topo.world > 1) {
-    auto last = info.estimate_peak(spec, topo, topo.world - 1, device.is_cpu());
+    auto last = info.training.estimate_peak(spec, topo, topo.world - 1, device.is_cpu());
     if (last.peak_bytes() > estimate.peak_bytes()) estimate = last;
   }
   check_estimate_fits(estimate, ranks_sharing, device, false, runtime::available_bytes(device));

@@ -1,5 +1,5 @@
 // preflight.hpp — the memory pre-flight of `zerobench run`: before the engine allocates anything,
-// each rank's estimated peak (BackendInfo::estimate_peak, backends/memory_estimate.cpp) against
+// each rank's estimated peak (BackendInfo::training.estimate_peak, backends/memory_estimate.cpp) against
 // what its device can still give (runtime::available_bytes: a GPU's free memory, or the kernel's
 // MemAvailable shared by every rank on this machine). Owns: that comparison and its one-line
 // refusal, and under offload the host's estimated peak against MemAvailable. Must not: estimate

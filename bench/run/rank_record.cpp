@@ -71,7 +71,7 @@ reports::RankMemory memory_record(const TrainResult& r, const RankInputs& in) {
   m.model_states_total_bytes = r.model_state_bytes.total();
   // The backend's closed form for this rank (docs/backends/*.md), next to what it owns.
   m.model_states_expected_bytes = model_states_record(in.expected_bytes);
-  // The pre-flight estimate of this rank's peak (BackendInfo::estimate_peak), next to the measured
+  // The pre-flight estimate of this rank's peak (BackendInfo::training.estimate_peak), next to the measured
   // peaks below (peak_tracked_bytes: the counting CPU allocator or CUDA allocated).
   m.estimated_peak_bytes = in.estimate ? in.estimate->peak_bytes() : 0;
   if (in.estimate) m.estimate = estimate_record(*in.estimate);

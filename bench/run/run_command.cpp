@@ -162,7 +162,7 @@ json config_json(const RunOptions& o, const backends::EngineSpec& spec, const js
                  {"train", train_json(spec.train)},
                  {"data", data_json(spec, data)},
                  {"device", o.device}};
-  config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
+  config["precision_plan"] = backends::to_json(backends::backend(o.backend).training.precision_plan(spec));
   add_provenance(config, provenance);
   return config;
 }
@@ -280,7 +280,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
 
   // The dtype the matmuls run in, from the backend's own plan (an option such as FSDP's param_dtype
   // moves it): the peak MFU divides by is that dtype's.
-  const auto compute_dtype = backends::backend(o.backend).precision_plan(spec).compute;
+  const auto compute_dtype = backends::backend(o.backend).training.precision_plan(spec).compute;
   const Peak peak = resolve_peak(o.peak_tflops, device, compute_dtype);
   auto data = models::make_data_source(spec.train.data, spec.model.vocab, spec.train.seed, spec.train.batching);
   // Engine construction is the load: with --model-dir its weights come through the strategy's
@@ -307,8 +307,8 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   // The job's shape as the engine saw it (a node's ranks form HYBRID_SHARD's shard group).
   const backends::Topology topology(world.size, world.local_size);
   std::optional<backends::PeakEstimate> estimate;
-  if (const auto& info = backends::backend(o.backend); info.estimate_peak)
-    estimate = info.estimate_peak(spec, topology, world.rank, world.device.is_cpu());
+  if (const auto& info = backends::backend(o.backend); info.training.estimate_peak)
+    estimate = info.training.estimate_peak(spec, topology, world.rank, world.device.is_cpu());
   const bool diverged = result.diverged_step >= 0;
 
   // This rank's part of the report, handed to rank 0 through the store.
@@ -319,7 +319,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   rank_in.rank = world.rank;
   rank_in.world_size = world.size;
   rank_in.host = hostname();
-  rank_in.expected_bytes = backends::backend(o.backend).expected_bytes(spec, topology, world.rank);
+  rank_in.expected_bytes = backends::backend(o.backend).training.expected_bytes(spec, topology, world.rank);
   rank_in.estimate = estimate;
   rank_in.peak_rss_bytes = runtime::peak_rss_bytes();
   rank_in.cpu_block_cache = runtime::cpu_block_cache_stats();
@@ -434,9 +434,9 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.steps = step_records(result, device.is_cuda());
   parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
   parts.ranks = std::move(ranks);
-  // The run's shard layout (BackendInfo::shard_layout): the groups the engine built, the padding.
-  if (const auto& info = backends::backend(o.backend); info.shard_layout)
-    parts.config["shard_layout"] = backends::to_json(info.shard_layout(spec, topology));
+  // The run's shard layout (BackendInfo::training.shard_layout): the groups the engine built, the padding.
+  if (const auto& info = backends::backend(o.backend); info.training.shard_layout)
+    parts.config["shard_layout"] = backends::to_json(info.training.shard_layout(spec, topology));
   if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
     parts.config["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
   if (!o.checkpoint_dir.empty() || !o.resume.empty())
@@ -536,7 +536,7 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
                    {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options.json()}}},
                    {"train", train_json(spec.train)},
                    {"world_size", o.nproc}};
-    config["precision_plan"] = backends::to_json(backends::backend(o.backend).precision_plan(spec));
+    config["precision_plan"] = backends::to_json(backends::backend(o.backend).training.precision_plan(spec));
     add_provenance(config, resolved.provenance);
     reports::write_json_atomic(out, reports::failed_report(state, error, config));
   };

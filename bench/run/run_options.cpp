@@ -29,12 +29,12 @@ void add_model_options(CLI::App& app, RunOptions& o) {
 }
 
 namespace {
-// Each registered backend's own flags (BackendInfo::flags), once per name (the first declaration's
+// Each registered backend's own flags (BackendInfo::config.flags), once per name (the first declaration's
 // help), bound to o.backend_flags.
 void add_backend_flags(CLI::App& app, RunOptions& o) {
   using Kind = backends::BackendFlag::Kind;
   for (const auto& b : backends::registered_backends())
-    for (const auto& f : b.flags) {
+    for (const auto& f : b.config.flags) {
       if (app.get_option_no_throw(f.name)) continue;  // declared by an earlier backend
       auto& slot = o.backend_flags[f.name];
       CLI::Option* opt = nullptr;
@@ -75,7 +75,7 @@ backends::FlagValues given_backend_flags(const RunOptions& o) {
 void refuse_foreign_flags(const backends::FlagValues& given, const std::string& backend) {
   const auto& all = backends::registered_backends();
   auto declares = [](const backends::BackendInfo& b, const std::string& name) -> const backends::BackendFlag* {
-    for (const auto& f : b.flags)
+    for (const auto& f : b.config.flags)
       if (f.name == name) return &f;
     return nullptr;
   };
@@ -89,8 +89,8 @@ void refuse_foreign_flags(const backends::FlagValues& given, const std::string& 
       if (!f) continue;
       if (!f->refused_elsewhere) break;
       std::string some;
-      for (size_t i = 0; i < owner.flags.size() && i < 2; ++i) some += owner.flags[i].name + ", ";
-      throw UsageError(owner.flags_title + " options (" + some + "...) need --backend " + owner.name);
+      for (size_t i = 0; i < owner.config.flags.size() && i < 2; ++i) some += owner.config.flags[i].name + ", ";
+      throw UsageError(owner.config.flags_title + " options (" + some + "...) need --backend " + owner.name);
     }
   }
 }
@@ -364,7 +364,7 @@ RunOptions::Resolved RunOptions::resolve() const {
   const auto flags = given_backend_flags(*this);
   refuse_foreign_flags(flags, r.backend);
   for (const auto& b : backends::registered_backends())
-    if (b.name == r.backend && b.apply_flags) b.apply_flags(flags, file_options, spec, notes);
+    if (b.name == r.backend && b.config.apply_flags) b.config.apply_flags(flags, file_options, spec, notes);
   if (emulate_world_size > 0 && nproc_given && nproc > 1)
     throw UsageError("--emulate-world-size runs one process; drop --nproc " + std::to_string(nproc));
   if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
@@ -398,7 +398,8 @@ RunOptions::Resolved RunOptions::resolve() const {
     } else {
       bool syncs = false;
       for (const auto& b : backends::registered_backends())
-        if (b.name == r.backend && b.broadcasts_initial_weights) syncs = b.broadcasts_initial_weights(spec.options);
+        if (b.name == r.backend && b.training.broadcasts_initial_weights)
+          syncs = b.training.broadcasts_initial_weights(spec.options);
       // An emulated rank has no rank 0 to receive from: it reads for itself.
       r.load_strategy = syncs && emulate_world_size == 0 ? "rank0-broadcast" : "all-ranks";
     }

@@ -51,7 +51,7 @@ struct RunOptions {
   // kind-checked spellings.
   std::string config, accelerate_config, deepspeed_config;
   bool no_memory_check = false;  // skip the pre-flight memory estimate check
-  // The backends' own flags (BackendInfo::flags), by name, as CLI11 parsed them; only those in
+  // The backends' own flags (BackendInfo::config.flags), by name, as CLI11 parsed them; only those in
   // `given` are read (backends/config_hooks.hpp FlagValues).
   struct BackendFlagSlot {
     std::string text;

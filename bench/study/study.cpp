@@ -63,11 +63,11 @@ int precision_study_command(const PrecisionStudyOptions& o) {
   if (o.lrs.empty()) throw UsageError("--lrs needs at least one learning rate");
   for (double lr : o.lrs)
     if (!(lr > 0)) throw UsageError("--lrs: learning rate " + fixed(lr, "%g") + " must be positive");
-  // The modes each backend declares (BackendInfo::precision_study_modes), the fp32 reference first,
+  // The modes each backend declares (BackendInfo::analysis.precision_study_modes), the fp32 reference first,
   // then in registry order; the lr x W variants last, and only when asked for.
   std::vector<Mode> modes, scaled;
   for (const auto& b : backends::registered_backends())
-    for (const auto& m : b.precision_study_modes) {
+    for (const auto& m : b.analysis.precision_study_modes) {
       const Mode mode{m.label, b.name, m.precision, m.lr_x_world};
       if (m.reference)
         modes.insert(modes.begin(), mode);

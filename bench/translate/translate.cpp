@@ -78,7 +78,7 @@ struct Concepts {
 enum class Format { kFsdp1, kFsdp2, kDeepSpeed, kDataParallel };
 
 // What zerobench calls a format in `--to` and `source_kind`: DeepSpeed by its own name, an
-// accelerate format by the backend that runs such a file (BackendInfo::config_claim, asked
+// accelerate format by the backend that runs such a file (BackendInfo::config.claim, asked
 // through bench/config_resolve), so that translate's names are the backends' names.
 std::string format_name(Format f) {
   if (f == Format::kDeepSpeed) return "deepspeed";

@@ -133,17 +133,19 @@ backends::BackendInfo backend_info() {
   info.name = "toy";
   info.description = "tests/ toy: data parallel without bucketing (one all-reduce per parameter), fp32";
   info.precisions = {"fp32"};
-  info.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<ToyEngine>(s, w); };
-  info.expected_bytes = expected_bytes;
+  // -- training: the engine, its closed form, DDP's estimate, fp32 everywhere
+  info.training.create = [](const EngineSpec& s, const runtime::World& w) { return std::make_unique<ToyEngine>(s, w); };
+  info.training.expected_bytes = expected_bytes;
   // The replica, gradients and AdamW states DDP holds, and its transients: DDP's estimate (the
   // per-parameter all-reduces work in place, as its buckets do).
-  info.estimate_peak = backends::ddp::estimate_peak;
-  info.projection.program = toy_program;  // shard_elements empty: the whole model on every rank
-  info.precision_plan = [](const EngineSpec&) {
+  info.training.estimate_peak = backends::ddp::estimate_peak;
+  info.training.precision_plan = [](const EngineSpec&) {
     backends::PrecisionPlan p;
     p.load = p.params = p.compute = p.reduce = p.grads = p.optimizer_states = at::kFloat;
     return p;
   };
+  // -- analysis: its step for `project`
+  info.analysis.projection.program = toy_program;  // shard_elements empty: the whole model on every rank
   return info;
 }
 
