@@ -7,6 +7,7 @@
 #include <ATen/SDPBackend.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -166,10 +167,16 @@ const char* kept_attention_op_name(KeptAttentionOp op) {
   return "none";
 }
 
+namespace {
+std::atomic<bool> g_keep_cpu_attention{false};
+}  // namespace
+
+bool set_op_sac_keeps_cpu_attention_for_tests(bool keep) { return g_keep_cpu_attention.exchange(keep); }
+
 KeptAttentionOp op_sac_attention_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& mask, const VarlenSegments& segments) {
   if (segments.cum_seq.defined()) return KeptAttentionOp::FlashVarlen;
-  if (!q.is_cuda()) return KeptAttentionOp::None;
+  if (!q.is_cuda()) return g_keep_cpu_attention ? KeptAttentionOp::FlashCpu : KeptAttentionOp::None;
   const int64_t choice = at::_fused_sdp_choice(q, k, v, opt(mask), 0.0, /*is_causal=*/!mask.defined(), std::nullopt,
                                                /*enable_gqa=*/k.size(1) != q.size(1));
   // SDPA pads a head dim that is not a multiple of 8 for flash (not replicated here: recomputed).

@@ -56,6 +56,9 @@ const char* kept_attention_op_name(KeptAttentionOp op);
 // FlashVarlen for the Varlen path; None on CPU.
 KeptAttentionOp op_sac_attention_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& mask, const VarlenSegments& segments);
+// Tests only: on CPU, op_sac_attention_op names FlashCpu instead of None (upstream recomputes SDPA
+// there), so selective-op's whole kept-attention path runs on CPU. Returns the previous setting.
+bool set_op_sac_keeps_cpu_attention_for_tests(bool keep);
 
 // What the op's backward needs besides q, k, v: its output and logsumexp, the RNG state (philox
 // seed/offset, flash's rng_state), the mask as the op got it, the varlen lengths.

@@ -218,6 +218,33 @@ TEST(ActivationCheckpointingMode, SelectiveOpGradientsBitwiseThoseWithoutCheckpo
     }
 }
 
+// selective-op's kept-attention path end to end on CPU, its CUDA ops stood in for by the CPU op
+// pair (a test seam: a run never keeps SDPA on CPU): the block keeps SDPA's output and logsumexp
+// and its replay differentiates through the op's backward; the loss is bitwise (the same forward
+// op SDPA calls), the gradients those without checkpointing to fp32 rounding (1e-5 + 1e-4·|ref|;
+// GQA's k/v gradients are summed over repeated heads, SDPA's own GQA path sums in another order),
+// and the recompute counted has no SDPA: the CUDA closed form.
+TEST(ActivationCheckpointingMode, SelectiveOpKeptAttentionPathOnCpuMatchesNoCheckpointing) {
+  const auto m = tiny_layers(3);
+  for (const bool documents : {false, true}) {
+    const auto plain = loss_and_grads(m, at::kFloat, documents, ActivationCheckpointing::none());
+    const bool before = models::set_op_sac_keeps_cpu_attention_for_tests(true);
+    const auto op = loss_and_grads(m, at::kFloat, documents, ActivationCheckpointing::selective_op());
+    models::set_op_sac_keeps_cpu_attention_for_tests(before);
+    const std::string what = documents ? "documents" : "causal";
+    EXPECT_TRUE(at::equal(plain.loss, op.loss)) << what;
+    ASSERT_EQ(plain.grads.size(), op.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      ASSERT_TRUE(op.grads[i].defined()) << what << " weight " << i;
+      EXPECT_TRUE(at::allclose(op.grads[i], plain.grads[i], 1e-4, 1e-5))
+          << what << " weight " << i << " max |diff| " << (op.grads[i] - plain.grads[i]).abs().max();
+    }
+    EXPECT_EQ(op.recomputed,
+              models::recompute_flops_per_micro_batch(m, 2, 64, ActivationCheckpointing::selective_op(), /*cuda=*/true))
+        << what;
+  }
+}
+
 TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   for (const std::string bad : {"selective-layer:x", "sometimes", "selective"}) {
     const auto r = run_zerobench("run --backend ddp --model tiny --nproc 1 --steps 1 --warmup 0 "
