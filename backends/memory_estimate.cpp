@@ -16,7 +16,7 @@ const char* const kMoments[] = {kLossHead, kRootGradient, kBackward, kEndOfBackw
 }  // namespace
 
 models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, const ModelStateBytes& states, int c,
-                                    bool grads_set_to_none) {
+                                    bool gloo, bool grads_set_to_none) {
   const auto& t = spec.train;
   const auto& m = spec.model;
   e.terms.push_back({"params", kResident, states.params, "expected_bytes().params (the backend's closed form)"});
@@ -55,13 +55,19 @@ models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, con
   } else {
     e.terms.push_back({"batches", kResident, t.grad_accum * t.micro_batch * t.seq_len * 32,
                        "grad_accum*B*T*32 (int64 tokens, targets, position_ids, document ids, padding included)"});
-    e.terms.push_back({"document mask", kFwdBwd, t.micro_batch * t.seq_len * t.seq_len * c,
-                       "B*T*T*c (the additive block-diagonal causal mask, saved once for all layers)"});
+    // A GPU run in bf16/fp16 takes the varlen flash path (models/attention.hpp attention_path): no
+    // mask, the int32 cumulative lengths of at most B*T segments instead.
+    if (!gloo && c == 2)
+      e.terms.push_back({"document lengths", kFwdBwd, 4 * (t.micro_batch * t.seq_len + 1),
+                         "4*(B*T+1) (int32 cumulative segment lengths of the varlen flash path, at most B*T segments)"});
+    else
+      e.terms.push_back({"document mask", kFwdBwd, t.micro_batch * t.seq_len * t.seq_len * c,
+                         "B*T*T*c (the additive block-diagonal causal mask, saved once for all layers)"});
     e.terms.push_back({"rope at positions", kFwdBwd, 2 * t.micro_batch * t.seq_len * m.head_dim() * c,
                        "2*B*T*head_dim*c (cos, sin gathered at position_ids)"});
   }
   e.terms.push_back({"rope tables", kResident, 2 * t.seq_len * m.head_dim() * c, "2*T*head_dim*c (cos, sin)"});
-  const auto a = models::activation_memory(m, t.micro_batch, t.seq_len, c, t.activation_checkpointing);
+  const auto a = models::activation_memory(m, t.micro_batch, t.seq_len, c, t.activation_checkpointing, /*cuda=*/!gloo);
   e.terms.push_back({"activations: " + a.blocks.name, kFwdBwd, a.blocks.bytes, a.blocks.formula});
   e.terms.push_back({"activations: " + a.head_saved.name, kLossHead, a.head_saved.bytes, a.head_saved.formula});
   e.terms.push_back({"activations: " + a.head_backward.name, kLossHead, a.head_backward.bytes, a.head_backward.formula});

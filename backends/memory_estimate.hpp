@@ -31,8 +31,10 @@ inline constexpr const char* kRootGradient = "root_gradient";
 // `grads_set_to_none`: the engine frees its gradients after each optimizer step
 // (zero_grad(set_to_none=True)) and makes them again in backward, so they are not held at the
 // loss head; counted whole from a block's backward on (an upper bound while they fill).
+// `gloo`: a CPU-only run; otherwise a GPU run, whose attention may differ (the varlen path of
+// per-document batches in 16-bit, selective-op keeping SDPA's CUDA output).
 models::ActivationMemory add_common(PeakEstimate& e, const EngineSpec& spec, const ModelStateBytes& states, int c,
-                                    bool grads_set_to_none = false);
+                                    bool gloo, bool grads_set_to_none = false);
 
 // The optimizer step's largest transient. AdamW is ATen's fused kernel (common/optim.cpp,
 // at::_fused_adamw_): nothing full-size. The global norm (torch's clip_grad_norm_ / FSDP1's)

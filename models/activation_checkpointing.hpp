@@ -13,7 +13,8 @@
 // recomputes the rest: aten.mm counted 1, 2, ... per block forward, the odd-numbered ones saved
 // (`meta[count] += 1; save unless count % 2 == 0`): of the block's 7 linears wq, wv, w_gate and
 // w_down; SDPA is in the list as its CUDA ops (flash, efficient, cudnn) but not as the CPU one
-// (_scaled_dot_product_flash_attention_for_cpu), so on CPU it is recomputed, as upstream does.
+// (_scaled_dot_product_flash_attention_for_cpu), so on CPU it is recomputed, as upstream does, and
+// on CUDA its output is kept (keeps_attention; models/attention.hpp).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -52,6 +53,9 @@ struct ActivationCheckpointing {
   }
   // A checkpointed block keeps some ops' outputs and recomputes only the rest (selective-op).
   bool saves_ops() const { return kind == Kind::SelectiveOp; }
+  // selective-op keeps SDPA's output (and its logsumexp, RNG state) where SDPA's op is in the save
+  // list: on CUDA (flash, efficient; the varlen flash op), not on CPU (models/attention.hpp).
+  bool keeps_attention(bool cuda) const { return saves_ops() && cuda; }
   // The flag's spelling: none, full, selective-layer:N, selective-op.
   std::string name() const {
     switch (kind) {

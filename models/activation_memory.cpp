@@ -25,24 +25,37 @@ int64_t block_saved_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
          4 * B * m.heads * T;
 }
 
-int64_t op_sac_kept_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
-  return int64_t(c) * B * T * (3 * m.hidden + m.kv_dim() + m.ffn);
+namespace {
+// SDPA's output and its fp32 logsumexp [B, nh, T] (the efficient kernel rounds T up to a multiple
+// of 32 for its logsumexp: the same where T is one).
+int64_t kept_attention_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
+  return int64_t(c) * B * T * m.hidden + 4 * B * m.heads * T;
+}
+}  // namespace
+
+int64_t op_sac_kept_bytes(const ModelConfig& m, int64_t B, int64_t T, int c, bool cuda) {
+  return int64_t(c) * B * T * (3 * m.hidden + m.kv_dim() + m.ffn) + (cuda ? kept_attention_bytes(m, B, T, c) : 0);
 }
 
-int64_t op_sac_replayed_bytes(const ModelConfig& m, int64_t B, int64_t T, int c) {
-  return block_saved_bytes(m, B, T, c) - int64_t(c) * B * T * (m.kv_dim() + m.ffn);
+int64_t op_sac_replayed_bytes(const ModelConfig& m, int64_t B, int64_t T, int c, bool cuda) {
+  return block_saved_bytes(m, B, T, c) - int64_t(c) * B * T * (m.kv_dim() + m.ffn) -
+         (cuda ? kept_attention_bytes(m, B, T, c) : 0);
 }
 
-ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, const ActivationCheckpointing& ac) {
+ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, int c, const ActivationCheckpointing& ac,
+                                   bool cuda) {
   ActivationMemory a;
   const int64_t N = B * T, H = m.hidden, F = m.ffn, V = m.vocab, L = m.layers;
   const int64_t block = block_saved_bytes(m, B, T, c);
   const int64_t k = ac.checkpointed_blocks(L);
   const std::string per_block = "(8NH + 6cNH + 2cN*KV + 4cNF + 8N + 4*B*nh*T)";
+  const bool kept_sdpa = ac.keeps_attention(cuda);
   if (ac.saves_ops() && L > 0) {
-    a.blocks = {"checkpointed block inputs and saved ops", L * op_sac_kept_bytes(m, B, T, c),
-                "L*c*N*(3H + KV + F) (each block keeps its input and the outputs of wq, wv, w_gate, w_down: "
-                "selective-op's odd-numbered mms)"};
+    a.blocks = {"checkpointed block inputs and saved ops", L * op_sac_kept_bytes(m, B, T, c, cuda),
+                kept_sdpa ? "L*(c*N*(4H + KV + F) + 4*B*nh*T) (each block keeps its input, the outputs of wq, wv, "
+                            "w_gate, w_down: selective-op's odd-numbered mms, and SDPA's CUDA output and logsumexp)"
+                          : "L*c*N*(3H + KV + F) (each block keeps its input and the outputs of wq, wv, w_gate, "
+                            "w_down: selective-op's odd-numbered mms)"};
   } else if (k == L && L > 0) {
     a.blocks = {"checkpointed block inputs", L * c * N * H, "L*c*N*H (each checkpointed block keeps its input)"};
   } else if (k == 0) {
@@ -61,8 +74,11 @@ ActivationMemory activation_memory(const ModelConfig& m, int64_t B, int64_t T, i
   // block's checkpointing counts.
   const bool ckpt = L > 0 && ac.checkpoints_block(L);
   if (ac.saves_ops() && ckpt) {
-    a.block_backward = {"block replay and backward", c * N * H + 3 * int64_t(c) * N * F + op_sac_replayed_bytes(m, B, T, c),
-                        "block activations - c*N*(KV + F) (v and gate are kept) + cNH + 3cNF"};
+    a.block_backward = {"block replay and backward",
+                        c * N * H + 3 * int64_t(c) * N * F + op_sac_replayed_bytes(m, B, T, c, cuda),
+                        kept_sdpa ? "block activations - c*N*(H + KV + F) - 4*B*nh*T (v, gate and SDPA's output and "
+                                    "logsumexp are kept) + cNH + 3cNF"
+                                  : "block activations - c*N*(KV + F) (v and gate are kept) + cNH + 3cNF"};
     return a;
   }
   a.block_backward = {ckpt ? "block recompute and backward" : "block backward",

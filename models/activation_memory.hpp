@@ -33,14 +33,19 @@ struct ActivationMemory {
 // compute_bytes: 2 (bf16 compute) or 4 (fp32). A checkpointed block (ac.checkpoints_block) keeps
 // only its input (selective-op: and its saved ops' outputs) and is recomputed in its backward;
 // the others keep their activations.
+// `cuda`: a GPU run, where selective-op also keeps SDPA's output (ActivationCheckpointing::keeps_attention).
 ActivationMemory activation_memory(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                                   const ActivationCheckpointing& ac);
+                                   const ActivationCheckpointing& ac, bool cuda = false);
 
 // selective-op, per block: what its forward keeps — its input and the outputs of wq, wv, w_gate and
-// w_down (c*N*(3H + KV + F)) — and what its replay in backward saves besides them: a block's
-// activations less v (SDPA saves the kept wv output) and gate (SiLU saves the kept w_gate output).
-int64_t op_sac_kept_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);
-int64_t op_sac_replayed_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);
+// w_down (c*N*(3H + KV + F)); on CUDA also SDPA's output and fp32 logsumexp (c*N*H + 4*B*nh*T) —
+// and what its replay in backward saves besides them: a block's activations less v (SDPA saves the
+// kept wv output) and gate (SiLU saves the kept w_gate output), on CUDA less SDPA's output and
+// logsumexp too (the kept attention's backward reads the kept ones).
+int64_t op_sac_kept_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes,
+                          bool cuda = false);
+int64_t op_sac_replayed_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes,
+                              bool cuda = false);
 
 // One decoder block's saved tensors without checkpointing (the sum of activation_memory's per-block term).
 int64_t block_saved_bytes(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len, int compute_bytes);

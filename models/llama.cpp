@@ -43,6 +43,10 @@ void keep_block(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::
   ctx->saved_data["cos"] = rope->cos;
   ctx->saved_data["sin"] = rope->sin;
   if (rope->mask.defined()) ctx->saved_data["mask"] = rope->mask;
+  if (rope->segments.cum_seq.defined()) {
+    ctx->saved_data["cum_seq"] = rope->segments.cum_seq;
+    ctx->saved_data["max_seq"] = rope->segments.max_len;
+  }
   ctx->saved_data["x"] = x;
   ctx->saved_data["w"] = c10::List<at::Tensor>(std::vector<at::Tensor>(w.begin(), w.end()));
 }
@@ -56,10 +60,12 @@ struct KeptBlock {
 };
 KeptBlock kept_block(torch::autograd::AutogradContext* ctx) {
   KeptBlock b{reinterpret_cast<const ModelConfig*>(ctx->saved_data["cfg"].toInt()),
-              {ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}},
+              {ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}, {}},
               ctx->saved_data["x"].toTensor().detach().requires_grad_(true),
               {}};
   if (auto m = ctx->saved_data.find(std::string("mask")); m != ctx->saved_data.end()) b.rope.mask = m->second.toTensor();
+  if (auto c = ctx->saved_data.find(std::string("cum_seq")); c != ctx->saved_data.end())
+    b.rope.segments = {c->second.toTensor(), ctx->saved_data["max_seq"].toInt()};
   for (const at::Tensor& t : ctx->saved_data["w"].toTensorList().vec()) b.w.push_back(t.detach().requires_grad_(true));
   return b;
 }
@@ -118,11 +124,41 @@ struct KeptLinear : public torch::autograd::Function<KeptLinear> {
   }
 };
 
+// The kept attention through the block's autograd context (saved_data holds IValues).
+void save_kept_attention(torch::autograd::AutogradContext* ctx, const KeptAttention& k) {
+  ctx->saved_data["attn_op"] = int64_t(k.op);
+  ctx->saved_data["attn_causal"] = k.causal;
+  ctx->saved_data["attn_groups"] = k.kv_groups;
+  ctx->saved_data["attn"] = c10::List<at::Tensor>({k.out, k.logsumexp, k.seed, k.offset, k.bias, k.segments.cum_seq});
+  ctx->saved_data["attn_max"] = k.segments.max_len;
+}
+// Leaves the context: freed with the block's replayed graph. op None when nothing was kept.
+KeptAttention take_kept_attention(torch::autograd::AutogradContext* ctx) {
+  KeptAttention k;
+  auto& d = ctx->saved_data;
+  if (d.find(std::string("attn")) == d.end()) return k;
+  const auto t = d["attn"].toTensorList().vec();
+  k.op = KeptAttentionOp(d["attn_op"].toInt());
+  k.causal = d["attn_causal"].toBool();
+  k.kv_groups = d["attn_groups"].toInt();
+  k.out = t[0];
+  k.logsumexp = t[1];
+  k.seed = t[2];
+  k.offset = t[3];
+  k.bias = t[4];
+  k.segments = {t[5], d["attn_max"].toInt()};
+  for (const char* key : {"attn", "attn_op", "attn_causal", "attn_groups", "attn_max"}) d.erase(std::string(key));
+  return k;
+}
+
 // selective-op (torchtitan's _apply_op_sac): forward under no-grad keeping the block's input and
-// the outputs of the odd-numbered linears (aten.mm 1, 3, 5, 7: wq, wv, w_gate, w_down); backward
-// replays the block under autograd with those linears returning their kept outputs (KeptLinear)
-// and everything else recomputed: the even-numbered linears, the norms, RoPE, SDPA (its CPU op is
-// not in the save list), SiLU and the products. Weights are kept as CheckpointedBlock keeps them.
+// the outputs of the odd-numbered linears (aten.mm 1, 3, 5, 7: wq, wv, w_gate, w_down), and on CUDA
+// SDPA's op with what its backward needs (the save list's _scaled_dot_product_flash_attention /
+// _efficient_attention; the varlen flash op of the Varlen path): op_sac_attention_op, keep_attention.
+// Backward replays the block under autograd with those linears returning their kept outputs
+// (KeptLinear), the attention its kept output (kept_attention: the op's own backward) and
+// everything else recomputed: the even-numbered linears, the norms, RoPE, SDPA on CPU (its CPU op
+// is not in the save list), SiLU and the products. Weights are kept as CheckpointedBlock keeps them.
 struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList w,
                             const ModelConfig* cfg, const RopeCache* rope) {
@@ -135,6 +171,13 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
           at::Tensor y = at::linear(in, weight);
           if (ActivationCheckpointing::op_sac_saves_mm(++mm_count)) ctx->saved_data["kept" + std::to_string(i)] = y;
           return y;
+        },
+        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+          const auto op = op_sac_attention_op(q, k, v, rope->mask, rope->segments);
+          if (op == KeptAttentionOp::None) return block_attention(q, k, v, rope->mask, rope->segments);
+          const KeptAttention kept = keep_attention(op, q, k, v, rope->mask, rope->segments);
+          save_kept_attention(ctx, kept);
+          return attention_rows(kept.out, q);
         });
   }
 
@@ -151,6 +194,7 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
         kept[size_t(i)] = k->second.toTensor();
         ctx->saved_data.erase(k);
       }
+    const KeptAttention kept_attn = take_kept_attention(ctx);
     int64_t flops = 0;
     at::Tensor y;
     {
@@ -161,10 +205,14 @@ struct SelectiveOpBlock : public torch::autograd::Function<SelectiveOpBlock> {
             if (kept[size_t(i)].defined()) return KeptLinear::apply(in, weight, kept[size_t(i)]);
             flops += 2 * in.numel() * weight.size(0);  // 2 * N * in * out
             return at::linear(in, weight);
+          },
+          [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+            if (kept_attn.op != KeptAttentionOp::None) return kept_attention(q, k, v, kept_attn);
+            // SDPA, recomputed: 4*B*nh*hd*T^2 (block_forward_flops' attention term).
+            flops += 4 * x.size(0) * cfg->heads * cfg->head_dim() * x.size(1) * x.size(1);
+            return block_attention(q, k, v, b.rope.mask, b.rope.segments);
           });
     }
-    // SDPA, recomputed: 4*B*nh*hd*T^2 (block_forward_flops' attention term).
-    flops += 4 * x.size(0) * cfg->heads * cfg->head_dim() * x.size(1) * x.size(1);
     g_recomputed_flops += flops;
     return replay_grads(y, b, grad_out[0]);
   }
@@ -181,7 +229,7 @@ RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarTyp
   auto inv_freq = at::pow(cfg.rope_theta, -at::arange(0, hd, 2, opts) / double(hd));
   auto angles = at::outer(at::arange(seq_len, opts), inv_freq);
   auto emb = at::cat({angles, angles}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype), {}};
+  return {emb.cos().to(dtype), emb.sin().to(dtype), {}, {}};
 }
 
 // HF LlamaRotaryEmbedding computes cos/sin of inv_freq * position_ids in fp32; the table's row p
@@ -194,9 +242,14 @@ RopeCache document_attention(const RopeCache& full, const at::Tensor& position_i
   auto at_positions = [&](const at::Tensor& table) {
     return table.index_select(0, flat).view({B, 1, T, table.size(-1)});
   };
+  if (attention_path(full.cos.is_cuda(), full.cos.scalar_type(), /*per_document=*/true) == AttentionPath::Varlen) {
+    VarlenSegments s = varlen_segments(document_ids);
+    s.cum_seq = s.cum_seq.to(full.cos.device());
+    return {at_positions(full.cos), at_positions(full.sin), {}, s};
+  }
   const auto same_document = document_ids.unsqueeze(2).eq(document_ids.unsqueeze(1));  // [B, T, T]
   const auto causal = at::ones({T, T}, document_ids.options().dtype(at::kBool)).tril();
-  return {at_positions(full.cos), at_positions(full.sin), at::logical_and(same_document, causal).unsqueeze(1)};
+  return {at_positions(full.cos), at_positions(full.sin), at::logical_and(same_document, causal).unsqueeze(1), {}};
 }
 
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope) {
@@ -204,7 +257,7 @@ at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Ten
 }
 
 at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
-                         const ModuleOutputFn& out_fn, const LinearFn& linear_fn) {
+                         const ModuleOutputFn& out_fn, const LinearFn& linear_fn, const AttentionFn& attention_fn) {
   // Each weight is requested in its own statement, in execution order: a per-module source
   // (ZeRO-3) releases the previous module's weight when the next is requested, and C++ leaves
   // the evaluation order of function arguments unspecified.
@@ -221,13 +274,11 @@ at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Te
   auto v = out(kWv, linear(kWv, h)).view({B, T, cfg.kv_heads, hd}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
-  // Per-document attention: the boolean block-diagonal causal mask (CPU: SDPA's masked kernels;
-  // CUDA: memory-efficient attention with the mask; the varlen flash path is not used).
-  const bool masked = rope.mask.defined();
-  auto attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/masked ? std::optional<at::Tensor>(rope.mask) : std::nullopt,
-                                               /*dropout_p=*/0.0, /*is_causal=*/!masked, /*scale=*/std::nullopt,
-                                               /*enable_gqa=*/cfg.kv_heads != cfg.heads);
-  auto attn_out = out(kWo, linear(kWo, attn.transpose(1, 2).reshape({B, T, cfg.hidden})));
+  // Per-document attention: the block-diagonal causal mask (CPU: SDPA's masked kernels; CUDA fp32:
+  // memory-efficient attention with the mask) or, on CUDA in bf16/fp16, the varlen flash kernel over
+  // the documents' cumulative lengths (models/attention.hpp attention_path).
+  auto attn = attention_fn ? attention_fn(q, k, v) : block_attention(q, k, v, rope.mask, rope.segments);
+  auto attn_out = out(kWo, linear(kWo, attn));
   auto x1 = x + attn_out;
   // SwiGLU MLP: down(silu(gate(h)) * up(h)).
   auto h2 = out(kMlpNorm, rms_norm(x1, w(kMlpNorm), cfg.norm_eps));

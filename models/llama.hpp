@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/activation_checkpointing.hpp"
+#include "models/attention.hpp"
 #include "models/model_config.hpp"
 
 namespace zb::models {
@@ -42,14 +43,17 @@ class UnitParamSource {
 // cos/sin tables [T, head_dim] for rotate-half RoPE (HF Llama), in the compute dtype. With
 // per-document attention (document_attention) cos/sin are [B, 1, T, head_dim], taken at the
 // batch's position_ids, and mask [B, 1, T, T] (bool, true = attend) is block-diagonal causal;
-// an undefined mask is one causal mask over the whole row.
+// an undefined mask is one causal mask over the whole row. On the Varlen path (attention_path:
+// CUDA, bf16/fp16) there is no mask: `segments` holds the documents' cumulative lengths instead.
 struct RopeCache {
   at::Tensor cos, sin;
   at::Tensor mask;
+  VarlenSegments segments;
 };
 RopeCache make_rope_cache(const ModelConfig& cfg, int64_t seq_len, at::ScalarType dtype, at::Device device);
 // The cache of a batch with position_ids and document_ids [B, T] (models/data.hpp Batch): HF
-// Llama's RoPE at position_ids, and a query attends to the keys of its own document at or before it.
+// Llama's RoPE at position_ids, and a query attends to the keys of its own document at or before it
+// (the mask, or on the Varlen path of `full`'s device and dtype the segments; attention_path).
 RopeCache document_attention(const RopeCache& full, const at::Tensor& position_ids, const at::Tensor& document_ids);
 
 struct ForwardOptions {
@@ -62,7 +66,8 @@ struct ForwardOptions {
 // FLOPs this process has spent recomputing checkpointed blocks in backward: each recompute adds
 // block_forward_flops (models/model_config.hpp) at its input's [B, T]; under selective-op only the
 // ops it recomputes: 2*in*out per token of each unsaved linear, and SDPA's 4*B*nh*hd*T^2 where it
-// is recomputed (recompute_flops_per_micro_batch). The trainer takes it per step.
+// is recomputed — on CPU, not where its CUDA op's output is kept (recompute_flops_per_micro_batch).
+// The trainer takes it per step.
 int64_t recomputed_flops();
 
 // tokens: [B, T] int64 -> logits [B, T, V] in the weights' dtype. Every unit but the root has
@@ -85,8 +90,13 @@ using ModuleOutputFn = std::function<at::Tensor(int index, at::Tensor output)>;
 // `linear(i, h, w)`, when given, computes the linear of weight i (default at::linear(h, w)):
 // selective-op's checkpoint keeps or replays some of them (models/llama.cpp).
 using LinearFn = std::function<at::Tensor(int index, const at::Tensor& input, const at::Tensor& weight)>;
+// `attention(q, k, v)`, when given, computes the attention of q [B, nh, T, hd] and k/v [B, nkv, T, hd]
+// after RoPE as [B, T, H] (default block_attention with the cache's mask or segments): selective-op
+// keeps or replays SDPA's CUDA op (models/attention.hpp).
+using AttentionFn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
 at::Tensor block_forward(const ModelConfig& cfg, const WeightFn& w, const at::Tensor& x, const RopeCache& rope,
-                         const ModuleOutputFn& out = nullptr, const LinearFn& linear = nullptr);
+                         const ModuleOutputFn& out = nullptr, const LinearFn& linear = nullptr,
+                         const AttentionFn& attention = nullptr);
 at::Tensor block_forward(const ModelConfig& cfg, at::TensorList w, const at::Tensor& x, const RopeCache& rope);
 
 // Deterministic fp32 initial weights of one unit, concatenated in spec order: [unit numel].

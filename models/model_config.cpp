@@ -114,10 +114,12 @@ ParamCounts count_params(const ModelConfig& cfg) {
 }
 
 int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
-                                        const ActivationCheckpointing& activation_checkpointing) {
+                                        const ActivationCheckpointing& activation_checkpointing, bool cuda) {
   if (activation_checkpointing.saves_ops())
     return cfg.layers * (2 * micro_batch * seq_len * op_sac_recomputed_linear_params(cfg) +
-                         4 * micro_batch * cfg.heads * cfg.head_dim() * seq_len * seq_len);
+                         (activation_checkpointing.keeps_attention(cuda)
+                              ? 0
+                              : 4 * micro_batch * cfg.heads * cfg.head_dim() * seq_len * seq_len));
   return activation_checkpointing.checkpointed_blocks(cfg.layers) * block_forward_flops(cfg, micro_batch, seq_len);
 }
 
@@ -134,11 +136,13 @@ int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t
   return 2 * N * count_params(cfg).per_block + 4 * micro_batch * cfg.heads * cfg.head_dim() * seq_len * seq_len;
 }
 
-FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing) {
-  return flops_per_real_token(cfg, double(seq_len), activation_checkpointing);
+FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing,
+                              bool cuda) {
+  return flops_per_real_token(cfg, double(seq_len), activation_checkpointing, cuda);
 }
 
-FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing) {
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing,
+                                   bool cuda) {
   const ParamCounts n = count_params(cfg);
   // Attention score/value matmuls: forward 2*2*L*H*Q*T per token, x3 with backward = 12*L*H*Q*T
   // (torchtitan components/metrics.py, PaLM appendix B; not discounted for causality). A token of a
@@ -152,8 +156,10 @@ FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span
   f.palm_recompute = f.palm;
   const int64_t k = activation_checkpointing.checkpointed_blocks(cfg.layers);
   if (activation_checkpointing.saves_ops()) {
-    f.palm_recompute += double(cfg.layers) * (2.0 * double(op_sac_recomputed_linear_params(cfg)) +
-                                              4.0 * double(cfg.heads) * double(cfg.head_dim()) * attention_span);
+    const double sdpa = activation_checkpointing.keeps_attention(cuda)
+                            ? 0.0
+                            : 4.0 * double(cfg.heads) * double(cfg.head_dim()) * attention_span;
+    f.palm_recompute += double(cfg.layers) * (2.0 * double(op_sac_recomputed_linear_params(cfg)) + sdpa);
   } else if (k == cfg.layers && k > 0) {
     f.palm_recompute += 2.0 * double(n.per_block * cfg.layers) + attn / 3.0;
   } else if (k > 0) {

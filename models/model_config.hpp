@@ -72,14 +72,17 @@ int64_t block_forward_flops(const ModelConfig& cfg, int64_t micro_batch, int64_t
 // 7 in forward order (wq, wk, wv, wo, w_gate, w_up, w_down): wk, wo, w_up = H*KV + H*H + H*F.
 int64_t op_sac_recomputed_linear_params(const ModelConfig& cfg);
 // The FLOPs backward spends recomputing one micro-batch's checkpointed blocks: block_forward_flops
-// per block; selective-op only 2*N*op_sac_recomputed_linear_params + SDPA's 4*B*nh*hd*T^2 (its
-// CPU op is recomputed; the saved linears, the norms' and the elementwise ops count nothing).
+// per block; selective-op only 2*N*op_sac_recomputed_linear_params, + SDPA's 4*B*nh*hd*T^2 on CPU
+// (its CPU op is recomputed; on CUDA, `cuda`, its output is kept: ActivationCheckpointing::
+// keeps_attention); the saved linears, the norms' and the elementwise ops count nothing.
 int64_t recompute_flops_per_micro_batch(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_len,
-                                        const ActivationCheckpointing& activation_checkpointing);
-FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing);
+                                        const ActivationCheckpointing& activation_checkpointing, bool cuda = false);
+FlopsPerToken flops_per_token(const ModelConfig& cfg, int64_t seq_len, const ActivationCheckpointing& activation_checkpointing,
+                              bool cuda = false);
 // The same per real (non-padding) token of rows of documents: attention_span = the sum over the
 // attention blocks of length^2 / the real tokens (seq_len under one causal mask a row; less when
 // each document attends only to itself). flops_per_token(cfg, T, ac) is this with span T.
-FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing);
+FlopsPerToken flops_per_real_token(const ModelConfig& cfg, double attention_span, const ActivationCheckpointing& activation_checkpointing,
+                                   bool cuda = false);
 
 }  // namespace zb::models

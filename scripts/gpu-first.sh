@@ -111,10 +111,11 @@ more_cells=(
   "compare-intervals 100 required 0 the numbers' compare with a second round (skipped when the first call did it)"
   "crossval-fsdp2 45 required 0 crossval at W=1 vs real FSDP2, mixed"
   "gpu-sharing-refused 15 required 0 more ranks than GPUs under NCCL: exit 2 naming --emulate-world-size"
+  "attention 40 required 0 test_cuda CudaAttention.*: varlen flash vs masked efficient, kept SDPA ops vs autograd, selective-op on CUDA vs full"
   "launch-blocking-more 30 if-time 20 zero3 bf16 and fsdp2 mixed: control, then CUDA_LAUNCH_BLOCKING=1 bitwise equal"
   "granite-w4x32 60 if-time 45 emulated W=4 x 32 Granite-7B blocks (skipped when the first call did it)"
   "matrix-more 90 if-time 60 fsdp low, zero2 bf16, fsdp SHARD_GRAD_OP at the numbers' shape, --profile"
-  "workload-rows 75 if-time 50 fsdp mixed at the numbers' shape on the study's document lengths: pack, pad, pack-naive (SDPA with the block-diagonal mask on CUDA)"
+  "workload-rows 75 if-time 50 fsdp mixed at the numbers' shape on the study's document lengths: pack, pad, pack-naive (pack and pad: the varlen flash path, bf16 on CUDA)"
   "crossval-zero2 45 if-time 35 crossval at W=1 vs real DeepSpeed ZeRO-2, bf16"
   "crossval-fsdp-low 40 if-time 30 crossval at W=1 vs real FSDP1, low"
 )
@@ -203,9 +204,13 @@ body_build() {
     "${root}/scripts/build.sh" zerobench test_cuda || return 1
   ldd "${bin}" | grep -E "cupti|cudart|nccl|torch_cuda" || true
 }
-body_cuda-tests() {
-  if [ "${rehearse}" = 1 ]; then "${BUILD_DIR}/bin/test_cuda"  # no GPU: every CUDA test skips, saying why
-  else ZEROBENCH_REQUIRE_GPU=1 "${BUILD_DIR}/bin/test_cuda"; fi
+body_cuda-tests() {  # CudaAttention.* runs in --more's attention cell
+  if [ "${rehearse}" = 1 ]; then "${BUILD_DIR}/bin/test_cuda" --gtest_filter=-CudaAttention.*  # no GPU: every CUDA test skips, saying why
+  else ZEROBENCH_REQUIRE_GPU=1 "${BUILD_DIR}/bin/test_cuda" --gtest_filter=-CudaAttention.*; fi
+}
+body_attention() {
+  if [ "${rehearse}" = 1 ]; then "${BUILD_DIR}/bin/test_cuda" --gtest_filter=CudaAttention.*
+  else ZEROBENCH_REQUIRE_GPU=1 "${BUILD_DIR}/bin/test_cuda" --gtest_filter=CudaAttention.*; fi
 }
 body_numbers() { compare_cmd 1; }
 body_compare-intervals() {

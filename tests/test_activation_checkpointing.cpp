@@ -125,13 +125,28 @@ TEST(ActivationCheckpointingMode, ActivationTermsAndRecomputeFlopsOfEachMode) {
   EXPECT_TRUE(ActivationCheckpointing::op_sac_saves_mm(1));
   EXPECT_FALSE(ActivationCheckpointing::op_sac_saves_mm(2));
   EXPECT_TRUE(ActivationCheckpointing::op_sac_saves_mm(7));
+  // On CUDA selective-op keeps SDPA's output and logsumexp too (4*B*nh*T fp32): kept per block
+  // c*N*(4H + KV + F) + 4*B*nh*T, the replay saves that much less, and SDPA is not recomputed.
+  const int64_t lse = 4 * B * m.heads * T;
+  const auto op_cuda = models::activation_memory(m, B, T, c, ActivationCheckpointing::selective_op(), /*cuda=*/true);
+  EXPECT_EQ(op_cuda.blocks.bytes, 4 * (c * N * (4 * H + KV + F) + lse));
+  EXPECT_EQ(op_cuda.block_backward.bytes, grads + block - c * N * (H + KV + F) - lse);
+  EXPECT_EQ(models::activation_memory(m, B, T, c, ActivationCheckpointing::full(), true).blocks.bytes,
+            full.blocks.bytes);  // only selective-op keeps an op's output
+  EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::selective_op(), /*cuda=*/true),
+            4 * 2 * N * (H * KV + H * H + H * F));
+  EXPECT_EQ(models::recompute_flops_per_micro_batch(m, B, T, ActivationCheckpointing::full(), true), 4 * fwd);
+  EXPECT_EQ(models::op_sac_kept_bytes(m, B, T, c, true) - models::op_sac_kept_bytes(m, B, T, c),
+            c * N * H + lse);
   // palm_recompute: palm + the recompute per token, the same count.
   for (const auto& ac : {ActivationCheckpointing::full(), ActivationCheckpointing::selective_layer(2),
                          ActivationCheckpointing::selective_layer(3), ActivationCheckpointing::selective_op()}) {
-    const auto f = models::flops_per_token(m, T, ac);
-    EXPECT_DOUBLE_EQ((f.palm_recompute - f.palm) * double(N),
-                     double(models::recompute_flops_per_micro_batch(m, B, T, ac)))
-        << ac.name();
+    for (const bool cuda : {false, true}) {
+      const auto f = models::flops_per_token(m, T, ac, cuda);
+      EXPECT_DOUBLE_EQ((f.palm_recompute - f.palm) * double(N),
+                       double(models::recompute_flops_per_micro_batch(m, B, T, ac, cuda)))
+          << ac.name() << (cuda ? " cuda" : " cpu");
+    }
   }
 }
 
@@ -203,6 +218,33 @@ TEST(ActivationCheckpointingMode, SelectiveOpGradientsBitwiseThoseWithoutCheckpo
     }
 }
 
+// selective-op's kept-attention path end to end on CPU, its CUDA ops stood in for by the CPU op
+// pair (a test seam: a run never keeps SDPA on CPU): the block keeps SDPA's output and logsumexp
+// and its replay differentiates through the op's backward; the loss is bitwise (the same forward
+// op SDPA calls), the gradients those without checkpointing to fp32 rounding (1e-5 + 1e-4·|ref|;
+// GQA's k/v gradients are summed over repeated heads, SDPA's own GQA path sums in another order),
+// and the recompute counted has no SDPA: the CUDA closed form.
+TEST(ActivationCheckpointingMode, SelectiveOpKeptAttentionPathOnCpuMatchesNoCheckpointing) {
+  const auto m = tiny_layers(3);
+  for (const bool documents : {false, true}) {
+    const auto plain = loss_and_grads(m, at::kFloat, documents, ActivationCheckpointing::none());
+    const bool before = models::set_op_sac_keeps_cpu_attention_for_tests(true);
+    const auto op = loss_and_grads(m, at::kFloat, documents, ActivationCheckpointing::selective_op());
+    models::set_op_sac_keeps_cpu_attention_for_tests(before);
+    const std::string what = documents ? "documents" : "causal";
+    EXPECT_TRUE(at::equal(plain.loss, op.loss)) << what;
+    ASSERT_EQ(plain.grads.size(), op.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      ASSERT_TRUE(op.grads[i].defined()) << what << " weight " << i;
+      EXPECT_TRUE(at::allclose(op.grads[i], plain.grads[i], 1e-4, 1e-5))
+          << what << " weight " << i << " max |diff| " << (op.grads[i] - plain.grads[i]).abs().max();
+    }
+    EXPECT_EQ(op.recomputed,
+              models::recompute_flops_per_micro_batch(m, 2, 64, ActivationCheckpointing::selective_op(), /*cuda=*/true))
+        << what;
+  }
+}
+
 TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   for (const std::string bad : {"selective-layer:x", "sometimes", "selective"}) {
     const auto r = run_zerobench("run --backend ddp --model tiny --nproc 1 --steps 1 --warmup 0 "
@@ -219,17 +261,17 @@ TEST(ActivationCheckpointingCli, BadValuesExitTwoWithOneLineNamingThem) {
   const auto jb = json::parse(bare.output), je = json::parse(every.output);
   EXPECT_EQ(jb["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "full");
   EXPECT_EQ(je["estimated_peak_bytes_per_rank"]["activation_checkpointing_mode"], "selective-layer:2");
-  // selective-op does not run on CUDA (run refuses it): model-info --device cuda refuses it too, and
-  // at --device cpu its GPU column says so instead of the CPU rule's numbers (before 2026-11-28).
+  // selective-op runs on CUDA (keeping SDPA's CUDA output): model-info --device cuda estimates it, and
+  // at --device cpu its GPU column holds the CUDA rule's peak, above the CPU rule's (the kept
+  // attention output and logsumexp per block; refused before issue 37's leftovers).
   const auto op_cuda = run_zerobench("model-info tiny --world-size 2 --device cuda --activation-checkpointing selective-op");
-  EXPECT_EQ(op_cuda.exit_code, 2) << op_cuda.output;
-  EXPECT_NE(op_cuda.output.find("selective-op on --device cuda"), std::string::npos) << op_cuda.output;
+  EXPECT_EQ(op_cuda.exit_code, 0) << op_cuda.output;
   const auto op = run_zerobench("model-info tiny --world-size 2 --activation-checkpointing selective-op --json");
   ASSERT_EQ(op.exit_code, 0) << op.output;
   const auto jo = json::parse(op.output)["estimated_peak_bytes_per_rank"]["by_device"];
-  EXPECT_TRUE(jo["cpu"]["fsdp:fp32"].contains("peak_bytes")) << jo.dump();
-  EXPECT_TRUE(jo["cuda"]["fsdp:fp32"].contains("refused")) << jo.dump();
-  EXPECT_TRUE(run_zerobench("model-info tiny --world-size 2 --activation-checkpointing selective-op").exit_code == 0);
+  ASSERT_TRUE(jo["cpu"]["fsdp:fp32"].contains("peak_bytes")) << jo.dump();
+  ASSERT_TRUE(jo["cuda"]["fsdp:fp32"].contains("peak_bytes")) << jo.dump();
+  EXPECT_FALSE(jo["cuda"]["fsdp:fp32"].contains("refused")) << jo.dump();
 }
 
 // At W = 2 on CPU, tiny with 4 blocks, grad-accum 2: the five modes train bitwise alike (a

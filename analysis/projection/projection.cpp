@@ -374,9 +374,11 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
   const int64_t tokens = train.micro_batch * train.seq_len * train.grad_accum;
   const double real_tokens = rows.documents ? rows.stats.real_tokens : double(tokens);
   const double tps = tl.step_s > 0 ? real_tokens / tl.step_s : 0.0;
+  // A device target (NCCL): selective-op keeps SDPA's CUDA output, so its recompute has no SDPA.
+  const bool cuda = exec == ExecModel::kAsyncDevice;
   const auto flops = rows.documents
-                         ? models::flops_per_real_token(model, rows.stats.attention_span, train.activation_checkpointing)
-                         : models::flops_per_token(model, train.seq_len, train.activation_checkpointing);
+                         ? models::flops_per_real_token(model, rows.stats.attention_span, train.activation_checkpointing, cuda)
+                         : models::flops_per_token(model, train.seq_len, train.activation_checkpointing, cuda);
   if (rows.documents) {
     char buf[160];
     std::snprintf(buf, sizeof(buf), "%s rows: %.1f real tokens of %lld slots per rank per step (padding %.1f%%), ",

@@ -9,11 +9,11 @@ namespace zb::backends::ddp {
 using namespace estimate;
 
 // ddp: a full replica in the storage dtype s; "mixed" computes on bf16 copies of the weights.
-PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int rank, bool /*gloo*/) {
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int rank, bool gloo) {
   PeakEstimate e = for_layout(shard_layout(spec, world));
   const bool mixed = spec.precision == "mixed";
   const int s = spec.precision == "low" ? 2 : 4, c = spec.precision == "fp32" ? 4 : 2;
-  add_common(e, spec, expected_bytes(spec, world, rank), c);
+  add_common(e, spec, expected_bytes(spec, world, rank), c, gloo);
   const auto& m = spec.model;
   const int64_t N = models::count_params(m).total, VH = m.vocab * m.hidden;
   if (mixed)

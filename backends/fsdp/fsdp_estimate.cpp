@@ -27,7 +27,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
   const int s = fp32_flat || spec.precision == "fp32" ? 4 : 2;
   const int p = spec.precision == "fp32" ? 4 : 2;
   const int r = spec.precision == "fp32" ? 4 : fp32_flat && o.reduce_dtype == "fp32" ? 4 : p;
-  add_common(e, spec, expected_bytes(spec, world, rank), p, /*grads_set_to_none=*/true);
+  add_common(e, spec, expected_bytes(spec, world, rank), p, gloo, /*grads_set_to_none=*/true);
   const bool sharded = S > 1;
   int64_t root = 0, block = 0, all = 0;
   for (size_t u = 0; u < layout.unit_padded.size(); ++u) {

@@ -27,7 +27,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   PeakEstimate e = for_layout(layout);
   const int s = int(c10::elementSize(d.orig)), p = int(c10::elementSize(d.compute())),
             r = int(c10::elementSize(d.comm_reduce()));
-  add_common(e, spec, closed_form_bytes(spec, topo, rank), p, /*grads_set_to_none=*/true);
+  add_common(e, spec, closed_form_bytes(spec, topo, rank), p, gloo, /*grads_set_to_none=*/true);
   const auto& m = spec.model;
   const auto param_specs = models::unit_param_specs(m);
   // Per group: its unsharded all-gather size (S x the padded shards, elements) and its unpadded

@@ -12,10 +12,10 @@ namespace zb::backends::zero0 {
 
 using namespace estimate;
 
-PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool /*gloo*/) {
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo) {
   PeakEstimate e = for_layout(shard_layout(spec, topo));
   const int md = spec.precision == "fp32" ? 4 : 2;
-  add_common(e, spec, expected_bytes(spec, topo, rank), md);
+  add_common(e, spec, expected_bytes(spec, topo, rank), md, gloo);
   const auto& m = spec.model;
   const int64_t N = models::count_params(m).total, VH = m.vocab * m.hidden;
   // The largest weight's gradient (LM head, V*H) before autograd adds it into the gradient buffer.

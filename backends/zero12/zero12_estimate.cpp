@@ -91,10 +91,10 @@ std::vector<EstimateTerm> estimate_terms(const EngineSpec& spec, const Topology&
 
 // zero1/zero2: the whole flat model-dtype buffer resident, partitioned fp32 master and states; the
 // gradients of this rank's partition (set to None after each step, made again in backward).
-PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool /*gloo*/, int stage) {
+PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int rank, bool gloo, int stage) {
   PeakEstimate e = estimate::for_layout(shard_layout(spec, topo));
   const int md = spec.precision == "bf16" ? 2 : 4;
-  estimate::add_common(e, spec, expected_bytes_for(spec, topo, rank, stage), md, /*grads_set_to_none=*/true);
+  estimate::add_common(e, spec, expected_bytes_for(spec, topo, rank, stage), md, gloo, /*grads_set_to_none=*/true);
   for (auto& t : estimate_terms(spec, topo, rank, stage)) e.terms.push_back({t.name, t.phase, t.bytes, t.formula});
   return e;
 }

@@ -30,7 +30,7 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& topo, int ran
   const auto& o = zero3_options(spec.options);
   const int md = spec.precision == "bf16" || spec.precision == "fp16" ? 2 : 4;
   const int comm = bytes_of(o.communication_data_type, md), ga = bytes_of(o.grad_accum_dtype, md);
-  add_common(e, spec, expected_bytes(spec, topo, rank), md);
+  add_common(e, spec, expected_bytes(spec, topo, rank), md, gloo);
   int64_t np_padded = 0, largest = 0, largest_root = 0, largest_block = 0, total_numel = 0, total_padded = 0, local = 0;
   std::vector<int64_t> parts;
   const auto units = models::unit_param_specs(spec.model);

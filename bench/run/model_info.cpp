@@ -58,9 +58,8 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
                               {"device_model_states_bytes", bytes.total()},
                               {"host_model_states_bytes", bytes.host.total()},
                               {"model_states_bytes", backends::to_json(bytes)}};
-        // A GPU run's estimate (host terms apart from the device's), whatever --device says; none
-        // for selective-op, which does not run on CUDA.
-        if (b.training.estimate_peak && !o.run.train.activation_checkpointing.saves_ops()) {
+        // A GPU run's estimate (host terms apart from the device's), whatever --device says.
+        if (b.training.estimate_peak) {
           const auto e = gpu_run_estimate(b, spec, topo);
           row["estimated_device_peak_bytes"] = e.peak_bytes();
           row["estimated_host_peak_bytes"] = e.host_peak_bytes();
@@ -76,12 +75,6 @@ nlohmann::json offload_rows(const ModelInfoOptions& o, const models::ModelConfig
 }  // namespace
 
 int model_info_command(const ModelInfoOptions& o) {
-  // selective-op does not run on CUDA (RunOptions::resolve refuses it there): no GPU estimate for it.
-  if (o.run.train.activation_checkpointing.saves_ops() && o.run.device == "cuda")
-    throw UsageError("--activation-checkpointing selective-op on --device cuda: `run` refuses it there (keeping "
-                     "SDPA's output, torchtitan's save list on CUDA, is not implemented), so there is nothing to "
-                     "estimate; model-info --device cpu estimates the CPU run");
-  const bool no_gpu_run = o.run.train.activation_checkpointing.saves_ops();
   const auto cfg = o.run.model_config();
   const auto n = models::count_params(cfg);
   const auto f = models::flops_per_token(cfg, o.seq_len, models::ActivationCheckpointing::none());
@@ -124,12 +117,9 @@ int model_info_command(const ModelInfoOptions& o) {
         const auto cpu = cpu_run_estimate(b, spec, topo), gpu = gpu_run_estimate(b, spec, topo);
         estimates[b.name + ":" + p] = backends::to_json(o.run.device == "cpu" ? cpu : gpu);
         by_device["cpu"][b.name + ":" + p] = {{"peak_bytes", cpu.peak_bytes()}, {"peak_phase", cpu.peak_phase()}};
-        if (no_gpu_run)
-          by_device["cuda"][b.name + ":" + p] = {{"refused", "selective-op does not run on cuda"}};
-        else
-          by_device["cuda"][b.name + ":" + p] = {{"peak_bytes", gpu.peak_bytes()},
-                                                 {"peak_phase", gpu.peak_phase()},
-                                                 {"host_peak_bytes", gpu.host_peak_bytes()}};
+        by_device["cuda"][b.name + ":" + p] = {{"peak_bytes", gpu.peak_bytes()},
+                                               {"peak_phase", gpu.peak_phase()},
+                                               {"host_peak_bytes", gpu.host_peak_bytes()}};
       }
     }
   }

@@ -363,8 +363,10 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   for (double s : step_times) tps.push_back(s > 0 ? real_per_step / s : 0.0);
   const auto step_dist = reports::summarize(step_times);
   const double tps_median = step_dist.median > 0 ? real_per_step / step_dist.median : 0.0;
-  const auto flops = docs ? models::flops_per_real_token(spec.model, docs->attention_span, t.activation_checkpointing)
-                          : models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing);
+  // selective-op's recompute counts SDPA on CPU only (its CUDA output is kept).
+  const bool cuda = device.is_cuda();
+  const auto flops = docs ? models::flops_per_real_token(spec.model, docs->attention_span, t.activation_checkpointing, cuda)
+                          : models::flops_per_token(spec.model, t.seq_len, t.activation_checkpointing, cuda);
 
   reports::ThroughputInputs throughput;
   throughput.tokens_per_gpu_per_s = reports::summarize(tps);

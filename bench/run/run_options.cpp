@@ -370,11 +370,6 @@ RunOptions::Resolved RunOptions::resolve() const {
   if (emulate_world_size > 0 && emulate_rank >= emulate_world_size)
     throw UsageError("--emulate-rank " + std::to_string(emulate_rank) + " must be below --emulate-world-size " +
                      std::to_string(emulate_world_size));
-  // torchtitan's save list keeps the CUDA SDPA ops' outputs (flash, efficient, cudnn), not the CPU
-  // one: zerobench replays SDPA as on CPU, so on CUDA it would not be torchtitan's op-SAC.
-  if (spec.train.activation_checkpointing.saves_ops() && device == "cuda")
-    throw UsageError("--activation-checkpointing selective-op on --device cuda: keeping SDPA's output (torchtitan's "
-                     "save list has the CUDA SDPA ops) is not implemented; selective-op runs on cpu");
   if (spec.train.warmup >= spec.train.steps)
     throw UsageError("--warmup " + std::to_string(spec.train.warmup) + " must be below --steps " +
                      std::to_string(spec.train.steps) + " (no step would be measured)");
