@@ -611,6 +611,23 @@ TEST(Crossval, CommCounterCountsEverySpellingOnce) {
   EXPECT_NE(r.output.find("comm_counter: dist.reduce_scatter_tensor: counted {}"), std::string::npos) << r.output;
 }
 
+// ZeRO++ quantization needs DeepSpeed's compiled quantizer op, which the reference runner never
+// builds: a file that turns it on is refused up front naming the key (zero3 reads its own typed
+// options for it), before anything runs.
+TEST(Crossval, ZeroPlusPlusQuantizationIsRefusedUpFrontNamingTheKey) {
+  const auto out = temp_path("quantized.json");
+  for (const std::string key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+    const auto file = temp_path(key + ".json");
+    std::ofstream(file) << R"({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": true}, )"
+                         << R"("zero_optimization": {"stage": 3, ")" << key << R"(": true}})";
+    const auto r = run_zerobench("crossval --config " + file + " --out " + out);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("DeepSpeed ZeRO-3 with zero_optimization." + key + " true is not cross-validated"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 TEST(Crossval, BadInputExitsTwoWithOneClearLine) {
   const auto out = temp_path("bad.json");
   auto r = run_zerobench("crossval --backend nope --out " + out);

@@ -122,3 +122,23 @@ TEST(ProjectionHooks, EachBackendsShardRuleIsItsClosedFormsPaddingIncluded) {
       EXPECT_NE(unpadded * 8, b.training.expected_bytes(spec, backends::Topology(3), 0).optimizer) << b.name;
     }
 }
+
+// A backend's options at another world size are its own rule (the descriptor's options_at_world),
+// not the projection's: FSDP1 ran NO_SHARD at W = 1 and recorded the strategy asked for, which a
+// projection to W > 1 schedules; at W = 1 the record stands. No other built-in backend rewrites
+// its options.
+TEST(ProjectionHooks, Fsdp1sRequestedStrategyIsItsOwnRuleAtAnotherWorldSize) {
+  const nlohmann::json recorded = {{"sharding_strategy", "NO_SHARD"},
+                                   {"sharding_strategy_requested", "SHARD_GRAD_OP"},
+                                   {"sharding_strategy_note", "FSDP1 switches to NO_SHARD at world size 1"},
+                                   {"limit_all_gathers", true}};
+  const auto& at_world = backends::backend("fsdp").analysis.projection.options_at_world;
+  ASSERT_TRUE(at_world);
+  EXPECT_EQ(at_world(recorded, 4), (nlohmann::json{{"sharding_strategy", "SHARD_GRAD_OP"}, {"limit_all_gathers", true}}));
+  EXPECT_EQ(at_world(recorded, 1), recorded);
+  for (const auto& b : backends::registered_backends()) {
+    if (b.name != "fsdp") {
+      EXPECT_FALSE(b.analysis.projection.options_at_world) << b.name;
+    }
+  }
+}

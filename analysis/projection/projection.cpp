@@ -98,13 +98,9 @@ ScheduleInput projection_input(const reports::RunReport& r, const ProjectOptions
   in.precision = backend_m.precision.value_or("fp32");
   in.options = in.backend == report_backend && backend_m.options && backend_m.options->is_object() ? *backend_m.options
                                                                                                      : json::object();
-  // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and the report keeps
-  // what was asked for: a projection to another world size schedules the requested strategy.
-  if (in.options.contains("sharding_strategy_requested") && o.world > 1) {
-    in.options["sharding_strategy"] = in.options["sharding_strategy_requested"];
-    in.options.erase("sharding_strategy_requested");
-    in.options.erase("sharding_strategy_note");
-  }
+  // At another world size the backend may resolve its options otherwise (its hook says how).
+  if (const auto& at_world = modelled_backend(in.backend)->analysis.projection.options_at_world; at_world)
+    in.options = at_world(in.options, o.world);
   const auto model_m = schedule_input_of_report(r).model;
   in.model = model_m;
   if (o.layers > 0) {

@@ -62,6 +62,10 @@ struct ProjectionHooks {
   // The engine records one NVTX range per unit and the program consumes per-unit compute
   // (profile.units has layers + 1 entries); false: one forward/backward range (DDP).
   bool per_unit_times = false;
+  // The report's resolved options as this backend resolves them at `world` ranks, when the
+  // projection's world size differs from the run's (FSDP1 resolved NO_SHARD at world size 1 and
+  // recorded what was asked for). Empty: the options as recorded.
+  std::function<nlohmann::json(const nlohmann::json& options, int world)> options_at_world;
 };
 
 // Helpers the backends' builders share.

@@ -70,7 +70,8 @@ json deepspeed_crossval_json(const EngineSpec& spec, int world, const json& user
   return ds;
 }
 
-CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file) {
+CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file,
+                                               QuantizedKeys quantized) {
   CrossvalReference r;
   r.script = "run_deepspeed.py";
   r.framework = framework;
@@ -78,13 +79,14 @@ CrossvalReference deepspeed_crossval_reference(const std::string& framework, dec
   r.config_file_name = "ds_config.json";
   r.config_flag = "--deepspeed-config";
   r.config_file = std::move(config_file);
-  r.reference_setup = [framework](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
-    s.refusal = deepspeed_reference_refusal(spec, device, framework);
+  r.reference_setup = [framework, quantized](const EngineSpec& spec, const std::string& device, ReferenceSetup& s) {
+    s.refusal = deepspeed_reference_refusal(spec, device, framework, quantized ? quantized(spec) : std::vector<std::string>{});
   };
   return r;
 }
 
-std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework) {
+std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework,
+                                        const std::vector<std::string>& quantized) {
   if (spec.precision == "fp16")
     return framework + " fp16 is not cross-validated: " +
            (device == "cpu" ? std::string("DeepSpeed's CPU accelerator refuses fp16 without oneDNN fp16 (engine.py: "
@@ -98,12 +100,10 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
                        "checkpoints whole decoder layers (HF's gradient checkpointing, what "
                        "scripts/crossval/run_deepspeed.py sets up: full, selective-layer:N); torchtitan's op-level "
                        "policy is cross-validated on PyTorch FSDP1 (crossval --backend fsdp)";
-  const json o = spec.options.json();  // the resolved options as the report shows them
-  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"})
-    if (o.value(key, false))
-      return framework + " with zero_optimization." + key +
+  if (!quantized.empty())  // the first key the options turn on
+    return framework + " with zero_optimization." + quantized.front() +
              " true is not cross-validated: DeepSpeed quantizes with its compiled quantizer op (QuantizerBuilder), "
-             "which scripts/crossval/run_deepspeed.py never builds; crossval a copy of the file without " + key +
+             "which scripts/crossval/run_deepspeed.py never builds; crossval a copy of the file without " + quantized.front() +
              " (zerobench's ZeRO++ quantization is checked against DeepSpeed's arithmetic in tests/test_zeropp.cpp "
              "and tests/test_qgz.cpp)";
   return "";

@@ -17,6 +17,10 @@
 #include <vector>
 
 #include "backends/crossval_reference.hpp"
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "backends/engine.hpp"
 
 namespace zb::backends::deepspeed_family {
@@ -24,17 +28,24 @@ namespace zb::backends::deepspeed_family {
 nlohmann::json deepspeed_crossval_json(const EngineSpec& spec, int world, const nlohmann::json& user_file,
                                        std::vector<std::string>& notes, std::initializer_list<const char*> zero_keys);
 
+// The zero_optimization keys of ZeRO++ quantization a backend's typed options turn on
+// ("zero_quantized_weights", "zero_quantized_gradients"); the backend reads its own struct.
+using QuantizedKeys = std::function<std::vector<std::string>(const EngineSpec& spec)>;
+
 // What DeepSpeed cannot run in a crossval on `device` (CrossvalReference::reference_setup, for
-// both ZeRO backends): fp16 (DeepSpeed's CPU accelerator refuses it where oneDNN has no fp16, and
-// the runner does not set up DeepSpeed's loss scaler) and ZeRO++ quantized weights or gradients
-// (DeepSpeed's quantizer op, which the runner never compiles). `framework` names the reference in
-// the line; "" when the mode runs.
-std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework);
+// every ZeRO backend): fp16 (DeepSpeed's CPU accelerator refuses it where oneDNN has no fp16, and
+// the runner does not set up DeepSpeed's loss scaler), selective-op, and ZeRO++ quantized weights
+// or gradients (`quantized`: DeepSpeed's quantizer op, which the runner never compiles).
+// `framework` names the reference in the line; "" when the mode runs.
+std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::string& device, const std::string& framework,
+                                        const std::vector<std::string>& quantized);
 
 // The part every DeepSpeed stage's CrossvalReference shares: scripts/crossval/run_deepspeed.py
 // reading ds_config.json (--deepspeed-config), `config_file` writing it, and the refusals above
-// named after `framework` ("DeepSpeed ZeRO-N"). The caller adds its explain_* rules and bounds.
-CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file);
+// named after `framework` ("DeepSpeed ZeRO-N"), `quantized` empty for a backend without ZeRO++.
+// The caller adds its explain_* rules and bounds.
+CrossvalReference deepspeed_crossval_reference(const std::string& framework, decltype(CrossvalReference::config_file) config_file,
+                                               QuantizedKeys quantized = {});
 
 // The report's resolved options ran offload_optimizer cpu stepped by DeepSpeedCPUAdam: its step
 // counter is a Python int, not a tensor (the explanation of `optimizer_step_counters`); else nullopt.

@@ -226,12 +226,25 @@ int64_t shard_elements(const models::ModelConfig& model, const json& options, in
   }
   return total;
 }
+
+// FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and its report keeps what
+// was asked for (fsdp_engine.cpp resolved_options): at more ranks the requested strategy runs.
+json fsdp_options_at_world(const json& options, int world) {
+  json o = options;
+  if (o.contains("sharding_strategy_requested") && world > 1) {
+    o["sharding_strategy"] = o["sharding_strategy_requested"];
+    o.erase("sharding_strategy_requested");
+    o.erase("sharding_strategy_note");
+  }
+  return o;
+}
 }  // namespace
 
 common::ProjectionHooks projection_hooks() {
   common::ProjectionHooks h;
   h.program = fsdp_program;
   h.shard_elements = shard_elements;
+  h.options_at_world = fsdp_options_at_world;
   h.per_unit_times = true;
   return h;
 }

@@ -120,7 +120,14 @@ std::optional<CrossvalBound> measured_bound(const std::string& precision) {
 }  // namespace
 
 CrossvalReference crossval_reference() {
-  CrossvalReference r = deepspeed_family::deepspeed_crossval_reference("DeepSpeed ZeRO-3", deepspeed_json);
+  CrossvalReference r = deepspeed_family::deepspeed_crossval_reference(
+      "DeepSpeed ZeRO-3", deepspeed_json, [](const EngineSpec& spec) {
+        const Zero3Options& o = zero3_options(spec.options);
+        std::vector<std::string> keys;
+        if (o.zero_quantized_weights) keys.push_back("zero_quantized_weights");
+        if (o.zero_quantized_gradients) keys.push_back("zero_quantized_gradients");
+        return keys;
+      });
   r.explain_state = explain_state;
   r.explain_comm = explain_comm;
   r.measured_bound = measured_bound;
