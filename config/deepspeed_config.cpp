@@ -86,8 +86,17 @@ struct Resolver {
 
 void read_precision(const json& root, const TrainerArgs& args, AutoFill mode, DeepSpeedConfig& c, Resolver& r) {
   auto& notes = c.notes;
-  // get_bfloat16_config: "bf16", else the old "bfloat16" name.
-  const char* bf16_key = root.contains("bf16") ? "bf16" : root.contains("bfloat16") ? "bfloat16" : nullptr;
+  // get_bfloat16_config: "bf16", else the old "bfloat16" name. Under HF's Trainer (kHfTrainer) given
+  // a --precision, accelerate's DeepSpeedPlugin.set_mixed_precision (AcceleratorState, on a GPU)
+  // adds {"bf16": {"enabled": <mixed precision is bf16>}} to a file without a "bf16" section, so
+  // the old name is never read: the flag decides (accelerate 1.15 utils/dataclasses.py).
+  const bool bfloat16_shadowed =
+      mode == AutoFill::kHfTrainer && !args.precision.empty() && !root.contains("bf16") && root.contains("bfloat16");
+  if (bfloat16_shadowed)
+    notes.ignore("bfloat16", root["bfloat16"].dump(),
+                 "accelerate adds a bf16 section for --precision " + args.precision +
+                     " (DeepSpeedPlugin.set_mixed_precision) and DeepSpeed reads bf16 before the old bfloat16 name");
+  const char* bf16_key = root.contains("bf16") ? "bf16" : root.contains("bfloat16") && !bfloat16_shadowed ? "bfloat16" : nullptr;
   if (root.contains("bf16") && root.contains("bfloat16"))
     notes.ignore("bfloat16", root["bfloat16"].dump(), "DeepSpeed reads the bf16 section when both are present");
   bool bf16 = false, bf16_from_file = false;
@@ -126,16 +135,26 @@ void read_precision(const json& root, const TrainerArgs& args, AutoFill mode, De
   }
   FP16Section fp16;
   if (root.contains("fp16")) fp16 = read_fp16_section(root["fp16"], args, mode, notes);  // deepspeed_fp16.cpp
+  // A file without an fp16 section under HF's Trainer with --precision fp16: set_mixed_precision adds
+  // {"enabled": true, "auto_cast": true} (DeepSpeed's loss-scaling defaults).
+  const bool fp16_added = mode == AutoFill::kHfTrainer && args.precision == "fp16" && !root.contains("fp16");
+  if (fp16_added) {
+    fp16.enabled = true;
+    notes.apply("fp16", "(none in the file)",
+                "fp16 with DeepSpeed's default loss scaling: accelerate adds {\"enabled\": true, \"auto_cast\": true} "
+                "for --precision fp16 (DeepSpeedPlugin.set_mixed_precision); auto_cast casts floating-point inputs, "
+                "zerobench's are token ids");
+  }
   if (fp16.enabled && bf16)  // DeepSpeedConfig._do_error_check
     throw UsageError("fp16.enabled and bf16.enabled are both true: DeepSpeed refuses it (bfloat16 and fp16 modes "
                      "cannot be simultaneously enabled)");
   if (args.precision == "fp16") {
     if (fp16.from_file)
       r.explicit_vs_flag("fp16.enabled", fp16.enabled ? "true" : "false", "--precision", args.precision, fp16.enabled);
-    else if (!fp16.enabled && mode == AutoFill::kHfTrainer)
-      throw UsageError("--precision fp16: the DeepSpeed file has no fp16 section with \"enabled\": \"auto\", so "
-                       "DeepSpeed would not train in fp16 (transformers fills only \"auto\"); add \"fp16\": "
-                       "{\"enabled\": \"auto\"}");
+    else if (!fp16.enabled && mode == AutoFill::kHfTrainer)  // an fp16 section without "enabled": off
+      throw UsageError("--precision fp16: the DeepSpeed file's fp16 section has no \"enabled\", so DeepSpeed "
+                       "would not train in fp16 (transformers fills only \"auto\"; accelerate adds only a missing "
+                       "section); add \"enabled\": \"auto\"");
   } else if ((args.precision == "bf16" || args.precision == "fp32") && fp16.from_file && fp16.enabled) {
     r.explicit_vs_flag("fp16.enabled", "true", "--precision", args.precision, false);  // fill_match: args.fp16 false
   }
@@ -145,9 +164,11 @@ void read_precision(const json& root, const TrainerArgs& args, AutoFill mode, De
     if (bf16_from_file)
       r.explicit_vs_flag(std::string(bf16_key) + ".enabled", bf16 ? "true" : "false", "--precision", args.precision,
                          bf16 == want);
-    else if (!bf16_key && want && mode == AutoFill::kHfTrainer)
-      throw UsageError("--precision bf16: the DeepSpeed file has no bf16 section, so DeepSpeed would train in fp32 "
-                       "(transformers fills only \"auto\"); add \"bf16\": {\"enabled\": \"auto\"}");
+    else if (!bf16_key && want && mode == AutoFill::kHfTrainer) {
+      bf16 = true;  // accelerate's set_mixed_precision adds the section (above)
+      notes.apply("bf16", "(none in the file)",
+                  "precision bf16: accelerate adds {\"enabled\": true} for --precision bf16 (DeepSpeedPlugin.set_mixed_precision)");
+    }
   }
   c.precision = bf16 ? "bf16" : fp16.enabled ? "fp16" : "fp32";
   if (fp16.enabled) c.fp16 = fp16.scaler;

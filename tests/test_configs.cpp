@@ -273,6 +273,17 @@ TEST(DeepSpeedConfig, AliasesAutoAndSubGroupZeroResolveAsDeepSpeedAndTransformer
   EXPECT_EQ(r3.spec.options["stage3_max_live_parameters"], 2000);
   EXPECT_EQ(r3.spec.train.micro_batch, 2);
   EXPECT_EQ(r3.spec.train.grad_clip, 0.0) << "no gradient_clipping: DeepSpeed's default 0 (off)";
+  // Given a --precision, HF's Trainer runs what accelerate's set_mixed_precision makes of the file:
+  // it adds {"bf16": {"enabled": <bf16>}} when the file has no "bf16" section, which DeepSpeed reads
+  // before the old "bfloat16" name (both were refused as mismatches; no section + bf16 as "DeepSpeed
+  // would train in fp32").
+  EXPECT_EQ(resolve({"--config", p, "--precision", "fp32"}).spec.precision, "fp32");
+  std::ofstream(p, std::ios::trunc) << R"({"bfloat16": {"enabled": false}, "train_micro_batch_size_per_gpu": 2})";
+  EXPECT_EQ(resolve({"--config", p, "--precision", "bf16"}).spec.precision, "bf16");
+  EXPECT_EQ(resolve({"--config", p}).spec.precision, "fp32") << "no flag: the file's own section decides";
+  std::ofstream(p, std::ios::trunc) << R"({"train_micro_batch_size_per_gpu": 2})";
+  EXPECT_EQ(resolve({"--config", p, "--precision", "bf16"}).spec.precision, "bf16");
+  EXPECT_EQ(resolve({"--config", p}).spec.precision, "fp32");
   std::remove(p.c_str());
 }
 

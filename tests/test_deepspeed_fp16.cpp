@@ -236,7 +236,20 @@ TEST(DeepSpeedFp16Config, SectionAsDeepSpeedFP16ConfigReadsIt) {
   // An explicit enabled that the flag contradicts: transformers' fill_match refuses it.
   EXPECT_THROW(read_ds(with({{"enabled", false}}), "fp16"), UsageError);
   EXPECT_THROW(read_ds(with({{"enabled", true}}), "fp32"), UsageError);
-  EXPECT_THROW(read_ds(base, "fp16"), UsageError);  // no fp16 section: DeepSpeed would not train in fp16
+  // No fp16 section under HF's Trainer with --precision fp16: accelerate's set_mixed_precision adds
+  // {"enabled": true, "auto_cast": true}, so the run is fp16 at DeepSpeed's default loss scaling
+  // (it was refused as "DeepSpeed would not train in fp16"); a section without "enabled" is still
+  // refused (accelerate adds only a missing section, and DeepSpeed's default is off).
+  const auto added = read_ds(base, "fp16");
+  EXPECT_EQ(added.precision, "fp16");
+  EXPECT_EQ(added.fp16.initial_scale_power, 16);
+  EXPECT_EQ(added.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(added.fp16.hysteresis, 2);
+  EXPECT_EQ(added.fp16.min_loss_scale, 1);
+  bool noted = false;
+  for (const auto& k : added.notes.applied) noted = noted || (k.key == "fp16" && k.note.find("set_mixed_precision") != std::string::npos);
+  EXPECT_TRUE(noted);
+  EXPECT_THROW(read_ds(with({{"loss_scale", 0}}), "fp16"), UsageError);
   // fp16 communication / accumulation dtypes are DeepSpeed's to choose: accepted.
   auto comm = with({{"enabled", "auto"}});
   comm["communication_data_type"] = "fp16";
