@@ -51,6 +51,13 @@ def bucket_point(backend, size):
             "kind": "bucket", "backend": backend, "elements": 128 * 128 if size == "auto" else int(size)}
 
 
+def pack_point(backend, precision, upstream):
+    """Packed rows on one runner, checked with PackedBatchesTrainAsEveryFrameworkTrainsThem's assertions."""
+    return {"name": f"{backend}-pack-{precision}", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
+            "args": f"--backend {backend} --precision {precision} {{pack}}", "nproc": 2, "upstream": upstream,
+            "modes": 1, "steps": 2, "kind": "pack"}
+
+
 # Each moved point: the test it came from, its crossval arguments (as that test ran them, W = `nproc`,
 # --model tiny), what expect_agreement was given, and the extra checks of its kind.
 def zero12_plain(stage, precision, test):
@@ -95,19 +102,11 @@ POINTS = [
     {"name": "fsdp2-offload-fp32", "test": "Crossval.Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2",
      "args": f"--backend fsdp2 --precision fp32 {GA} --fsdp2-offload-policy cpu --fsdp2-offload-pin-memory false",
      "nproc": 2, "upstream": "FSDP2", "modes": 1, "steps": 2, "kind": "fsdp2-offload"},
-    # Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem: CI keeps fsdp fp32, fsdp2, zero2, zero3.
-    {"name": "fsdp-pack-mixed", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
-     "args": "--backend fsdp --precision mixed {pack}", "nproc": 2, "upstream": "FSDP1", "modes": 1, "steps": 2,
-     "kind": "pack"},
-    {"name": "zero1-pack-bf16", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
-     "args": "--backend zero1 --precision bf16 {pack}", "nproc": 2, "upstream": "DeepSpeed ZeRO-1", "modes": 1,
-     "steps": 2, "kind": "pack"},
-    {"name": "fsdp2-pack-fp32", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
-     "args": "--backend fsdp2 --precision fp32 {pack}", "nproc": 2, "upstream": "FSDP2", "modes": 1, "steps": 2,
-     "kind": "pack"},
-    {"name": "zero2-pack-bf16", "test": "Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem",
-     "args": "--backend zero2 --precision bf16 {pack}", "nproc": 2, "upstream": "DeepSpeed ZeRO-2", "modes": 1,
-     "steps": 2, "kind": "pack"},
+    # Crossval.PackedBatchesTrainAsEveryFrameworkTrainsThem: CI keeps fsdp fp32 and zero3 bf16.
+    pack_point("fsdp", "mixed", "FSDP1"),
+    pack_point("zero1", "bf16", "DeepSpeed ZeRO-1"),
+    pack_point("fsdp2", "fp32", "FSDP2"),
+    pack_point("zero2", "bf16", "DeepSpeed ZeRO-2"),
     # Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem: CI keeps zero2 fp32.
     {"name": "fsdp-pad-fp32", "test": "Crossval.PaddedBatchesTrainAsDeepSpeedTrainsThem",
      "args": "--backend fsdp --precision fp32 {pad}", "nproc": 2, "upstream": "FSDP1", "modes": 1, "steps": 2,
