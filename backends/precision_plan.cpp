@@ -1,6 +1,8 @@
 // precision_plan.cpp — PrecisionPlan's JSON form (see precision_plan.hpp).
 #include "backends/precision_plan.hpp"
 
+#include "runtime/errors.hpp"
+
 namespace zb::backends {
 
 std::string dtype_short_name(at::ScalarType t) {
@@ -11,6 +13,20 @@ std::string dtype_short_name(at::ScalarType t) {
     case at::kDouble: return "fp64";
     default: return c10::toString(t);
   }
+}
+
+std::optional<at::ScalarType> dtype_named(const std::string& n, const std::string& what) {
+  if (n.empty() || n == "None") return std::nullopt;
+  if (n == "fp32" || n == "Float") return at::kFloat;
+  if (n == "bf16" || n == "BFloat16") return at::kBFloat16;
+  if (n == "fp16" || n == "Half") return at::kHalf;
+  if (n == "fp64" || n == "Double") return at::kDouble;
+  throw UsageError(what + ": unknown dtype '" + n + "' (fp32, bf16, fp16 or their c10 names)");
+}
+
+std::optional<at::ScalarType> dtype_key(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return std::nullopt;
+  return dtype_named(j[key].get<std::string>(), std::string("backend option ") + key);
 }
 
 nlohmann::json to_json(const PrecisionPlan& p) {

@@ -26,6 +26,13 @@ struct PrecisionPlan {
 
 // "fp32" | "bf16" | "fp16" (any other dtype: c10's name).
 std::string dtype_short_name(at::ScalarType t);
+// A dtype by its short or c10 name (fp32/Float, bf16/BFloat16, fp16/Half, fp64/Double), as
+// engines' resolved options and reports write them; nullopt for "" and "None" (a dtype left
+// unset, e.g. a MixedPrecisionPolicy field); UsageError naming `what` for any other name.
+std::optional<at::ScalarType> dtype_named(const std::string& name, const std::string& what);
+// A resolved-options record's dtype key (the backends' <x>_resolved_from_json): the dtype its
+// string names (dtype_named), nullopt when the key is absent or not a string.
+std::optional<at::ScalarType> dtype_key(const nlohmann::json& j, const char* key);
 // {"load","params","compute","reduce","grads","master" (null = none),"optimizer_states","notes"}
 nlohmann::json to_json(const PrecisionPlan& p);
 

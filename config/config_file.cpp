@@ -180,10 +180,14 @@ void file_faults_are_usage(const std::string& where, const std::function<void()>
 
 std::string file_sha256(const std::string& path) { return sha256_hex(read_config_bytes(path, "config")); }
 
-nlohmann::json provenance_json(const ConfigProvenance& p) {
+nlohmann::json sources_json(const ConfigProvenance& p) {
   json sources = json::array();
   for (const auto& s : p.sources) sources.push_back({{"path", s.path}, {"sha256", s.sha256}, {"kind", s.kind}});
-  return {{"source_files", sources},
+  return sources;
+}
+
+nlohmann::json provenance_json(const ConfigProvenance& p) {
+  return {{"source_files", sources_json(p)},
           {"applied", applied_json(p.notes.applied)},
           {"ignored", ignored_json(p.notes.ignored)},
           {"warnings", p.notes.warnings}};

@@ -29,6 +29,7 @@ struct ConfigProvenance {
   ConfigNotes notes;
 };
 nlohmann::json provenance_json(const ConfigProvenance& p);  // {source_files, applied, ignored, warnings}
+nlohmann::json sources_json(const ConfigProvenance& p);     // source_files: [{path, sha256, kind}]
 
 // A config file as read: its bytes, its settings and its format.
 struct LoadedConfig {

@@ -48,7 +48,7 @@ json build_report(const ReportParts& p) {
             {"created", now_iso8601()},
             {"status", to_json(p.status)},
             {"env", to_json(p.env)},
-            {"config", p.config},
+            {"config", to_json(p.config)},
             {"summary", to_json(p.summary)},
             {"ranks", ranks},
             {"steps", steps},

@@ -50,14 +50,13 @@ BatchingSummary batching_summary(const std::string& mode, const Rows& rows) {
   return b;
 }
 
-// A report's parts, typed (reports/run_report.hpp) but for the config section and the profile,
-// which their writers still assemble as JSON; build_report adds the schema header and the
-// creation time.
+// A report's parts, typed (reports/run_report.hpp) but for the profile, which the profiler's
+// summary still assembles as JSON; build_report adds the schema header and the creation time.
 struct ReportParts {
   std::string run_id;
   Status status;
   Env env;
-  nlohmann::json config = nlohmann::json::object();
+  RunConfig config;
   Summary summary;
   std::vector<RankRecord> ranks;
   std::vector<StepRecord> steps;

@@ -87,19 +87,27 @@ struct BackendConfig {
 };
 
 struct TrainConfig {
-  std::optional<int64_t> micro_batch, seq_len, grad_accum, steps, seed;
-  std::optional<double> lr;
+  std::optional<int64_t> micro_batch, seq_len, grad_accum, steps, seed, warmup, lr_warmup_steps;
+  std::optional<double> lr, lr_warmup_ratio, min_lr_ratio, weight_decay, eps, grad_clip;
+  std::optional<std::vector<double>> betas;     // AdamW's (beta1, beta2)
+  std::optional<std::string> lr_schedule;       // constant | cosine | hf:NAME | a DeepSpeed scheduler type | none
+  std::optional<nlohmann::json> lr_schedule_params;  // by the scheduler's own names: carried whole
+  std::optional<std::string> adamw_impl;        // fused | default | foreach | for-loop (absent before it: fused)
   // none | full | selective-layer:N (reports before issue 37 have only the boolean
   // activation_checkpointing, carried in extra: models::activation_checkpointing_of_report)
   std::optional<std::string> activation_checkpointing_mode;
   std::optional<bool> activation_checkpointing;  // any block recomputed (every report has it)
-  std::optional<bool> sync_each_batch;
+  std::optional<bool> sync_each_batch, measure_lost_updates;
   Carried extra;
   template <class V> void fields(V& v) {
     v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum); v("steps", steps); v("lr", lr);
-    v("seed", seed);
+    v("seed", seed); v("warmup", warmup); v("lr_schedule", lr_schedule); v("lr_warmup_steps", lr_warmup_steps);
+    v("lr_warmup_ratio", lr_warmup_ratio); v("lr_schedule_params", lr_schedule_params); v("min_lr_ratio", min_lr_ratio);
+    v("weight_decay", weight_decay); v("betas", betas); v("eps", eps); v("adamw_impl", adamw_impl);
+    v("grad_clip", grad_clip);
     v("activation_checkpointing_mode", activation_checkpointing_mode);
     v("activation_checkpointing", activation_checkpointing); v("sync_each_batch", sync_each_batch);
+    v("measure_lost_updates", measure_lost_updates);
   }
 };
 
@@ -117,9 +125,32 @@ struct PrecisionPlan {  // config.precision_plan (backends/precision_plan.hpp)
 
 struct DataConfig {
   std::optional<std::string> kind;
-  std::optional<std::string> format, batching;  // a token file's (docs/data.md)
+  // The best achievable loss where the data define one (synthetic); null for real text (the null
+  // stays in extra).
+  std::optional<double> entropy_floor_nats;
+  std::optional<std::string> format, batching;  // a token file's (docs/data.md) ...
+  std::optional<std::vector<std::string>> files;
+  std::optional<int64_t> documents, tokens;
   Carried extra;
-  template <class V> void fields(V& v) { v("kind", kind); v("format", format); v("batching", batching); }
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("entropy_floor_nats", entropy_floor_nats); v("format", format); v("batching", batching);
+    v("files", files); v("documents", documents); v("tokens", tokens);
+  }
+};
+
+struct LoadConfig {  // config.load: --model-dir
+  std::string model_dir, strategy;
+  Carried extra;
+  template <class V> void fields(V& v) { v("model_dir", model_dir); v("strategy", strategy); }
+};
+
+struct CheckpointConfig {  // config.checkpoint: --checkpoint-dir / --resume
+  std::string dir, state_dict, resume;
+  int64_t every = 0, first_step = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("dir", dir); v("every", every); v("state_dict", state_dict); v("resume", resume); v("first_step", first_step);
+  }
 };
 
 struct FailedCellOptions {  // config.options: a matrix cell that never wrote a report
@@ -134,6 +165,10 @@ struct RunConfig {
   std::optional<TrainConfig> train;
   std::optional<PrecisionPlan> precision_plan;
   std::optional<DataConfig> data;
+  std::optional<std::string> device;              // --device as given (cpu, cuda, auto)
+  std::optional<nlohmann::json> shard_layout;     // backends/shard_layout.hpp's to_json: carried whole
+  std::optional<LoadConfig> load;
+  std::optional<CheckpointConfig> checkpoint;
   std::optional<std::vector<std::string>> warnings;
   std::optional<nlohmann::json> source_files, applied, ignored;  // provenance: carried whole
   std::optional<std::string> cell;                 // a failed matrix cell's id
@@ -142,6 +177,7 @@ struct RunConfig {
   Carried extra;
   template <class V> void fields(V& v) {
     v("model", model); v("backend", backend); v("train", train); v("precision_plan", precision_plan); v("data", data);
+    v("device", device); v("shard_layout", shard_layout); v("load", load); v("checkpoint", checkpoint);
     v("warnings", warnings); v("source_files", source_files); v("applied", applied); v("ignored", ignored);
     v("cell", cell); v("options", options); v("world_size", world_size);
   }

@@ -35,7 +35,7 @@ TEST(ReportBuilder, ACommittedReportRebuiltFromItsPartsIsTheSameValidReport) {
   parts.run_id = record.run_id;
   parts.status = record.status;
   parts.env = *record.env;
-  parts.config = original["config"];
+  parts.config = record.config;
   parts.summary = *record.summary;
   parts.ranks = record.rank_records();
   parts.steps = record.step_records();

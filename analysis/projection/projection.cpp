@@ -453,21 +453,26 @@ json project(const reports::RunReport& r, const Calibration& cal, const ProjectO
     projection["timeline"] = spans;
   }
 
-  json config = reports::to_json(r.config);
+  // The measured run's config, the projected job's over it.
+  reports::RunConfig config = r.config;
   const auto n = models::count_params(model);
-  config["model"]["layers"] = model.layers;
-  config["model"]["preset"] = model.preset;
-  config["model"]["params"] = {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding}};
-  config["backend"]["name"] = backend;
-  config["backend"]["options"] = options;
-  config["train"]["micro_batch"] = train.micro_batch;
-  config["train"]["seq_len"] = train.seq_len;
-  config["train"]["grad_accum"] = train.grad_accum;
-  config["train"]["activation_checkpointing"] = train.activation_checkpointing.enabled();
-  config["train"]["activation_checkpointing_mode"] = train.activation_checkpointing.name();
+  auto& model_c = config.model ? *config.model : config.model.emplace();
+  model_c.layers = model.layers;
+  model_c.preset = model.preset;
+  model_c.params = reports::ParamCounts{n.total, n.non_embedding, n.embedding, {}};
+  auto& backend_c = config.backend ? *config.backend : config.backend.emplace();
+  backend_c.name = backend;
+  backend_c.options = options;
+  auto& train_c = config.train ? *config.train : config.train.emplace();
+  train_c.micro_batch = train.micro_batch;
+  train_c.seq_len = train.seq_len;
+  train_c.grad_accum = train.grad_accum;
+  train_c.activation_checkpointing = train.activation_checkpointing.enabled();
+  train_c.activation_checkpointing_mode = train.activation_checkpointing.name();
   if (!o.data.empty() || !o.batching.empty()) {
-    config["data"]["kind"] = train.data;
-    if (rows.documents) config["data"]["batching"] = rows.mode;
+    auto& data_c = config.data ? *config.data : config.data.emplace();
+    data_c.kind = train.data;
+    if (rows.documents) data_c.batching = rows.mode;
   }
 
   // The measured run's environment (torch, compiler, host, ...), the projected job's over it.

@@ -18,16 +18,16 @@ std::pair<double, double> UnitCosts::root_backward() const {
   return {all - post, post};
 }
 
-ProgramDtype program_dtype(const std::string& n) {
-  if (n == "fp32" || n == "Float") return {"fp32", 4};
-  if (n == "bf16" || n == "BFloat16") return {"bf16", 2};
-  if (n == "fp16" || n == "Half") return {"fp16", 2};
-  throw UsageError("projection: unknown dtype '" + n + "' in the report's backend options");
+ProgramDtype program_dtype(at::ScalarType t) {
+  if (t == at::kFloat) return {"fp32", 4};
+  if (t == at::kBFloat16) return {"bf16", 2};
+  if (t == at::kHalf) return {"fp16", 2};
+  throw UsageError(std::string("projection: dtype ") + c10::toString(t) +
+                   " in the report's backend options is not modelled (fp32, bf16, fp16 are)");
 }
 
-ProgramDtype program_dtype_option(const nlohmann::json& o, const char* key, const ProgramDtype& fallback) {
-  if (!o.contains(key) || !o[key].is_string() || o[key].get<std::string>().empty()) return fallback;
-  return program_dtype(o[key].get<std::string>());
+ProgramDtype program_dtype_or(const std::optional<at::ScalarType>& t, const ProgramDtype& fallback) {
+  return t ? program_dtype(*t) : fallback;
 }
 
 ProgramDtype program_compute_dtype(const std::string& precision) {

@@ -9,7 +9,10 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <c10/core/ScalarType.h>
+
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,10 +76,10 @@ struct ProgramDtype {
   std::string name;  // fp32 | bf16 | fp16: the calibration's dtype key
   int64_t bytes = 4;
 };
-// A dtype by its short or c10 name (fp32/Float, bf16/BFloat16, fp16/Half); UsageError otherwise.
-ProgramDtype program_dtype(const std::string& name);
-// A resolved option naming a dtype (c10 or short name), else `fallback`.
-ProgramDtype program_dtype_option(const nlohmann::json& options, const char* key, const ProgramDtype& fallback);
+// fp32, bf16 or fp16 as the calibration names it; UsageError for another dtype.
+ProgramDtype program_dtype(at::ScalarType t);
+// A resolved record's dtype (backends/precision_plan.hpp dtype_key), else `fallback`.
+ProgramDtype program_dtype_or(const std::optional<at::ScalarType>& t, const ProgramDtype& fallback);
 // The compute dtype of a precision mode for the program: fp32 for "fp32", bf16 otherwise.
 ProgramDtype program_compute_dtype(const std::string& precision);
 // v[u], or 0 past the end (a unit with no measured time).

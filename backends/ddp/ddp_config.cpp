@@ -15,6 +15,27 @@ DdpOptions ddp_options_from_json(const nlohmann::json& j) {
 
 const DdpOptions& ddp_options(const BackendOptions& options) { return options.as<DdpOptions>(ddp_options_from_json); }
 
+nlohmann::json to_json(const DdpResolved& r) {
+  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
+  auto j = to_json(r.options);
+  j["gradient_as_bucket_view"] = true;  // the engine's gradients are views into its buckets
+  j["sync_each_batch"] = r.sync_each_batch;
+  j["optimizer"] = r.optimizer;
+  j["param_dtype"] = name(r.param_dtype);
+  j["storage_dtype"] = name(r.storage_dtype);
+  return j;
+}
+
+DdpResolved ddp_resolved_from_json(const nlohmann::json& j) {
+  DdpResolved r;
+  r.options = ddp_options_from_json(j);
+  r.param_dtype = dtype_key(j, "param_dtype");
+  r.storage_dtype = dtype_key(j, "storage_dtype");
+  r.sync_each_batch = j.value("sync_each_batch", r.sync_each_batch);
+  r.optimizer = j.value("optimizer", r.optimizer);
+  return r;
+}
+
 int config_claim(const ConfigIdentity& id) {
   if (!id.accelerate) return 0;
   const auto& t = id.distributed_type;

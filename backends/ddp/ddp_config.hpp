@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/config_hooks.hpp"
+#include "backends/precision_plan.hpp"
 
 namespace zb::backends::ddp {
 
@@ -18,6 +19,18 @@ DdpOptions ddp_options_from_json(const nlohmann::json& j);  // keys as in to_jso
 // The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
 // parsed once by ddp_options_from_json. Every reader of a spec's options goes here.
 const DdpOptions& ddp_options(const BackendOptions& options);
+
+// What the engine resolved (DdpEngine::resolved_options(), the report's config.backend.options):
+// its options and the dtypes it worked out. to_json and ddp_resolved_from_json are the one
+// mapping between the record and the report's keys; the projection program reads the record.
+struct DdpResolved {
+  DdpOptions options;
+  std::optional<at::ScalarType> param_dtype, storage_dtype;  // absent from a report: not known
+  bool sync_each_batch = false;
+  std::string optimizer;  // what steps the parameters (a description)
+};
+nlohmann::json to_json(const DdpResolved& r);
+DdpResolved ddp_resolved_from_json(const nlohmann::json& j);
 
 int config_claim(const ConfigIdentity& id);
 void read_config(const ConfigInput& in, ResolvedConfig& out);

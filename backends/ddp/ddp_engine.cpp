@@ -118,12 +118,13 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
   }
 
   nlohmann::json resolved_options() const override {
-    return {{"bucket_cap_mb", bucket_cap_mb(spec_)},
-            {"gradient_as_bucket_view", true},
-            {"sync_each_batch", spec_.train.sync_each_batch},
-            {"optimizer", config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda())},
-            {"param_dtype", std::string(c10::toString(dtypes_.compute))},
-            {"storage_dtype", std::string(c10::toString(dtypes_.storage))}};
+    DdpResolved r;
+    r.options = ddp_options(spec_.options);
+    r.sync_each_batch = spec_.train.sync_each_batch;
+    r.optimizer = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda());
+    r.param_dtype = dtypes_.compute;
+    r.storage_dtype = dtypes_.storage;
+    return to_json(r);
   }
 
   std::vector<at::Tensor> full_parameters() override {

@@ -15,16 +15,17 @@ using json = nlohmann::json;
 using common::CollectiveCost;
 using common::CollectiveKind;
 using common::Program;
-using common::program_dtype_option;
+using common::program_dtype_or;
 using common::ProgramDtype;
 using common::ProgramInput;
 
 // ---------------------------------------------------------------- DDP (ddp_engine.cpp)
 Program ddp_program(const ProgramInput& in, const CollectiveCost& cost) {
-  const ProgramDtype storage = program_dtype_option(
-      in.options, "storage_dtype", in.precision == "low" ? ProgramDtype{"bf16", 2} : ProgramDtype{"fp32", 4});
-  // The report's resolved options; a key it lacks takes DdpOptions' default, defined once.
-  const double cap_mb = in.options.value("bucket_cap_mb", DdpOptions{}.bucket_cap_mb);
+  // The report's resolved options as the engine's record (a key a report lacks: the default).
+  const DdpResolved r = ddp_resolved_from_json(in.options);
+  const ProgramDtype storage =
+      program_dtype_or(r.storage_dtype, in.precision == "low" ? ProgramDtype{"bf16", 2} : ProgramDtype{"fp32", 4});
+  const double cap_mb = r.options.bucket_cap_mb;
   const int64_t n = models::count_params(in.model).total;
   const int64_t bucket = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024) / storage.bytes);
   double fwd = 0, bwd = 0;

@@ -62,6 +62,8 @@ void client_adamw_on_host(nlohmann::json& ds, std::vector<std::string>& notes);
 // fused on), so DeepSpeed builds the same torch.optim.AdamW implementation.
 nlohmann::json deepspeed_adamw_section(const TrainConfig& t, bool torch_adam);
 
-std::optional<StateExplanation> cpu_adam_step_counters(const CrossvalCase& c);
+// The optimizer step counters' explanation when the engine stepped its host partitions with
+// DeepSpeedCPUAdam (offload_optimizer, read by the backend from its resolved options): nullopt otherwise.
+std::optional<StateExplanation> cpu_adam_step_counters(bool steps_with_cpu_adam);
 
 }  // namespace zb::backends::deepspeed_family

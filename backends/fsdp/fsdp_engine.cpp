@@ -409,25 +409,20 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   }
 
   nlohmann::json resolved_options() const override {
-    auto j = to_json(opts_);
-    j["sharding_strategy"] = to_string(strategy_);
-    if (strategy_ != opts_.sharding_strategy) {
-      j["sharding_strategy_requested"] = to_string(opts_.sharding_strategy);
-      j["sharding_strategy_note"] = "FSDP1 switches to NO_SHARD at world size 1 (_init_utils.py _init_core_state)";
-    }
-    j["param_dtype"] = std::string(c10::toString(dtypes_.param));
-    j["reduce_dtype"] = std::string(c10::toString(dtypes_.reduce));
-    j["flat_param_dtype"] = std::string(c10::toString(dtypes_.storage));
-    j["shard_group_size"] = shard_size_;
-    j["gradient_predivide_factor"] = predivide_factor(comm_.size());
-    j["gradient_postdivide_factor"] = double(comm_.size()) / predivide_factor(comm_.size());
-    j["sync_each_batch"] = spec_.train.sync_each_batch;
-    j.erase("offload_params");
-    j["cpu_offload"] = {{"offload_params", opts_.offload_params}};  // FSDP1's CPUOffload, as api.py names it
-    j["optimizer"] = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !offload_) +
-                     (offload_ ? " on the host shards" : "");
-    j["clip_grad_norm"] = "FullyShardedDataParallel.clip_grad_norm_";
-    return j;
+    FsdpResolved r;
+    r.options = opts_;
+    r.options.sharding_strategy = strategy_;
+    if (strategy_ != opts_.sharding_strategy) r.sharding_strategy_requested = opts_.sharding_strategy;
+    r.param_dtype = dtypes_.param;
+    r.reduce_dtype = dtypes_.reduce;
+    r.flat_param_dtype = dtypes_.storage;
+    r.shard_group_size = shard_size_;
+    r.gradient_predivide_factor = predivide_factor(comm_.size());
+    r.gradient_postdivide_factor = double(comm_.size()) / predivide_factor(comm_.size());
+    r.sync_each_batch = spec_.train.sync_each_batch;
+    r.optimizer = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !offload_) +
+                  (offload_ ? " on the host shards" : "");
+    return to_json(r);
   }
 
   std::vector<at::Tensor> full_parameters() override {

@@ -108,4 +108,45 @@ void validate(const FsdpOptions& o) {
 
 const FsdpOptions& fsdp_options(const BackendOptions& options) { return options.as<FsdpOptions>(fsdp_options_from_json); }
 
+nlohmann::json to_json(const FsdpResolved& r) {
+  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
+  auto j = to_json(r.options);
+  if (r.sharding_strategy_requested) {
+    j["sharding_strategy_requested"] = to_string(*r.sharding_strategy_requested);
+    j["sharding_strategy_note"] = "FSDP1 switches to NO_SHARD at world size 1 (_init_utils.py _init_core_state)";
+  }
+  j["param_dtype"] = name(r.param_dtype);
+  j["reduce_dtype"] = name(r.reduce_dtype);
+  j["flat_param_dtype"] = name(r.flat_param_dtype);
+  j["shard_group_size"] = r.shard_group_size;
+  j["gradient_predivide_factor"] = r.gradient_predivide_factor;
+  j["gradient_postdivide_factor"] = r.gradient_postdivide_factor;
+  j["sync_each_batch"] = r.sync_each_batch;
+  j.erase("offload_params");
+  j["cpu_offload"] = {{"offload_params", r.options.offload_params}};  // FSDP1's CPUOffload, as api.py names it
+  j["optimizer"] = r.optimizer;
+  j["clip_grad_norm"] = "FullyShardedDataParallel.clip_grad_norm_";
+  return j;
+}
+
+FsdpResolved fsdp_resolved_from_json(const nlohmann::json& j) {
+  FsdpResolved r;
+  auto o = j.is_object() ? j : nlohmann::json::object();
+  r.param_dtype = dtype_key(o, "param_dtype");
+  r.reduce_dtype = dtype_key(o, "reduce_dtype");
+  r.flat_param_dtype = dtype_key(o, "flat_param_dtype");
+  o.erase("reduce_dtype");  // the dtype resolved, not the option's bf16 | fp32 | ""
+  if (o.contains("cpu_offload") && o["cpu_offload"].is_object())
+    o["offload_params"] = o["cpu_offload"].value("offload_params", FsdpOptions{}.offload_params);
+  r.options = fsdp_options_from_json(o);
+  if (o.contains("sharding_strategy_requested"))
+    r.sharding_strategy_requested = parse_sharding_strategy(o["sharding_strategy_requested"].get<std::string>());
+  r.shard_group_size = o.value("shard_group_size", r.shard_group_size);
+  r.gradient_predivide_factor = o.value("gradient_predivide_factor", r.gradient_predivide_factor);
+  r.gradient_postdivide_factor = o.value("gradient_postdivide_factor", r.gradient_postdivide_factor);
+  r.sync_each_batch = o.value("sync_each_batch", r.sync_each_batch);
+  r.optimizer = o.value("optimizer", r.optimizer);
+  return r;
+}
+
 }  // namespace zb::backends::fsdp

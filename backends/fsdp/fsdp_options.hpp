@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend_options.hpp"
+#include "backends/precision_plan.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,5 +47,23 @@ void validate(const FsdpOptions& o);  // throws UsageError naming the refused va
 // The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
 // parsed once by fsdp_options_from_json. Every reader of a spec's options goes here.
 const FsdpOptions& fsdp_options(const BackendOptions& options);
+
+// What the engine resolved (FsdpEngine::resolved_options(), the report's config.backend.options):
+// its options with the strategy it runs, and what it worked out. to_json and
+// fsdp_resolved_from_json are the one mapping between the record and the report's keys (the
+// report writes options.offload_params as cpu_offload.offload_params, CPUOffload's name, and
+// reduce_dtype as the dtype resolved); the projection program reads the record.
+struct FsdpResolved {
+  FsdpOptions options;  // sharding_strategy: the one run; reduce_dtype: not in a report (below)
+  // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state): what was asked for.
+  std::optional<ShardingStrategy> sharding_strategy_requested;
+  std::optional<at::ScalarType> param_dtype, reduce_dtype, flat_param_dtype;  // absent: not known
+  int shard_group_size = 0;
+  double gradient_predivide_factor = 1, gradient_postdivide_factor = 1;
+  bool sync_each_batch = false;
+  std::string optimizer;  // what steps the shards (a description)
+};
+nlohmann::json to_json(const FsdpResolved& r);
+FsdpResolved fsdp_resolved_from_json(const nlohmann::json& j);
 
 }  // namespace zb::backends::fsdp

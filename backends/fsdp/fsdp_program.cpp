@@ -21,7 +21,7 @@ using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
 using common::program_compute_dtype;
-using common::program_dtype_option;
+using common::program_dtype_or;
 using common::ProgramDtype;
 using common::ProgramInput;
 using common::unit_share;
@@ -30,21 +30,19 @@ int64_t shard_elements(const models::ModelConfig& model, const json& options, in
 
 // ---------------------------------------------------------------- FSDP-mode (fsdp_engine.cpp)
 Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
-  // The report's resolved options (config.backend.options, the engine's names: param_dtype,
-  // cpu_offload, ...); a key the report lacks takes FsdpOptions' default, defined once.
-  const auto& o = in.options;
-  const FsdpOptions d;
-  const std::string strategy = o.value("sharding_strategy", to_string(d.sharding_strategy));
-  if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2")
-    throw UsageError("projection: fsdp sharding_strategy " + strategy +
+  // The report's resolved options as the engine's record (a key a report lacks: the default).
+  const FsdpResolved r = fsdp_resolved_from_json(in.options);
+  const ShardingStrategy strategy = r.options.sharding_strategy;
+  if (strategy == ShardingStrategy::kHybridShard)
+    throw UsageError("projection: fsdp sharding_strategy " + to_string(strategy) +
                      " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
-  const bool sharded = strategy != "NO_SHARD";
-  const bool reshard_after_forward = strategy == "FULL_SHARD";
-  const std::string prefetch = o.value("backward_prefetch", to_string(d.backward_prefetch));
-  const bool forward_prefetch = o.value("forward_prefetch", d.forward_prefetch);
-  const bool limit = o.value("limit_all_gathers", d.limit_all_gathers);
-  const ProgramDtype param = program_dtype_option(o, "param_dtype", program_compute_dtype(in.precision));
-  const ProgramDtype reduce = program_dtype_option(o, "reduce_dtype", param);
+  const bool sharded = strategy != ShardingStrategy::kNoShard;
+  const bool reshard_after_forward = strategy == ShardingStrategy::kFullShard;
+  const BackwardPrefetch prefetch = r.options.backward_prefetch;
+  const bool forward_prefetch = r.options.forward_prefetch;
+  const bool limit = r.options.limit_all_gathers;
+  const ProgramDtype param = program_dtype_or(r.param_dtype, program_compute_dtype(in.precision));
+  const ProgramDtype reduce = program_dtype_or(r.reduce_dtype, param);
   const int W = in.world, S = sharded ? W : 1;
   const bool cpu = in.exec == ExecModel::kHostIsDevice;
   // CPUOffload(offload_params=True) (fsdp_offload.cpp, docs/backends/fsdp.md "Offload"): each
@@ -52,8 +50,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   // on the pre-unshard stream; the all-gather follows it), its gradient shard back after the
   // reduction (_offload_grad, on the post-backward stream; the final callback syncs the host),
   // and the optimizer steps on the host (the calibration's host AdamW rate).
-  const bool offload = o.value("offload_params", d.offload_params) ||
-                       (o.contains("cpu_offload") && o["cpu_offload"].value("offload_params", d.offload_params));
+  const bool offload = r.options.offload_params;
   const int64_t store_bytes = in.precision == "low" ? 2 : 4;  // the flat parameter's dtype
 
   const auto specs = models::unit_param_specs(in.model);
@@ -144,7 +141,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     // then each block from the last.
     auto post_backward = [&](int u) {  // post_backward: reshard, prefetch, reduce, finish the previous
       if (free_in_backward) reshard(u);
-      if (prefetch == "BACKWARD_POST") prefetch_backward(u);
+      if (prefetch == BackwardPrefetch::kBackwardPost) prefetch_backward(u);
       if (!sync) return;  // no_sync: the unsharded gradient accumulates, no reduction
       const int64_t bytes = padded[size_t(u)] * reduce.bytes;
       const int64_t grad_bytes = padded[size_t(u)] / S * store_bytes;  // _cpu_grad: the shard, flat param dtype
@@ -174,7 +171,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
       const int c = pre_unshard_copy(0);
       if (c >= 0) p.wait(c);
     }
-    if (prefetch == "BACKWARD_PRE") prefetch_backward(0);
+    if (prefetch == BackwardPrefetch::kBackwardPre) prefetch_backward(0);
     last_compute = p.compute("B0", in.costs.root_backward().first);  // loss, LM head, final norm
     for (int u = L; u >= 1; --u) {
       if (needs_pre_backward[size_t(u)]) {
@@ -184,7 +181,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
         if (c >= 0) p.wait(c);
       }
       needs_pre_backward[size_t(u)] = false;
-      if (prefetch == "BACKWARD_PRE") prefetch_backward(u);
+      if (prefetch == BackwardPrefetch::kBackwardPre) prefetch_backward(u);
       last_compute = p.compute("B" + std::to_string(u), unit_share(in.costs.backward_s, size_t(u)));
       post_backward(u);
     }
@@ -208,7 +205,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
     if (offload) p.host_wait(p.copy(false, "grad_norm", 4, in.offload.copy_s(false, 4), true, ar));
   }
   if (offload)  // clip + AdamW on the host shards: the calibration's host AdamW rate per element
-    p.compute("host optimizer", in.offload.host_optimizer_s(shard_elements(in.model, o, W)));
+    p.compute("host optimizer", in.offload.host_optimizer_s(shard_elements(in.model, in.options, W)));
   else
     p.compute("optimizer", in.costs.optimizer_s);
   p.compute("other", in.costs.other_s);
@@ -217,7 +214,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
 
 // Per rank: sum over units of ceil(numel_u / W) flat-shard elements (NO_SHARD: numel_u).
 int64_t shard_elements(const models::ModelConfig& model, const json& options, int world) {
-  const bool sharded = options.value("sharding_strategy", to_string(FsdpOptions{}.sharding_strategy)) != "NO_SHARD";
+  const bool sharded = fsdp_resolved_from_json(options).options.sharding_strategy != ShardingStrategy::kNoShard;
   int64_t total = 0;
   for (const auto& unit : models::unit_param_specs(model)) {
     int64_t n = 0;
@@ -228,15 +225,14 @@ int64_t shard_elements(const models::ModelConfig& model, const json& options, in
 }
 
 // FSDP1 runs NO_SHARD at world size 1 (_init_utils.py _init_core_state) and its report keeps what
-// was asked for (fsdp_engine.cpp resolved_options): at more ranks the requested strategy runs.
+// was asked for (FsdpResolved::sharding_strategy_requested): at more ranks the requested strategy
+// runs. At world size 1, or with nothing recorded, the options stand as they are.
 json fsdp_options_at_world(const json& options, int world) {
-  json o = options;
-  if (o.contains("sharding_strategy_requested") && world > 1) {
-    o["sharding_strategy"] = o["sharding_strategy_requested"];
-    o.erase("sharding_strategy_requested");
-    o.erase("sharding_strategy_note");
-  }
-  return o;
+  FsdpResolved r = fsdp_resolved_from_json(options);
+  if (!r.sharding_strategy_requested || world <= 1) return options;
+  r.options.sharding_strategy = *r.sharding_strategy_requested;
+  r.sharding_strategy_requested.reset();
+  return to_json(r);
 }
 }  // namespace
 

@@ -350,35 +350,25 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
   void plant_fault(const std::string& fault) { pg_.coll.planted_fault = fault; }
 
   nlohmann::json resolved_options() const override {
-    auto j = to_json(opts_);
-    auto name = [](std::optional<at::ScalarType> t) {
-      return t ? std::string(c10::toString(*t)) : std::string("None");
-    };
-    j["optimizer"] = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !opts_.offloads()) +
-                     (opts_.offloads() ? " on the host" : "");
-    j["fully_shard_offload_policy"] = offload_policy_text(opts_);
-    j["sharded_param_dtype"] = std::string(c10::toString(pg_.dtypes.orig));
-    j["mp_param_dtype"] = name(pg_.dtypes.param);
-    j["mp_reduce_dtype"] = name(pg_.dtypes.reduce);
-    j["mp_output_dtype"] = name(pg_.dtypes.output);
-    j["all_gather_dtype"] = std::string(c10::toString(pg_.dtypes.compute()));
-    j["reduce_scatter_dtype"] = std::string(c10::toString(pg_.dtypes.comm_reduce()));
-    j["mesh"] = {{"dp_replicate", pg_.coll.mesh.replicate}, {"dp_shard", pg_.coll.mesh.shard}};
-    j["reduce_scatter_op"] = op_name(pg_.coll.factors.rs_op);
-    j["all_reduce_op"] = op_name(pg_.coll.factors.ar_op);
-    j["gradient_predivide_factor"] =
-        pg_.coll.factors.pre ? nlohmann::json(*pg_.coll.factors.pre) : nlohmann::json(nullptr);
-    j["gradient_postdivide_factor"] =
-        pg_.coll.factors.post ? nlohmann::json(*pg_.coll.factors.post) : nlohmann::json(nullptr);
-    nlohmann::json groups = nlohmann::json::array();
-    for (const auto& g : pg_.groups) {
-      if (g.params.empty()) continue;
-      groups.push_back({{"label", g.spec.label},
-                        {"params", g.params.size()},
-                        {"reshard_after_forward", reshard_after_forward_text(g.reshard_after_forward)}});
-    }
-    j["groups"] = groups;
-    return j;
+    Fsdp2Resolved r;
+    r.options = opts_;
+    r.optimizer = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda() && !opts_.offloads()) +
+                  (opts_.offloads() ? " on the host" : "");
+    r.sharded_param_dtype = pg_.dtypes.orig;
+    r.mp_param_dtype = pg_.dtypes.param;
+    r.mp_reduce_dtype = pg_.dtypes.reduce;
+    r.mp_output_dtype = pg_.dtypes.output;
+    r.all_gather_dtype = pg_.dtypes.compute();
+    r.reduce_scatter_dtype = pg_.dtypes.comm_reduce();
+    r.mesh_dp_replicate = pg_.coll.mesh.replicate;
+    r.mesh_dp_shard = pg_.coll.mesh.shard;
+    r.reduce_scatter_op = op_name(pg_.coll.factors.rs_op);
+    r.all_reduce_op = op_name(pg_.coll.factors.ar_op);
+    r.gradient_predivide_factor = pg_.coll.factors.pre;
+    r.gradient_postdivide_factor = pg_.coll.factors.post;
+    for (const auto& g : pg_.groups)
+      if (!g.params.empty()) r.groups.push_back({g.spec.label, int64_t(g.params.size()), g.reshard_after_forward});
+    return to_json(r);
   }
 
   std::vector<at::Tensor> full_parameters() override {

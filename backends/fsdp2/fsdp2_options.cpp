@@ -132,4 +132,64 @@ const Fsdp2Options& fsdp2_options(const BackendOptions& options) {
   return options.as<Fsdp2Options>(fsdp2_options_from_json);
 }
 
+nlohmann::json to_json(const Fsdp2Resolved& r) {
+  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string("None"); };
+  auto factor = [](const std::optional<double>& f) { return f ? nlohmann::json(*f) : nlohmann::json(nullptr); };
+  auto j = to_json(r.options);
+  j["optimizer"] = r.optimizer;
+  j["fully_shard_offload_policy"] = offload_policy_text(r.options);
+  j["sharded_param_dtype"] = name(r.sharded_param_dtype);
+  j["mp_param_dtype"] = name(r.mp_param_dtype);
+  j["mp_reduce_dtype"] = name(r.mp_reduce_dtype);
+  j["mp_output_dtype"] = name(r.mp_output_dtype);
+  j["all_gather_dtype"] = name(r.all_gather_dtype);
+  j["reduce_scatter_dtype"] = name(r.reduce_scatter_dtype);
+  j["mesh"] = {{"dp_replicate", r.mesh_dp_replicate}, {"dp_shard", r.mesh_dp_shard}};
+  j["reduce_scatter_op"] = r.reduce_scatter_op;
+  j["all_reduce_op"] = r.all_reduce_op;
+  j["gradient_predivide_factor"] = factor(r.gradient_predivide_factor);
+  j["gradient_postdivide_factor"] = factor(r.gradient_postdivide_factor);
+  j["groups"] = nlohmann::json::array();
+  for (const auto& g : r.groups)
+    j["groups"].push_back({{"label", g.label},
+                           {"params", g.params},
+                           {"reshard_after_forward", reshard_after_forward_text(g.reshard_after_forward)}});
+  return j;
+}
+
+Fsdp2Resolved fsdp2_resolved_from_json(const nlohmann::json& j) {
+  Fsdp2Resolved r;
+  const auto o = j.is_object() ? j : nlohmann::json::object();
+  r.options = fsdp2_options_from_json(o);  // the engine's own keys are not options: not read there
+  r.optimizer = o.value("optimizer", r.optimizer);
+  r.sharded_param_dtype = dtype_key(o, "sharded_param_dtype");
+  r.mp_param_dtype = dtype_key(o, "mp_param_dtype");
+  r.mp_reduce_dtype = dtype_key(o, "mp_reduce_dtype");
+  r.mp_output_dtype = dtype_key(o, "mp_output_dtype");
+  r.all_gather_dtype = dtype_key(o, "all_gather_dtype");
+  r.reduce_scatter_dtype = dtype_key(o, "reduce_scatter_dtype");
+  if (o.contains("mesh") && o["mesh"].is_object()) {
+    r.mesh_dp_replicate = o["mesh"].value("dp_replicate", r.mesh_dp_replicate);
+    r.mesh_dp_shard = o["mesh"].value("dp_shard", r.mesh_dp_shard);
+  }
+  r.reduce_scatter_op = o.value("reduce_scatter_op", r.reduce_scatter_op);
+  r.all_reduce_op = o.value("all_reduce_op", r.all_reduce_op);
+  auto factor = [&o](const char* key) {
+    return o.contains(key) && o[key].is_number() ? std::optional<double>(o[key].get<double>()) : std::nullopt;
+  };
+  r.gradient_predivide_factor = factor("gradient_predivide_factor");
+  r.gradient_postdivide_factor = factor("gradient_postdivide_factor");
+  if (o.contains("groups") && o["groups"].is_array())
+    for (const auto& g : o["groups"]) {
+      Fsdp2Resolved::Group group;
+      group.label = g.value("label", group.label);
+      group.params = g.value("params", group.params);
+      if (g.contains("reshard_after_forward"))
+        group.reshard_after_forward =
+            parse_reshard_after_forward("groups[].reshard_after_forward", g["reshard_after_forward"].get<std::string>());
+      r.groups.push_back(group);
+    }
+  return r;
+}
+
 }  // namespace zb::backends::fsdp2

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend_options.hpp"
+#include "backends/precision_plan.hpp"
 #include <string>
 #include <vector>
 
@@ -79,6 +80,29 @@ Fsdp2Options validated(Fsdp2Options o);
 // The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw object
 // parsed once by fsdp2_options_from_json. Every reader of a spec's options goes here.
 const Fsdp2Options& fsdp2_options(const BackendOptions& options);
+
+// What the engine resolved (the fsdp2 engine's resolved_options(), the report's
+// config.backend.options): its options and what fully_shard worked out of them. to_json and
+// fsdp2_resolved_from_json are the one mapping between the record and the report's keys; the
+// projection program reads the record.
+struct Fsdp2Resolved {
+  struct Group {  // a fully_shard call with parameters, in forward order
+    std::string label;
+    int64_t params = 0;
+    int reshard_after_forward = kReshardTrue;
+  };
+  Fsdp2Options options;
+  std::string optimizer;  // what steps the shards (a description)
+  // The sharded parameters' dtype and MixedPrecisionPolicy's fields (nullopt: None).
+  std::optional<at::ScalarType> sharded_param_dtype, mp_param_dtype, mp_reduce_dtype, mp_output_dtype;
+  std::optional<at::ScalarType> all_gather_dtype, reduce_scatter_dtype;  // on the wire; absent: not known
+  int mesh_dp_replicate = 1, mesh_dp_shard = 0;  // the device mesh (0: not known)
+  std::string reduce_scatter_op = "AVG", all_reduce_op = "AVG";  // SUM when the factors divide
+  std::optional<double> gradient_predivide_factor, gradient_postdivide_factor;
+  std::vector<Group> groups;
+};
+nlohmann::json to_json(const Fsdp2Resolved& r);
+Fsdp2Resolved fsdp2_resolved_from_json(const nlohmann::json& j);
 
 // What an accelerate config with `fsdp_version: 2` makes of the fsdp2 options (config/
 // accelerate_fsdp2.hpp reads the file; fsdp2_config.cpp turns it into these options).

@@ -21,7 +21,7 @@ using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
 using common::program_compute_dtype;
-using common::program_dtype_option;
+using common::program_dtype_or;
 using common::ProgramDtype;
 using common::ProgramInput;
 using common::unit_share;
@@ -36,33 +36,26 @@ using common::unit_share;
 // current stream waits the previous group's reduce-scatter event in the next post-backward
 // (_fsdp_param_group.py post_backward) and every reduction in finalize_backward.
 Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
-  // The report's resolved options (config.backend.options, the engine's names: mesh,
-  // all_gather_dtype, ...); a key the report lacks takes Fsdp2Options' default, defined once.
-  const auto& o = in.options;
-  const Fsdp2Options d;
+  // The report's resolved options as the engine's record (a key a report lacks: the default).
+  const Fsdp2Resolved r = fsdp2_resolved_from_json(in.options);
+  const Fsdp2Options& o = r.options;
   auto refuse = [](const std::string& what) {
     throw UsageError("projection: fsdp2 " + what +
                      " is not modelled (the default grouping, reshard_after_forward "
                      "true/false, implicit prefetch, no HSDP are)");
   };
-  if (const auto g = o.value("grouping", d.grouping); g != "root") refuse("grouping " + g);
-  if (const auto w = o.value("auto_wrap_policy", d.auto_wrap_policy); w != "TRANSFORMER_BASED_WRAP")
-    refuse("auto_wrap_policy " + w);
-  if (o.value("modules_to_forward_prefetch", d.modules_to_forward_prefetch) > 0) refuse("modules_to_forward_prefetch");
-  if (o.value("modules_to_backward_prefetch", d.modules_to_backward_prefetch) > 0) refuse("modules_to_backward_prefetch");
-  if (o.contains("mesh") && o["mesh"].value("dp_replicate", 1) > 1) refuse("HSDP (dp_replicate_size > 1)");
+  if (o.grouping != "root") refuse("grouping " + o.grouping);
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP") refuse("auto_wrap_policy " + o.auto_wrap_policy);
+  if (o.modules_to_forward_prefetch > 0) refuse("modules_to_forward_prefetch");
+  if (o.modules_to_backward_prefetch > 0) refuse("modules_to_backward_prefetch");
+  if (r.mesh_dp_replicate > 1) refuse("HSDP (dp_replicate_size > 1)");
   // CPUOffloadPolicy's copies (fsdp2_offload.cpp) are not scheduled here yet (fsdp CPUOffload is).
-  if (const auto p = o.value("offload_policy", d.offload_policy); p != "none") refuse("offload_policy " + p);
-  bool reshard_blocks = true;
-  if (o.contains("reshard_after_forward")) {
-    const auto& r = o["reshard_after_forward"];
-    if (r.is_boolean())
-      reshard_blocks = r.get<bool>();
-    else
-      refuse("reshard_after_forward " + r.dump() + " (a post-forward mesh)");
-  }
-  const ProgramDtype gather = program_dtype_option(o, "all_gather_dtype", program_compute_dtype(in.precision));
-  const ProgramDtype reduce = program_dtype_option(o, "reduce_scatter_dtype", gather);
+  if (o.offloads()) refuse("offload_policy " + o.offload_policy);
+  if (o.reshard_after_forward != kReshardTrue && o.reshard_after_forward != kReshardFalse)
+    refuse("reshard_after_forward " + reshard_after_forward_text(o.reshard_after_forward) + " (a post-forward mesh)");
+  const bool reshard_blocks = o.reshard_after_forward == kReshardTrue;
+  const ProgramDtype gather = program_dtype_or(r.all_gather_dtype, program_compute_dtype(in.precision));
+  const ProgramDtype reduce = program_dtype_or(r.reduce_scatter_dtype, gather);
   const int W = in.world;
   const bool cpu = in.exec == ExecModel::kHostIsDevice;
   const auto specs = models::unit_param_specs(in.model);
@@ -136,7 +129,7 @@ Program fsdp2_program(const ProgramInput& in, const CollectiveCost& cost) {
   // norm (the stacked _NormPartial vector redistributed) on the shard mesh, in the sharded
   // gradients' dtype.
   if (W > 1) {
-    const ProgramDtype g = program_dtype_option(o, "sharded_param_dtype", ProgramDtype{"fp32", 4});
+    const ProgramDtype g = program_dtype_or(r.sharded_param_dtype, ProgramDtype{"fp32", 4});
     int64_t params = 0;
     for (const auto& unit : models::unit_param_specs(in.model)) params += int64_t(unit.size());
     const int64_t bytes = params * g.bytes;

@@ -44,10 +44,10 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   return ds;
 }
 
-std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
-                                              const json& /*zb*/) {
+std::optional<StateExplanation> explain_state(const CrossvalCase& c, int stage, const std::string& category) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  if (auto x = deepspeed_family::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
+  const Zero12Options o = zero12_resolved_from_json(c.options, stage).options;  // as the engine ran it
+  if (auto x = deepspeed_family::cpu_adam_step_counters(o.offload() && o.host_optimizer == kCpuAdam)) return x;
   // DeepSpeed steps the client AdamW on one fp32 flat partition per parameter group (one group).
   return adamw_step_counters(1, "the fp32 partition (single_partition_of_fp32_groups)");
 }
@@ -73,7 +73,9 @@ CrossvalReference crossval_reference(int stage) {
       [stage](const EngineSpec& spec, int world, const json& user_file, std::vector<std::string>& notes) {
         return deepspeed_json(spec, world, user_file, notes, stage);
       });
-  r.explain_state = explain_state;
+  r.explain_state = [stage](const CrossvalCase& c, int /*rank*/, const std::string& category, const json& /*zb*/) {
+    return explain_state(c, stage, category);
+  };
   r.measured_bound = measured_bound;
   return r;
 }

@@ -175,30 +175,21 @@ ModelStateBytes Zero12Engine::model_state_bytes() const {
 }
 
 nlohmann::json Zero12Engine::resolved_options() const {
-  auto j = to_json(opts_);
-  j["communication_data_type"] = std::string(c10::toString(dtypes_.comm));
-  j["grad_accum_dtype"] = std::string(c10::toString(dtypes_.model));
-  j["model_dtype"] = std::string(c10::toString(dtypes_.model));
-  j["flat_numel"] = layout_.numel;
-  j["flat_padded"] = layout_.padded;
-  j["partition_size"] = layout_.partition;
-  j["ipg_buffers"] = opts_.overlap_comm ? 2 : 1;
-  j["reduces_every_micro_batch"] = opts_.stage == 2;
-  // runtime/utils.py all_gather_dp_groups: with all_gather_into_tensor (torch >= 1.13) one
-  // all_gather_into_tensor of the whole flat buffer; allgather_bucket_size is read only without it.
-  j["allgather"] = "all_gather_into_tensor of the flat buffer (allgather_bucket_size unused, as upstream)";
-  j["allgather_partitions_effect"] = "none (DeepSpeed 0.19.8 does not pass it to DeepSpeedZeroOptimizer)";
-  j["optimizer"] = !opts_.offload() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on the fp32 partition"
-                  : opts_.host_optimizer == kCpuAdam ? std::string("DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition")
-                                                     : config::adamw_description(spec_.train.adamw_impl, false) + " on the host fp32 partition";
-  j["check_grad_overflow"] = dtypes_.model == at::kBFloat16 || fp16();
-  if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
-    j["fp16"] = common::to_json(opts_.fp16);
-    j["fp16"]["scaler"] = scaler_->kind_name();  // DynamicLossScaler | static (LossScaler)
-  }
-  j["offload"] = {{"optimizer", opts_.offload_optimizer}};
-  if (opts_.offload()) j["offload"]["pinned"] = opts_.offload_pin_memory;
-  return j;
+  Zero12Resolved r;
+  r.options = opts_;
+  r.communication_data_type = dtypes_.comm;
+  r.grad_accum_dtype = dtypes_.model;
+  r.model_dtype = dtypes_.model;
+  r.flat_numel = layout_.numel;
+  r.flat_padded = layout_.padded;
+  r.partition_size = layout_.partition;
+  r.ipg_buffers = opts_.overlap_comm ? 2 : 1;
+  r.optimizer = !opts_.offload() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on the fp32 partition"
+               : opts_.host_optimizer == kCpuAdam ? std::string("DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition")
+                                                  : config::adamw_description(spec_.train.adamw_impl, false) + " on the host fp32 partition";
+  r.check_grad_overflow = dtypes_.model == at::kBFloat16 || fp16();
+  if (scaler_) r.loss_scaler = scaler_->kind_name();
+  return to_json(r);
 }
 
 std::vector<at::Tensor> Zero12Engine::full_parameters() {

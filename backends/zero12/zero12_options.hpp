@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "backends/precision_plan.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
 namespace zb::backends::zero12 {
@@ -52,5 +54,22 @@ Zero12Options validated(Zero12Options o);
 const Zero12Options& zero12_options(const BackendOptions& options, int stage);
 // The refusals that depend on the precision (model dtype), one line naming the key.
 void check_precision(const Zero12Options& o, const std::string& precision);
+
+// What the engine resolved (Zero12Engine::resolved_options(), the report's
+// config.backend.options): its options and what it worked out. to_json and
+// zero12_resolved_from_json are the one mapping between the record and the report's keys (the
+// report writes communication_data_type and grad_accum_dtype as the dtypes resolved, so the
+// options' own strings are not in it); the projection program reads the record.
+struct Zero12Resolved {
+  Zero12Options options;
+  std::optional<at::ScalarType> model_dtype, communication_data_type, grad_accum_dtype;  // absent: not known
+  int64_t flat_numel = 0, flat_padded = 0, partition_size = 0;  // the flat buffer and one partition
+  int ipg_buffers = 1;
+  bool check_grad_overflow = false;
+  std::string optimizer;            // what steps the partition (a description)
+  std::optional<std::string> loss_scaler;  // fp16: DynamicLossScaler | static (LossScaler)
+};
+nlohmann::json to_json(const Zero12Resolved& r);
+Zero12Resolved zero12_resolved_from_json(const nlohmann::json& j, int stage);
 
 }  // namespace zb::backends::zero12

@@ -26,25 +26,22 @@ using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
 using common::program_compute_dtype;
-using common::program_dtype_option;
+using common::program_dtype_or;
 using common::ProgramDtype;
 using common::ProgramInput;
 
 class Zero12Builder {
  public:
   Zero12Builder(const ProgramInput& in, const CollectiveCost& cost) : in_(in), cost_(cost), W_(in.world) {
-    // The report's resolved options (config.backend.options, the engine's names: model_dtype,
-    // communication_data_type as a torch dtype, ...); a key the report lacks takes
-    // Zero12Options' default, defined once (zero12_options.hpp).
-    const auto& o = in.options;
-    const Zero12Options d;
-    stage_ = int(o.value("stage", int64_t(in.backend == "zero1" ? 1 : 2)));
-    bucket_size_ = o.value("reduce_bucket_size", d.reduce_bucket_size);
-    overlap_ = o.value("overlap_comm", d.overlap_comm);
-    reduce_scatter_ = o.value("reduce_scatter", d.reduce_scatter);
-    model_ = program_dtype_option(o, "model_dtype", program_compute_dtype(in.precision));
-    comm_ = program_dtype_option(o, "communication_data_type", model_);
-    layout_ = flat_layout(in.model, W_, o.value("round_robin_gradients", d.round_robin_gradients));
+    // The report's resolved options as the engine's record (a key a report lacks: the default).
+    const Zero12Resolved r = zero12_resolved_from_json(in.options, in.backend == "zero1" ? 1 : 2);
+    stage_ = r.options.stage;
+    bucket_size_ = r.options.reduce_bucket_size;
+    overlap_ = r.options.overlap_comm;
+    reduce_scatter_ = r.options.reduce_scatter;
+    model_ = program_dtype_or(r.model_dtype, program_compute_dtype(in.precision));
+    comm_ = program_dtype_or(r.communication_data_type, model_);
+    layout_ = flat_layout(in.model, W_, r.options.round_robin_gradients);
     // id of (unit, index) in the flat layout
     for (int k = 0; k < int(layout_.params.size()); ++k) {
       const auto& p = layout_.params[size_t(k)];

@@ -53,19 +53,17 @@ json deepspeed_json(const EngineSpec& spec, int world, const json& user_file, st
   return ds;
 }
 
-// zerobench's fp32 sub-groups (stage3.py _create_fp16_sub_groups, as the engine resolves them from
-// sub_group_size and the partition sizes), from its resolved options (the report's
-// config.backend.options); -1 when they do not carry them.
-int64_t sub_groups(const json& options) {
-  return options.contains("sub_groups") && options["sub_groups"].is_number_integer() ? options["sub_groups"].get<int64_t>()
-                                                                                     : -1;
-}
-
 std::optional<StateExplanation> explain_state(const CrossvalCase& c, int /*rank*/, const std::string& category,
                                               const json& /*zb*/) {
   if (category != "optimizer_step_counters") return std::nullopt;
-  if (auto x = deepspeed_family::cpu_adam_step_counters(c)) return x;  // offload_optimizer with DeepSpeedCPUAdam
-  const int64_t tensors = sub_groups(c.options);  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group
+  const Zero3Resolved r = zero3_resolved_from_json(c.options);  // as the engine ran it
+  const Zero3Options& o = r.options;
+  if (auto x = deepspeed_family::cpu_adam_step_counters(o.offload_optimizer.enabled() && o.host_optimizer == kCpuAdam))
+    return x;
+  // DeepSpeed steps the client AdamW on one fp32 flat per sub-group: zerobench's fp32 sub-groups
+  // (stage3.py _create_fp16_sub_groups, as the engine resolved them from sub_group_size and the
+  // partition sizes), -1 when the report's resolved options do not carry them.
+  const int64_t tensors = r.sub_groups;
   if (tensors < 0) return std::nullopt;
   return adamw_step_counters(tensors, "fp32 sub-group partitions (zerobench's resolved sub_groups)");
 }

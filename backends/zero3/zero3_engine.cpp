@@ -152,37 +152,27 @@ ModelStateBytes Zero3Engine::model_state_bytes() const {
 }
 
 nlohmann::json Zero3Engine::resolved_options() const {
-  auto j = to_json(opts_);
-  j["communication_data_type"] = std::string(c10::toString(dtypes_.comm));
-  j["grad_accum_dtype"] = std::string(c10::toString(dtypes_.grad_accum));
-  j["model_dtype"] = std::string(c10::toString(dtypes_.model));
-  j["sub_groups"] = num_sub_groups_;
-  int64_t persistent = 0, persistent_numel = 0;
+  Zero3Resolved r;
+  r.options = opts_;
+  r.communication_data_type = dtypes_.comm;
+  r.grad_accum_dtype = dtypes_.grad_accum;
+  r.model_dtype = dtypes_.model;
+  r.sub_groups = num_sub_groups_;
   for (const auto& l : layout_)
     if (l.persistent) {
-      ++persistent;
-      persistent_numel += l.numel;
+      ++r.persistent_params;
+      r.persistent_numel += l.numel;
     }
-  j["persistent_params"] = persistent;
-  j["persistent_numel"] = persistent_numel;
-  j["ipg_buffer_bytes"] = ipg_buffer_bytes(opts_, dtypes_);
-  j["reduces_every_micro_batch"] = true;
-  j["optimizer"] = !offload_optimizer() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on each fp32 sub-group"
-                   : opts_.host_optimizer == kCpuAdam
-                       ? std::string("DeepSpeedCPUAdam on each host fp32 sub-group (offload_optimizer)")
-                       : config::adamw_description(spec_.train.adamw_impl, false) + " on each host fp32 sub-group (offload_optimizer)";
-  if (!offload_optimizer()) j.erase("host_optimizer");
-  j["hpz_group_size"] = hpz_;  // effective: min(zero_hpz_partition_size, W), 1 = off
-  if (hpz_ > 1) j["hpz_group"] = hpz_group_ranks(comm_.rank(), hpz_);
-  if (!granularity_.is_null()) j["module_granularity"] = granularity_;  // zero3_granularity.hpp
-  if (scaler_) {  // the fp16 section's loss scaling in effect, defaults included
-    j["fp16"] = to_json(opts_.fp16);
-    j["fp16"]["scaler"] = scaler_->kind_name();  // DynamicLossScaler | static (LossScaler)
-  } else {
-    j.erase("fp16");  // no loss scaling outside fp16
-  }
-  j["offload"] = {{"optimizer", offload_optimizer() ? "cpu" : "none"}, {"param", offload_param() ? "cpu" : "none"}};
-  return j;
+  r.ipg_buffer_bytes = ipg_buffer_bytes(opts_, dtypes_);
+  r.optimizer = !offload_optimizer() ? config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) + " on each fp32 sub-group"
+                : opts_.host_optimizer == kCpuAdam
+                    ? std::string("DeepSpeedCPUAdam on each host fp32 sub-group (offload_optimizer)")
+                    : config::adamw_description(spec_.train.adamw_impl, false) + " on each host fp32 sub-group (offload_optimizer)";
+  r.hpz_group_size = hpz_;  // effective: min(zero_hpz_partition_size, W), 1 = off
+  if (hpz_ > 1) r.hpz_group = hpz_group_ranks(comm_.rank(), hpz_);
+  r.module_granularity = granularity_;  // zero3_granularity.hpp
+  if (scaler_) r.loss_scaler = scaler_->kind_name();
+  return to_json(r);
 }
 
 // ZeRO-3 partitions over the run's shard layout: the whole data-parallel group (no hpZ/MiCS).

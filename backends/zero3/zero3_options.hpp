@@ -8,10 +8,13 @@
 
 #include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "backends/precision_plan.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace zb::backends::zero3 {
 
@@ -85,5 +88,26 @@ void validate(const Zero3Options& o);
 // The options a spec carries (EngineSpec::options): the struct resolution stored, or a raw
 // object parsed once by zero3_options_from_json. Every reader of a spec's options goes here.
 const Zero3Options& zero3_options(const BackendOptions& options);
+
+// What the engine resolved (Zero3Engine::resolved_options(), the report's config.backend.options):
+// its options and what it worked out. to_json and zero3_resolved_from_json are the one mapping
+// between the record and the report's keys (the report writes communication_data_type and
+// grad_accum_dtype as the dtypes resolved, so the options' own strings are not in it); the
+// projection program and crossval's rules read the record.
+struct Zero3Resolved {
+  Zero3Options options;
+  std::optional<at::ScalarType> model_dtype, communication_data_type, grad_accum_dtype;  // absent: not known
+  int64_t sub_groups = 1;                    // fp32 master / optimizer sub-groups (sub_group_size)
+  int64_t persistent_params = 0, persistent_numel = 0;  // never released (persistence threshold)
+  int64_t ipg_buffer_bytes = 0;              // the gradient reduce bucket
+  std::string optimizer;                     // what steps the sub-groups (a description)
+  int64_t hpz_group_size = 1;                // effective: min(zero_hpz_partition_size, W), 1 = off
+  std::vector<int> hpz_group;                // this rank's hpZ group (hpz_group_size > 1)
+  nlohmann::json module_granularity;         // stage3_module_granularity_threshold's check (null: off)
+  std::optional<std::string> loss_scaler;    // fp16: DynamicLossScaler | static (LossScaler)
+};
+nlohmann::json to_json(const Zero3Resolved& r);
+// A report's config.backend.options (a key it lacks: the default); -1 sub-groups when it has none.
+Zero3Resolved zero3_resolved_from_json(const nlohmann::json& j);
 
 }  // namespace zb::backends::zero3

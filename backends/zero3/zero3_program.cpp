@@ -20,7 +20,7 @@ using common::CollectiveKind;
 using common::ExecModel;
 using common::Program;
 using common::program_compute_dtype;
-using common::program_dtype_option;
+using common::program_dtype_or;
 using common::ProgramDtype;
 using common::ProgramInput;
 using common::unit_share;
@@ -29,21 +29,19 @@ using common::unit_share;
 class Zero3Builder {
  public:
   Zero3Builder(const ProgramInput& in, const CollectiveCost& cost) : in_(in), cost_(cost), W_(in.world) {
-    // The report's resolved options (config.backend.options: the engine's names, e.g.
-    // communication_data_type as a torch dtype, which zero3_options_from_json does not read);
-    // a key the report lacks takes Zero3Options' default, defined once (zero3_options.hpp).
-    const auto& o = in.options;
-    const Zero3Options d;
-    prefetch_bucket_ = o.value("stage3_prefetch_bucket_size", d.stage3_prefetch_bucket_size);
-    max_live_ = o.value("stage3_max_live_parameters", d.stage3_max_live_parameters);
-    reuse_distance_ = o.value("stage3_max_reuse_distance", d.stage3_max_reuse_distance);
-    reduce_bucket_ = o.value("reduce_bucket_size", d.reduce_bucket_size);
-    overlap_comm_ = o.value("overlap_comm", d.overlap_comm);
-    contiguous_ = o.value("contiguous_gradients", d.contiguous_gradients);
-    sub_groups_ = o.value("sub_groups", int64_t(1));  // the engine's resolved option
-    const int64_t persistence = o.value("stage3_param_persistence_threshold", d.stage3_param_persistence_threshold);
-    model_ = program_dtype_option(o, "model_dtype", program_compute_dtype(in.precision));
-    comm_ = program_dtype_option(o, "communication_data_type", model_);
+    // The report's resolved options as the engine's record (a key a report lacks: the default).
+    const Zero3Resolved r = zero3_resolved_from_json(in.options);
+    const Zero3Options& o = r.options;
+    prefetch_bucket_ = o.stage3_prefetch_bucket_size;
+    max_live_ = o.stage3_max_live_parameters;
+    reuse_distance_ = o.stage3_max_reuse_distance;
+    reduce_bucket_ = o.reduce_bucket_size;
+    overlap_comm_ = o.overlap_comm;
+    contiguous_ = o.contiguous_gradients;
+    sub_groups_ = std::max<int64_t>(1, r.sub_groups);  // a report without the engine's count: one
+    const int64_t persistence = o.stage3_param_persistence_threshold;
+    model_ = program_dtype_or(r.model_dtype, program_compute_dtype(in.precision));
+    comm_ = program_dtype_or(r.communication_data_type, model_);
     cpu_ = in.exec == ExecModel::kHostIsDevice;
     const auto specs = models::unit_param_specs(in.model);
     for (int u = 0; u < int(specs.size()); ++u) {
@@ -357,12 +355,11 @@ common::ProjectionHooks projection_hooks() {
   h.program = [](const ProgramInput& in, const CollectiveCost& cost) {
     // Offload's copies (zero3_offload.cpp: per-parameter fetches, gradient copies per bucket, the
     // host step) are not scheduled here yet: refuse rather than project a run without them.
-    const Zero3Options d;
-    for (const auto& [section, off] : {std::pair<const char*, const std::string*>{"offload_optimizer", &d.offload_optimizer.device},
-                                       {"offload_param", &d.offload_param.device}})
-      if (in.options.contains(section) && in.options[section].value("device", *off) != "none")
-        throw UsageError(std::string("projection: zero3 ") + section + " device " +
-                         in.options[section]["device"].get<std::string>() +
+    const Zero3Options o = zero3_resolved_from_json(in.options).options;
+    for (const auto& [section, device] : {std::pair<const char*, std::string>{"offload_optimizer", o.offload_optimizer.device},
+                                          {"offload_param", o.offload_param.device}})
+      if (device != "none")
+        throw UsageError(std::string("projection: zero3 ") + section + " device " + device +
                          " is not modelled yet (fsdp CPUOffload is: docs/projection.md)");
     return Zero3Builder(in, cost).build();
   };

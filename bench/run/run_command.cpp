@@ -25,6 +25,9 @@
 #include "bench/run/preflight.hpp"
 #include "bench/run/rank_record.hpp"
 #include "bench/run/trainer.hpp"
+#include "backends/precision_plan.hpp"
+#include "config/config_file.hpp"
+#include "config/config_notes.hpp"
 #include "config/hf_scheduler.hpp"
 #include "models/checkpoint/weight_loader.hpp"
 #include "models/llama.hpp"
@@ -74,12 +77,20 @@ std::string make_run_id(const RunOptions& o, int world) {
   return s.str();
 }
 
-json model_json(const models::ModelConfig& m) {
+reports::ModelConfig model_record(const models::ModelConfig& m) {
   const auto n = models::count_params(m);
-  return {{"preset", m.preset},   {"layers", m.layers}, {"hidden", m.hidden},   {"heads", m.heads},
-          {"kv_heads", m.kv_heads}, {"ffn", m.ffn},     {"vocab", m.vocab},     {"rope_theta", m.rope_theta},
-          {"norm_eps", m.norm_eps},
-          {"params", {{"total", n.total}, {"non_embedding", n.non_embedding}, {"embedding", n.embedding}}}};
+  reports::ModelConfig r;
+  r.preset = m.preset;
+  r.layers = m.layers;
+  r.hidden = m.hidden;
+  r.heads = m.heads;
+  r.kv_heads = m.kv_heads;
+  r.ffn = m.ffn;
+  r.vocab = m.vocab;
+  r.rope_theta = m.rope_theta;
+  r.norm_eps = m.norm_eps;
+  r.params = reports::ParamCounts{n.total, n.non_embedding, n.embedding, {}};
+  return r;
 }
 
 // The report's lr_schedule_params: a DeepSpeed scheduler's parameters by DeepSpeed's names
@@ -97,49 +108,98 @@ json schedule_params_json(const backends::TrainConfig& t) {
   return p;
 }
 
-json train_json(const backends::TrainConfig& t) {
-  return {{"micro_batch", t.micro_batch},
-          {"seq_len", t.seq_len},
-          {"grad_accum", t.grad_accum},
-          {"sync_each_batch", t.sync_each_batch},
-          {"steps", t.steps},
-          {"warmup", t.warmup},
-          {"lr", t.lr},
-          {"lr_schedule", t.lr_schedule},
-          {"lr_warmup_steps", t.lr_warmup_steps},
-          {"lr_warmup_ratio", t.lr_warmup_ratio},
-          {"lr_schedule_params", schedule_params_json(t)},
-          {"min_lr_ratio", t.min_lr_ratio},
-          {"weight_decay", t.weight_decay},
-          {"betas", {t.beta1, t.beta2}},
-          {"eps", t.eps},
-          {"adamw_impl", config::adamw_impl_name(t.adamw_impl)},
-          {"grad_clip", t.grad_clip},
-          {"seed", t.seed},
-          // Both keys (issue 37): the boolean every report has (anything checkpointed) and the mode.
-          {"activation_checkpointing", t.activation_checkpointing.enabled()},
-          {"activation_checkpointing_mode", t.activation_checkpointing.name()},
-          {"measure_lost_updates", t.measure_lost_updates}};
+reports::TrainConfig train_record(const backends::TrainConfig& t) {
+  reports::TrainConfig r;
+  r.micro_batch = t.micro_batch;
+  r.seq_len = t.seq_len;
+  r.grad_accum = t.grad_accum;
+  r.sync_each_batch = t.sync_each_batch;
+  r.steps = t.steps;
+  r.warmup = t.warmup;
+  r.lr = t.lr;
+  r.lr_schedule = t.lr_schedule;
+  r.lr_warmup_steps = t.lr_warmup_steps;
+  r.lr_warmup_ratio = t.lr_warmup_ratio;
+  r.lr_schedule_params = schedule_params_json(t);
+  r.min_lr_ratio = t.min_lr_ratio;
+  r.weight_decay = t.weight_decay;
+  r.betas = std::vector<double>{t.beta1, t.beta2};
+  r.eps = t.eps;
+  r.adamw_impl = config::adamw_impl_name(t.adamw_impl);
+  r.grad_clip = t.grad_clip;
+  // A seed past int64's range is written as the unsigned number it is (carried: the record's
+  // member is signed).
+  if (t.seed <= uint64_t(INT64_MAX))
+    r.seed = int64_t(t.seed);
+  else
+    r.extra.keys["seed"] = t.seed;
+  // Both keys (issue 37): the boolean every report has (anything checkpointed) and the mode.
+  r.activation_checkpointing = t.activation_checkpointing.enabled();
+  r.activation_checkpointing_mode = t.activation_checkpointing.name();
+  r.measure_lost_updates = t.measure_lost_updates;
+  return r;
 }
 
 // config.source_files / applied / ignored / warnings: what the run was read from (every report).
-void add_provenance(json& config, const ConfigProvenance& provenance) {
-  const json p = provenance_json(provenance);
-  for (const auto& [k, v] : p.items()) config[k] = v;
+void add_provenance(reports::RunConfig& c, const ConfigProvenance& provenance) {
+  c.source_files = config::sources_json(provenance);
+  c.applied = config::applied_json(provenance.notes.applied);
+  c.ignored = config::ignored_json(provenance.notes.ignored);
+  c.warnings = provenance.notes.warnings;
 }
 
 // config.data: the --data value; for a token file its format, files, documents and tokens. The
 // entropy floor is null where it is unknown (real text).
-json data_json(const backends::EngineSpec& spec, const models::DataSource& data) {
+reports::DataConfig data_record(const backends::EngineSpec& spec, const models::DataSource& data) {
+  reports::DataConfig d;
+  d.kind = spec.train.data;
   const double floor = data.entropy_floor_nats();
-  json j = {{"kind", spec.train.data}, {"entropy_floor_nats", std::isfinite(floor) ? json(floor) : json(nullptr)}};
-  if (const auto* corpus = models::token_corpus(data))
-    j.update({{"format", corpus->format()},
-              {"files", corpus->files()},
-              {"documents", corpus->documents()},
-              {"tokens", corpus->tokens()},
-              {"batching", spec.train.batching.empty() ? std::string("pack-naive") : spec.train.batching}});
-  return j;
+  if (std::isfinite(floor))
+    d.entropy_floor_nats = floor;
+  else
+    d.extra.keys["entropy_floor_nats"] = nullptr;
+  if (const auto* corpus = models::token_corpus(data)) {
+    d.format = corpus->format();
+    d.files = corpus->files();
+    d.documents = corpus->documents();
+    d.tokens = corpus->tokens();
+    d.batching = spec.train.batching.empty() ? std::string("pack-naive") : spec.train.batching;
+  }
+  return d;
+}
+
+// config.precision_plan: the backend's typed plan, by the report's short dtype names.
+reports::PrecisionPlan precision_plan_record(const backends::PrecisionPlan& p) {
+  reports::PrecisionPlan r;
+  r.load = backends::dtype_short_name(p.load);
+  r.params = backends::dtype_short_name(p.params);
+  r.compute = backends::dtype_short_name(p.compute);
+  r.reduce = backends::dtype_short_name(p.reduce);
+  r.grads = backends::dtype_short_name(p.grads);
+  r.optimizer_states = backends::dtype_short_name(p.optimizer_states);
+  r.notes = p.notes;
+  if (p.master)
+    r.master = backends::dtype_short_name(*p.master);
+  else
+    r.extra.keys["master"] = nullptr;  // none: the optimizer updates the parameters
+  return r;
+}
+
+// The config section every report of the run has: what was run, as resolved (`options`: the
+// backend's options, or its engine's resolved record's JSON on a launched rank).
+reports::RunConfig config_record(const RunOptions& o, const backends::EngineSpec& spec, const json& options,
+                                 const ConfigProvenance& provenance) {
+  reports::RunConfig c;
+  c.model = model_record(spec.model);
+  reports::BackendConfig b;
+  b.name = o.backend;
+  b.precision = spec.precision;
+  b.options = options;
+  c.backend = b;
+  c.train = train_record(spec.train);
+  c.precision_plan = precision_plan_record(backends::backend(o.backend).training.precision_plan(spec));
+  add_provenance(c, provenance);
+  return c;
 }
 
 // summary.batching (a token file): the measured steps' rows as every rank draws them, averaged
@@ -155,16 +215,12 @@ reports::BatchingSummary batching_stats(const backends::EngineSpec& spec, const 
   return reports::batching_summary(t.batching.empty() ? std::string("pack-naive") : t.batching, rows);
 }
 
-json config_json(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
-                 const models::DataSource& data, const ConfigProvenance& provenance) {
-  json config = {{"model", model_json(spec.model)},
-                 {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", resolved}}},
-                 {"train", train_json(spec.train)},
-                 {"data", data_json(spec, data)},
-                 {"device", o.device}};
-  config["precision_plan"] = backends::to_json(backends::backend(o.backend).training.precision_plan(spec));
-  add_provenance(config, provenance);
-  return config;
+reports::RunConfig run_config_record(const RunOptions& o, const backends::EngineSpec& spec, const json& resolved,
+                                     const models::DataSource& data, const ConfigProvenance& provenance) {
+  reports::RunConfig c = config_record(o, spec, resolved, provenance);
+  c.data = data_record(spec, data);
+  c.device = o.device;
+  return c;
 }
 
 int set_threads(const RunOptions& o, int local_size) {
@@ -415,7 +471,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   run_env.cpu_math_pins = cpu_math_pins();
   run_env.emulated = emulated;
   run_env.emulated_rank = emulated ? o.emulate_rank : -1;
-  parts.config = config_json(o, spec, engine->resolved_options(), *data, resolved.provenance);
+  parts.config = run_config_record(o, spec, engine->resolved_options(), *data, resolved.provenance);
   parts.summary = reports::summary_record(throughput);
   parts.summary.final_loss = result.steps.back().loss;
   // The best achievable loss where the data define one (synthetic); absent for real text.
@@ -438,15 +494,18 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   parts.ranks = std::move(ranks);
   // The run's shard layout (BackendInfo::training.shard_layout): the groups the engine built, the padding.
   if (const auto& info = backends::backend(o.backend); info.training.shard_layout)
-    parts.config["shard_layout"] = backends::to_json(info.training.shard_layout(spec, topology));
+    parts.config.shard_layout = backends::to_json(info.training.shard_layout(spec, topology));
   if (!o.model_dir.empty())  // where the weights came from and how (ranks[i].lifecycle.load measured it)
-    parts.config["load"] = {{"model_dir", o.model_dir}, {"strategy", resolved.load_strategy}};
-  if (!o.checkpoint_dir.empty() || !o.resume.empty())
-    parts.config["checkpoint"] = {{"dir", o.checkpoint_dir},
-                                  {"every", o.checkpoint_every},
-                                  {"state_dict", o.state_dict},
-                                  {"resume", o.resume},
-                                  {"first_step", hooks.first_step}};
+    parts.config.load = reports::LoadConfig{o.model_dir, resolved.load_strategy, {}};
+  if (!o.checkpoint_dir.empty() || !o.resume.empty()) {
+    reports::CheckpointConfig ck;
+    ck.dir = o.checkpoint_dir;
+    ck.every = o.checkpoint_every;
+    ck.state_dict = o.state_dict;
+    ck.resume = o.resume;
+    ck.first_step = hooks.first_step;
+    parts.config.checkpoint = ck;
+  }
   if (!o.trace.empty()) {
     json events = json::array();
     for (int r = 0; r < (world.emulated ? 1 : world.size); ++r) {
@@ -534,13 +593,9 @@ int run_command(const RunOptions& o_in, const std::vector<std::string>& argv) {
   const std::string out = o.out.empty() ? o.default_out(o.nproc) : o.out;
   // Leave a report that says the run failed and why (never a half-written one): a failed run is a result too.
   auto write_failed = [&](const std::string& state, const std::string& error) {
-    json config = {{"model", model_json(spec.model)},
-                   {"backend", {{"name", o.backend}, {"precision", spec.precision}, {"options", spec.options.json()}}},
-                   {"train", train_json(spec.train)},
-                   {"world_size", o.nproc}};
-    config["precision_plan"] = backends::to_json(backends::backend(o.backend).training.precision_plan(spec));
-    add_provenance(config, resolved.provenance);
-    reports::write_json_atomic(out, reports::failed_report(state, error, config));
+    auto config = config_record(o, spec, spec.options.json(), resolved.provenance);
+    config.world_size = o.nproc;
+    reports::write_json_atomic(out, reports::failed_report(state, error, reports::to_json(config)));
   };
   if (in_job) return run_rank(o);
   if (o.nproc == 1) {
