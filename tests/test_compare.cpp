@@ -332,7 +332,9 @@ TEST(CompareAnalysis, FailedRunsAreShownNotFatal) {
 }
 
 TEST(CompareAnalysis, ConfigDifferencesHaveEffects) {
-  const auto diffs = config_differences({smoke("fsdp_mixed")["config"], smoke("zero3_bf16")["config"]});
+  const auto fsdp = reports::run_report_from_json(smoke("fsdp_mixed"));
+  const auto zero3 = reports::run_report_from_json(smoke("zero3_bf16"));
+  const auto diffs = config_differences({&fsdp.config, &zero3.config});
   bool bucket = false;
   for (const auto& d : diffs) {
     EXPECT_FALSE(d["effect"].get<std::string>().empty());

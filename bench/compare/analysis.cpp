@@ -309,9 +309,8 @@ json analyse(const std::vector<SideRuns>& sides, const json& workload, int repea
     }
     out["comparisons"].push_back(c);
   }
-  std::vector<json> configs;
-  for (size_t s = 0; s < sides.size(); ++s)
-    configs.push_back(first_ok[s] ? reports::to_json(first_ok[s]->config) : json(nullptr));
+  std::vector<const reports::RunConfig*> configs;
+  for (size_t s = 0; s < sides.size(); ++s) configs.push_back(first_ok[s] ? &first_ok[s]->config : nullptr);
   out["config_differences"] = config_differences(configs);
   json workload_keys = json::array();
   for (const auto& d : out["config_differences"])

@@ -87,15 +87,14 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
   out[prefix] = j;
 }
 
-std::map<std::string, json> flat_config(const json& config) {
+std::map<std::string, json> flat_config(const reports::RunConfig& config) {
   std::map<std::string, json> out;
-  if (!config.is_object()) return out;
-  if (const auto b = config.find("backend"); b != config.end() && b->is_object()) {
-    if (b->contains("name")) out["backend"] = (*b)["name"];
-    if (b->contains("precision")) out["precision"] = (*b)["precision"];
-    if (b->contains("options")) flatten((*b)["options"], "options", out);
+  if (const auto& b = config.backend) {
+    if (b->name) out["backend"] = *b->name;
+    if (b->precision) out["precision"] = *b->precision;
+    if (b->options) flatten(*b->options, "options", out);  // each backend's resolved record, as written
   }
-  if (const auto t = config.find("train"); t != config.end()) flatten(*t, "train", out);
+  if (config.train) flatten(reports::to_json(*config.train), "train", out);
   return out;
 }
 }  // namespace
@@ -114,11 +113,11 @@ bool is_workload_key(const std::string& key) {
   return keys.count(key) > 0;
 }
 
-json config_differences(const std::vector<json>& configs) {
+json config_differences(const std::vector<const reports::RunConfig*>& configs) {
   std::vector<std::map<std::string, json>> flat;
   std::set<std::string> keys;
-  for (const auto& c : configs) {
-    flat.push_back(flat_config(c));
+  for (const auto* c : configs) {
+    flat.push_back(c ? flat_config(*c) : std::map<std::string, json>{});
     for (const auto& [k, v] : flat.back()) keys.insert(k);
   }
   json out = json::array();
@@ -129,7 +128,7 @@ json config_differences(const std::vector<json>& configs) {
     for (size_t i = 0; i < flat.size(); ++i) {
       const auto it = flat[i].find(key);
       values.push_back(it == flat[i].end() ? json(nullptr) : it->second);
-      if (!configs[i].is_object()) continue;  // a side without a report has nothing to differ in
+      if (!configs[i]) continue;  // a side without a report has nothing to differ in
       if (first)
         seen = values.back(), first = false;
       else if (values.back() != seen)
