@@ -122,6 +122,14 @@ struct EngineSpec {
   std::shared_ptr<models::UnitWeightSource> initial_weights;
 };
 
+// One optimizer step's hyper-parameters (Engine::optimizer_step; common::hyper_at gives them): the
+// lr, and AdamW's betas — TrainConfig's beta1/beta2, or what a DeepSpeed OneCycle scheduler with
+// cycle_momentum sets that step (beta1 the cycled momentum, beta2 0.99).
+struct StepHyper {
+  double lr = 0;
+  double beta1 = 0.9, beta2 = 0.999;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -130,9 +138,9 @@ class Engine {
   // before backward. last_micro_batch: gradients are synchronised after this one.
   // Returns the unscaled loss (fp32 scalar, detached).
   virtual at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) = 0;
-  // Clip to train.grad_clip by global norm, AdamW at `lr`, zero gradients.
+  // Clip to train.grad_clip by global norm, AdamW at h's lr and betas, zero gradients.
   // Returns the global gradient norm before clipping.
-  virtual double optimizer_step(double lr) = 0;
+  virtual double optimizer_step(const StepHyper& h) = 0;
   // Storage owned now (call at the end of the last micro-batch's backward).
   virtual ModelStateBytes model_state_bytes() const = 0;
   // Every option as resolved (defaults filled in), named as the framework names it.

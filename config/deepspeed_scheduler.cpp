@@ -79,6 +79,32 @@ double log_or_linear_gamma(const DeepSpeedScheduler& s, int64_t it, int64_t warm
   const double inverse_log_warm_up = 1.0 / std::log(double(warmup));  // computed once in __init__
   return inverse_log_warm_up * std::log(double(it + 1));
 }
+
+// OneCycle._get_scale_factor at last_batch_iteration `it` (>= 0, inside the cycle): the lr's and
+// the momentum's share of their amplitude.
+double one_cycle_scale_factor(const DeepSpeedScheduler& s, int64_t it) {
+  const double total_size = s.cycle_first_step_size + s.cycle_second_step_size;
+  const double step_ratio = s.cycle_first_step_size / total_size;
+  const double batch_iteration = double(it + 1);
+  const double cycle = std::floor(1 + batch_iteration / total_size);
+  const double x = 1. + batch_iteration / total_size - cycle;
+  double scale_factor, stair_count;
+  if (x <= step_ratio) {
+    scale_factor = x / step_ratio;
+    stair_count = s.cycle_first_stair_count;
+  } else {
+    scale_factor = (x - 1) / (step_ratio - 1);
+    stair_count = s.cycle_second_stair_count;
+  }
+  if (stair_count > 0) {
+    const double cycle_iteration = std::fmod(batch_iteration, total_size);
+    const double stair_position = cycle_iteration <= s.cycle_first_step_size
+                                      ? cycle_iteration * stair_count / s.cycle_first_step_size
+                                      : (total_size - cycle_iteration) * stair_count / s.cycle_second_step_size;
+    scale_factor = std::floor(stair_position) / stair_count;
+  }
+  return scale_factor;
+}
 }  // namespace
 
 double DeepSpeedScheduler::lr(double optimizer_lr, int64_t scheduler_steps) const {
@@ -117,26 +143,7 @@ double DeepSpeedScheduler::lr(double optimizer_lr, int64_t scheduler_steps) cons
     if (it < 0) return cycle_min_lr;  // _initialize_lr: update_lr(param_groups, min_lrs)
     const double total_size = cycle_first_step_size + cycle_second_step_size;
     if (double(it) < total_size) {  // _get_cycle_lr
-      const double step_ratio = cycle_first_step_size / total_size;
-      const double batch_iteration = double(it + 1);
-      const double cycle = std::floor(1 + batch_iteration / total_size);
-      const double x = 1. + batch_iteration / total_size - cycle;
-      double scale_factor, stair_count;
-      if (x <= step_ratio) {
-        scale_factor = x / step_ratio;
-        stair_count = cycle_first_stair_count;
-      } else {
-        scale_factor = (x - 1) / (step_ratio - 1);
-        stair_count = cycle_second_stair_count;
-      }
-      if (stair_count > 0) {
-        const double cycle_iteration = std::fmod(batch_iteration, total_size);
-        const double stair_position = cycle_iteration <= cycle_first_step_size
-                                          ? cycle_iteration * stair_count / cycle_first_step_size
-                                          : (total_size - cycle_iteration) * stair_count / cycle_second_step_size;
-        scale_factor = std::floor(stair_position) / stair_count;
-      }
-      const double base_height = (cycle_max_lr - cycle_min_lr) * scale_factor;
+      const double base_height = (cycle_max_lr - cycle_min_lr) * one_cycle_scale_factor(*this, it);
       return cycle_min_lr + base_height;
     }
     // _get_decay_lr(last_batch_iteration - total_size + 1); skipped when either rate or step size is 0.
@@ -155,6 +162,25 @@ double DeepSpeedScheduler::lr(double optimizer_lr, int64_t scheduler_steps) cons
     return lr_range_test_min_lr * lr_increase;
   }
   return optimizer_lr;  // no scheduler
+}
+
+DeepSpeedScheduler::Betas DeepSpeedScheduler::betas(int64_t scheduler_steps) const {
+  const int64_t it = scheduler_steps - 1;
+  // _initialize_momentum: every group's betas = (cycle_min_mom, 0.99) at construction (step 0).
+  if (it < 0) return {cycle_min_mom, 0.99};
+  const double total_size = cycle_first_step_size + cycle_second_step_size;
+  if (double(it) < total_size) {  // _get_cycle_mom: inverse to the lr, from cycle_max_mom down
+    const double base_height = (cycle_max_mom - cycle_min_mom) * one_cycle_scale_factor(*this, it);
+    return {cycle_max_mom - base_height, 0.99};
+  }
+  // _get_decay_mom(last_batch_iteration - total_size + 1): max_moms when skip_mom_decay (set by
+  // _initialize_cycle when decay_step_size is 0, by _initialize_momentum when decay_mom_rate is 0);
+  // otherwise cycle_max_mom times the factor (it grows: DeepSpeed multiplies where the lr divides).
+  if (decay_step_size == 0 || decay_mom_rate == 0) return {cycle_max_mom, 0.99};
+  const double decay_batch_iteration = double(it) - total_size + 1;
+  const double decay_interval = decay_batch_iteration / decay_step_size;
+  const double mom_decay_factor = (1 + decay_mom_rate * decay_interval);
+  return {cycle_max_mom * mom_decay_factor, 0.99};
 }
 
 void DeepSpeedScheduler::scale_lrs(double f) {
@@ -212,7 +238,7 @@ DeepSpeedScheduler read_deepspeed_scheduler(const json& s, double optimizer_lr, 
       throw UsageError(key + " " + v.dump() + ": per-parameter-group values are not implemented (zerobench's "
                        "optimizer steps every parameter at one lr)");
     // warmup_type and the flags are read by name or truthiness ("auto" is an unknown type, or true);
-    // the momentum keys only with cycle_momentum, which is refused.
+    // the momentum keys after the loop, once cycle_momentum is known.
     if (is_auto(v) && !kFilled.count(k) && !kReadAsText.count(k))
       throw UsageError(key + " \"auto\": transformers fills only warmup_min_lr, warmup_max_lr, warmup_num_steps and "
                        "total_num_steps, so DeepSpeed's " + type + " would get the string \"auto\"");
@@ -288,7 +314,9 @@ DeepSpeedScheduler read_deepspeed_scheduler(const json& s, double optimizer_lr, 
       notes.apply(key, text(v), k + " " + text(v));
     } else if (k == "cycle_momentum") {
       cycle_momentum = truthy(v);
-      notes.apply(key, text(v), cycle_momentum ? "momentum cycling" : "AdamW's betas stay as configured");
+      notes.apply(key, text(v),
+                  cycle_momentum ? "momentum cycling: AdamW's betas (momentum, 0.99) every step"
+                                 : "AdamW's betas stay as configured");
     } else if (k == "cycle_min_mom" || k == "cycle_max_mom" || k == "decay_mom_rate") {
       continue;  // noted below, once cycle_momentum is known
     } else if (k == "lr_range_test_min_lr" || k == "lr_range_test_step_rate") {
@@ -329,15 +357,31 @@ DeepSpeedScheduler read_deepspeed_scheduler(const json& s, double optimizer_lr, 
     if (out.cycle_second_step_size < 0)
       throw UsageError("scheduler.params.cycle_second_step_size " + fmt(out.cycle_second_step_size) +
                        ": DeepSpeed's OneCycle raises ValueError (cycle_second_step_size must be non-negative)");
-    // _initialize_momentum: AdamW has "betas" in its defaults, so cycle_momentum (default true)
-    // sets every group's betas to (momentum, 0.99) at each step.
-    if (cycle_momentum)
-      throw UsageError("scheduler.params.cycle_momentum " +
-                       (p.contains("cycle_momentum") ? text(p["cycle_momentum"]) : std::string("(absent: true)")) +
-                       ": DeepSpeed's OneCycle then sets AdamW's betas to (momentum, 0.99) every step, which "
-                       "zerobench's optimizers do not implement; set \"cycle_momentum\": false");
-    for (const char* k : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"})
-      if (p.contains(k)) notes.ignore(std::string("scheduler.params.") + k, text(p[k]), "read only with cycle_momentum");
+    // _initialize_momentum: zerobench's optimizer is an AdamW, which has "betas" in its defaults, so
+    // cycle_momentum (default true) sets every group's betas to (momentum, 0.99) at construction
+    // and at every step; the momentum keys are read only then (a string reaches the arithmetic).
+    out.cycle_momentum = cycle_momentum;
+    if (!p.contains("cycle_momentum"))
+      notes.apply("scheduler.params.cycle_momentum", "(absent)",
+                  "momentum cycling (OneCycle's default true): AdamW's betas (momentum, 0.99) every step");
+    for (const char* name : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) {
+      const std::string k = name, key = "scheduler.params." + k;
+      double& field = k == "cycle_min_mom" ? out.cycle_min_mom : k == "cycle_max_mom" ? out.cycle_max_mom : out.decay_mom_rate;
+      if (!cycle_momentum) {
+        if (p.contains(k)) notes.ignore(key, text(p[k]), "read only with cycle_momentum");
+        continue;
+      }
+      if (!p.contains(k)) {
+        notes.apply(key, "(absent)", k + " " + fmt(field) + " (OneCycle's default)");
+        continue;
+      }
+      const json& v = p[k];
+      if (is_auto(v))
+        throw UsageError(key + " \"auto\": transformers fills only warmup_min_lr, warmup_max_lr, warmup_num_steps and "
+                         "total_num_steps, so DeepSpeed's OneCycle would get the string \"auto\"");
+      field = number(key, v, type);
+      notes.apply(key, text(v), k + " " + text(v) + (k == "decay_mom_rate" ? "" : " (AdamW's beta1; beta2 0.99)"));
+    }
   }
   return out;
 }
@@ -355,16 +399,23 @@ json scheduler_params_json(const DeepSpeedScheduler& s) {
     return {{"total_num_steps", s.total_num_steps}, {"warmup_min_ratio", s.warmup_min_ratio},
             {"warmup_num_steps", s.warmup_num_steps}, {"cos_min_ratio", s.cos_min_ratio},
             {"warmup_type", s.warmup_type}};
-  if (s.type == "OneCycle")
-    return {{"cycle_min_lr", s.cycle_min_lr},
-            {"cycle_max_lr", s.cycle_max_lr},
-            {"decay_lr_rate", s.decay_lr_rate},
-            {"cycle_first_step_size", s.cycle_first_step_size},
-            {"cycle_second_step_size", s.cycle_second_step_size},
-            {"cycle_first_stair_count", s.cycle_first_stair_count},
-            {"cycle_second_stair_count", s.cycle_second_stair_count},
-            {"decay_step_size", s.decay_step_size},
-            {"cycle_momentum", false}};
+  if (s.type == "OneCycle") {
+    json j = {{"cycle_min_lr", s.cycle_min_lr},
+              {"cycle_max_lr", s.cycle_max_lr},
+              {"decay_lr_rate", s.decay_lr_rate},
+              {"cycle_first_step_size", s.cycle_first_step_size},
+              {"cycle_second_step_size", s.cycle_second_step_size},
+              {"cycle_first_stair_count", s.cycle_first_stair_count},
+              {"cycle_second_stair_count", s.cycle_second_stair_count},
+              {"decay_step_size", s.decay_step_size},
+              {"cycle_momentum", s.cycle_momentum}};
+    if (s.cycle_momentum) {
+      j["cycle_min_mom"] = s.cycle_min_mom;
+      j["cycle_max_mom"] = s.cycle_max_mom;
+      j["decay_mom_rate"] = s.decay_mom_rate;
+    }
+    return j;
+  }
   if (s.type == "LRRangeTest")
     return {{"lr_range_test_min_lr", s.lr_range_test_min_lr},
             {"lr_range_test_step_size", s.lr_range_test_step_size},

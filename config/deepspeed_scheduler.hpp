@@ -2,13 +2,14 @@
 // (runtime/engine.py _scheduler_from_config: getattr(lr_schedules, type)(optimizer, **params)),
 // with "auto" filled as transformers' HfTrainerDeepSpeedConfig fills it, and the lr each of
 // DeepSpeed's classes (runtime/lr_schedules.py WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle,
-// LRRangeTest) gives every optimizer step.
+// LRRangeTest) gives every optimizer step, and the AdamW betas OneCycle sets every step
+// (cycle_momentum).
 // Owns: the section's keys (honoured, refused with the reason DeepSpeed or transformers would fail,
-// or noted), the resolved parameters, the per-step lr in DeepSpeed's own operation order (Python
+// or noted), the resolved parameters, the per-step lr and betas in DeepSpeed's own operation order (Python
 // floats: IEEE double, each operation rounded; this file's .cpp is compiled without FP
 // contraction), and the section with "auto" filled (what crossval hands DeepSpeed). Must not: know
-// the optimizer, the trainer or a backend. The resolved value (DeepSpeedScheduler, the per-step lr)
-// is declared in deepspeed_scheduler_value.hpp, what a run's TrainConfig carries.
+// the optimizer, the trainer or a backend. The resolved value (DeepSpeedScheduler, the per-step lr
+// and betas) is declared in deepspeed_scheduler_value.hpp, what a run's TrainConfig carries.
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,8 @@
 // deepspeed_scheduler_value.hpp — the resolved DeepSpeed `scheduler` section a run carries
 // (backends::TrainConfig::deepspeed_scheduler): its type and parameters and the lr each optimizer
 // step gets. A value type alone, so that engine.hpp carries it without the section's reader
-// (deepspeed_scheduler.hpp reads the section and fills it; deepspeed_scheduler.cpp defines lr()).
+// (deepspeed_scheduler.hpp reads the section and fills it; deepspeed_scheduler.cpp defines lr() and
+// betas()).
 // Owns: the resolved parameters. Must not: read a config file or know the optimizer or a backend.
 #pragma once
 #include <cstdint>
@@ -22,11 +23,17 @@ struct DeepSpeedScheduler {
   // WarmupCosineLR: the optimizer's lr times a ratio that warms up from warmup_min_ratio to 1,
   // then follows a cosine down to cos_min_ratio.
   double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
-  // OneCycle (cycle_momentum false: zerobench's AdamW keeps its betas).
+  // OneCycle.
   double cycle_min_lr = 0, cycle_max_lr = 0, decay_lr_rate = 0;
   double cycle_first_step_size = 2000, cycle_second_step_size = 2000;  // second: the first's when absent
   double cycle_first_stair_count = 0, cycle_second_stair_count = 0;    // second: the first's when absent
   double decay_step_size = 0;
+  // OneCycle's momentum (_initialize_momentum: zerobench's optimizer is an AdamW, which has "betas"
+  // in its defaults): with cycle_momentum (DeepSpeed's default) the scheduler sets AdamW's betas to
+  // (momentum, 0.99) at construction and at every step — beta2 0.99, not the configured beta2;
+  // momentum cycles inversely to the lr between cycle_max_mom and cycle_min_mom, then decays.
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
   // LRRangeTest
   double lr_range_test_min_lr = 1e-3;
   int64_t lr_range_test_step_size = 2000;
@@ -38,6 +45,15 @@ struct DeepSpeedScheduler {
   // steps the scheduler after each applied optimizer step; the constructor sets step 0's lr).
   // `optimizer_lr`: the optimizer's lr at construction (WarmupCosineLR scales it).
   double lr(double optimizer_lr, int64_t scheduler_steps) const;
+  // Whether the schedule sets AdamW's betas every step (OneCycle with cycle_momentum).
+  bool cycles_momentum() const { return type == "OneCycle" && cycle_momentum; }
+  // AdamW's (beta1, beta2) for the optimizer step that follows `scheduler_steps` scheduler.step()
+  // calls, as OneCycle sets param_groups' betas (get_mom; the constructor sets step 0's). Only
+  // when cycles_momentum().
+  struct Betas {
+    double beta1 = 0, beta2 = 0;
+  };
+  Betas betas(int64_t scheduler_steps) const;
   // Every absolute lr parameter times `f` (crossval's planted lr difference).
   void scale_lrs(double f);
 };

@@ -423,6 +423,7 @@ struct LossScale {  // steps[j].loss_scale (fp16 only)
 struct StepRecord {
   int64_t step = 0;
   std::optional<double> loss, grad_norm, lr, time_s;  // null (NaN/Inf, a skipped step's norm) stays in extra
+  std::optional<double> beta1, beta2;  // only when the schedule sets AdamW's betas (OneCycle's cycle_momentum)
   std::optional<bool> measured;
   std::optional<LossScale> loss_scale;
   std::optional<double> lost_update_fraction;  // --measure-lost-updates only
@@ -431,8 +432,8 @@ struct StepRecord {
   std::optional<int64_t> peak_tracked_bytes, peak_program_bytes, peak_allocated_bytes, peak_reserved_bytes;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("time_s", time_s);
-    v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
+    v("step", step); v("loss", loss); v("grad_norm", grad_norm); v("lr", lr); v("beta1", beta1); v("beta2", beta2);
+    v("time_s", time_s); v("measured", measured); v("loss_scale", loss_scale); v("lost_update_fraction", lost_update_fraction);
     v("comm", comm); v("peak_tracked_bytes", peak_tracked_bytes); v("peak_program_bytes", peak_program_bytes);
     v("peak_allocated_bytes", peak_allocated_bytes); v("peak_reserved_bytes", peak_reserved_bytes);
   }

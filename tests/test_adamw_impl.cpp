@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 #include "backends/common/optim.hpp"
 #include "runtime/errors.hpp"
@@ -23,6 +24,9 @@ struct Problem {
   std::vector<std::vector<at::Tensor>> grads;  // per step
   std::vector<double> lrs;
   zb::backends::common::AdamWOptions opts;
+  // Each step's betas, when they change per step (DeepSpeed's OneCycle sets group['betas']); empty:
+  // opts' betas throughout.
+  std::vector<std::pair<double, double>> step_betas;
 };
 
 // Three parameters of odd sizes, three steps at changing lrs, weight decay on: every term of the
@@ -61,7 +65,9 @@ std::vector<std::vector<std::vector<float>>> ours(const Problem& p, AdamWImpl im
   zb::backends::common::AdamW adam(params, opts);
   std::vector<std::vector<std::vector<float>>> out;
   for (size_t s = 0; s < p.grads.size(); ++s) {
-    adam.step(p.grads[s], p.lrs[s]);
+    zb::backends::StepHyper h{p.lrs[s], p.opts.beta1, p.opts.beta2};
+    if (!p.step_betas.empty()) std::tie(h.beta1, h.beta2) = p.step_betas[s];
+    adam.step(p.grads[s], h);
     std::vector<std::vector<float>> step;
     for (const auto& w : params) {
       const auto f = w.to(at::kFloat).contiguous();
@@ -82,6 +88,7 @@ json theirs(const Problem& p, const std::vector<std::string>& impls) {
               {"betas", {p.opts.beta1, p.opts.beta2}},
               {"eps", p.opts.eps},
               {"weight_decay", p.opts.weight_decay}};
+    for (const auto& [b1, b2] : p.step_betas) c["step_betas"].push_back({b1, b2});
     for (const auto& w : p.params) c["params"].push_back(values(w));
     for (const auto& g : p.grads) {
       json step = json::array();
@@ -132,6 +139,26 @@ TEST(AdamWImpl, EachImplementationIsTorchsBitForBitInFp32AndBf16) {
     if (dtype == at::kFloat) {
       EXPECT_GT(differing_bits(ours(p, AdamWImpl::kFused), torch[2]), 0) << "fused vs the for-loop: indistinguishable";
     }
+  }
+}
+
+// Betas set per step (DeepSpeed's OneCycle with cycle_momentum writes group['betas'] before each
+// step: beta1 the cycled momentum, beta2 0.99): every implementation takes that step's betas into
+// the moments and the bias corrections 1 - beta^t, as torch does, bit for bit. Planted: the same
+// steps with the betas fixed at the constructor's (the engine ignoring the schedule's) differ.
+TEST(AdamWImpl, PerStepBetasAreTorchsBitForBit) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    auto p = make_problem(dtype);
+    p.step_betas = {{0.8, 0.99}, {0.9, 0.99}, {0.85, 0.99}};
+    const auto torch = theirs(p, {"fused", "foreach", "for-loop"});
+    ASSERT_EQ(torch.size(), 3u);
+    const std::string name = c10::toString(dtype);
+    EXPECT_EQ(differing_bits(ours(p, AdamWImpl::kFused), torch[0]), 0) << name;
+    EXPECT_EQ(differing_bits(ours(p, AdamWImpl::kForeach), torch[1]), 0) << name;
+    EXPECT_EQ(differing_bits(ours(p, AdamWImpl::kForLoop), torch[2]), 0) << name;
+    auto fixed = p;
+    fixed.step_betas.clear();
+    EXPECT_GT(differing_bits(ours(fixed, AdamWImpl::kFused), torch[0]), 0) << name << ": the betas made no difference";
   }
 }
 

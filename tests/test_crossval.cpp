@@ -574,6 +574,36 @@ TEST(Crossval, DeepSpeedSchedulerSectionsGiveZerobenchsLrEveryStep) {
   std::remove(decay.c_str());
 }
 
+// OneCycle with cycle_momentum (DeepSpeed's default, refused before): DeepSpeed's own scheduler sets
+// the optimizer's betas to (momentum, 0.99) at construction and every step, zerobench's engine
+// steps with the same betas (Engine::optimizer_step's StepHyper): every step's loss and grad norm
+// bitwise, and the lr, with ZeRO-2's client torch.optim.AdamW(fused=True) and with ZeRO-2 offload's
+// DeepSpeedCPUAdam (built from the JSON's optimizer section; its bias-correction products restart
+// at beta^t when the betas change). Planted once (commit message): the engines stepping with the
+// configured betas disagree.
+TEST(Crossval, OneCycleWithMomentumAgreesWithDeepSpeedEveryStep) {
+  const json section = {{"type", "OneCycle"},
+                        {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 2e-3}, {"cycle_first_step_size", 2},
+                                    {"cycle_second_step_size", 1}, {"cycle_min_mom", 0.8}, {"cycle_max_mom", 0.9}}}};
+  for (const bool offload : {false, true}) {
+    SCOPED_TRACE(offload ? "offload_optimizer cpu, DeepSpeedCPUAdam" : "client AdamW(fused=True)");
+    json ds = {{"train_micro_batch_size_per_gpu", "auto"},
+               {"gradient_accumulation_steps", 1},
+               {"scheduler", section},
+               {"zero_optimization", {{"stage", 2}}}};
+    if (offload) {
+      ds["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+      ds["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", "auto"}, {"weight_decay", "auto"}}}};
+    }
+    const auto path = temp_path(offload ? "one_cycle_offload.json" : "one_cycle.json");
+    std::ofstream(path) << ds.dump();
+    const auto doc = run_case("--config " + path + " --precision fp32 --steps 4 --seq-len 32");
+    expect_agreement(doc, "DeepSpeed ZeRO-2", 1, 4);
+    for (const auto& st : doc["modes"][0]["steps"]) EXPECT_EQ(st["lr"], st["upstream_lr"]) << st.dump();
+    std::remove(path.c_str());
+  }
+}
+
 // The sweep points CI does not run are proven by the committed summary of scripts/crossval-sweeps.sh:
 // it must record every point the script has now, by name and command, passing, and the bucket
 // ordering holding (`--check` runs no crossval). Planted: the summary with a point dropped and one

@@ -77,7 +77,7 @@ std::vector<std::vector<StepSeen>> drive(const std::string& backend, const DeepS
       std::vector<at::Tensor> before;
       for (const auto& [name, t] : engine->state_tensors()) before.push_back(t.clone());
       StepSeen s;
-      s.grad_norm = engine->optimizer_step(1e-3);
+      s.grad_norm = engine->optimizer_step(backends::common::configured_hyper(spec.train, 1e-3));
       s.ls = engine->loss_scale_step();
       s.state_unchanged = true;
       size_t i = 0;

@@ -363,7 +363,7 @@ int64_t optimizer_step_transient(const std::string& backend, const backends::Eng
     engine->forward_backward({b.tokens, b.targets, {}, {}}, 1.0, true);
     runtime::reset_tracked_cpu_peak();
     const int64_t entry = runtime::tracked_cpu_bytes();
-    engine->optimizer_step(1e-3);
+    engine->optimizer_step(backends::common::configured_hyper(spec.train, 1e-3));
     transient = runtime::tracked_cpu_peak_bytes() - entry;
   }
   return transient;

@@ -5,13 +5,15 @@
 // equal to the bit; what DeepSpeed refuses, zerobench refuses with DeepSpeed's reason; "auto" is
 // filled as transformers' HfTrainerDeepSpeedConfig fills it; a run reports the lr each step's
 // optimizer update used. A schedule with another warm-up shape than the reference's must be seen
-// to differ (the comparison can fail).
+// to differ (the comparison can fail). OneCycle with cycle_momentum (its default) also sets AdamW's
+// betas every step: those are compared to the bit too, and a run uses and reports them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "backends/common/optim.hpp"
 #include "config/deepspeed_scheduler.hpp"
@@ -35,8 +37,12 @@ struct Case {
 
 struct Result {
   std::vector<double> lrs;
+  std::vector<std::pair<double, double>> betas;  // AdamW's (beta1, beta2) each step
   std::string error;  // "" when accepted
 };
+
+// The betas of the reference's torch.optim.AdamW when no scheduler sets them: its defaults.
+constexpr std::pair<double, double> kAdamWDefaultBetas = {0.9, 0.999};
 
 SchedulerFill fill(double lr = 3e-3, int64_t warmup = 4, int64_t steps = 10) {
   SchedulerFill f;
@@ -57,7 +63,11 @@ Result ours(const Case& c, const SchedulerFill& f = fill()) {
   Result r;
   try {
     const auto s = read(c.section, c.optimizer_lr, f);
-    for (int k = 0; k < c.steps; ++k) r.lrs.push_back(s.lr(c.optimizer_lr, k));
+    for (int k = 0; k < c.steps; ++k) {
+      r.lrs.push_back(s.lr(c.optimizer_lr, k));
+      const auto b = s.cycles_momentum() ? s.betas(k) : DeepSpeedScheduler::Betas{kAdamWDefaultBetas.first, kAdamWDefaultBetas.second};
+      r.betas.emplace_back(b.beta1, b.beta2);
+    }
   } catch (const zb::UsageError& e) {
     r.error = e.what();
   }
@@ -83,6 +93,8 @@ Result result_of(const json& x) {
   Result q;
   for (const auto& v : x["lrs"]) q.lrs.push_back(v.get<double>());
   q.error = x["error"].is_null() ? "" : x["error"].get<std::string>();
+  if (q.error.empty() && x.contains("betas"))  // a refused case may have set a string
+    for (const auto& b : x["betas"]) q.betas.emplace_back(b[0].get<double>(), b[1].get<double>());
   return q;
 }
 
@@ -113,6 +125,22 @@ bool same_lrs(const std::vector<double>& a, const std::vector<double>& b, std::s
   for (size_t k = 0; k < a.size(); ++k)
     if (!(a[k] == b[k])) {
       *why = "step " + std::to_string(k) + ": " + exact(a[k]) + " vs DeepSpeed " + exact(b[k]);
+      return false;
+    }
+  return true;
+}
+
+// Bitwise equal betas, step by step; false (with the first differing step traced) otherwise.
+bool same_betas(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b,
+                std::string* why) {
+  if (a.size() != b.size()) {
+    *why = std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " steps";
+    return false;
+  }
+  for (size_t k = 0; k < a.size(); ++k)
+    if (!(a[k].first == b[k].first && a[k].second == b[k].second)) {
+      *why = "step " + std::to_string(k) + ": betas (" + exact(a[k].first) + ", " + exact(a[k].second) + ") vs DeepSpeed (" +
+             exact(b[k].first) + ", " + exact(b[k].second) + ")";
       return false;
     }
   return true;
@@ -165,6 +193,26 @@ std::vector<Case> accepted_cases() {
         {"params", {{"cycle_min_lr", 1e-5}, {"cycle_max_lr", 1e-4}, {"cycle_first_step_size", 5},
                     {"cycle_first_stair_count", 2}, {"decay_lr_rate", 0.1}, {"cycle_momentum", false}}}},
        3e-3, 14},
+      // cycle_momentum (DeepSpeed's default): betas (cycle_min_mom, 0.99) at construction, then
+      // cycle_max_mom - (max - min) x the lr's scale factor; after the cycle cycle_max_mom (no
+      // decay_mom_rate), or cycle_max_mom x (1 + rate x interval).
+      {"OneCycle momentum by default, decay of the lr only",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}, {"cycle_first_step_size", 4}, {"cycle_second_step_size", 6},
+                    {"decay_lr_rate", 0.5}, {"decay_step_size", 2}}}},
+       3e-3, 16},
+      {"OneCycle momentum staircase with momentum decay",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 2e-4}, {"cycle_max_lr", 2e-3}, {"cycle_first_step_size", 6}, {"cycle_second_step_size", 5},
+                    {"cycle_first_stair_count", 3}, {"cycle_second_stair_count", 2}, {"cycle_momentum", true},
+                    {"cycle_min_mom", 0.85}, {"cycle_max_mom", 0.95}, {"decay_mom_rate", 0.01}, {"decay_lr_rate", 0.1},
+                    {"decay_step_size", 3}}}},
+       3e-3, 18},
+      {"OneCycle momentum rate without a decay step size: no decay",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 1e-5}, {"cycle_max_lr", 1e-4}, {"cycle_first_step_size", 3}, {"cycle_min_mom", 0.7},
+                    {"cycle_max_mom", 0.93}, {"decay_mom_rate", 0.2}, {"cycle_momentum", 1}}}},
+       3e-3, 10},
       {"LRRangeTest continuous",
        {{"type", "LRRangeTest"},
         {"params", {{"lr_range_test_min_lr", 1e-4}, {"lr_range_test_step_size", 3}, {"lr_range_test_step_rate", 2.0}}}}},
@@ -190,6 +238,7 @@ TEST(LrSchedule, EveryDeepSpeedTypeEqualsDeepSpeedsOwnClassStepByStep) {
     ASSERT_EQ(ref[i].error, "") << "DeepSpeed refused a case meant to run";
     std::string why;
     EXPECT_TRUE(same_lrs(mine.lrs, ref[i].lrs, &why)) << why;
+    EXPECT_TRUE(same_betas(mine.betas, ref[i].betas, &why)) << why;
   }
   // The trainer's lr_at follows the scheduler of the TrainConfig (skipped fp16 steps aside, step k
   // is the k-th scheduler step); a section without a type leaves the optimizer's lr.
@@ -201,6 +250,32 @@ TEST(LrSchedule, EveryDeepSpeedTypeEqualsDeepSpeedsOwnClassStepByStep) {
   t.deepspeed_scheduler = read(cases.back().section, t.lr);
   t.lr_schedule = "none";
   for (int k = 0; k < 3; ++k) EXPECT_EQ(zb::backends::common::lr_at(t, k), 7e-4);
+  // hyper_at (what the trainer hands Engine::optimizer_step): OneCycle's lr and betas with
+  // cycle_momentum; the configured betas under any other schedule.
+  const size_t mom = size_t(std::find_if(cases.begin(), cases.end(), [](const Case& c) {
+                              return c.name == "OneCycle momentum staircase with momentum decay";
+                            }) - cases.begin());
+  ASSERT_LT(mom, cases.size());
+  zb::backends::TrainConfig one_cycle;
+  one_cycle.beta1 = 0.8;
+  one_cycle.beta2 = 0.95;
+  one_cycle.deepspeed_scheduler = read(cases[mom].section, one_cycle.lr);
+  ASSERT_TRUE(one_cycle.deepspeed_scheduler.cycles_momentum());
+  for (int k = 0; k < cases[mom].steps; ++k) {
+    const auto h = zb::backends::common::hyper_at(one_cycle, k);
+    EXPECT_EQ(h.lr, ref[mom].lrs[size_t(k)]) << "step " << k;
+    EXPECT_EQ(h.beta1, ref[mom].betas[size_t(k)].first) << "step " << k;
+    EXPECT_EQ(h.beta2, 0.99) << "step " << k;  // not the configured 0.95
+  }
+  const auto plain = zb::backends::common::hyper_at(t, 1);
+  EXPECT_EQ(plain.beta1, t.beta1);
+  EXPECT_EQ(plain.beta2, t.beta2);
+  // The betas comparison can fail: momentum cycling off (the betas fixed) differs from step 0.
+  Case fixed = cases[mom];
+  fixed.section["params"]["cycle_momentum"] = false;
+  std::string why_betas;
+  EXPECT_FALSE(same_betas(ours(fixed).betas, ref[mom].betas, &why_betas));
+  EXPECT_NE(why_betas.find("step 0: "), std::string::npos) << why_betas;
   // The check can fail: a warm-up of another shape than DeepSpeed's (linear where the section says
   // log) differs in the warm-up steps; so does the optimizer's lr standing in for warmup_max_lr.
   Case planted = cases[0];
@@ -248,9 +323,13 @@ TEST(LrSchedule, RefusalsAreDeepSpeedsOwnOrNamedAsNotImplemented) {
        "scheduler.type CosineWithRestarts: DeepSpeed does not recognize LR scheduler CosineWithRestarts",
        "AssertionError: DeepSpeed does not recognize LR scheduler CosineWithRestarts"},
       {{{"type", "WarmupLR"}, {"params", {{"last_batch_iteration", 5}}}}, "resuming a schedule is not implemented", ""},
+      // With cycle_momentum the momentum keys reach the arithmetic: a string fails there
+      // (decay_mom_rate in the constructor's math.isclose, cycle_min_mom at the first step).
+      {{{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}, {"cycle_min_mom", "auto"}}}},
+       "scheduler.params.cycle_min_mom \"auto\": transformers fills only", "TypeError"},
+      {{{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}, {"decay_mom_rate", "0.1"}}}},
+       "scheduler.params.decay_mom_rate 0.1 is not a number", "TypeError"},
       // DeepSpeed runs these; zerobench does not implement them.
-      {{{"type", "OneCycle"}, {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}}}},
-       "scheduler.params.cycle_momentum (absent: true): DeepSpeed's OneCycle then sets AdamW's betas", ""},
       {{{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", json::array({1e-3})}}}}, "per-parameter-group values are not implemented", ""},
       {{{"type", "StepLR"}, {"params", {{"step_size", 2}}}}, "DeepSpeed builds torch.optim.lr_scheduler.StepLR", ""},
   };
@@ -370,6 +449,47 @@ TEST(LrSchedule, ARunReportsTheLrDeepSpeedGivesEachStep) {
   run_report("--config " + decay + " --steps 5 --warmup 1 --lr-warmup-steps 2 --lr-schedule constant", 2, &output);
   EXPECT_NE(output.find("--lr-schedule constant conflicts with the DeepSpeed scheduler section"), std::string::npos) << output;
   std::remove(decay.c_str());
+}
+
+// OneCycle with cycle_momentum (DeepSpeed's default) runs: every step's lr and betas in the report
+// are those DeepSpeed's class sets (the update used them: test_crossval compares the losses with
+// DeepSpeed's own run), and the momentum keys are applied, not ignored. A run whose schedule sets
+// no betas reports none.
+TEST(LrSchedule, OneCycleWithMomentumRunsAndReportsEachStepsBetas) {
+  const json section = {{"type", "OneCycle"},
+                        {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 2e-3}, {"cycle_first_step_size", 2},
+                                    {"cycle_second_step_size", 1}, {"cycle_min_mom", 0.8}, {"cycle_max_mom", 0.9},
+                                    {"decay_mom_rate", 0.05}, {"decay_lr_rate", 0.1}, {"decay_step_size", 1}}}};
+  const auto file = write_file("one_cycle.json", json({{"train_micro_batch_size_per_gpu", "auto"},
+                                                       {"gradient_accumulation_steps", 1},
+                                                       {"scheduler", section},
+                                                       {"zero_optimization", {{"stage", 2}}}})
+                                                     .dump());
+  const auto report = run_report("--config " + file + " --steps 5 --warmup 1", 0);
+  const auto ref = deepspeed({{"one cycle", section, 3e-3, 5}});
+  ASSERT_EQ(report["steps"].size(), 5u);
+  for (int k = 0; k < 5; ++k) {
+    const auto& st = report["steps"][k];
+    EXPECT_EQ(st["lr"].get<double>(), ref[0].lrs[size_t(k)]) << "step " << k;
+    EXPECT_EQ(st["beta1"].get<double>(), ref[0].betas[size_t(k)].first) << "step " << k;
+    EXPECT_EQ(st["beta2"].get<double>(), 0.99) << "step " << k;
+  }
+  EXPECT_EQ(ref[0].betas.front(), std::make_pair(0.8, 0.99));  // the constructor's (cycle_min_mom, 0.99)
+  EXPECT_GT(ref[0].betas.back().first, 0.9);                    // decayed up: cycle_max_mom x (1 + rate x n)
+  const auto& params = report["config"]["train"]["lr_schedule_params"];
+  EXPECT_EQ(params["cycle_momentum"], true);
+  EXPECT_EQ(params["decay_mom_rate"], 0.05);
+  std::set<std::string> applied, ignored;
+  for (const auto& a : report["config"]["applied"]) applied.insert(a["key"].get<std::string>());
+  for (const auto& a : report["config"]["ignored"]) ignored.insert(a["key"].get<std::string>());
+  for (const char* k : {"cycle_momentum", "cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) {
+    EXPECT_TRUE(applied.count(std::string("scheduler.params.") + k)) << k << " not applied";
+    EXPECT_FALSE(ignored.count(std::string("scheduler.params.") + k)) << k << " ignored";
+  }
+  std::remove(file.c_str());
+  // No momentum cycling: no betas per step (the configured ones throughout).
+  const auto plain = run_report("--steps 2 --warmup 1", 0);
+  for (const auto& st : plain["steps"]) EXPECT_FALSE(st.contains("beta1")) << st.dump();
 }
 
 // The real files with a scheduler section run once a warm-up is given (without one, see the corpus

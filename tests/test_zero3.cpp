@@ -289,7 +289,7 @@ TEST(Zero3Memory, OptimizerStepAddsDeepSpeedsTransients) {
       engine->forward_backward({b.tokens, b.targets, {}, {}}, 1.0, true);
       runtime::reset_tracked_cpu_peak();
       const int64_t entry = runtime::tracked_cpu_bytes();
-      engine->optimizer_step(1e-3);
+      engine->optimizer_step(backends::common::configured_hyper(spec.train, 1e-3));
       transient = runtime::tracked_cpu_peak_bytes() - entry;
     }
     EXPECT_EQ(engine->resolved_options()["sub_groups"], int64_t(groups.size()));

@@ -257,8 +257,8 @@ TEST(Zero3Offload, CpuAdamFollowsDeepSpeedsUpdate) {
   auto p0 = p.clone();
   auto g = at::randn({1000}, at::kFloat);
   backends::zero3::CpuAdam adam(p, opts);
-  adam.step(g, 1e-2);
-  adam.step(g, 1e-2);
+  adam.step(g, {1e-2, 0.9, 0.999});
+  adam.step(g, {1e-2, 0.9, 0.999});
   // Two steps with the same gradient, in double.
   auto pd = p0.to(at::kDouble), gd = g.to(at::kDouble), md = at::zeros_like(pd), vd = at::zeros_like(pd);
   for (int t = 1; t <= 2; ++t) {
@@ -271,8 +271,8 @@ TEST(Zero3Offload, CpuAdamFollowsDeepSpeedsUpdate) {
   EXPECT_LT((p.to(at::kDouble) - pd).abs().max().item<double>(), 1e-5);
   auto q = p0.clone();
   backends::common::AdamW torch_adam({q}, opts);
-  torch_adam.step({g}, 1e-2);
-  torch_adam.step({g}, 1e-2);
+  torch_adam.step({g}, {1e-2, 0.9, 0.999});
+  torch_adam.step({g}, {1e-2, 0.9, 0.999});
   EXPECT_LT((p - q).abs().max().item<double>(), 1e-5);
   EXPECT_EQ(adam.steps_taken(), 2);
 }

@@ -45,7 +45,7 @@ void register_host_adamw(Harness& h, int64_t numel) {
                                  const auto opts = at::TensorOptions().dtype(at::kFloat);  // host
                                  auto param = at::ones({numel}, opts), grad = at::full({numel}, 1e-3, opts);
                                  backends::common::AdamW adam({param}, {});
-                                 auto op = [&] { adam.step({grad}, 1e-4); };
+                                 auto op = [&] { adam.step({grad}, backends::StepHyper{1e-4, 0.9, 0.999}); };
                                  op();  // warm-up
                                  const double per_op = h.run_loop(state, op);
                                  state.counters["params"] = double(numel);

@@ -38,7 +38,8 @@ std::vector<std::pair<std::string, at::Tensor>> AdamW::state(const std::string& 
 
 void AdamW::state_loaded() { step_ = int64_t(state_steps_flat_[0].item<float>()); }
 
-void AdamW::step(const std::vector<at::Tensor>& grads, double lr) {
+void AdamW::step(const std::vector<at::Tensor>& grads, const StepHyper& h) {
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2;
   at::NoGradGuard no_grad;
   TORCH_CHECK(grads.size() == params_.size(), "AdamW: ", grads.size(), " gradients for ", params_.size(),
               " parameters");
@@ -46,13 +47,13 @@ void AdamW::step(const std::vector<at::Tensor>& grads, double lr) {
   if (measure_) {
     // The update this step intends, in fp32, from the states before the step (the fused kernel
     // computes in fp32 internally and rounds only what it stores): decay, then the Adam step.
-    const double bc1 = 1 - std::pow(opts_.beta1, double(step_));
-    const double bc2 = 1 - std::pow(opts_.beta2, double(step_));
+    const double bc1 = 1 - std::pow(beta1, double(step_));
+    const double bc2 = 1 - std::pow(beta2, double(step_));
     LostUpdates total;
     for (size_t i = 0; i < params_.size(); ++i) {
       auto g = grads[i].to(at::kFloat);
-      auto m = exp_avgs_[i].to(at::kFloat) * opts_.beta1 + g * (1 - opts_.beta1);
-      auto v = exp_avg_sqs_[i].to(at::kFloat) * opts_.beta2 + g * g * (1 - opts_.beta2);
+      auto m = exp_avgs_[i].to(at::kFloat) * beta1 + g * (1 - beta1);
+      auto v = exp_avg_sqs_[i].to(at::kFloat) * beta2 + g * g * (1 - beta2);
       auto delta = m / ((v.sqrt() / std::sqrt(bc2)) + opts_.eps) * (-lr / bc1);
       if (opts_.weight_decay != 0) delta -= params_[i].to(at::kFloat) * (lr * opts_.weight_decay);
       total += count_lost_updates(params_[i], delta);
@@ -60,34 +61,36 @@ void AdamW::step(const std::vector<at::Tensor>& grads, double lr) {
     lost_ = total;
   }
   switch (opts_.impl) {
-    case config::AdamWImpl::kFused: return step_fused(grads, lr);
-    case config::AdamWImpl::kForeach: return step_foreach(grads, lr);
-    default: return step_for_loop(grads, lr);
+    case config::AdamWImpl::kFused: return step_fused(grads, h);
+    case config::AdamWImpl::kForeach: return step_foreach(grads, h);
+    default: return step_for_loop(grads, h);
   }
 }
 
-void AdamW::step_fused(const std::vector<at::Tensor>& grads, double lr) {
+void AdamW::step_fused(const std::vector<at::Tensor>& grads, const StepHyper& h) {
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2;
   // torch/optim/adam.py _fused_adam: steps += 1, then one fused kernel over the lists.
   at::_foreach_add_(state_steps_, 1);
-  at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, state_steps_, lr, opts_.beta1,
-                    opts_.beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, state_steps_, lr, beta1,
+                    beta2, opts_.weight_decay, opts_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
 // torch 2.11 adam.py _multi_tensor_adam (capturable=False, amsgrad=False, maximize=False,
 // decoupled weight decay), op for op: Python floats are doubles here, the bias corrections are
 // computed on the host from each counter's value (_get_value), the step sizes negated as
 // `(lr / bc) * -1`, the square root of bias_correction2 as `bc ** 0.5`.
-void AdamW::step_foreach(const std::vector<at::Tensor>& grads, double lr) {
+void AdamW::step_foreach(const std::vector<at::Tensor>& grads, const StepHyper& h) {
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2;
   at::_foreach_add_(state_steps_, at::scalar_tensor(1.0, at::kFloat), 1.0);  // CPU counters: a CPU tensor
   if (opts_.weight_decay != 0) at::_foreach_mul_(params_, 1 - lr * opts_.weight_decay);
-  at::_foreach_lerp_(exp_avgs_, grads, 1 - opts_.beta1);
-  at::_foreach_mul_(exp_avg_sqs_, opts_.beta2);
-  at::_foreach_addcmul_(exp_avg_sqs_, grads, grads, 1 - opts_.beta2);
+  at::_foreach_lerp_(exp_avgs_, grads, 1 - beta1);
+  at::_foreach_mul_(exp_avg_sqs_, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs_, grads, grads, 1 - beta2);
   std::vector<at::Scalar> step_size, bc2_sqrt;
   for (const auto& s : state_steps_) {
     const double step = double(s.item<float>());
-    step_size.emplace_back((lr / (1 - std::pow(opts_.beta1, step))) * -1);
-    bc2_sqrt.emplace_back(std::pow(1 - std::pow(opts_.beta2, step), 0.5));
+    step_size.emplace_back((lr / (1 - std::pow(beta1, step))) * -1);
+    bc2_sqrt.emplace_back(std::pow(1 - std::pow(beta2, step), 0.5));
   }
   auto denom = at::_foreach_sqrt(exp_avg_sqs_);
   at::_foreach_div_(denom, bc2_sqrt);
@@ -97,7 +100,8 @@ void AdamW::step_foreach(const std::vector<at::Tensor>& grads, double lr) {
 
 // torch 2.11 adam.py _single_tensor_adam (capturable=False, differentiable=False, amsgrad=False,
 // maximize=False, decoupled weight decay), op for op, one parameter at a time.
-void AdamW::step_for_loop(const std::vector<at::Tensor>& grads, double lr) {
+void AdamW::step_for_loop(const std::vector<at::Tensor>& grads, const StepHyper& h) {
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto param = params_[i];
     auto exp_avg = exp_avgs_[i];
@@ -105,11 +109,11 @@ void AdamW::step_for_loop(const std::vector<at::Tensor>& grads, double lr) {
     auto step_t = state_steps_[i];
     step_t.add_(1);
     if (opts_.weight_decay != 0) param.mul_(1 - lr * opts_.weight_decay);
-    exp_avg.lerp_(grads[i], 1 - opts_.beta1);
-    exp_avg_sq.mul_(opts_.beta2).addcmul_(grads[i], grads[i], 1 - opts_.beta2);
+    exp_avg.lerp_(grads[i], 1 - beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(grads[i], grads[i], 1 - beta2);
     const double step = double(step_t.item<float>());
-    const double bias_correction1 = 1 - std::pow(opts_.beta1, step);
-    const double bias_correction2 = 1 - std::pow(opts_.beta2, step);
+    const double bias_correction1 = 1 - std::pow(beta1, step);
+    const double bias_correction2 = 1 - std::pow(beta2, step);
     const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
     auto denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(opts_.eps);
@@ -126,6 +130,16 @@ LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta) {
   auto half_ulp = at::exp2(at::floor(at::log2(a.clamp_min(1e-30))) - double(mantissa)) * 0.5;
   auto lost = nonzero & (delta != 0) & (delta.abs() < half_ulp);
   return {lost.sum().item<int64_t>(), nonzero.sum().item<int64_t>()};
+}
+
+StepHyper hyper_at(const TrainConfig& t, int64_t step) {
+  StepHyper h{lr_at(t, step), t.beta1, t.beta2};
+  if (t.deepspeed_scheduler.cycles_momentum()) {  // OneCycle sets the betas too
+    const auto b = t.deepspeed_scheduler.betas(step);
+    h.beta1 = b.beta1;
+    h.beta2 = b.beta2;
+  }
+  return h;
 }
 
 double lr_at(const TrainConfig& t, int64_t step) {

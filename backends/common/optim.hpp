@@ -9,7 +9,7 @@
 //    foreach=None: `_multi_tensor_adam` on CUDA, `_single_tensor_adam` (one tensor at a time) on
 //    CPU, op for op as torch 2.11 writes them, so each is bitwise the reference's.
 //  - gradient norms and clipping as each framework computes them (see the functions below).
-// Owns: that arithmetic, the LR schedule, the lost-update diagnostic. Must not: know how the
+// Owns: that arithmetic, the LR schedule (and the betas a schedule sets), the lost-update diagnostic. Must not: know how the
 // buffers were sharded.
 #pragma once
 #include <ATen/ATen.h>
@@ -24,6 +24,8 @@
 
 namespace zb::backends::common {
 
+// The settings an AdamW is built with. beta1/beta2 are the constructor's betas (DeepSpeedCPUAdam's
+// create_adam keeps them); every step takes that step's betas from its StepHyper.
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   config::AdamWImpl impl = config::AdamWImpl::kFused;  // kTorchDefault resolves by the parameters' device
@@ -42,8 +44,10 @@ class AdamW {
  public:
   AdamW(std::vector<at::Tensor> params, AdamWOptions opts);
   config::AdamWImpl impl() const { return opts_.impl; }  // resolved: never kTorchDefault
-  // grads[i]: same numel and dtype as params[i].
-  void step(const std::vector<at::Tensor>& grads, double lr);
+  // grads[i]: same numel and dtype as params[i]; h: this step's lr and betas (torch reads
+  // group['betas'] at every step, so a scheduler that sets them changes the update and the bias
+  // corrections 1 - beta^step from that step on).
+  void step(const std::vector<at::Tensor>& grads, const StepHyper& h);
   int64_t state_bytes() const { return int64_t(exp_avg_flat_.nbytes() + exp_avg_sq_flat_.nbytes()); }
   int64_t steps_taken() const { return step_; }
   // Checkpoints: the live state tensors, named prefix + exp_avg / exp_avg_sq (the flat buffers)
@@ -59,9 +63,9 @@ class AdamW {
   LostUpdates last_lost_updates() const { return lost_; }
 
  private:
-  void step_fused(const std::vector<at::Tensor>& grads, double lr);
-  void step_foreach(const std::vector<at::Tensor>& grads, double lr);
-  void step_for_loop(const std::vector<at::Tensor>& grads, double lr);
+  void step_fused(const std::vector<at::Tensor>& grads, const StepHyper& h);
+  void step_foreach(const std::vector<at::Tensor>& grads, const StepHyper& h);
+  void step_for_loop(const std::vector<at::Tensor>& grads, const StepHyper& h);
   std::vector<at::Tensor> params_, exp_avgs_, exp_avg_sqs_, state_steps_;
   at::Tensor exp_avg_flat_, exp_avg_sq_flat_, state_steps_flat_;
   AdamWOptions opts_;
@@ -78,6 +82,12 @@ LostUpdates count_lost_updates(const at::Tensor& w, const at::Tensor& delta_fp32
 // lr for a scheduler section without a type; otherwise zerobench's own schedule: linear warm-up
 // over lr_warmup_steps, then constant or cosine decay to min_lr_ratio * lr at the last step.
 double lr_at(const TrainConfig& train, int64_t step);
+// Optimizer step `step`'s hyper-parameters (counted as lr_at counts): lr_at's lr and AdamW's betas —
+// the configured beta1/beta2, or the (momentum, 0.99) a DeepSpeed OneCycle scheduler with
+// cycle_momentum sets (config/deepspeed_scheduler_value.hpp betas()).
+StepHyper hyper_at(const TrainConfig& train, int64_t step);
+// A step at `lr` with the configured betas (tests; an optimizer step outside the schedule).
+inline StepHyper configured_hyper(const TrainConfig& train, double lr) { return {lr, train.beta1, train.beta2}; }
 
 // ---- gradient norms: each returns the global L2 norm as a 0-dim fp32/fp64 tensor (no host
 // sync) and clips in place when max_norm > 0 ----

@@ -99,12 +99,12 @@ class DdpEngine final : public Engine, public models::UnitParamSource {
     return loss;
   }
 
-  double optimizer_step(double lr) override {
+  double optimizer_step(const StepHyper& h) override {
     at::NoGradGuard no_grad;
     // accelerate's clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_ (foreach) over the
     // replicated gradients: no collective.
     const auto norm = common::torch_clip_grad_norm_(grads_, spec_.train.grad_clip);
-    optimizer_->step(grads_, lr);
+    optimizer_->step(grads_, h);
     flat_grads_.zero_();
     return norm.item<double>();
   }

@@ -358,7 +358,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
 
   LossScaleStep loss_scale_step() const override { return scaler_ ? scaler_->last_step() : LossScaleStep{}; }
 
-  double optimizer_step(double lr) override {
+  double optimizer_step(const StepHyper& h) override {
     at::NoGradGuard no_grad;
     // accelerate -> FullyShardedDataParallel.clip_grad_norm_ over the original parameters'
     // gradient views; each element lives on one rank of the shard group (replicated across
@@ -378,7 +378,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     const auto norm =
         offload_ ? offload_->clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_, replicated, &shard_group_)
                  : common::fsdp1_clip_grad_norm_(orig_grads, spec_.train.grad_clip, comm_, replicated, &shard_group_);
-    if (!found_inf) optimizer_->step(grads, lr);  // scaler.step: skipped on found_inf
+    if (!found_inf) optimizer_->step(grads, h);  // scaler.step: skipped on found_inf
     if (scaler_) scaler_->update();
     // optimizer.zero_grad(set_to_none=True): the sharded gradients are freed until the next
     // step's first reduce-scatter.

@@ -257,7 +257,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
     return loss.to(at::kFloat);
   }
 
-  double optimizer_step(double lr) override {
+  double optimizer_step(const StepHyper& h) override {
     at::NoGradGuard no_grad;
     // accelerate 1.15 clip_grad_norm_ -> _clip_grad_norm_dtensor_aware: one mesh, so
     // torch.nn.utils.clip_grad_norm_ over the DTensor gradients. DTensors take _get_total_norm's
@@ -313,7 +313,7 @@ class Fsdp2Engine final : public Engine, public models::UnitParamSource {
       for (auto& g : grads) g.mul_(coef);
     }
     // torch.optim.AdamW(fused=True) over the sharded parameters' local tensors.
-    if (!found_inf) optimizer_->step(grads, lr);  // scaler.step: skipped on found_inf
+    if (!found_inf) optimizer_->step(grads, h);  // scaler.step: skipped on found_inf
     if (scaler_) scaler_->update();
     for (auto& g : pg_.groups) g.grad = at::Tensor();  // zero_grad(set_to_none=True): gradients freed
     for (auto& p : pg_.params) p.host_grad = at::Tensor();

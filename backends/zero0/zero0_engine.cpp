@@ -124,7 +124,8 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
       if (!planted("skip_init_step")) {
         const auto& t = spec_.train;
         const double lr0 = t.lr_schedule.rfind("hf:", 0) == 0 ? common::lr_at(t, 0) : t.lr;
-        optimizer_->step(views(at::zeros_like(master_)), lr0);
+        // The betas it was built with: DeepSpeed's scheduler (OneCycle's betas) comes after.
+        optimizer_->step(views(at::zeros_like(master_)), common::configured_hyper(t, lr0));
       }
       if (model_ == at::kHalf) scaler_ = std::make_unique<common::LossScaler>(common::LossScaler::deepspeed_unfused(opts_.fp16));
     }
@@ -154,9 +155,9 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
     return loss;
   }
 
-  double optimizer_step(double lr) override {
+  double optimizer_step(const StepHyper& h) override {
     at::NoGradGuard no_grad;
-    const double norm = model_ == at::kFloat ? step_fp32(lr) : step_unfused(lr);
+    const double norm = model_ == at::kFloat ? step_fp32(h) : step_unfused(h);
     flat_grads_.zero_();  // zero_grad (set_to_none)
     return norm;
   }
@@ -224,7 +225,7 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
   }
 
   // fp32: _take_model_step -> clip_fp32_gradients (gradient_clipping > 0), then optimizer.step().
-  double step_fp32(double lr) {
+  double step_fp32(const StepHyper& h) {
     std::vector<at::Tensor> norms;
     for (const auto& g : grads_) norms.push_back(g.to(at::kFloat).norm(2));
     at::Tensor total = at::stack(norms).pow(2.0).sum().to(at::kFloat).pow(0.5);
@@ -239,13 +240,13 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
     }
     // Without clipping DeepSpeed computes no norm (get_global_grad_norm is None): the one reported
     // is the same formula over the reduced gradients, without the all-reduce.
-    optimizer_->step(grads_, lr);
+    optimizer_->step(grads_, h);
     note_step(false);
     return total.item<double>();
   }
 
   // FP16_UnfusedOptimizer.step (bf16 and fp16).
-  double step_unfused(double lr) {
+  double step_unfused(const StepHyper& h) {
     bool overflow = false;  // CheckOverflow.check: local (no collective without mpu / MoE)
     for (const auto& g : grads_)
       if (!at::isfinite(g).all().item<bool>()) overflow = true;
@@ -276,7 +277,7 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
     }
     const auto grads32 = views(flat_grads_.to(at::kFloat));  // fp16_param.grad.to(fp32), freed after the step
     for (const auto& g : grads32) mul_py(g, 1. / combined);
-    optimizer_->step(grads32, lr);
+    optimizer_->step(grads32, h);
     flat_params_.copy_(master_);  // fp16_param.data.copy_(fp32_param.data)
     return global;
   }

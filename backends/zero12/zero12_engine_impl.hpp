@@ -61,7 +61,7 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
 
   // ---- Engine ----
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override;
-  double optimizer_step(double lr) override;  // zero12_step.cpp
+  double optimizer_step(const StepHyper& h) override;  // zero12_step.cpp
   ModelStateBytes model_state_bytes() const override;
   nlohmann::json resolved_options() const override;
   std::vector<at::Tensor> full_parameters() override;
@@ -91,7 +91,7 @@ class Zero12Engine final : public Engine, public models::UnitParamSource, public
   // zero12_offload.cpp (offload_optimizer cpu; DeepSpeedZeroOptimizer's cpu_offload branches)
   void setup_offload();                          // __init__ / initialize_optimizer_states
   void offload_copy_grads_in_partition(int id);  // copy_grads_in_partition with cpu_offload
-  double offload_optimizer_step(double lr);      // step() with cpu_offload
+  double offload_optimizer_step(const StepHyper& h);  // step() with cpu_offload
   ModelStateBytes offload_state_bytes() const;
 
   // zero12_fp16.cpp (the scaler: precision fp16 only; bf16/fp32 make none, as DeepSpeed)

@@ -96,7 +96,7 @@ void Zero12Engine::offload_copy_grads_in_partition(int id) {
   g = at::Tensor();  // clear_grad_attribute (offload only)
 }
 
-double Zero12Engine::offload_optimizer_step(double lr) {
+double Zero12Engine::offload_optimizer_step(const StepHyper& h) {
   at::NoGradGuard no_grad;
   micro_step_id_ = -1;
   auto& s = comm_.streams();
@@ -155,8 +155,8 @@ double Zero12Engine::offload_optimizer_step(double lr) {
   else if (spec_.train.grad_clip > 0)
     grad32_.mul_(1.0 / at::clamp((norm / 1.0 + 1e-6) / spec_.train.grad_clip, 1.0));
   s.op("optimizer step (host)", {master_, grad32_});
-  if (cpu_adam_) cpu_adam_->step(grad32_, lr);
-  else optimizer_->step({grad32_}, lr);
+  if (cpu_adam_) cpu_adam_->step(grad32_, h);
+  else optimizer_->step({grad32_}, h);
   // bit16_partition_buffer.data.copy_(fp32_partition.data) on the host, then
   // bit16_partitions[partition_id].data.copy_(bit16_partition_buffer.data, non_blocking=True).
   bit16_host_.copy_(master_);

@@ -54,8 +54,8 @@ at::Tensor Zero12Engine::grad_norm(const std::vector<at::Tensor>& grads) {
   return at::where(invalid, at::full_like(combined, std::numeric_limits<double>::infinity()), combined);
 }
 
-double Zero12Engine::optimizer_step(double lr) {
-  if (opts_.offload()) return offload_optimizer_step(lr);  // step() with cpu_offload (zero12_offload.cpp)
+double Zero12Engine::optimizer_step(const StepHyper& h) {
+  if (opts_.offload()) return offload_optimizer_step(h);  // step() with cpu_offload (zero12_offload.cpp)
   micro_step_id_ = -1;  // self.micro_step_id = INITIAL_MICRO_STEP_ID
   at::NoGradGuard no_grad;
   auto& s = comm_.streams();
@@ -103,7 +103,7 @@ double Zero12Engine::optimizer_step(double lr) {
   else if (spec_.train.grad_clip > 0)
     grad32.mul_(1.0 / at::clamp((norm / 1.0 + 1e-6) / spec_.train.grad_clip, 1.0));
   s.op("optimizer step", {master_, grad32});
-  optimizer_->step({grad32}, lr);
+  optimizer_->step({grad32}, h);
   grad32 = at::Tensor();
   partition_.copy_(master_);  // bit16_partitions[partition_id].data.copy_(fp32_partition.data)
   // all_gather_dp_groups: dist.has_all_gather_into_tensor() (torch >= 1.13) ->

@@ -13,7 +13,9 @@
 //   u = m / d
 //   p = fma(p, -lr*wd, p)            (adamw_mode, wd > 0)
 //   p = fma(u, -lr/(1 - b1^t), p)
-// b1^t, b2^t: running float products (IncrementStep: _betta1_t *= _betta1 each new step).
+// b1^t, b2^t: running float products (IncrementStep: _betta1_t *= _betta1 each new step), or
+// pow(b, t) when a step's betas differ from the last step's (a scheduler that sets group['betas'],
+// DeepSpeed's OneCycle with cycle_momentum; the first step compares with the constructor's betas).
 // torch.optim.AdamW divides differently (denom = sqrt(v)/sqrt(bc2) + eps, step lr/bc1, decay
 // p *= 1 - lr*wd first), so the two agree to rounding, not bitwise.
 #pragma once
@@ -31,8 +33,8 @@ class CpuAdam {
  public:
   // `param`: a contiguous fp32 host tensor (the sub-group's master), updated in place.
   CpuAdam(at::Tensor param, common::AdamWOptions opts);
-  // ds_adam_step: one step with the fp32 gradient `grad` (same numel) at learning rate `lr`.
-  void step(const at::Tensor& grad, double lr);
+  // ds_adam_step: one step with the fp32 gradient `grad` (same numel) at h's lr and betas.
+  void step(const at::Tensor& grad, const StepHyper& h);
   int64_t state_bytes() const { return int64_t(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
   int64_t steps_taken() const { return step_; }
   // Checkpoints: exp_avg, exp_avg_sq and the step (an int64 scalar tensor).
@@ -42,7 +44,11 @@ class CpuAdam {
  private:
   at::Tensor param_, exp_avg_, exp_avg_sq_, step_tensor_;
   common::AdamWOptions opts_;
-  int64_t step_ = 0;
+  int64_t step_ = 0;  // state['step']
+  // The C++ Adam_Optimizer's own: _betta1/_betta2 (the constructor's, then the last step's) and
+  // _step, which IncrementStep compares with.
+  float beta1_ = 0.9f, beta2_ = 0.999f;
+  int64_t ds_step_ = 0;
   float beta1_t_ = 1.0f, beta2_t_ = 1.0f;
 };
 

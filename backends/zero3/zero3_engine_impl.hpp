@@ -68,7 +68,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
 
   // ---- Engine ----
   at::Tensor forward_backward(const models::Batch& batch, double loss_scale, bool last_micro_batch) override;
-  double optimizer_step(double lr) override;
+  double optimizer_step(const StepHyper& h) override;
   ModelStateBytes model_state_bytes() const override;
   nlohmann::json resolved_options() const override;
   std::vector<at::Tensor> full_parameters() override;
@@ -152,7 +152,7 @@ class Zero3Engine final : public Engine, public models::UnitParamSource, public 
   at::Tensor partition_on_device(int id);
   void offload_grad_partition(int id, const at::Tensor& part, bool copy, bool boundary);
   at::Tensor offload_grad_norm(const SubGroup& sg);
-  void host_optimizer_step(SubGroup& sg, const at::Tensor& clip, double lr);
+  void host_optimizer_step(SubGroup& sg, const at::Tensor& clip, const StepHyper& h);
   void copy_back(SubGroup& sg);
   ModelStateBytes split_bytes(const ModelStateBytes& where_owned) const;
   // zero3_fp16.cpp: precision fp16, DeepSpeed's loss scaling (stage3.py)

@@ -133,10 +133,10 @@ at::Tensor Zero3Engine::offload_grad_norm(const SubGroup& sg) {
 
 // The host side of step() for one sub-group under offload_optimizer: unscale_and_clip_grads on
 // the kept fp32 gradient buffer, then _optimizer_step (DeepSpeedCPUAdam or torch.optim.AdamW).
-void Zero3Engine::host_optimizer_step(SubGroup& sg, const at::Tensor& clip, double lr) {
+void Zero3Engine::host_optimizer_step(SubGroup& sg, const at::Tensor& clip, const StepHyper& h) {
   sg.grad32.mul_(clip);
-  if (sg.cpu_adam) sg.cpu_adam->step(sg.grad32, lr);
-  else sg.optimizer->step({sg.grad32}, lr);
+  if (sg.cpu_adam) sg.cpu_adam->step(sg.grad32, h);
+  else sg.optimizer->step({sg.grad32}, h);
 }
 
 // _reassign_or_swap_out_partitioned_parameters: `fp16_partitioned_groups_flat[i].data.copy_(

@@ -172,7 +172,7 @@ void Zero3Engine::partition_grads(const std::vector<int>& ids, const at::Tensor&
   ipg_in_use_ = false;
 }
 
-double Zero3Engine::optimizer_step(double lr) {
+double Zero3Engine::optimizer_step(const StepHyper& h) {
   at::NoGradGuard no_grad;
   // step(): _partition_all_parameters() -> release_and_reset_all first releases every
   // parameter, the persistent ones included (stage3.py step; partitioned_param_coordinator.py
@@ -232,7 +232,7 @@ double Zero3Engine::optimizer_step(double lr) {
   if (fp16()) norm_value /= loss_scale();
   for (auto& sg : sub_groups_) {
     if (offload_optimizer()) {
-      host_optimizer_step(sg, clip, lr);  // the kept host fp32 gradient: no _prepare_sub_group copy
+      host_optimizer_step(sg, clip, h);  // the kept host fp32 gradient: no _prepare_sub_group copy
       copy_back(sg);
       continue;
     }
@@ -246,7 +246,7 @@ double Zero3Engine::optimizer_step(double lr) {
     at::Tensor grad32 = flat.to(at::kFloat);
     flat = at::Tensor();
     grad32.mul_(clip);  // unscale_and_clip_grads
-    sg.optimizer->step({grad32}, lr);
+    sg.optimizer->step({grad32}, h);
     copy_back(sg);  // _reassign_or_swap_out_partitioned_parameters
   }
   for (auto& n : param_grad_norms_) n = at::Tensor();  // _post_step: reset_cpu_buffers

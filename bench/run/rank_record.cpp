@@ -226,6 +226,10 @@ std::vector<reports::StepRecord> step_records(const TrainResult& result, bool cu
     r.loss = s.loss;
     r.grad_norm = s.grad_norm;
     r.lr = s.lr;
+    if (s.betas) {  // OneCycle with cycle_momentum: the betas it set this step
+      r.beta1 = s.betas->first;
+      r.beta2 = s.betas->second;
+    }
     r.time_s = s.time_s;
     r.measured = s.measured;
     if (s.lost_update_fraction >= 0) r.lost_update_fraction = s.lost_update_fraction;

@@ -48,7 +48,8 @@ class StepRunner {
     // A step the fp16 loss scaler skipped does not advance the schedule (DeepSpeed engine.py
     // _take_model_step steps the scheduler only without overflow; accelerate's
     // AcceleratedScheduler.step returns when an optimizer's step_was_skipped).
-    const double lr = backends::common::lr_at(t, step - skipped_steps_);
+    // The schedule gives the lr and, for DeepSpeed's OneCycle with cycle_momentum, AdamW's betas.
+    const backends::StepHyper hyper = backends::common::hyper_at(t, step - skipped_steps_);
     const CommSnapshot before = comm_.stats();
     // Data are made before the timer starts: the benchmark times training, not the generator.
     std::vector<models::Batch> batches;
@@ -109,7 +110,7 @@ class StepRunner {
     double grad_norm = 0;
     {
       runtime::nvtx::Range opt_range("optimizer_step");
-      grad_norm = engine_.optimizer_step(lr);
+      grad_norm = engine_.optimizer_step(hyper);
     }
     const double step_time = timer_->stop_s();  // device-synchronised
     if (window) *window = {step, window_start, profiler::now_ns()};
@@ -131,7 +132,8 @@ class StepRunner {
     // An emulated world has no peers to average with: the loss is this rank's.
     rec.loss = loss_sum.item<double>() / double(t.grad_accum * (side_.world().emulated ? 1 : world));
     rec.grad_norm = grad_norm;
-    rec.lr = lr;
+    rec.lr = hyper.lr;
+    if (t.deepspeed_scheduler.cycles_momentum()) rec.betas = {hyper.beta1, hyper.beta2};
     rec.time_s = step_time;
     rec.measured = step >= t.warmup;
     rec.lost_update_fraction = lost_fraction;

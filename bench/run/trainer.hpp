@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/common/comm.hpp"
@@ -26,6 +27,9 @@ struct StepRecord {
   double loss = 0;       // mean over ranks and micro-batches
   double grad_norm = 0;  // global, before clipping
   double lr = 0;
+  // AdamW's (beta1, beta2) this step's update used, when the schedule sets them (DeepSpeed's
+  // OneCycle with cycle_momentum); otherwise unset: the configured betas throughout.
+  std::optional<std::pair<double, double>> betas;
   double time_s = 0;     // forward + backward + optimizer, device-synchronised
   bool measured = false; // false for warm-up steps
   double lost_update_fraction = -1;  // over all ranks; -1 unless train.measure_lost_updates

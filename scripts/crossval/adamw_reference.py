@@ -5,7 +5,9 @@ values are exact as JSON doubles).
 
 stdin: {"cases": [{"impl": "fused" | "foreach" | "for-loop" | "default", "dtype": "float32" | "bfloat16",
                    "params": [[...], ...], "grads": [[[...], ...] per step], "lrs": [...],
-                   "betas": [b1, b2], "eps": e, "weight_decay": w}, ...]}
+                   "betas": [b1, b2], "eps": e, "weight_decay": w,
+                   "step_betas": [[b1, b2] per step] (optional: set into the param groups before each
+                   step, as DeepSpeed's OneCycle scheduler with cycle_momentum does)}, ...]}
 stdout (last line): {"torch": version, "results": [{"params": [[[...], ...] per step],
                     "foreach": bool | null, "fused": bool | null}, ...]}
 """
@@ -24,11 +26,14 @@ def run_case(case):
     optimizer = torch.optim.AdamW(params, lr=case["lrs"][0], betas=(b1, b2), eps=case["eps"],
                                   weight_decay=case["weight_decay"], **KWARGS[case["impl"]])
     out = []
-    for grads, lr in zip(case["grads"], case["lrs"]):
+    step_betas = case.get("step_betas") or [None] * len(case["lrs"])
+    for grads, lr, betas in zip(case["grads"], case["lrs"], step_betas):
         for p, g in zip(params, grads):
             p.grad = torch.tensor(g, dtype=dtype)
         for group in optimizer.param_groups:
             group["lr"] = lr
+            if betas is not None:
+                group["betas"] = (betas[0], betas[1])
         optimizer.step()
         out.append([p.detach().float().tolist() for p in params])
     group = optimizer.param_groups[0]

@@ -60,10 +60,10 @@ class ToyEngine final : public backends::Engine, public models::UnitParamSource 
     return loss;
   }
 
-  double optimizer_step(double lr) override {
+  double optimizer_step(const backends::StepHyper& h) override {
     at::NoGradGuard no_grad;
     const auto norm = backends::common::torch_clip_grad_norm_(grads_, spec_.train.grad_clip);
-    optimizer_->step(grads_, lr);
+    optimizer_->step(grads_, h);
     for (auto& g : grads_) g.zero_();
     return norm.item<double>();
   }
