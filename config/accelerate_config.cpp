@@ -63,9 +63,10 @@ const std::map<std::string, std::string> kLaunchOnly = {
 std::string file_mixed_precision(const json& root) {
   if (root.contains("mixed_precision") && !root["mixed_precision"].is_null()) {
     const auto& v = root["mixed_precision"];
-    if (v.is_boolean())
+    if (v.is_boolean())  // launch.py then calls args.mixed_precision.lower() on a bool (AttributeError)
       throw UsageError("mixed_precision " + text(v) + ": YAML reads an unquoted no/yes as a boolean, which "
-                       "accelerate cannot use; write 'no' or 'bf16'");
+                       "accelerate cannot use; write 'no' or 'bf16', or give --precision (accelerate launch "
+                       "--mixed_precision, which never reads the file's value)");
     const auto mp = lower(text(v));
     if (mp != "no" && mp != "fp16" && mp != "bf16" && mp != "fp8")
       throw UsageError("mixed_precision '" + text(v) + "' is not no, fp16, bf16 or fp8");
@@ -136,7 +137,8 @@ bool accelerate_bool(const std::string& key, const json& v) {
   throw UsageError(key + " '" + scalar_text(v) + "' is not a boolean (accelerate's str_to_bool)");
 }
 
-AccelerateLaunch read_accelerate_launch(const json& root, int world_size, bool nproc_given, ConfigNotes& notes) {
+AccelerateLaunch read_accelerate_launch(const json& root, int world_size, bool nproc_given, ConfigNotes& notes,
+                                        bool precision_given) {
   if (!root.is_object()) throw UsageError("an accelerate config must be a mapping");
   if (root.contains("compute_environment") && upper(text(root["compute_environment"])) != "LOCAL_MACHINE")
     throw UsageError("compute_environment " + text(root["compute_environment"]) +
@@ -153,8 +155,16 @@ AccelerateLaunch read_accelerate_launch(const json& root, int world_size, bool n
         if (root["fsdp_config"].contains(k) && text(root["fsdp_config"][k]) == "2") l.fsdp_version = 2;
   }
   top_level(root, l.distributed_type, l.fsdp_version == 2, notes);
-  l.mixed_precision = file_mixed_precision(root);
-  l.mixed_precision_in_file = root.contains("mixed_precision") && !root["mixed_precision"].is_null();
+  // accelerate launch's `if not args.mixed_precision` reads the file's value only without the flag.
+  if (precision_given && root.contains("mixed_precision") && root["mixed_precision"].is_boolean()) {
+    l.mixed_precision_unread = true;
+    notes.ignore("mixed_precision", text(root["mixed_precision"]),
+                 "a YAML boolean (an unquoted no/yes) accelerate cannot use; --precision decides, as accelerate launch "
+                 "--mixed_precision does without reading the file's value");
+  } else {
+    l.mixed_precision = file_mixed_precision(root);
+    l.mixed_precision_in_file = root.contains("mixed_precision") && !root["mixed_precision"].is_null();
+  }
   if (root.contains("num_processes") && !root["num_processes"].is_null())
     notes.apply("num_processes", text(root["num_processes"]),
                 "world size " + std::to_string(world_size) + (nproc_given ? " (--nproc)" : ""));
@@ -170,6 +180,7 @@ AccelerateLaunch read_accelerate_launch(const json& root, int world_size, bool n
 void note_mixed_precision(const json& root, const std::string& precision_as, const std::string& mixed_precision,
                           ConfigNotes& notes) {
   if (!root.contains("mixed_precision") && !root.contains("fp16")) return;
+  if (root.contains("mixed_precision") && root["mixed_precision"].is_boolean()) return;  // noted as ignored
   const std::string key = root.contains("mixed_precision") ? "mixed_precision" : "fp16";
   notes.apply(key, text(root[key]), "precision " + precision_as + " (accelerate mixed_precision " + mixed_precision + ")");
 }

@@ -22,16 +22,23 @@ struct AccelerateLaunch {
   int fsdp_version = 0;
   std::string mixed_precision = "no";   // the file's: no | fp16 | bf16 | fp8 (accelerate's default no)
   bool mixed_precision_in_file = false; // the file set mixed_precision (not null)
+  // The file's mixed_precision is a YAML boolean (an unquoted no/yes) that --precision made moot:
+  // `mixed_precision` is then a placeholder "no" the run's --precision overrides.
+  bool mixed_precision_unread = false;
   int ranks_per_node = 0;               // num_processes / num_machines; 0 = unknown
 };
 
 // Reads the top level of `root` (an accelerate config, as JSON), noting each key in `notes`.
-// `world_size` is the run's (for the num_processes note). Throws UsageError naming the key.
-AccelerateLaunch read_accelerate_launch(const nlohmann::json& root, int world_size, bool nproc_given, ConfigNotes& notes);
+// `world_size` is the run's (for the num_processes note); `precision_given`: the run has
+// --precision, accelerate launch's --mixed_precision, so the file's mixed_precision is never read
+// (a YAML boolean there is then ignored, not refused). Throws UsageError naming the key.
+AccelerateLaunch read_accelerate_launch(const nlohmann::json& root, int world_size, bool nproc_given, ConfigNotes& notes,
+                                        bool precision_given = false);
 
 // The note on mixed_precision (or the old fp16 key), once the run's precision is known:
 // `precision_as` is what it became ("mixed", "bf16 (--precision)", ...), `mixed_precision` the
-// accelerate value in force. Nothing when the file sets neither key.
+// accelerate value in force. Nothing when the file sets neither key, or when its mixed_precision is
+// a YAML boolean read_accelerate_launch already noted as ignored.
 void note_mixed_precision(const nlohmann::json& root, const std::string& precision_as,
                           const std::string& mixed_precision, ConfigNotes& notes);
 

@@ -301,6 +301,22 @@ TEST(CompareAnalysis, OffloadedStatesAreNamedAndAnOffloadedMasterIsStillKept) {
       << v;
 }
 
+// ZeRO-3 fp32 vs FSDP2 fp32 (the committed cpu-smoke reports; the real-config trial of
+// 2026-11-28 round 2 compared trl's multi_gpu_deepspeed_zero3.yaml with accelerate's fsdp2.yaml):
+// the largest category is DeepSpeed's reduce buffers, not its fp32 masters, so the masters are a
+// second fact, not the explanation ("...is buffers (...): zero3 keeps separate fp32 master weights").
+TEST(CompareAnalysis, MastersExplainTheLargestCategoryOnlyWhenTheyAreIt) {
+  const auto c = compare_of({rounds("fsdp2", smoke("fsdp2_fp32"), {1, 1}), rounds("zero3", smoke("zero3_fp32"), {1, 1})});
+  const auto& cmp = c["comparisons"][0];
+  ASSERT_EQ(cmp["largest_category_difference"]["category"], "buffers");
+  ASSERT_TRUE(cmp["keeps_master"]["side"].get<bool>());
+  ASSERT_FALSE(cmp["keeps_master"]["baseline"].get<bool>());
+  const std::string v = c["verdict"];
+  EXPECT_EQ(v.find("): zero3 keeps separate"), std::string::npos) << v;
+  EXPECT_NE(v.find("the largest difference by category is buffers ("), std::string::npos) << v;
+  EXPECT_NE(v.find(" MiB on zero3); zero3 also keeps separate fp32 master weights"), std::string::npos) << v;
+}
+
 TEST(CompareAnalysis, NoPlantedDifferenceIsNotBeyondNoise) {
   // Same report both sides, jittered differently: the ratio's interval contains 1.
   const auto c = compare_of({rounds("a", smoke("fsdp_fp32"), {1.00, 1.02, 0.98, 1.01, 0.99, 1.00}),

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -533,6 +534,44 @@ TEST(AccelerateConfig, FsdpBlockFollowsAccelerate115) {
     std::ofstream(p) << text;
     EXPECT_NE(usage_error({"--config", p}).find(expected), std::string::npos) << text << "\n" << usage_error({"--config", p});
   }
+  std::remove(p.c_str());
+}
+
+// `mixed_precision: no` unquoted is a YAML boolean: accelerate launch alone fails on it
+// (args.mixed_precision.lower() on a bool), so run refuses it (above); with accelerate launch
+// --mixed_precision X the file's value is never read (launch.py: `if not args.mixed_precision`), and
+// with zerobench's --precision neither: the key is ignored, the flag decides, for every
+// distributed_type. From LiuTaowen-Tony/Retriever's fsdp_config.yaml (312f2cc), keys inline.
+TEST(AccelerateConfig, AnUnquotedNoIsIgnoredWhenPrecisionIsGivenAsAccelerateLaunchIgnoresIt) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"distributed_type: FSDP\nmixed_precision: no\nnum_processes: 3\nfsdp_config:\n"
+       "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_sharding_strategy: FULL_SHARD\n", "fsdp"},
+      {"distributed_type: FSDP\nmixed_precision: no\nfsdp_config:\n  fsdp_version: 2\n", "fsdp2"},
+      {"distributed_type: MULTI_GPU\nmixed_precision: no\n", "ddp"},
+      {"distributed_type: DEEPSPEED\nmixed_precision: no\ndeepspeed_config:\n  zero_stage: 3\n", "zero3"},
+  };
+  const auto p = temp_path("unquoted_no.yaml");
+  for (const auto& [text, backend] : files) {
+    std::ofstream(p) << text;
+    EXPECT_NE(usage_error({"--config", p}).find("mixed_precision false: YAML reads an unquoted no"), std::string::npos)
+        << text;
+    const auto fp32 = resolve({"--config", p, "--precision", "fp32", "--nproc", "2"});
+    EXPECT_EQ(fp32.backend, backend) << text;
+    EXPECT_EQ(fp32.spec.precision, "fp32") << text;
+    const auto& notes = fp32.provenance.notes;
+    const auto ignored = std::find_if(notes.ignored.begin(), notes.ignored.end(),
+                                      [](const auto& k) { return k.key == "mixed_precision"; });
+    ASSERT_NE(ignored, notes.ignored.end()) << text;
+    EXPECT_EQ(ignored->value, "false");
+    EXPECT_NE(ignored->note.find("--precision decides"), std::string::npos) << ignored->note;
+    EXPECT_TRUE(std::none_of(notes.applied.begin(), notes.applied.end(),
+                             [](const auto& k) { return k.key == "mixed_precision"; }))
+        << text;
+  }
+  std::ofstream(p) << files[0].first;
+  EXPECT_EQ(resolve({"--config", p, "--precision", "mixed"}).spec.precision, "mixed");
+  std::ofstream(p) << files[3].first;
+  EXPECT_EQ(resolve({"--config", p, "--precision", "bf16"}).spec.precision, "bf16");
   std::remove(p.c_str());
 }
 

@@ -691,6 +691,24 @@ TEST(Crossval, BadInputExitsTwoWithOneClearLine) {
   EXPECT_NE(r.output.find("'/nonexistent/dir' is not a directory"), std::string::npos) << r.output;
 }
 
+// With no --out, the document is named after the backend a --config file picks (as `run` names
+// its report), not after --backend's default ddp: every crossval of an accelerate or DeepSpeed file
+// wrote out/crossval-ddp-<model>.json, each overwriting the last. crossval makes <out>.work before
+// it looks for the interpreter, so a missing one shows the name without running anything. The file
+// is huggingface/accelerate's tests/distributed/accelerate_configs/fsdp2.yaml (b0e48dc), inline.
+TEST(Crossval, TheDefaultOutIsNamedAfterTheBackendTheConfigPicks) {
+  const auto dir = zb::test_support::make_clean_dir("crossval_default_out");
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir + "/fsdp2.yaml") << "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_machines: 1\n"
+                                        "num_processes: 2\nfsdp_config:\n  fsdp_version: 2";
+  const auto r = zb::test_support::run_command("cd " + dir + " && " + ZEROBENCH_BIN +
+                                               " crossval --config fsdp2.yaml --model tiny --python /nonexistent/python 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/python"), std::string::npos) << r.output;
+  EXPECT_EQ(access((dir + "/out/crossval-fsdp2-tiny.work").c_str(), F_OK), 0) << r.output;
+  EXPECT_NE(access((dir + "/out/crossval-ddp-tiny.work").c_str(), F_OK), 0) << r.output;
+}
+
 // ---- the device: cpu + Gloo, cuda + NCCL ----
 
 namespace {

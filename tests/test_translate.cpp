@@ -269,6 +269,51 @@ TEST(TranslateCorpus, UnrunnableSourcesTranslateAndTheRefusedKeysAreNamed) {
   EXPECT_EQ(ddp.target_refusal, "");
 }
 
+// A MULTI_GPU file with a leftover fsdp_config block (sippycoder/f-lite's fsdp_config.yaml: JSON
+// text, HYBRID_SHARD, a DiTBlock class), the keys inline: accelerate ignores the block, so the
+// mapping says so; stage 0 comes from distributed_type (DDP), not from "accelerate's default
+// FULL_SHARD"; every added key has its own reason. The same for a leftover deepspeed_config block
+// translated to FSDP2: ignored, not "copied as is".
+TEST(TranslateCorpus, ADdpFileWithAnotherFrameworksLeftoverBlockMapsItAsIgnored) {
+  const auto src = temp_path("ddp_with_fsdp_block.yaml");
+  std::ofstream(src) << R"({"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", )"
+                        R"("fsdp_config": {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
+                        R"("fsdp_sharding_strategy": "HYBRID_SHARD", "fsdp_transformer_layer_cls_to_wrap": "DiTBlock"}, )"
+                        R"("mixed_precision": "bf16", "num_processes": 8})";
+  const auto t = translate_file(src, Target::kDeepSpeed);
+  EXPECT_EQ(t.config["zero_optimization"]["stage"], 0);
+  const auto* dist = entry(t, "distributed_type");
+  ASSERT_NE(dist, nullptr);
+  EXPECT_EQ(dist->target_key, "zero_optimization.stage");
+  EXPECT_EQ(dist->target_value, "0");
+  EXPECT_NE(dist->reason.find("MULTI_GPU (DDP)"), std::string::npos) << dist->reason;
+  for (const char* k : {"fsdp_config.fsdp_auto_wrap_policy", "fsdp_config.fsdp_sharding_strategy",
+                        "fsdp_config.fsdp_transformer_layer_cls_to_wrap"}) {
+    const auto* e = entry(t, k);
+    ASSERT_NE(e, nullptr) << k;
+    EXPECT_EQ(e->kind, Kind::kIgnored) << k << ": " << e->reason;
+    EXPECT_NE(e->reason.find("read only with distributed_type FSDP"), std::string::npos) << e->reason;
+  }
+  for (const auto& e : t.mapping) {
+    if (e.kind != Kind::kAdded) continue;
+    EXPECT_NE(e.target_key, "zero_optimization.stage") << e.reason;
+    EXPECT_EQ(e.reason.find("written by the translation"), std::string::npos) << e.target_key;
+  }
+  EXPECT_EQ(t.target_refusal, "");
+
+  const auto ds_src = temp_path("ddp_with_ds_block.yaml");
+  std::ofstream(ds_src) << "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: 'no'\n"
+                           "deepspeed_config:\n  zero_stage: 3\n  offload_param_device: none\n";
+  const auto f = translate_file(ds_src, Target::kFsdp2);
+  EXPECT_FALSE(f.config.contains("deepspeed_config"));
+  for (const char* k : {"deepspeed_config.zero_stage", "deepspeed_config.offload_param_device"}) {
+    const auto* e = entry(f, k);
+    ASSERT_NE(e, nullptr) << k;
+    EXPECT_EQ(e->kind, Kind::kIgnored) << k << ": " << e->reason;
+    EXPECT_EQ(e->target_key, "") << k;
+  }
+}
+
 // Bytes. FSDP FULL_SHARD fp32 vs its ZeRO-3 translation at W=2: the guide calls them alike; the
 // closed forms (BackendInfo::training.expected_bytes) agree on optimizer states and differ only where the
 // layouts do, which the mapping says (padding; DeepSpeed's fp32 master copy and IPG buffer).

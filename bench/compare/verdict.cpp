@@ -57,22 +57,23 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
     const auto& lc = c["largest_category_difference"];
     const std::string largest = lc["category"].get<std::string>();
     const bool b_master = km["side"].get<bool>(), a_master = km["baseline"].get<bool>();
-    std::string master;  // "keeps separate fp32 master weights" when exactly one side does
+    std::string master, master_also;  // "keeps separate fp32 master weights" when exactly one side does
     if (b_master != a_master) {
       const json& plan = b_master ? sb["precision_plan"] : sa["precision_plan"];
       const std::string dtype = plan.is_object() && plan.contains("master") && plan["master"].is_string()
                                     ? plan["master"].get<std::string>() + " "
                                     : "";
       master = (b_master ? b : a) + " keeps separate " + dtype + "master weights";
+      master_also = (b_master ? b : a) + " also keeps separate " + dtype + "master weights";
     }
     const std::string delta =
         std::string(d(lc["delta_bytes"]) >= 0 ? "+" : "-") + mib(std::abs(d(lc["delta_bytes"]))) + " MiB on " + b;
     // "because": only when B holds clearly more (>= 5%) and the masters are what it holds more of.
     if (largest == "master_params" && !master.empty() && d(c["model_states_ratio"]) >= 1.05)
       out += " because " + master + " (" + delta + ")";
-    else if (!largest.empty())
+    else if (!largest.empty())  // the masters explain the largest category only when they are it
       out += "; the largest difference by category is " + largest + " (" + delta + ")" +
-             (master.empty() ? "" : ": " + master);
+             (master.empty() ? "" : largest == "master_params" ? ": " + master : "; " + master_also);
     // Offloaded states are not in those device bytes: say where they went.
     std::string host;
     for (const auto& [label, m] : {std::pair{a, &ma}, std::pair{b, &mb}})

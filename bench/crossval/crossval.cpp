@@ -427,12 +427,12 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
       r.device, o.logits ? 1 : r.world_size_hint(), runtime::cuda_built(),
       wants_cuda && runtime::cuda_available() ? runtime::device_count(at::Device(at::kCUDA, 0)) : 0);
 
-  const std::string out = r.out.empty() ? "out/crossval-" + r.backend + "-" + r.model + ".json" : r.out;
-  const std::string work = o.work_dir.empty() ? strip_json_suffix(out) + ".work" : o.work_dir;
-  reports::make_directories(work);
   if (o.logits) {
     r.precision = "fp32";
     r.backend = backends::registered_backends().front().name;  // any: only the model and data flags matter here
+    const std::string out = r.out.empty() ? "out/crossval-logits-" + r.model + ".json" : r.out;
+    const std::string work = o.work_dir.empty() ? strip_json_suffix(out) + ".work" : o.work_dir;
+    reports::make_directories(work);
     return logits_command(o, out, work);
   }
 
@@ -448,6 +448,11 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
     r.backend = base.backend;
     if (o.precisions.empty()) o.precisions = {base.spec.precision};
   }
+  // The default name follows the backend just resolved (the one a --config file picks), as
+  // `zerobench run`'s out/<backend>-... does.
+  const std::string out = r.out.empty() ? "out/crossval-" + r.backend + "-" + r.model + ".json" : r.out;
+  const std::string work = o.work_dir.empty() ? strip_json_suffix(out) + ".work" : o.work_dir;
+  reports::make_directories(work);
   const backends::CrossvalReference* ref = nullptr;
   std::string with_reference;
   for (const auto& b : backends::registered_backends()) {

@@ -56,7 +56,7 @@ void resolve_into(const ConfigRequest& req, ResolvedConfig& out) {
   std::optional<config::AccelerateLaunch> launch;
   if (d.accelerate) {
     launch = config::read_accelerate_launch(d.root, req.world_size, req.given.count("--nproc") > 0,
-                                            out.provenance.notes);
+                                            out.provenance.notes, req.precision_given);
     id.distributed_type = launch->distributed_type;
     id.fsdp_version = launch->fsdp_version;
     if (id.distributed_type == "DEEPSPEED") id.zero_stage = config::accelerate_deepspeed_zero_stage(d.root);

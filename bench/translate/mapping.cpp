@@ -42,7 +42,8 @@ const std::vector<Rule>& rules() {
   static const std::vector<Rule> r = {
       // ---- accelerate top level -> DeepSpeed JSON
       {T, "distributed_type", kToDs, "(file kind)", M,
-       "a DeepSpeed JSON configures DeepSpeed by kind (accelerate names it with distributed_type DEEPSPEED + deepspeed_config_file)"},
+       "a DeepSpeed JSON configures DeepSpeed by kind (accelerate names it with distributed_type DEEPSPEED + deepspeed_config_file); "
+       "MULTI_GPU/MULTI_CPU/NO (DDP) -> zero_optimization.stage 0"},
       {T, "mixed_precision", kToDs, "bf16.enabled", M,
        "the same compute dtype, but not the same storage: FSDP mixed (accelerate >= 0.30) keeps fp32 flat params and "
        "fp32 grads, DeepSpeed bf16 keeps bf16 params and grads plus an fp32 master copy (the guide, \"On Differences in "
@@ -73,6 +74,8 @@ const std::vector<Rule>& rules() {
       {T, "megatron_lm_config.*", kToDs, "", I, "read only with distributed_type MEGATRON_LM"},
       {T, "deepspeed_config.*", kToDs, "", I, "read only with distributed_type DEEPSPEED (accelerate ignores it here)"},
       {T, "fsdp_config.*", kToAnyFsdp, "", I, "read only with distributed_type FSDP (accelerate ignores it here)"},
+      {T, "fsdp_config.*", kToDs, "", I,
+       "read only with distributed_type FSDP (accelerate ignores it here: a MULTI_GPU file's leftover block)"},
       {T, "*", kToDs, "", N, "an accelerate setting outside the guide's mapping"},
       // ---- accelerate top level -> accelerate FSDP config
       {T, "distributed_type", kToAnyFsdp, "distributed_type", M, "DEEPSPEED -> FSDP; MULTI_GPU/MULTI_CPU/NO (DDP) -> "
@@ -80,6 +83,8 @@ const std::vector<Rule>& rules() {
       {T, "mixed_precision", kToAnyFsdp, "mixed_precision", M, "accelerate's own key, the same for both frameworks"},
       {T, "fp16", kToAnyFsdp, "mixed_precision", M, "the old spelling of mixed_precision fp16 (config_args.py process_config)"},
       {T, "megatron_lm_config.*", kToAnyFsdp, "", I, "read only with distributed_type MEGATRON_LM; not carried"},
+      {T, "deepspeed_config.*", kToAnyFsdp, "", I,
+       "read only with distributed_type DEEPSPEED (accelerate ignores it here); not carried"},
       {T, "*", kToAnyFsdp, "(same key)", M, "a framework-independent accelerate setting: copied as is"},
 
       // ---- accelerate fsdp_config -> DeepSpeed JSON (FSDP1 and FSDP2 sources)
@@ -233,6 +238,8 @@ const std::vector<AddedRule>& added_rules() {
       {kToDs, "zero_optimization.stage3_param_persistence_threshold",
        "FSDP keeps no parameter unsharded; 0 keeps none whole (DeepSpeed's default 1e5 would)"},
       {kToDs, "bf16.enabled", "no mixed_precision: accelerate's default no (fp32)"},
+      {kToDs, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+       "DDP (MULTI_GPU/MULTI_CPU/NO) saves the whole model -> true (DeepSpeed reads the key at stage 3 only)"},
       {kToDs, "train_micro_batch_size_per_gpu", "\"auto\": the guide's advice; the Trainer / Accelerator fill it"},
       {kToDs, "train_batch_size", "\"auto\": the guide's advice; the Trainer / Accelerator fill it"},
       {kToDs, "gradient_accumulation_steps", "\"auto\": the guide's advice; the Trainer / Accelerator fill it"},

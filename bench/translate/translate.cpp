@@ -447,6 +447,13 @@ void refine(MappingEntry& e, const SourceKey& k, const Concepts& c, const Source
     else if (to == Target::kFsdp2 && c.stage != 3) approx("FSDP2 has no NO_SHARD/SHARD_GRAD_OP; false still shards at rest");
     else if (c.hpz > 1) approx("with ZeRO++ hpZ");
   }
+  // A DDP source has no sharding key: its distributed_type is what gives stage 0.
+  if (k.scope == Scope::kTop && k.normalized == "distributed_type" && to == Target::kDeepSpeed &&
+      s.format == Format::kDataParallel) {
+    e.target_key = "zero_optimization.stage";
+    e.reason = s.dist + " (DDP) replicates params, grads and optimizer states -> stage 0 (the sharding table: NO_SHARD "
+               "is ZeRO stage 0); a DeepSpeed JSON configures DeepSpeed by kind";
+  }
   if (k.scope == Scope::kTop && k.normalized == "distributed_type" && to == Target::kFsdp2 && s.format == Format::kDataParallel)
     approx("FSDP2 has no NO_SHARD: reshard_after_forward false (to_fsdp2.py's NO_SHARD mapping) still shards at rest");
   if (k.scope == Scope::kTop && (k.normalized == "mixed_precision" || k.normalized == "fp16") && to == Target::kDeepSpeed) {
