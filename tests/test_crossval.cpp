@@ -707,6 +707,9 @@ TEST(Crossval, TheDefaultOutIsNamedAfterTheBackendTheConfigPicks) {
   EXPECT_NE(r.output.find("/nonexistent/python"), std::string::npos) << r.output;
   EXPECT_EQ(access((dir + "/out/crossval-fsdp2-tiny.work").c_str(), F_OK), 0) << r.output;
   EXPECT_NE(access((dir + "/out/crossval-ddp-tiny.work").c_str(), F_OK), 0) << r.output;
+  // The help says so (it showed `run`'s report pattern, out/<backend>-<precision>-<model>-w<W>.json).
+  const auto help = zb::test_support::run_zerobench("crossval --help");
+  EXPECT_NE(help.output.find("default out/crossval-<backend>-<model>.json"), std::string::npos) << help.output;
 }
 
 // ---- the device: cpu + Gloo, cuda + NCCL ----

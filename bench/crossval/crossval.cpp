@@ -399,6 +399,8 @@ void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {
   cmd.add_option("--precision", o.precisions,
                  "precision mode(s), comma-separated or repeated (" + precisions_help(/*crossval_only=*/true) + ")")
       ->delimiter(',');
+  cmd.get_option("--out")->description(
+      "crossval document (default out/crossval-<backend>-<model>.json, <backend> as --config picks it)");
   cmd.add_option("--python", o.python, "interpreter with torch (and deepspeed) for the reference (default: setup venv's)");
   cmd.add_option("--work-dir", o.work_dir, "where weights, batches and both sides' outputs go (default: <out>.work)");
   cmd.add_flag("--logits", o.logits, "check that the reference model's logits equal zerobench's (tests)")->group("");
