@@ -305,7 +305,9 @@ TEST(CrossvalCompare, Zero3StepCounterRuleUsesZerobenchsSubGroups) {
   s = synthetic("zero3", "bf16");
   for (auto& u : s.upstream) u["model_states_bytes"]["optimizer_step_counters"] = 0;
   expect_disagreement(compare(s), "rank 0 optimizer_step_counters: zerobench does not report it vs upstream 0 bytes");
-  s.report["config"]["backend"]["options"]["offload"] = {{"optimizer", "cpu"}};
+  // As the engine writes them (zero3::Zero3Resolved, which the rule reads): the option and its summary.
+  s.report["config"]["backend"]["options"]["offload_optimizer"] = {{"device", "cpu"}};
+  s.report["config"]["backend"]["options"]["offload"] = {{"optimizer", "cpu"}, {"param", "none"}};
   s.report["config"]["backend"]["options"]["host_optimizer"] = "DeepSpeedCPUAdam";
   EXPECT_TRUE(compare(s)["verdict"]["agree"].get<bool>()) << compare(s)["verdict"].dump(1);
 }
