@@ -66,7 +66,14 @@ c10::intrusive_ptr<c10d::Backend> make_pg(const c10::intrusive_ptr<c10d::Store>&
   const bool local = g_master_addr == "127.0.0.1" || g_master_addr == "localhost";
   opts->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                 : c10d::ProcessGroupGloo::createDefaultDevice());
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+  // No member returns before every member has connected its pairs: Gloo's connectFullMesh returns
+  // on a rank once its own pairs are up, and a member that then drops the group at once (a
+  // subgroup made and not used, a thread-rank leaving its test) closes sockets a slower member's
+  // listener has not finished accepting — that member then fails with "Connection closed by
+  // peer" inside connectFullMesh. A barrier on the new group is one small exchange per group.
+  pg->barrier()->wait();
+  return pg;
 }
 }  // namespace
 

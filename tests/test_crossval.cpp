@@ -425,11 +425,14 @@ TEST(Crossval, PaddedBatchesTrainAsDeepSpeedTrainsThem) {
 }
 
 // Each part of per-document training the reference must do as zerobench does, planted wrong in a
-// copy of the runners: one causal mask a row (the document mask ignored), RoPE at 0..T-1 (the
-// position_ids ignored), and the loss divided by each rank's own label count (HF's
-// average_tokens_across_devices off) — each a disagreement. zero2 fp32, whose bound is bitwise:
-// RoPE is relative, so positions shifted by a document's offset move only the rounding (zero2:
-// step 0 bitwise, 1.0e-7 in the step-1 grad norm; FSDP1 fp32's generic 1e-5 passes that).
+// copy of the runners: one causal mask a row (the document mask ignored while the positions
+// restart), the position_ids ignored (the model given 0..T-1 a row, as an HF model called without
+// them: RoPE from 0 and, since the documents are found from the positions, one causal mask a row),
+// and the loss divided by each rank's own label count (HF's average_tokens_across_devices off) —
+// each a step-0 disagreement. zero2 fp32, whose bound is bitwise. Not a plant: RoPE alone at
+// 0..T-1 with the document mask kept is the same function (RoPE scores depend on relative
+// positions only), so it moves only the rounding — 1.0e-7 in a step-1 grad norm on one CPU, none
+// on another (CI on 2026-11-28): a check on it would test the CPU, not the runner.
 TEST(Crossval, PerDocumentTrainingDisagreesWhenTheReferenceIgnoresAPart) {
   struct Plant {
     std::string what, file, from, to, reason;
@@ -437,7 +440,9 @@ TEST(Crossval, PerDocumentTrainingDisagreesWhenTheReferenceIgnoresAPart) {
   const std::vector<Plant> plants = {
       {"mask", "model.py", "attn_mask=mask, dropout_p=0.0, is_causal=False", "attn_mask=None, dropout_p=0.0, is_causal=True",
        "step 0: loss"},
-      {"positions", "model.py", "flat = position_ids.reshape(-1)", "flat = torch.arange(T).repeat(B)", "step 1: grad norm"},
+      {"positions", "model.py", "document_rope(self.layers[0].self_attn.cfg, position_ids, x.dtype)",
+       "document_rope(self.layers[0].self_attn.cfg, torch.arange(tokens.size(1)).repeat(tokens.size(0), 1), x.dtype)",
+       "step 0: loss"},
       {"divisor", "common.py", "labels = step_label_counts(rows, counter) if per_document else None",
        "labels = [dist.get_world_size() * float(sum(int(b[1].ne(-100).sum()) for b in row)) for row in rows] if per_document else None",
        "step 0: grad norm"}};
