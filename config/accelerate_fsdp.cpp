@@ -192,7 +192,7 @@ AccelerateFsdpConfig read_accelerate_fsdp_config(const nlohmann::json& block, in
   if (o.cpu_ram_efficient_loading && !o.sync_module_states && has("fsdp_cpu_ram_efficient_loading"))
     throw UsageError(spelled.at("fsdp_cpu_ram_efficient_loading") +
                      " true needs fsdp_sync_module_states true (accelerate launch refuses the combination)");
-  if (o.sharding_strategy == "HYBRID_SHARD" && ranks_per_node > 0) {
+  if ((o.sharding_strategy == "HYBRID_SHARD" || o.sharding_strategy == "HYBRID_SHARD_ZERO2") && ranks_per_node > 0) {
     o.hybrid_shard_group_size = ranks_per_node;  // torch: intra-node shard group
     notes.apply("num_processes / num_machines", std::to_string(ranks_per_node),
                 "hybrid_shard_group_size " + std::to_string(ranks_per_node));

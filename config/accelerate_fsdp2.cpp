@@ -8,6 +8,7 @@
 #include <cctype>
 
 #include "config/bounded_readers.hpp"
+#include "config/config_file.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::config {
@@ -66,7 +67,10 @@ AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const
         c.precision = "mixed";  // fsdp2_prepare_model upcasts to fp32; MixedPrecisionPolicy(bf16, bf16, bf16)
       else if (mp == "fp16")
         c.precision = "fp16";  // MixedPrecisionPolicy(fp16, fp16, fp16) and a ShardedGradScaler
-      else if (mp != "no")
+      else if (mp != "no" && !(root["mixed_precision"].Tag() == "?" && is_pyyaml_bool(root["mixed_precision"].as<std::string>())))
+        // An unquoted yes/true/on/off/false is a boolean to PyYAML: config/accelerate_config.cpp
+        // (the launcher keys) refuses it, or lists it as ignored under --precision, as accelerate
+        // launch --mixed_precision never reads the file's value.
         throw UsageError(where + "mixed_precision '" + root["mixed_precision"].as<std::string>() +
                          "' is not supported (bf16, fp16 or no)");
     }

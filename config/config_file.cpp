@@ -89,6 +89,8 @@ size_t first_invalid_utf8(const std::string& s) {
 }
 }  // namespace
 
+bool is_pyyaml_bool(const std::string& plain) { return plain_scalar(plain).is_boolean(); }
+
 std::string read_config_bytes(const std::string& path, const std::string& flag) {
   // At most kMaxConfigFileBytes (config/bounded_readers.hpp, docs/configs.md "Limits").
   return read_file_bounded(path, flag + " " + path + ": ", kMaxConfigFileBytes);

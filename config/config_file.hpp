@@ -63,6 +63,10 @@ int config_num_processes(const std::string& path, const std::string& flag, bool 
 // Throws UsageError naming the file.
 nlohmann::json read_config_tree(const std::string& path, const std::string& flag, bool* accelerate = nullptr);
 
+// Whether a plain (unquoted) YAML scalar is a boolean to PyYAML's safe_load (YAML 1.1: yes/no,
+// true/false, on/off in three spellings each) — what accelerate then reads.
+bool is_pyyaml_bool(const std::string& plain);
+
 // SHA-256 of a file's bytes, lower-case hex (OpenSSL's EVP digest); throws UsageError if unreadable.
 std::string file_sha256(const std::string& path);
 

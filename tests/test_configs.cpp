@@ -513,6 +513,13 @@ TEST(AccelerateConfig, FsdpBlockFollowsAccelerate115) {
   EXPECT_EQ(r2.spec.options["backward_prefetch"], "NO_PREFETCH");
   EXPECT_EQ(r2.spec.options["sharding_strategy"], "SHARD_GRAD_OP") << "keys without the fsdp_ prefix are prefixed";
   EXPECT_EQ(r2.spec.precision, "fp32");
+  // HYBRID_SHARD_ZERO2 (by number, 5) runs, its shard group the ranks per node as HYBRID_SHARD's.
+  const auto p3 = write_file("acc_hsdp_z2.yaml", "distributed_type: FSDP\nnum_processes: 8\nnum_machines: 2\n"
+                                                 "fsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                                 "  fsdp_sharding_strategy: 5\n");
+  const auto r3 = resolve({"--config", p3});
+  EXPECT_EQ(r3.spec.options["sharding_strategy"], "HYBRID_SHARD_ZERO2");
+  EXPECT_EQ(r3.spec.options["hybrid_shard_group_size"], 4);
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
        "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n",
@@ -572,6 +579,13 @@ TEST(AccelerateConfig, AnUnquotedNoIsIgnoredWhenPrecisionIsGivenAsAccelerateLaun
   EXPECT_EQ(resolve({"--config", p, "--precision", "mixed"}).spec.precision, "mixed");
   std::ofstream(p) << files[3].first;
   EXPECT_EQ(resolve({"--config", p, "--precision", "bf16"}).spec.precision, "bf16");
+  // An unquoted yes/true/on in an FSDP2 file: the same (the FSDP2 reader refused it on its own
+  // before, --precision or not: round 2 of the real-config trial).
+  for (const char* b : {"yes", "True", "on"}) {
+    std::ofstream(p) << "distributed_type: FSDP\nmixed_precision: " << b << "\nfsdp_config:\n  fsdp_version: 2\n";
+    EXPECT_NE(usage_error({"--config", p}).find("mixed_precision true: YAML reads an unquoted"), std::string::npos) << b;
+    EXPECT_EQ(resolve({"--config", p, "--precision", "mixed", "--nproc", "2"}).spec.precision, "mixed") << b;
+  }
   std::remove(p.c_str());
 }
 

@@ -263,6 +263,15 @@ TEST(TranslateCorpus, UnrunnableSourcesTranslateAndTheRefusedKeysAreNamed) {
   EXPECT_EQ(hybrid.config["zero_optimization"]["zero_hpz_partition_size"], 4);
   EXPECT_EQ(entry(hybrid, "fsdp_config.fsdp_sharding_strategy")->kind, Kind::kApproximate);
   EXPECT_EQ(entry(hybrid, "fsdp_config.fsdp_sharding_strategy")->refused, "");  // zero3 runs hpZ (issue 24)
+  // HYBRID_SHARD_ZERO2 runs in zerobench's fsdp: the source is not refused; ZeRO stage 2, approximated.
+  const auto hz2_src = temp_path("hybrid_zero2.yaml");
+  std::ofstream(hz2_src) << "distributed_type: FSDP\nnum_processes: 8\nnum_machines: 2\nfsdp_config:\n"
+                            "  fsdp_sharding_strategy: HYBRID_SHARD_ZERO2\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n";
+  const auto hz2 = translate_file(hz2_src, Target::kDeepSpeed);
+  EXPECT_EQ(hz2.source_refusal, "");
+  EXPECT_EQ(hz2.config["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(entry(hz2, "fsdp_config.fsdp_sharding_strategy")->kind, Kind::kApproximate);
+  EXPECT_EQ(entry(hz2, "fsdp_config.fsdp_sharding_strategy")->refused, "");
 
   const auto ddp = translate_file(kCorpus + "alignment-handbook_ddp.yaml", Target::kFsdp);
   EXPECT_EQ(ddp.config["fsdp_config"]["fsdp_sharding_strategy"], "NO_SHARD");

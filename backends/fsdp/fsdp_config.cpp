@@ -63,11 +63,11 @@ std::vector<BackendFlag> cli_flags() {
     f.choices = std::move(choices);
     return f;
   };
-  return {flag("--sharding-strategy", "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD (or 1-4)", K::kText),
+  return {flag("--sharding-strategy", "fsdp: FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|HYBRID_SHARD_ZERO2 (or 1-5)", K::kText),
           flag("--backward-prefetch", "fsdp: BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH", K::kText),
           flag("--forward-prefetch", "fsdp: prefetch the next unit's all-gather in forward", K::kSwitch),
           flag("--limit-all-gathers", "fsdp: true|false (default true)", K::kText, {"true", "false"}),
-          flag("--hsdp-shard-size", "fsdp HYBRID_SHARD: ranks per shard group (default: per node)", K::kCount),
+          flag("--hsdp-shard-size", "fsdp HYBRID_SHARD(_ZERO2): ranks per shard group (default: per node)", K::kCount),
           flag("--reduce-dtype",
                "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
                "under mixed)",
@@ -129,7 +129,8 @@ std::vector<OptionEffect> option_effects() {
       {"sharding_strategy",
        "what is sharded: FULL_SHARD shards parameters, gradients and optimizer states; "
        "SHARD_GRAD_OP keeps parameters gathered between forward and backward (more memory, "
-       "fewer all-gathers); NO_SHARD is DDP"},
+       "fewer all-gathers); NO_SHARD is DDP; HYBRID_SHARD shards within a node and replicates across "
+       "nodes; HYBRID_SHARD_ZERO2 does so with SHARD_GRAD_OP's gathered parameters"},
       {"backward_prefetch",
        "when the next unit's all-gather is issued in backward (BACKWARD_PRE overlaps more, "
        "holds one more unit's parameters)"},

@@ -22,7 +22,7 @@ ShardPieces shard_pieces(const CrossvalCase& c, int rank) {
   const auto& o = fsdp_options(c.spec.options);
   int S = c.world_size;
   if (c.world_size == 1 || o.sharding_strategy == ShardingStrategy::kNoShard) S = 1;
-  if (o.sharding_strategy == ShardingStrategy::kHybridShard && o.hybrid_shard_group_size > 0) S = o.hybrid_shard_group_size;
+  if (is_hybrid(o.sharding_strategy) && o.hybrid_shard_group_size > 0) S = o.hybrid_shard_group_size;
   const int64_t r = rank % S;
   ShardPieces out;
   for (const auto& unit : models::unit_param_specs(c.spec.model)) {

@@ -259,7 +259,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
         auto sharded = at::empty({l.shard_numel}, padded.options());
         auto rs = comm_.reduce_scatter_sum_async(sharded, padded, label, &shard_group_);
         padded = at::Tensor();
-        if (strategy_ == ShardingStrategy::kHybridShard) {
+        if (is_hybrid(strategy_)) {
           // The all-reduce stream waits for the post-backward stream, then all-reduces across
           // replicas, post-divides and accumulates there.
           s.enqueue(post_backward_stream_, make_waits(std::move(rs)), "reduce_scatter done " + label, [] {});
@@ -473,7 +473,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   // under HSDP. High priority when limit_all_gathers and HSDP.
   void init_streams() {
     auto& s = streams();
-    const bool hybrid = strategy_ == ShardingStrategy::kHybridShard;
+    const bool hybrid = is_hybrid(strategy_);
     const bool high = opts_.limit_all_gathers && hybrid;
     unshard_stream_ = s.create("unshard", high);
     post_backward_stream_ = s.create("post_backward", high);

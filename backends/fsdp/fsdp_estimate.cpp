@@ -37,9 +37,10 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
     all += padded;
   }
   const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
-  if (sharded && o.sharding_strategy == ShardingStrategy::kShardGradOp) {
+  if (sharded && !reshard_after_forward(o.sharding_strategy)) {
     e.terms.push_back({"unsharded units", kFwdBwd, all * p,
-                       "sum(padded units)*p: SHARD_GRAD_OP keeps every unit gathered from forward to its post-backward"});
+                       "sum(padded units)*p: " + to_string(o.sharding_strategy) +
+                           " keeps every unit gathered from forward to its post-backward"});
   } else if (!sharded) {
     if (p != s) e.terms.push_back({"bf16 unit copies", kFwdBwd, all * p, "sum(units)*p: NO_SHARD's compute copies"});
   } else {

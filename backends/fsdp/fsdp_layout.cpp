@@ -26,10 +26,10 @@ double predivide_factor(int world) {
 }
 
 ShardingStrategy effective_strategy(const FsdpOptions& o, int world, int local_size) {
-  if (o.sharding_strategy == ShardingStrategy::kHybridShard) {
+  if (is_hybrid(o.sharding_strategy)) {
     const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
     if (s == 1 && world > 1)
-      throw UsageError("HYBRID_SHARD with a shard group of 1 rank: FSDP1 switches to NO_SHARD on that 1-rank group "
+      throw UsageError(to_string(o.sharding_strategy) + " with a shard group of 1 rank: FSDP1 switches to NO_SHARD on that 1-rank group "
                        "(_init_core_state) and would not reduce across the " +
                        std::to_string(world) + " replicas; use --sharding-strategy NO_SHARD");
   }
@@ -48,10 +48,10 @@ namespace {
 // Shard-group size: W for FULL_SHARD/SHARD_GRAD_OP, S for HYBRID_SHARD, 1 for NO_SHARD.
 int shard_group_size(ShardingStrategy st, const FsdpOptions& o, int world, int local_size) {
   if (st == ShardingStrategy::kNoShard) return 1;
-  if (st != ShardingStrategy::kHybridShard) return world;
+  if (!is_hybrid(st)) return world;
   const int s = o.hybrid_shard_group_size > 0 ? o.hybrid_shard_group_size : local_size;
   if (s <= 0 || world % s != 0)
-    throw UsageError("HYBRID_SHARD shard group size " + std::to_string(s) + " does not divide world size " +
+    throw UsageError(to_string(st) + " shard group size " + std::to_string(s) + " does not divide world size " +
                      std::to_string(world));
   return s;
 }
@@ -66,7 +66,7 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   l.ranks_per_node = topo.ranks_per_node;
   l.shard_size = shard_group_size(st, o, topo.world, topo.ranks_per_node);
   // HYBRID_SHARD builds its own shard and replicate groups (_init_intra_and_inter_node_groups).
-  l.separate_groups = st == ShardingStrategy::kHybridShard;
+  l.separate_groups = is_hybrid(st);
   for (const auto& unit : models::unit_param_specs(spec.model)) {
     int64_t numel = 0;
     for (const auto& p : unit) numel += p.numel();

@@ -33,6 +33,7 @@ std::string to_string(ShardingStrategy s) {
     case ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
     case ShardingStrategy::kNoShard: return "NO_SHARD";
     case ShardingStrategy::kHybridShard: return "HYBRID_SHARD";
+    case ShardingStrategy::kHybridShardZero2: return "HYBRID_SHARD_ZERO2";
   }
   return "?";
 }
@@ -53,7 +54,7 @@ ShardingStrategy parse_sharding_strategy(const std::string& v) {
   if (name == "SHARD_GRAD_OP") return ShardingStrategy::kShardGradOp;
   if (name == "NO_SHARD") return ShardingStrategy::kNoShard;
   if (name == "HYBRID_SHARD") return ShardingStrategy::kHybridShard;
-  throw UsageError("sharding strategy HYBRID_SHARD_ZERO2 is not supported yet (use HYBRID_SHARD)");
+  return ShardingStrategy::kHybridShardZero2;
 }
 
 BackwardPrefetch parse_backward_prefetch(const std::string& v) {

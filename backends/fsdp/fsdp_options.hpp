@@ -14,15 +14,20 @@
 
 namespace zb::backends::fsdp {
 
-enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+// kHybridShardZero2 is torch's ShardingStrategy._HYBRID_SHARD_ZERO2 (accelerate: HYBRID_SHARD_ZERO2,
+// number 5): SHARD_GRAD_OP within the shard group, replicated across groups.
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
 enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNone };
+inline bool is_hybrid(ShardingStrategy s) {  // _init_utils.py HYBRID_SHARDING_STRATEGIES
+  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
+}
 
 struct FsdpOptions {
   ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;  // FSDP1 default
   bool forward_prefetch = false;
   bool limit_all_gathers = true;       // at most 2 all-gathers in flight (_limiter_utils.py)
-  int hybrid_shard_group_size = 0;     // HYBRID_SHARD's shard group; 0 = ranks per node
+  int hybrid_shard_group_size = 0;     // HYBRID_SHARD(_ZERO2)'s shard group; 0 = ranks per node
   std::string reduce_dtype;            // "" = param_dtype (MixedPrecision's default); bf16|fp32
   bool sync_module_states = true;      // broadcast rank 0's weights before sharding
   bool activation_checkpointing = false;

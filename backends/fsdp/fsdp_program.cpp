@@ -33,7 +33,7 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   // The report's resolved options as the engine's record (a key a report lacks: the default).
   const FsdpResolved r = fsdp_resolved_from_json(in.options);
   const ShardingStrategy strategy = r.options.sharding_strategy;
-  if (strategy == ShardingStrategy::kHybridShard)
+  if (is_hybrid(strategy))
     throw UsageError("projection: fsdp sharding_strategy " + to_string(strategy) +
                      " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
   const bool sharded = strategy != ShardingStrategy::kNoShard;

@@ -351,8 +351,6 @@ std::string static_refusal(Target to, const std::string& key, const ojson& v, co
     }
   } else {
     if (key == "mixed_precision" && v == "fp8") return "fp8 is not implemented in zerobench";
-    if (key == "fsdp_config.fsdp_sharding_strategy" && v == "HYBRID_SHARD_ZERO2")
-      return "HYBRID_SHARD_ZERO2 is not implemented in zerobench";
   }
   return "";
 }

@@ -76,7 +76,9 @@ def make_runner(spec, work, device):
     if precision == "fp16":
         reduce = torch.float32 if opts.get("reduce_dtype") == "fp32" else torch.float16
         mixed = MixedPrecision(param_dtype=torch.float16, reduce_dtype=reduce, buffer_dtype=torch.float16)
-    strategy = ShardingStrategy[opts.get("sharding_strategy", "FULL_SHARD")]
+    # accelerate's HYBRID_SHARD_ZERO2 (number 5) is torch's ShardingStrategy._HYBRID_SHARD_ZERO2.
+    name = opts.get("sharding_strategy", "FULL_SHARD")
+    strategy = ShardingStrategy["_HYBRID_SHARD_ZERO2" if name == "HYBRID_SHARD_ZERO2" else name]
     prefetch = {"BACKWARD_PRE": BackwardPrefetch.BACKWARD_PRE, "BACKWARD_POST": BackwardPrefetch.BACKWARD_POST,
                 "NO_PREFETCH": None}[opts.get("backward_prefetch", "BACKWARD_PRE")]
     kwargs = {}
