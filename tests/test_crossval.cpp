@@ -460,7 +460,7 @@ TEST(Crossval, PerDocumentTrainingDisagreesWhenTheReferenceIgnoresAPart) {
 // HYBRID_SHARD_ZERO2 against real FSDP1's ShardingStrategy._HYBRID_SHARD_ZERO2 (run_fsdp1.py maps
 // accelerate's name to it) at W=4 in shard groups of 2: bitwise, every collective equal — 3
 // all-gathers a step on rank 0 (the root and 2 blocks, none again in backward; HYBRID_SHARD issues
-// 5). Full tier (tests/full_tier.txt); reports/results/cpu/crossval/fsdp-hybrid-shard-zero2.md.
+// 5). Full tier (tests/full_tier.txt); reports/results/cpu/crossval-hybrid-shard-zero2/fsdp-hybrid-shard-zero2.md.
 TEST(Crossval, HybridShardZero2AgreesWithPyTorchFsdp1AtFourRanks) {
   const auto doc = run_case("--backend fsdp --precision fp32 --sharding-strategy HYBRID_SHARD_ZERO2 --hsdp-shard-size 2 "
                             "--steps 2 --threads 1",
