@@ -9,18 +9,15 @@
 Used by scripts/test.sh (regex, check) and scripts/test-full-tier.sh (regex, document).
 """
 import datetime
+import os
 import re
 import subprocess
 import sys
 
 
 def names(tier):
-    out = []
-    for line in open(tier, encoding="utf-8"):
-        name = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if name:
-            out.append(name)
-    return out
+    """The tier's test names: each line's text before '#' (comment lines give none)."""
+    return [n for n in (line.split("#", 1)[0].strip() for line in open(tier, encoding="utf-8")) if n]
 
 
 def regex(tier):
@@ -59,17 +56,17 @@ def document(tier, log, out):
              f"Written by scripts/test-full-tier.sh on {datetime.date.today().isoformat()} at commit {commit} "
              "(the working tree it built); scripts/test.sh fails while a tier test is not Passed here.", "",
              "| test | result | seconds |", "|---|---|---:|"]
+    tier_names = names(tier)
     total = 0.0
-    for n in names(tier):
+    for n in tier_names:
         result, secs = results.get(n, ("not run", 0.0))
         total += secs
         lines.append(f"| `{n}` | {result} | {secs:.1f} |")
-    lines += ["", f"{len(names(tier))} tests, {total:.0f} s of test time (serial sum)."]
+    lines += ["", f"{len(tier_names)} tests, {total:.0f} s of test time (serial sum)."]
     with open(out + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    import os
     os.replace(out + ".tmp", out)
-    return 0 if all(results.get(n, ("",))[0] == "Passed" for n in names(tier)) else 1
+    return 0 if all(results.get(n, ("",))[0] == "Passed" for n in tier_names) else 1
 
 
 if __name__ == "__main__":
