@@ -126,15 +126,18 @@ AccelerateFsdpConfig read_accelerate_fsdp_config(const nlohmann::json& block, in
       notes.ignore(key, value, "off");
     } else if (name == "fsdp_auto_wrap_policy") {
       o.auto_wrap_policy = accelerate_name_or_number(key, value, kAutoWrapPolicies);
-      if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP")
-        throw UsageError(key + " " + value + ": zerobench wraps one FSDP unit per decoder block "
-                         "(TRANSFORMER_BASED_WRAP); " + o.auto_wrap_policy + " is not implemented");
-      notes.apply(key, value, "one flat parameter per decoder block, the root holds embedding, final norm and LM head");
+      notes.apply(key, value,
+                  o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP"
+                      ? "one flat parameter per decoder block, the root holds embedding, final norm and LM head"
+                  : o.auto_wrap_policy == "NO_WRAP"
+                      ? "one flat parameter, the root's, holds every parameter (no auto-wrap policy)"
+                      : "size_based_auto_wrap_policy(min_num_params): the units it makes of the model "
+                        "(config.backend.options; backends/fsdp/fsdp_wrap.hpp)");
     } else if (name == "fsdp_transformer_layer_cls_to_wrap") {
       notes.ignore(key, value, "names the model's decoder-layer class; zerobench's decoder has one block class and "
                                "it is the wrapped unit");
     } else if (name == "fsdp_min_num_params") {
-      notes.ignore(key, value, "read only with SIZE_BASED_WRAP (FullyShardedDataParallelPlugin.__post_init__)");
+      continue;  // after the loop: read only with SIZE_BASED_WRAP
     } else if (name == "fsdp_state_dict_type") {
       o.state_dict_type = accelerate_name_or_number(key, value, kStateDictTypes);
       notes.ignore(key, value, "checkpoint format; zerobench writes no checkpoint");
@@ -186,8 +189,29 @@ AccelerateFsdpConfig read_accelerate_fsdp_config(const nlohmann::json& block, in
     notes.apply(key, value, "sharding_strategy " + o.sharding_strategy);
   }
   if (!has("fsdp_auto_wrap_policy"))
-    throw UsageError("fsdp_config has no fsdp_auto_wrap_policy: accelerate then uses NO_WRAP (one FSDP unit for the "
-                     "whole model), which zerobench does not implement; set fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP");
+    notes.apply("fsdp_config.fsdp_auto_wrap_policy", "(absent)",
+                "NO_WRAP, accelerate's default: one flat parameter, the root's, holds every parameter");
+  // fsdp_min_num_params: launch.py's --fsdp_min_num_params (type int, default 1e8) reaches
+  // FullyShardedDataParallelPlugin as int(FSDP_MIN_NUM_PARAMS), read only under SIZE_BASED_WRAP,
+  // where a value <= 0 means no policy at all (set_auto_wrap_policy: "If zero, we silently ignore it").
+  if (has("fsdp_min_num_params")) {
+    const auto& key = spelled.at("fsdp_min_num_params");
+    const auto& v = keys.at("fsdp_min_num_params");
+    if (o.auto_wrap_policy != "SIZE_BASED_WRAP") {
+      notes.ignore(key, scalar_text(v), "read only with SIZE_BASED_WRAP (FullyShardedDataParallelPlugin.__post_init__)");
+    } else {
+      if (!v.is_number_integer())
+        throw UsageError(key + " " + scalar_text(v) +
+                         ": accelerate reads it with int() from the environment launch writes, which fails on anything "
+                         "but an integer");
+      o.min_num_params = v.get<int64_t>();
+      notes.apply(key, scalar_text(v),
+                  o.min_num_params > 0 ? "min_num_params " + scalar_text(v)
+                                       : "min_num_params <= 0: accelerate passes no auto-wrap policy (NO_WRAP)");
+    }
+  } else if (o.auto_wrap_policy == "SIZE_BASED_WRAP") {
+    notes.apply("fsdp_config.fsdp_min_num_params", "(absent)", "min_num_params 100000000 (accelerate launch's default)");
+  }
   // utils/launch.py prepare_multi_gpu_env refuses this combination.
   if (o.cpu_ram_efficient_loading && !o.sync_module_states && has("fsdp_cpu_ram_efficient_loading"))
     throw UsageError(spelled.at("fsdp_cpu_ram_efficient_loading") +

@@ -30,7 +30,8 @@ struct AccelerateFsdpConfig {
   bool use_orig_params = true;
   bool cpu_ram_efficient_loading = true;
   bool offload_params = false;                            // CPUOffload(offload_params=...)
-  std::string auto_wrap_policy = "NO_WRAP";
+  std::string auto_wrap_policy = "NO_WRAP";              // TRANSFORMER_BASED_WRAP | SIZE_BASED_WRAP | NO_WRAP
+  int64_t min_num_params = 100000000;                     // SIZE_BASED_WRAP's (launch --fsdp_min_num_params default 1e8)
   std::string state_dict_type = "SHARDED_STATE_DICT";
   int hybrid_shard_group_size = 0;                        // HYBRID_SHARD: ranks per node (0 = unknown)
   ConfigNotes notes;

@@ -520,6 +520,19 @@ TEST(AccelerateConfig, FsdpBlockFollowsAccelerate115) {
   const auto r3 = resolve({"--config", p3});
   EXPECT_EQ(r3.spec.options["sharding_strategy"], "HYBRID_SHARD_ZERO2");
   EXPECT_EQ(r3.spec.options["hybrid_shard_group_size"], 4);
+  // fsdp_auto_wrap_policy as accelerate resolves it: absent is NO_WRAP; SIZE_BASED_WRAP takes
+  // fsdp_min_num_params (launch's default 1e8 when absent), read only under SIZE_BASED_WRAP.
+  const auto p4 = write_file("acc_wrap.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 1\n"
+                                              "  fsdp_min_num_params: 5\n");
+  const auto r4 = resolve({"--config", p4});
+  EXPECT_EQ(r4.spec.options["auto_wrap_policy"], "NO_WRAP");
+  EXPECT_FALSE(r4.spec.options.json().contains("min_num_params"));
+  std::ofstream(p4) << "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n";
+  EXPECT_EQ(resolve({"--config", p4}).spec.options["min_num_params"], 100000000);
+  std::ofstream(p4) << "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: 2\n  fsdp_min_num_params: 200000000\n";
+  EXPECT_EQ(resolve({"--config", p4}).spec.options["auto_wrap_policy"], "SIZE_BASED_WRAP");
+  EXPECT_EQ(resolve({"--config", p4}).spec.options["min_num_params"], 200000000);
+  std::remove(p4.c_str());
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
        "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n",
@@ -528,9 +541,8 @@ TEST(AccelerateConfig, FsdpBlockFollowsAccelerate115) {
       {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
        "  fsdp_reshard_after_forward: false\n",
        "fsdp_config.fsdp_reshard_after_forward false: a boolean is FSDP2's form"},
-      {"distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n", "no fsdp_auto_wrap_policy"},
-      {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n",
-       "fsdp_config.fsdp_auto_wrap_policy SIZE_BASED_WRAP"},
+      {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 1.0e+8\n",
+       "fsdp_config.fsdp_min_num_params 100000000.0: accelerate reads it with int()"},
       {"distributed_type: FSDP\nmixed_precision: no\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n",
        "mixed_precision false: YAML reads an unquoted no"},
       {"distributed_type: FSDP\nbogus_key: 1\n", "bogus_key: not an accelerate config key"},

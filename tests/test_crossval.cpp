@@ -471,6 +471,33 @@ TEST(Crossval, HybridShardZero2AgreesWithPyTorchFsdp1AtFourRanks) {
   EXPECT_EQ(comm["all_gather"]["upstream_count"], 3) << comm.dump();
 }
 
+// FSDP1 with one unit for the whole model, from a real file: LiuTaowen-Tony/Retriever's
+// fsdp_config.yaml (312f2cc; keys inline) — SIZE_BASED_WRAP with min_num_params 1e8 wraps no module
+// of tiny, so both sides run the root alone (run_fsdp1.py passes torch's own size-based policy and
+// checks the unit count); its unquoted `mixed_precision: no` is read past under --precision as
+// `run` reads it. W=3 (the flat parameter padded): mixed and fp32 bitwise, one all-gather and one
+// reduce-scatter a step on both sides, with gradient accumulation (no_sync on the root).
+TEST(Crossval, SizeBasedWrapOfNothingAgreesWithPyTorchFsdp1AsOneUnit) {
+  const auto cfg = temp_path("retriever_fsdp_config.yaml");
+  std::ofstream(cfg) << "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\ndowncast_bf16: 'no'\nfsdp_config:\n"
+                        "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n"
+                        "  fsdp_cpu_ram_efficient_loading: false\n  fsdp_forward_prefetch: false\n"
+                        "  fsdp_min_num_params: 100000000\n  fsdp_offload_params: false\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                        "  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_sync_module_states: true\n"
+                        "  fsdp_use_orig_params: true\nmixed_precision: no\nnum_machines: 1\nnum_processes: 3\n";
+  const auto doc = run_case("--config " + cfg + " --precision fp32,mixed --steps 2 --grad-accum 2 --micro-batch 2 --threads 1",
+                            0, nullptr, 3);
+  expect_agreement(doc, "FSDP1", 2, 2);
+  for (const auto& mode : doc["modes"]) {
+    const auto& comm = mode["steps"][0]["comm"];
+    EXPECT_EQ(comm["all_gather"]["count"], 2) << comm.dump() << ": one per micro-batch";
+    EXPECT_EQ(comm["all_gather"]["upstream_count"], 2) << comm.dump();
+    EXPECT_EQ(comm["reduce_scatter"]["count"], 1) << comm.dump();
+    EXPECT_EQ(comm["reduce_scatter"]["upstream_count"], 1) << comm.dump();
+  }
+  std::remove(cfg.c_str());
+}
+
 // --logits on a packed micro-batch: position_ids and document ids written beside the tokens, both
 // models attend per document — fp32 bitwise, bf16 within one ulp; with the reference ignoring the
 // position_ids (planted) fp32 disagrees.

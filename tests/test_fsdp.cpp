@@ -10,6 +10,7 @@
 #include "backends/backend_info.hpp"
 #include "backends/fsdp/fsdp_engine.hpp"
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 #include "profiler/nvtx_capture.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
@@ -483,4 +484,152 @@ TEST(FsdpWorldSizeOne, SwitchesToNoShardAsFsdp1Does) {
   }
   // fp32 at W=1 still equals the single-process reference.
   test_support::expect_matches_reference("fsdp", fsdp_spec("fp32", 2), 1);
+}
+
+// ---- auto-wrap policies (backends/fsdp/fsdp_wrap.hpp) ----
+
+// tests/data/fsdp_size_based_wrap.json is what torch's own _recursive_wrap wraps under
+// size_based_auto_wrap_policy(min_num_params) on scripts/crossval/model.py's module tree, per preset
+// and threshold (scripts/crossval/size_based_wrap_reference.py wrote it). Planted once: a wrong
+// reference list for tiny at 50000 fails this test.
+TEST(FsdpWrap, SizeBasedWrappedModulesAreTorchsRecursiveWrap) {
+  std::ifstream in(std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/fsdp_size_based_wrap.json");
+  const auto ref = nlohmann::json::parse(in);
+  int cases = 0;
+  for (const auto& [preset, by_min] : ref["presets"].items())
+    for (const auto& [min, names] : by_min.items()) {
+      EXPECT_EQ(nlohmann::json(backends::fsdp::size_based_wrapped_modules(models::preset(preset), std::stoll(min))), names)
+          << preset << " min_num_params " << min;
+      ++cases;
+    }
+  EXPECT_EQ(cases, 27);
+}
+
+TEST(FsdpWrap, SizeBasedRunsAsNoWrapOrPerBlockAndRefusesOtherUnits) {
+  using backends::fsdp::Wrapping;
+  using backends::fsdp::wrapping;
+  FsdpOptions o;
+  EXPECT_EQ(wrapping(o, models::preset("tiny")), Wrapping::kPerBlock);  // zerobench's default
+  o.auto_wrap_policy = "NO_WRAP";
+  EXPECT_EQ(wrapping(o, models::preset("granite-7b")), Wrapping::kWholeModel);
+  o.auto_wrap_policy = "SIZE_BASED_WRAP";
+  o.min_num_params = 100000000;  // accelerate launch's default: tiny has 1.2M parameters, nothing is wrapped
+  EXPECT_EQ(wrapping(o, models::preset("tiny")), Wrapping::kWholeModel);
+  o.min_num_params = 200000000;  // granite-7b: each 202M-parameter block, not the 131M embedding or LM head
+  EXPECT_EQ(wrapping(o, models::preset("granite-7b")), Wrapping::kPerBlock);
+  o.min_num_params = 0;  // set_auto_wrap_policy: "If zero, we silently ignore it" (no policy)
+  EXPECT_EQ(wrapping(o, models::preset("granite-7b")), Wrapping::kWholeModel);
+  o.min_num_params = 100000000;  // granite-7b: the embedding, every MLP, the model, the LM head
+  try {
+    wrapping(o, models::preset("granite-7b"));
+    ADD_FAILURE() << "SIZE_BASED_WRAP 1e8 on granite-7b makes sub-block units and must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("wraps model.embed_tokens, model.layers.0.mlp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(35 in all)"), std::string::npos) << e.what();
+  }
+}
+
+// NO_WRAP: one flat parameter, the root's, in named_parameters() order (embedding, blocks, final
+// norm, LM head): the same training as the single-process reference under every strategy, with
+// one all-gather and one reduce-scatter per step (FSDP1's root: gathered in its pre-forward, not
+// freed after forward, reduce-scattered in its post-backward).
+TEST(FsdpNoWrap, EveryStrategyMatchesTheReferenceWithOneUnit) {
+  auto no_wrap = [](ShardingStrategy st, int hybrid = 0) {
+    auto o = strategy(st, hybrid);
+    o.auto_wrap_policy = "NO_WRAP";
+    return o;
+  };
+  {
+    SCOPED_TRACE("FULL_SHARD W=3 accum 2");
+    expect_matches_reference(fsdp_spec("fp32", 2, no_wrap(ShardingStrategy::kFullShard)), 3);
+  }
+  {
+    SCOPED_TRACE("SHARD_GRAD_OP W=2");
+    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kShardGradOp)), 2);
+  }
+  {
+    SCOPED_TRACE("NO_SHARD W=2");
+    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kNoShard)), 2);
+  }
+  {
+    SCOPED_TRACE("HYBRID_SHARD W=4 S=2");
+    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kHybridShard, 2)), 4);
+  }
+  {
+    SCOPED_TRACE("--activation-checkpointing full W=2 (zerobench's per-block checkpoints inside the one unit)");
+    auto ckpt = fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kFullShard));
+    ckpt.train.activation_checkpointing = models::ActivationCheckpointing::full();
+    expect_matches_reference(ckpt, 2);
+  }
+}
+
+TEST(FsdpNoWrap, OneGatherAndOneReduceScatterPerStepAndTheClosedFormBytes) {
+  // vocab 251: the model's 2*251*128 + 128 + 2*184576 = 433664 elements, padded to a multiple of 3.
+  FsdpOptions o;
+  o.auto_wrap_policy = "NO_WRAP";
+  for (const std::string precision : {"fp32", "mixed"}) {
+    auto spec = fsdp_spec(precision, 1, o);
+    spec.model.vocab = 251;
+    spec.train.steps = 2;
+    spec.train.warmup = 0;
+    const int64_t numel = 2 * 251 * 128 + 128 + 2 * 184576, shard = (numel + 2) / 3;
+    const auto layout = backends::backend("fsdp").training.shard_layout(spec, backends::Topology(3, 3));
+    EXPECT_EQ(layout.unit_numel, std::vector<int64_t>({numel}));
+    EXPECT_EQ(layout.unit_padded, std::vector<int64_t>({3 * shard}));
+    const int64_t e = 4;  // the flat parameter is fp32 in both
+    const backends::ModelStateBytes expected{shard * e, 0, shard * e, 2 * shard * e, 0, {}};
+    EXPECT_EQ(backends::backend("fsdp").training.expected_bytes(spec, 3, 0), expected);
+    test_support::run_ranks(3, [&](runtime::World& world) {
+      auto [engine, r] = test_support::train_on(world, "fsdp", spec);
+      using K = backends::common::CollectiveKind;
+      const int64_t p = precision == "fp32" ? 4 : 2;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kAllGather)].count, 1) << precision;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kReduceScatter)].count, 1) << precision;
+      EXPECT_EQ(r.comm_last_step[size_t(K::kAllReduce)].count, 1) << precision << ": the gradient norm";
+      EXPECT_EQ(r.comm_last_step[size_t(K::kAllGather)].bytes, 3 * shard * p) << precision;
+      EXPECT_EQ(r.model_state_bytes, expected) << precision;
+      EXPECT_EQ(engine->resolved_options()["auto_wrap_policy"], "NO_WRAP");
+    });
+  }
+}
+
+TEST(FsdpNoWrap, RunsFromAccelerateFilesAndRefusesWhatItCannotRun) {
+  const auto cfg = test_support::temp_path("no_wrap.yaml");
+  const auto out = test_support::temp_path("no_wrap.json");
+  // neuralmagic/sparseml's fsdp_config.yaml (7c59e38), keys inline: NO_WRAP, sharding strategy 1.
+  std::ofstream(cfg) << "distributed_type: FSDP\nmixed_precision: 'no'\nnum_processes: 2\nfsdp_config:\n"
+                        "  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_sharding_strategy: 1\n  fsdp_sync_module_states: true\n"
+                        "  fsdp_use_orig_params: false\n";
+  const std::string common = " --model tiny --nproc 2 --steps 2 --warmup 1 --seq-len 32 --threads 1 --quiet --out " + out;
+  auto r = test_support::run_zerobench("run --config " + cfg + common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rep = reports::read_report(out);
+  EXPECT_EQ(rep["config"]["backend"]["options"]["auto_wrap_policy"], "NO_WRAP");
+  EXPECT_EQ(rep["config"]["shard_layout"]["unit_padding"].size(), 1u);
+  EXPECT_EQ(rep["ranks"][0]["comm"]["all_gather"]["count"], 1);
+  // LiuTaowen-Tony/Retriever's (312f2cc), keys inline: SIZE_BASED_WRAP 1e8 wraps nothing of tiny.
+  std::ofstream(cfg) << "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n"
+                        "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 100000000\n"
+                        "  fsdp_sharding_strategy: FULL_SHARD\n";
+  r = test_support::run_zerobench("run --config " + cfg + common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  rep = reports::read_report(out);
+  EXPECT_EQ(rep["config"]["backend"]["options"]["min_num_params"], 100000000);
+  EXPECT_EQ(rep["ranks"][0]["comm"]["all_gather"]["count"], 1);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_activation_checkpointing: true\n",
+       "fsdp_activation_checkpointing true with auto_wrap_policy NO_WRAP: accelerate then checkpoint-wraps every module"},
+      {"  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 1e8\n",
+       "fsdp_config.fsdp_min_num_params 1e8: accelerate reads it with int()"},
+      {"  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 50000\n",
+       "SIZE_BASED_WRAP with min_num_params 50000 wraps model.embed_tokens, model.layers.0.mlp, model.layers.1.mlp"},
+  };
+  for (const auto& [block, expected] : refused) {
+    std::ofstream(cfg) << "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n" << block;
+    r = test_support::run_zerobench("run --config " + cfg + common);
+    EXPECT_EQ(r.exit_code, 2) << block << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << block << r.output;
+  }
+  std::remove(cfg.c_str());
+  std::remove(out.c_str());
 }

@@ -19,6 +19,7 @@ FsdpOptions options_from_accelerate(const config::AccelerateFsdpConfig& c) {
   o.activation_checkpointing = c.activation_checkpointing;
   o.state_dict_type = c.state_dict_type;
   o.auto_wrap_policy = c.auto_wrap_policy;
+  o.min_num_params = c.auto_wrap_policy == "SIZE_BASED_WRAP" ? c.min_num_params : 0;
   o.use_orig_params = c.use_orig_params;
   o.cpu_ram_efficient_loading = c.cpu_ram_efficient_loading;
   o.offload_params = c.offload_params;
@@ -72,6 +73,11 @@ std::vector<BackendFlag> cli_flags() {
                "fsdp, fsdp2: gradient reduce dtype bf16|fp32 (MixedPrecision(Policy).reduce_dtype; default bf16 "
                "under mixed)",
                K::kText, {"bf16", "fp32"}),
+          flag("--auto-wrap-policy",
+               "fsdp: TRANSFORMER_BASED_WRAP (a unit per decoder block) | NO_WRAP (one unit: the whole model) | "
+               "SIZE_BASED_WRAP (torch's size_based_auto_wrap_policy with --min-num-params)",
+               K::kText, {"TRANSFORMER_BASED_WRAP", "NO_WRAP", "SIZE_BASED_WRAP"}),
+          flag("--min-num-params", "fsdp SIZE_BASED_WRAP: min_num_params (accelerate's default 100000000)", K::kCount),
           flag("--fsdp-offload-params",
                "fsdp: CPUOffload(offload_params=True): flat shards, gradients and AdamW on the host", K::kSwitch)};
 }
@@ -110,6 +116,19 @@ void apply_flags(const FlagValues& given, bool from_file, EngineSpec& spec, conf
   if (const auto* v = text("--reduce-dtype")) {
     f.reduce_dtype = *v;
     overridden("--reduce-dtype", *v);
+  }
+  if (const auto* v = text("--auto-wrap-policy")) {
+    f.auto_wrap_policy = *v;
+    if (*v == "SIZE_BASED_WRAP" && f.min_num_params <= 0) f.min_num_params = 100000000;  // launch.py's default
+    if (*v != "SIZE_BASED_WRAP") f.min_num_params = 0;
+    overridden("--auto-wrap-policy", *v);
+  }
+  if (const auto it = given.find("--min-num-params"); it != given.end()) {
+    if (f.auto_wrap_policy != "SIZE_BASED_WRAP")
+      throw UsageError("--min-num-params " + std::to_string(it->second.count) + ": read only with --auto-wrap-policy "
+                       "SIZE_BASED_WRAP (the run's policy is " + f.auto_wrap_policy + ")");
+    f.min_num_params = it->second.count;
+    overridden("--min-num-params", std::to_string(it->second.count));
   }
   if (given.count("--fsdp-offload-params")) {
     f.offload_params = true;
@@ -150,6 +169,7 @@ std::vector<OptionEffect> option_effects() {
       {"cpu_ram_efficient_loading", "only rank 0 loads the checkpoint into CPU RAM; load time and host memory"},
       {"state_dict_type", "checkpoint layout (full or sharded); no effect on the step"},
       {"auto_wrap_policy", "which modules become FSDP units: granularity of gathers and frees"},
+      {"min_num_params", "SIZE_BASED_WRAP's threshold: which modules become FSDP units"},
       {"offload_params", "parameters and gradients kept in host memory: less device memory, transfers each step"},
       {"shard_group_size", "ranks a parameter is sharded over: the per-rank share of model states"},
       {"hybrid_shard_group_size", "HYBRID_SHARD: shard within a group, replicate across groups"},

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/fsdp/fsdp_options.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 #include "models/model_config.hpp"
 
 namespace zb::backends::fsdp {
@@ -25,7 +26,7 @@ ShardPieces shard_pieces(const CrossvalCase& c, int rank) {
   if (is_hybrid(o.sharding_strategy) && o.hybrid_shard_group_size > 0) S = o.hybrid_shard_group_size;
   const int64_t r = rank % S;
   ShardPieces out;
-  for (const auto& unit : models::unit_param_specs(c.spec.model)) {
+  for (const auto& unit : flat_unit_specs(c.spec.model, wrapping(o, c.spec.model))) {
     int64_t numel = 0;
     for (const auto& p : unit) numel += p.numel();
     const int64_t shard = (numel + S - 1) / S, lo = r * shard, hi = lo + shard;

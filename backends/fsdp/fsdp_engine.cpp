@@ -7,6 +7,7 @@
 #include "backends/fsdp/fsdp_crossval.hpp"
 #include "backends/fsdp/fsdp_padding.hpp"
 #include "backends/fsdp/fsdp_program.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -79,6 +80,10 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     replicate_group_ = std::move(groups.replicate);
     shard_rank_ = is_sharded(strategy_) ? shard_group_.rank : 0;
     layout_ = layouts(sl);
+    // Which modules are units (fsdp_wrap.hpp): a flat parameter per block, or one for the model.
+    wrapping_ = wrapping(opts_, cfg);
+    members_ = flat_units(cfg, wrapping_);
+    views_.resize(size_t(models::unit_count(cfg)));
     init_streams();
     const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
     if (opts_.offload_params) {  // CPUOffload: the flat shards live on the host (fsdp_offload.hpp)
@@ -88,16 +93,18 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       local_params_ = at::zeros({local_numel}, at::TensorOptions().dtype(dtypes_.storage).device(dev));
     }
     std::vector<at::Tensor> shards;
-    const auto specs = models::unit_param_specs(cfg);
+    const auto specs = flat_unit_specs(cfg, wrapping_);
     for (int u = 0; u < int(layout_.size()); ++u) {
       const auto& l = layout_[size_t(u)];
       // Under a sharded load only this rank's chunk is read (zero past numel); otherwise the
       // whole padded unit (a --model-dir load strategy then replaces sync_module_states).
       const bool sharded_load = common::sharded_load(spec_);
       const int64_t chunk_lo = int64_t(shard_rank_) * l.shard_numel;
-      auto full = common::padded_chunk(spec_, u, 0, l.numel, sharded_load ? chunk_lo : 0,
-                                       sharded_load ? l.shard_numel : l.padded,
-                                       sharded_load ? at::Tensor() : common::initial_unit(spec_, u));
+      auto full = wrapping_ == Wrapping::kWholeModel
+                      ? whole_model_initial(l.padded)  // every model unit's weights, in flattening order
+                      : common::padded_chunk(spec_, u, 0, l.numel, sharded_load ? chunk_lo : 0,
+                                             sharded_load ? l.shard_numel : l.padded,
+                                             sharded_load ? at::Tensor() : common::initial_unit(spec_, u));
       // The blog's setting loads the model in bf16 for every mode: mixed upcasts the loaded
       // bf16 weights to fp32 at prepare (accelerate >= 0.30), so its master starts bf16-exact.
       if (spec_.precision == "mixed") full = full.to(at::kBFloat16).to(at::kFloat);
@@ -106,7 +113,7 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       Unit unit;
       unit.shard = local_params_.narrow(0, l.offset, l.shard_numel);
       // _get_shard: this rank's chunk of the padded flat parameter.
-      unit.shard.copy_(common::sharded_load(spec_) ? full : full.narrow(0, chunk_lo, l.shard_numel));
+      unit.shard.copy_(sharded_load && wrapping_ == Wrapping::kPerBlock ? full : full.narrow(0, chunk_lo, l.shard_numel));
       if (!is_sharded(strategy_) && dtypes_.param == dtypes_.storage && !offload_) {
         unit.full = unit.shard;  // NO_SHARD in one dtype: the flat parameter is its own storage
         unit.owns_full = false;
@@ -157,6 +164,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
 
   // ---- forward (models::UnitParamSource) ----
   std::vector<at::Tensor> unit_weights(int u) override {
+    // NO_WRAP: a block is no FSDP module; its weights are views of the root's gathered flat parameter.
+    if (wrapping_ == Wrapping::kWholeModel && u != models::kRootUnit) return views_.at(size_t(u));
     if (u == models::kRootUnit) root_pre_forward();
     auto& unit = units_[size_t(u)];
     unit.forward_range = runtime::nvtx::start("forward unit" + std::to_string(u));
@@ -173,10 +182,18 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     unit.prefetched = false;
     unit.needs_pre_backward_unshard = false;
     at::Tensor flat = at::GradMode::is_enabled() ? common::gather_edge(unit.anchor, this, u) : gathered_alias(u);
+    if (wrapping_ == Wrapping::kWholeModel) return whole_model_views(flat);
     return models::unflatten_unit(spec_.model, u, flat);
   }
 
   at::Tensor after_unit_forward(int u, at::Tensor output) override {
+    if (wrapping_ == Wrapping::kWholeModel) {
+      if (u != models::kRootUnit) {  // a block inside the root unit: no FSDP hooks of its own
+        streams().op("forward unit" + std::to_string(u), {units_[0].full});
+        return output;
+      }
+      for (auto& v : views_) v.clear();  // the forward is done: the graph holds what backward needs
+    }
     auto& unit = units_[size_t(u)];
     streams().op("forward unit" + std::to_string(u), {unit.full});  // the unit's compute (compute stream)
     // _post_forward_reshard: the root is never freed after forward (its parameters are needed
@@ -435,12 +452,63 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
       out.push_back(is_sharded(strategy_) ? common::gathered_full(comm_, shard, l.padded, l.numel, &shard_group_)
                                           : common::unpadded_fp32(shard, l.numel));
     }
+    if (wrapping_ == Wrapping::kWholeModel) return per_model_unit(out.front());
     return out;
   }
 
   // The unpadded flat parameter: a view of the gathered buffer's first numel elements.
   at::Tensor gathered_alias(int u) override {
     return common::storage_alias(units_[size_t(u)].full, layout_[size_t(u)].numel);
+  }
+
+  // ---- NO_WRAP: one flat parameter in the root module's named_parameters() order ----
+  // The whole padded flat parameter's initial fp32 values: each member's part of its model unit.
+  at::Tensor whole_model_initial(int64_t padded) const {
+    auto out = at::zeros({padded}, at::kFloat);
+    const auto specs = models::unit_param_specs(spec_.model);
+    int64_t pos = 0;
+    for (const auto& m : members_.front()) {
+      const auto unit = common::initial_unit(spec_, m.unit);
+      int64_t begin = 0, n = 0;
+      for (int i = 0; i < m.first + m.count; ++i) (i < m.first ? begin : n) += specs[size_t(m.unit)][size_t(i)].numel();
+      out.narrow(0, pos, n).copy_(unit.narrow(0, begin, n));
+      pos += n;
+    }
+    return out;
+  }
+  // One split of the gathered flat parameter into every original parameter (FSDP's unflattened
+  // views), handed out per model unit; returns the root's.
+  std::vector<at::Tensor> whole_model_views(const at::Tensor& flat) {
+    const auto specs = models::unit_param_specs(spec_.model);
+    std::vector<int64_t> numels;
+    std::vector<std::pair<int, int>> owner;  // (model unit, index) of each part
+    for (const auto& m : members_.front())
+      for (int i = m.first; i < m.first + m.count; ++i) {
+        numels.push_back(specs[size_t(m.unit)][size_t(i)].numel());
+        owner.push_back({m.unit, i});
+      }
+    for (size_t u = 0; u < views_.size(); ++u) views_[u].assign(specs[u].size(), at::Tensor());
+    const auto parts = at::split_with_sizes(flat.narrow(0, 0, layout_.front().numel), numels, 0);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto [u, i] = owner[k];
+      views_[size_t(u)][size_t(i)] = parts[k].view(specs[size_t(u)][size_t(i)].shape);
+    }
+    return views_[models::kRootUnit];
+  }
+  // The whole fp32 flat parameter [numel] as each model unit's flat weights (spec order).
+  std::vector<at::Tensor> per_model_unit(const at::Tensor& whole) const {
+    const auto specs = models::unit_param_specs(spec_.model);
+    std::vector<std::vector<at::Tensor>> pieces(specs.size());
+    int64_t pos = 0;
+    for (const auto& m : members_.front()) {
+      int64_t n = 0;
+      for (int i = m.first; i < m.first + m.count; ++i) n += specs[size_t(m.unit)][size_t(i)].numel();
+      pieces[size_t(m.unit)].push_back(whole.narrow(0, pos, n));
+      pos += n;
+    }
+    std::vector<at::Tensor> out;
+    for (auto& p : pieces) out.push_back(at::cat(p));
+    return out;
   }
 
  private:
@@ -599,7 +667,10 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   runtime::World shard_group_, replicate_group_;
   int shard_size_ = 1, shard_rank_ = 0;
   std::vector<Layout> layout_;
-  std::vector<Unit> units_;
+  std::vector<Unit> units_;  // one per flat parameter (FSDP unit)
+  Wrapping wrapping_ = Wrapping::kPerBlock;
+  std::vector<std::vector<FlatMember>> members_;  // each flat parameter's model-unit members
+  std::vector<std::vector<at::Tensor>> views_;     // NO_WRAP: this forward's weights, per model unit
   StreamId unshard_stream_ = 0, post_backward_stream_ = 0, pre_unshard_stream_ = 0, all_reduce_stream_ = 0;
   static constexpr size_t kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
   std::deque<common::StreamEvent> free_events_;        // recorded after each reshard

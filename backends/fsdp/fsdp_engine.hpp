@@ -1,6 +1,7 @@
 // fsdp_engine.hpp — the FSDP-mode engine (PyTorch FSDP1 / FlatParameter semantics), "fsdp".
 // Owns: one flat parameter per unit (transformer auto-wrap: the root = embedding + final
-// norm + LM head, then one per decoder block), padded to a multiple of the shard group and
+// norm + LM head, then one per decoder block; NO_WRAP: the root alone, holding every parameter —
+// fsdp_wrap.hpp), padded to a multiple of the shard group and
 // chunked; unshard (all-gather) before forward, reshard (storage really freed) after it under
 // FULL_SHARD, re-gather before backward, reduce-scatter with FSDP's pre/post divide factors,
 // gradient accumulation into the sharded gradient, NO_SHARD and HYBRID_SHARD, backward and

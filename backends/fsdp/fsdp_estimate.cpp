@@ -8,6 +8,7 @@
 
 #include "backends/fsdp/fsdp_layout.hpp"
 #include "backends/fsdp/fsdp_offload_estimate.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 #include "backends/memory_estimate.hpp"
 
 namespace zb::backends::fsdp {
@@ -37,6 +38,39 @@ PeakEstimate estimate_peak(const EngineSpec& spec, const Topology& world, int ra
     all += padded;
   }
   const bool prefetch = o.backward_prefetch != BackwardPrefetch::kNone;
+  // NO_WRAP (or a size-based policy that wraps nothing): the root is the only unit — gathered from
+  // its pre-forward to its post-backward under every strategy, no prefetch, no per-block gradient.
+  const bool whole = wrapping(o, spec.model) == Wrapping::kWholeModel;
+  if (whole) {
+    if (sharded || p != s)
+      e.terms.push_back({"unsharded units", kFwdBwd, all * p,
+                         "model*p: one unit (NO_WRAP), gathered from the root's pre-forward to its post-backward"});
+    // Autograd holds every parameter's gradient (p) until the split's backward concatenates them
+    // into the flat gradient, after the embedding's arrives; without activation checkpointing a
+    // block's saved activations are freed before the last blocks' gradients are made.
+    const bool checkpointed = spec.train.activation_checkpointing.enabled() || o.activation_checkpointing;
+    const int64_t block_act = models::block_saved_bytes(spec.model, spec.train.micro_batch, spec.train.seq_len, p);
+    // (NO_SHARD: the gradient state term, model-sized, already counts them.)
+    if (sharded)
+      e.terms.push_back({"unsharded gradients", kBackward, std::max<int64_t>(0, all * p - (checkpointed ? 0 : block_act)),
+                         checkpointed ? "model*p (every parameter's gradient; a checkpointed block's recompute is live "
+                                        "while the first block's gradients are made)"
+                                      : "model*p - a block's activations (every parameter's gradient, held until the "
+                                        "flat gradient is assembled)"});
+    // no_sync accumulation: the unsharded flat gradient held between micro-batches (as per block).
+    if (sharded && spec.train.grad_accum > 1 && !spec.train.sync_each_batch)
+      e.terms.push_back({"accumulated unsharded gradients", kFwdBwd, all * p,
+                         "model*p (no_sync: held between micro-batches)"});
+    // NO_SHARD in one dtype all-reduces the flat gradient in place: it is the gradient state itself.
+    const bool flat_grad = sharded || p != s;
+    e.terms.push_back({sharded ? "flat gradient reduce-scatter" : "flat gradient all-reduce", kEndOfBackward,
+                       (flat_grad ? all * p : 0) + (r != p ? all * r : 0) + (sharded && gloo ? all * r : 0),
+                       std::string(flat_grad ? "model*p (the flat gradient)" : "0 (reduced in place: the gradient state)") +
+                           (r != p ? " + model*r" : "") + (sharded && gloo ? " + model*r (Gloo's clone)" : "")});
+    add_optimizer_transient(e, std::min(spec.model.vocab * spec.model.hidden, all / (sharded ? S : 1)), s);
+    add_offload_terms(e, spec, world, rank, gloo);
+    return e;
+  }
   if (sharded && !reshard_after_forward(o.sharding_strategy)) {
     e.terms.push_back({"unsharded units", kFwdBwd, all * p,
                        "sum(padded units)*p: " + to_string(o.sharding_strategy) +

@@ -2,8 +2,8 @@
 // its closed form and the memory estimate read the same groups and padding).
 #include "backends/fsdp/fsdp_layout.hpp"
 #include "backends/fsdp/fsdp_padding.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 
-#include "models/llama.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp {
@@ -67,7 +67,19 @@ ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   l.shard_size = shard_group_size(st, o, topo.world, topo.ranks_per_node);
   // HYBRID_SHARD builds its own shard and replicate groups (_init_intra_and_inter_node_groups).
   l.separate_groups = is_hybrid(st);
-  for (const auto& unit : models::unit_param_specs(spec.model)) {
+  // fsdp_activation_checkpointing (accelerate's) checkpoint-wraps what the auto-wrap policy wraps
+  // (accelerator.py prepare_model: apply_activation_checkpointing(auto_wrap_policy=...)); with no
+  // policy that is every module, nested, and with a size-based policy that wraps nothing it is none.
+  const Wrapping w = wrapping(o, spec.model);
+  if (o.activation_checkpointing && w == Wrapping::kWholeModel)
+    throw UsageError("fsdp_activation_checkpointing true with auto_wrap_policy " + o.auto_wrap_policy +
+                     (o.auto_wrap_policy == "SIZE_BASED_WRAP" && o.min_num_params > 0
+                          ? " wrapping no module: accelerate then checkpoints no module either"
+                          : ": accelerate then checkpoint-wraps every module of the model, nested "
+                            "(apply_activation_checkpointing with no auto_wrap_policy)") +
+                     "; zerobench checkpoints whole decoder blocks: not implemented for this policy (use "
+                     "TRANSFORMER_BASED_WRAP, or --activation-checkpointing without fsdp_activation_checkpointing)");
+  for (const auto& unit : flat_unit_specs(spec.model, w)) {
     int64_t numel = 0;
     for (const auto& p : unit) numel += p.numel();
     l.unit_numel.push_back(numel);

@@ -66,7 +66,7 @@ BackwardPrefetch parse_backward_prefetch(const std::string& v) {
 }
 
 nlohmann::json to_json(const FsdpOptions& o) {
-  return {{"sharding_strategy", to_string(o.sharding_strategy)},
+  nlohmann::json j = {{"sharding_strategy", to_string(o.sharding_strategy)},
           {"backward_prefetch", to_string(o.backward_prefetch)},
           {"forward_prefetch", o.forward_prefetch},
           {"limit_all_gathers", o.limit_all_gathers},
@@ -79,6 +79,8 @@ nlohmann::json to_json(const FsdpOptions& o) {
           {"use_orig_params", o.use_orig_params},
           {"cpu_ram_efficient_loading", o.cpu_ram_efficient_loading},
           {"offload_params", o.offload_params}};
+  if (o.auto_wrap_policy == "SIZE_BASED_WRAP") j["min_num_params"] = o.min_num_params;
+  return j;
 }
 
 FsdpOptions fsdp_options_from_json(const nlohmann::json& j) {
@@ -93,6 +95,7 @@ FsdpOptions fsdp_options_from_json(const nlohmann::json& j) {
   o.activation_checkpointing = j.value("activation_checkpointing", o.activation_checkpointing);
   o.state_dict_type = j.value("state_dict_type", o.state_dict_type);
   o.auto_wrap_policy = j.value("auto_wrap_policy", o.auto_wrap_policy);
+  o.min_num_params = j.value("min_num_params", o.min_num_params);
   o.use_orig_params = j.value("use_orig_params", o.use_orig_params);
   o.cpu_ram_efficient_loading = j.value("cpu_ram_efficient_loading", o.cpu_ram_efficient_loading);
   o.offload_params = j.value("offload_params", o.offload_params);
@@ -103,6 +106,10 @@ FsdpOptions fsdp_options_from_json(const nlohmann::json& j) {
 void validate(const FsdpOptions& o) {
   if (!o.reduce_dtype.empty() && o.reduce_dtype != "bf16" && o.reduce_dtype != "fp32")
     throw UsageError("--reduce-dtype must be bf16 or fp32, got '" + o.reduce_dtype + "'");
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" && o.auto_wrap_policy != "NO_WRAP" &&
+      o.auto_wrap_policy != "SIZE_BASED_WRAP")
+    throw UsageError("fsdp auto_wrap_policy must be TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP, got '" +
+                     o.auto_wrap_policy + "'");
   if (o.hybrid_shard_group_size < 0)
     throw UsageError("--hsdp-shard-size must be >= 0, got " + std::to_string(o.hybrid_shard_group_size));
 }

@@ -34,9 +34,13 @@ struct FsdpOptions {
   // CPUOffload(offload_params=True) (api.py): flat shards, their gradients and AdamW on the host
   // (backends/fsdp/fsdp_offload.hpp). Checked against the run by check_offload (fsdp_layout.hpp).
   bool offload_params = false;
+  // Which modules become FSDP units (backends/fsdp/fsdp_wrap.hpp): TRANSFORMER_BASED_WRAP (one per
+  // decoder block), NO_WRAP (the root alone, accelerate's default) or SIZE_BASED_WRAP with
+  // min_num_params (run when it wraps nothing or exactly the blocks).
+  std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
+  int64_t min_num_params = 0;  // SIZE_BASED_WRAP only (accelerate fsdp_min_num_params; <= 0: no policy)
   // Recorded for the report, not acted on (a config file's value is listed in config.ignored).
   std::string state_dict_type = "SHARDED_STATE_DICT";
-  std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
   bool use_orig_params = true;
   bool cpu_ram_efficient_loading = true;
 };

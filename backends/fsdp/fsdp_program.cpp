@@ -10,6 +10,7 @@
 
 #include "backends/fsdp/fsdp_options.hpp"
 #include "backends/fsdp/fsdp_padding.hpp"
+#include "backends/fsdp/fsdp_wrap.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp {
@@ -36,6 +37,9 @@ Program fsdp_program(const ProgramInput& in, const CollectiveCost& cost) {
   if (is_hybrid(strategy))
     throw UsageError("projection: fsdp sharding_strategy " + to_string(strategy) +
                      " is not modelled (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD are)");
+  if (wrapping(r.options, in.model) == Wrapping::kWholeModel)
+    throw UsageError("projection: fsdp auto_wrap_policy " + r.options.auto_wrap_policy +
+                     " (one FSDP unit for the whole model) is not modelled (units per decoder block are)");
   const bool sharded = strategy != ShardingStrategy::kNoShard;
   const bool reshard_after_forward = strategy == ShardingStrategy::kFullShard;
   const BackwardPrefetch prefetch = r.options.backward_prefetch;

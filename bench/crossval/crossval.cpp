@@ -444,8 +444,15 @@ int crossval_command(CrossvalOptions o, const CLI::App& cmd) {
   // --backend, or the one a --config / --accelerate-config / --deepspeed-config file picks).
   {
     RunOptions probe = r;
-    probe.precision_given = false;  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
-    probe.given.erase("--precision");
+    if (o.precisions.empty()) {
+      probe.precision_given = false;  // the config file's mode (accelerate mixed_precision, DeepSpeed bf16), else fp32
+      probe.given.erase("--precision");
+    } else {
+      // Resolved as `run --precision MODE` resolves the file: a file value run ignores under
+      // --precision (an unquoted `mixed_precision: no`) must not stop crossval either.
+      probe.precision = o.precisions.front();
+      probe.precision_given = true;
+    }
     const auto base = probe.resolve();
     r.backend = base.backend;
     if (o.precisions.empty()) o.precisions = {base.spec.precision};

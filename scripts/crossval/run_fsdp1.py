@@ -20,7 +20,8 @@ Precision recipes (accelerate >= 0.30 with a model loaded in bf16, the blog's se
          ShardedGradScaler with torch's defaults (common.AmpScaler: scale(loss / gas), unscale_
          before clip_grad_norm_, step skipped on found_inf, update)
 Wrapping: transformer_auto_wrap_policy on the decoder block (accelerate's
-TRANSFORMER_BASED_WRAP), device_id=the rank's device (accelerate 1.15 accelerator.py
+TRANSFORMER_BASED_WRAP), no policy (NO_WRAP: the root is the only unit) or
+size_based_auto_wrap_policy(min_num_params) (SIZE_BASED_WRAP), as options.auto_wrap_policy says; device_id=the rank's device (accelerate 1.15 accelerator.py
 prepare_model passes "device_id": self.device; the model is built and loaded on the CPU and FSDP
 moves it there), use_orig_params=True (accelerate's default,
 FullyShardedDataParallelPlugin.use_orig_params; zerobench's fsdp engine takes its norm over the
@@ -55,7 +56,7 @@ import model as zbmodel
 def make_runner(spec, work, device):
     from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
 
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
     offload = bool(opts.get("offload_params", False))
@@ -86,10 +87,20 @@ def make_runner(spec, work, device):
         from torch.distributed.device_mesh import init_device_mesh
         shard = opts.get("hybrid_shard_group_size") or int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
         kwargs["device_mesh"] = init_device_mesh(device.kind, (dist.get_world_size() // shard, shard))
+    # accelerate's fsdp_auto_wrap_policy (utils/dataclasses.py set_auto_wrap_policy): NO_WRAP and
+    # SIZE_BASED_WRAP with min_num_params <= 0 pass no policy (the root is the only unit).
+    policy_name = opts.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
+    if policy_name == "TRANSFORMER_BASED_WRAP":
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={zbmodel.DecoderLayer})
+    elif policy_name == "SIZE_BASED_WRAP" and int(opts.get("min_num_params", 0)) > 0:
+        policy = functools.partial(size_based_auto_wrap_policy, min_num_params=int(opts["min_num_params"]))
+    elif policy_name in ("NO_WRAP", "SIZE_BASED_WRAP"):
+        policy = None
+    else:
+        raise SystemExit(f"run_fsdp1.py: auto_wrap_policy {policy_name!r} is not one accelerate offers")
     wrapped = FSDP(net,
                    sharding_strategy=strategy,
-                   auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
-                                                      transformer_layer_cls={zbmodel.DecoderLayer}),
+                   auto_wrap_policy=policy,
                    mixed_precision=mixed,
                    backward_prefetch=prefetch,
                    forward_prefetch=bool(opts.get("forward_prefetch", False)),
@@ -103,6 +114,11 @@ def make_runner(spec, work, device):
                    device_id=device.torch,
                    **kwargs)
     check_setup(wrapped, FSDP, strategy, mixed, device, offload)
+    # zerobench runs a unit per decoder block plus the root, or the root alone (backends/fsdp/fsdp_wrap.hpp).
+    units = FSDP.fsdp_modules(wrapped)
+    want = {1} if policy is None else {cfg.layers + 1} if policy_name == "TRANSFORMER_BASED_WRAP" else {1, cfg.layers + 1}
+    if len(units) not in want:
+        raise SystemExit(f"run_fsdp1.py: {policy_name} made {len(units)} FSDP units, expected {sorted(want)}")
     if precision == "mixed":  # accelerate's upcast of the bf16-loaded flat parameters
         for m in FSDP.fsdp_modules(wrapped):
             if m._has_params and m._flat_param.dtype != torch.float32 and m._flat_param.requires_grad:
