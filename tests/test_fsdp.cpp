@@ -534,32 +534,25 @@ TEST(FsdpWrap, SizeBasedRunsAsNoWrapOrPerBlockAndRefusesOtherUnits) {
 // one all-gather and one reduce-scatter per step (FSDP1's root: gathered in its pre-forward, not
 // freed after forward, reduce-scattered in its post-backward).
 TEST(FsdpNoWrap, EveryStrategyMatchesTheReferenceWithOneUnit) {
-  auto no_wrap = [](ShardingStrategy st, int hybrid = 0) {
-    auto o = strategy(st, hybrid);
-    o.auto_wrap_policy = "NO_WRAP";
-    return o;
+  struct Case {
+    const char* name;
+    ShardingStrategy strategy;
+    int hybrid, accum, world;
+    bool checkpointed;
   };
-  {
-    SCOPED_TRACE("FULL_SHARD W=3 accum 2");
-    expect_matches_reference(fsdp_spec("fp32", 2, no_wrap(ShardingStrategy::kFullShard)), 3);
-  }
-  {
-    SCOPED_TRACE("SHARD_GRAD_OP W=2");
-    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kShardGradOp)), 2);
-  }
-  {
-    SCOPED_TRACE("NO_SHARD W=2");
-    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kNoShard)), 2);
-  }
-  {
-    SCOPED_TRACE("HYBRID_SHARD W=4 S=2");
-    expect_matches_reference(fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kHybridShard, 2)), 4);
-  }
-  {
-    SCOPED_TRACE("--activation-checkpointing full W=2 (zerobench's per-block checkpoints inside the one unit)");
-    auto ckpt = fsdp_spec("fp32", 1, no_wrap(ShardingStrategy::kFullShard));
-    ckpt.train.activation_checkpointing = models::ActivationCheckpointing::full();
-    expect_matches_reference(ckpt, 2);
+  for (const auto& c : std::vector<Case>{
+           {"FULL_SHARD W=3 accum 2", ShardingStrategy::kFullShard, 0, 2, 3, false},
+           {"SHARD_GRAD_OP W=2", ShardingStrategy::kShardGradOp, 0, 1, 2, false},
+           {"NO_SHARD W=2", ShardingStrategy::kNoShard, 0, 1, 2, false},
+           {"HYBRID_SHARD W=4 S=2", ShardingStrategy::kHybridShard, 2, 1, 4, false},
+           {"--activation-checkpointing full W=2 (zerobench's per-block checkpoints inside the one unit)",
+            ShardingStrategy::kFullShard, 0, 1, 2, true}}) {
+    SCOPED_TRACE(c.name);
+    auto o = strategy(c.strategy, c.hybrid);
+    o.auto_wrap_policy = "NO_WRAP";
+    auto spec = fsdp_spec("fp32", c.accum, o);
+    if (c.checkpointed) spec.train.activation_checkpointing = models::ActivationCheckpointing::full();
+    expect_matches_reference(spec, c.world);
   }
 }
 

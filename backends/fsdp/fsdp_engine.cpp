@@ -82,8 +82,23 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
     layout_ = layouts(sl);
     // Which modules are units (fsdp_wrap.hpp): a flat parameter per block, or one for the model.
     wrapping_ = wrapping(opts_, cfg);
-    members_ = flat_units(cfg, wrapping_);
-    views_.resize(size_t(models::unit_count(cfg)));
+    const auto unit_specs = models::unit_param_specs(cfg);
+    views_.resize(unit_specs.size());
+    for (size_t u = 0; u < unit_specs.size(); ++u) views_[u].resize(unit_specs[u].size());
+    if (wrapping_ == Wrapping::kWholeModel) {  // each parameter's place in the one flat parameter
+      int64_t offset = 0;
+      const auto members = flat_units(cfg, wrapping_);  // one flat parameter
+      for (const auto& m : members.front()) {
+        int64_t unit_offset = 0;
+        for (int i = 0; i < m.first; ++i) unit_offset += unit_specs[size_t(m.unit)][size_t(i)].numel();
+        for (int i = m.first; i < m.first + m.count; ++i) {
+          const auto& spec = unit_specs[size_t(m.unit)][size_t(i)];
+          whole_parts_.push_back({m.unit, i, offset, unit_offset, spec.numel(), spec.shape});
+          offset += spec.numel();
+          unit_offset += spec.numel();
+        }
+      }
+    }
     init_streams();
     const int64_t local_numel = layout_.back().offset + layout_.back().shard_numel;
     if (opts_.offload_params) {  // CPUOffload: the flat shards live on the host (fsdp_offload.hpp)
@@ -192,7 +207,8 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
         streams().op("forward unit" + std::to_string(u), {units_[0].full});
         return output;
       }
-      for (auto& v : views_) v.clear();  // the forward is done: the graph holds what backward needs
+      for (auto& v : views_)  // the forward is done: the graph holds what backward needs
+        for (auto& t : v) t = at::Tensor();
     }
     auto& unit = units_[size_t(u)];
     streams().op("forward unit" + std::to_string(u), {unit.full});  // the unit's compute (compute stream)
@@ -462,50 +478,34 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   }
 
   // ---- NO_WRAP: one flat parameter in the root module's named_parameters() order ----
-  // The whole padded flat parameter's initial fp32 values: each member's part of its model unit.
+  // The whole padded flat parameter's initial fp32 values: each model unit's weights made once,
+  // its parameters copied to their places.
   at::Tensor whole_model_initial(int64_t padded) const {
     auto out = at::zeros({padded}, at::kFloat);
-    const auto specs = models::unit_param_specs(spec_.model);
-    int64_t pos = 0;
-    for (const auto& m : members_.front()) {
-      const auto unit = common::initial_unit(spec_, m.unit);
-      int64_t begin = 0, n = 0;
-      for (int i = 0; i < m.first + m.count; ++i) (i < m.first ? begin : n) += specs[size_t(m.unit)][size_t(i)].numel();
-      out.narrow(0, pos, n).copy_(unit.narrow(0, begin, n));
-      pos += n;
+    std::vector<at::Tensor> initial(views_.size());
+    for (const auto& p : whole_parts_) {
+      auto& unit = initial[size_t(p.unit)];
+      if (!unit.defined()) unit = common::initial_unit(spec_, p.unit);
+      out.narrow(0, p.offset, p.numel).copy_(unit.narrow(0, p.unit_offset, p.numel));
     }
     return out;
   }
   // One split of the gathered flat parameter into every original parameter (FSDP's unflattened
   // views), handed out per model unit; returns the root's.
   std::vector<at::Tensor> whole_model_views(const at::Tensor& flat) {
-    const auto specs = models::unit_param_specs(spec_.model);
     std::vector<int64_t> numels;
-    std::vector<std::pair<int, int>> owner;  // (model unit, index) of each part
-    for (const auto& m : members_.front())
-      for (int i = m.first; i < m.first + m.count; ++i) {
-        numels.push_back(specs[size_t(m.unit)][size_t(i)].numel());
-        owner.push_back({m.unit, i});
-      }
-    for (size_t u = 0; u < views_.size(); ++u) views_[u].assign(specs[u].size(), at::Tensor());
+    for (const auto& p : whole_parts_) numels.push_back(p.numel);
     const auto parts = at::split_with_sizes(flat.narrow(0, 0, layout_.front().numel), numels, 0);
     for (size_t k = 0; k < parts.size(); ++k) {
-      const auto [u, i] = owner[k];
-      views_[size_t(u)][size_t(i)] = parts[k].view(specs[size_t(u)][size_t(i)].shape);
+      const auto& p = whole_parts_[k];
+      views_[size_t(p.unit)][size_t(p.index)] = parts[k].view(p.shape);
     }
     return views_[models::kRootUnit];
   }
   // The whole fp32 flat parameter [numel] as each model unit's flat weights (spec order).
   std::vector<at::Tensor> per_model_unit(const at::Tensor& whole) const {
-    const auto specs = models::unit_param_specs(spec_.model);
-    std::vector<std::vector<at::Tensor>> pieces(specs.size());
-    int64_t pos = 0;
-    for (const auto& m : members_.front()) {
-      int64_t n = 0;
-      for (int i = m.first; i < m.first + m.count; ++i) n += specs[size_t(m.unit)][size_t(i)].numel();
-      pieces[size_t(m.unit)].push_back(whole.narrow(0, pos, n));
-      pos += n;
-    }
+    std::vector<std::vector<at::Tensor>> pieces(views_.size());
+    for (const auto& p : whole_parts_) pieces[size_t(p.unit)].push_back(whole.narrow(0, p.offset, p.numel));
     std::vector<at::Tensor> out;
     for (auto& p : pieces) out.push_back(at::cat(p));
     return out;
@@ -669,8 +669,13 @@ class FsdpEngine final : public Engine, public models::UnitParamSource, public c
   std::vector<Layout> layout_;
   std::vector<Unit> units_;  // one per flat parameter (FSDP unit)
   Wrapping wrapping_ = Wrapping::kPerBlock;
-  std::vector<std::vector<FlatMember>> members_;  // each flat parameter's model-unit members
-  std::vector<std::vector<at::Tensor>> views_;     // NO_WRAP: this forward's weights, per model unit
+  struct WholePart {  // NO_WRAP: parameter `index` of model unit `unit` in the one flat parameter
+    int unit = 0, index = 0;
+    int64_t offset = 0, unit_offset = 0, numel = 0;  // in the flat parameter; in the unit's flat weights
+    std::vector<int64_t> shape;
+  };
+  std::vector<WholePart> whole_parts_;          // in flattening order (fsdp_wrap.hpp flat_units)
+  std::vector<std::vector<at::Tensor>> views_;  // NO_WRAP: this forward's weights, per model unit
   StreamId unshard_stream_ = 0, post_backward_stream_ = 0, pre_unshard_stream_ = 0, all_reduce_stream_ = 0;
   static constexpr size_t kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
   std::deque<common::StreamEvent> free_events_;        // recorded after each reshard

@@ -66,11 +66,6 @@ std::vector<std::string> size_based_wrapped_modules(const models::ModelConfig& c
   return out;
 }
 
-std::string describe(Wrapping w) {
-  return w == Wrapping::kWholeModel ? "one FSDP unit (the root) holding every parameter"
-                                    : "one FSDP unit per decoder block, the root holding embedding, final norm and LM head";
-}
-
 Wrapping wrapping(const FsdpOptions& o, const models::ModelConfig& cfg) {
   if (o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") return Wrapping::kPerBlock;
   if (o.auto_wrap_policy == "NO_WRAP") return Wrapping::kWholeModel;

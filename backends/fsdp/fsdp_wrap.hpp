@@ -32,7 +32,6 @@ std::vector<std::string> size_based_wrapped_modules(const models::ModelConfig& c
 // policy wraps nothing (or min_num_params <= 0: accelerate passes no policy), as kPerBlock when it
 // wraps exactly the decoder blocks; any other set of units throws UsageError naming the modules.
 Wrapping wrapping(const FsdpOptions& o, const models::ModelConfig& cfg);
-std::string describe(Wrapping w);  // for notes and errors
 
 // One member of a flat parameter: `count` consecutive parameters of model unit `unit` (its
 // unit_param_specs order) from index `first`.
