@@ -53,7 +53,19 @@ if ! have_torch; then
   # here where pip took 330 s (docs/testing.md, "A newcomer's first run"). pip stays in the venv
   # for the crossval side below.
   "${venv}/bin/python" -m pip install -q "uv==${uv_version}"
-  "${venv}/bin/uv" pip install -q --python "${venv}/bin/python" "torch==${torch_version}" numpy
+  rm -f "${venv}/.zerobench-bytecode"
+  "${venv}/bin/uv" pip install -q --compile-bytecode --python "${venv}/bin/python" "torch==${torch_version}" numpy
+fi
+# Bytecode for everything in the venv, once (a marker remembers it): uv, unlike pip, installs no
+# .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on this machine and CI's) Python then
+# compiles torch's and sympy's sources on every import: `import torch` 5.5 s of CPU instead of 2.7,
+# and one crossval mode (a `zerobench run` and a torchrun of DeepSpeed's reference) 25.7 s instead
+# of 10.8 (docs/testing.md). Venvs made before uv installed with --compile-bytecode lack it.
+if [ ! -e "${venv}/.zerobench-bytecode" ]; then
+  echo "[setup] compiling the venv's Python files to bytecode (once)"
+  "${venv}/bin/python" -m compileall -q -j 0 "$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null ||
+    echo "[setup] note: some files in the venv did not compile to bytecode (they are compiled when imported)"
+  touch "${venv}/.zerobench-bytecode"
 fi
 
 if [ "${crossval}" = 0 ]; then
