@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "config/bounded_readers.hpp"
 #include "config/config_file.hpp"
@@ -56,6 +57,7 @@ AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const
   // launcher passes when a key is absent (commands/launch.py defaults; FullyShardedDataParallelPlugin
   // __post_init__ reads them from FSDP_* variables).
   bool sync_module_states = true;      // --fsdp_sync_module_states default "true"
+  std::optional<YAML::Node> min_num_params;  // fsdp_min_num_params as the file spells it
   try {
     if (!root.IsMap()) throw UsageError(where + "not a YAML mapping");
     if (root["distributed_type"] && upper(root["distributed_type"].as<std::string>()) != "FSDP")
@@ -138,10 +140,8 @@ AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const
           }
         } else if (key == "fsdp_auto_wrap_policy") {
           const auto p = upper(value);
-          if (p == "TRANSFORMER_BASED_WRAP" || p == "NO_WRAP")
+          if (p == "TRANSFORMER_BASED_WRAP" || p == "NO_WRAP" || p == "SIZE_BASED_WRAP")
             o.auto_wrap_policy = p;
-          else if (p == "SIZE_BASED_WRAP")
-            throw UsageError(where + key + " SIZE_BASED_WRAP is not supported yet (TRANSFORMER_BASED_WRAP or NO_WRAP)");
           else
             throw UsageError(where + key + " '" + value +
                              "' is not one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP");
@@ -188,13 +188,31 @@ AccelerateFsdp2Config read_accelerate_fsdp2_config(const YAML::Node& root, const
                                "not read for fsdp_version 2 (use fsdp_reshard_after_forward; HSDP "
                                "comes from parallelism_config)"});
         } else if (key == "fsdp_min_num_params") {
-          c.ignored.push_back({key, value, "used only by SIZE_BASED_WRAP"});
+          min_num_params = v;  // read below, once the policy is known (keys come in any order)
         } else if (key == "fsdp_ignored_modules") {
           throw UsageError(where + key + " is not supported yet (every parameter is sharded)");
         } else {
           c.ignored.push_back({key, value, "not an accelerate 1.15 FSDP plugin key"});
         }
       }
+    }
+    // fsdp_min_num_params: launch.py's --fsdp_min_num_params (type int, default 1e8) reaches the
+    // plugin as int(FSDP_MIN_NUM_PARAMS), read only under SIZE_BASED_WRAP, where a value <= 0 means
+    // no policy at all (set_auto_wrap_policy: "If zero, we silently ignore it").
+    if (o.auto_wrap_policy == "SIZE_BASED_WRAP") {
+      o.min_num_params = 100000000;
+      if (min_num_params) {
+        int64_t n = 0;
+        if (!min_num_params->IsScalar() || !YAML::convert<int64_t>::decode(*min_num_params, n))
+          throw UsageError(where + "fsdp_config.fsdp_min_num_params " +
+                           (min_num_params->IsScalar() ? min_num_params->as<std::string>() : std::string("(not a scalar)")) +
+                           ": accelerate reads it with int() from the environment launch writes, which fails on "
+                           "anything but an integer");
+        o.min_num_params = n;
+      }
+    } else if (min_num_params) {
+      c.ignored.push_back({"fsdp_min_num_params", min_num_params->IsScalar() ? min_num_params->as<std::string>() : "",
+                           "used only by SIZE_BASED_WRAP"});
     }
     // accelerate utils/launch.py prepare_multi_gpu_env: raises at launch time.
     if (o.cpu_ram_efficient_loading && !sync_module_states)

@@ -8,6 +8,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,8 @@ nlohmann::json to_json(const IgnoredKey& k);
 // What an accelerate config with `fsdp_version: 2` says, with accelerate's defaults for absent keys.
 struct AccelerateFsdp2Config {
   bool reshard_after_forward = true;              // fsdp_reshard_after_forward (a bool under version 2)
-  std::string auto_wrap_policy = "NO_WRAP";       // TRANSFORMER_BASED_WRAP | NO_WRAP (FSDP_AUTO_WRAP_POLICY unset)
+  std::string auto_wrap_policy = "NO_WRAP";       // TRANSFORMER_BASED_WRAP | SIZE_BASED_WRAP | NO_WRAP (FSDP_AUTO_WRAP_POLICY unset)
+  int64_t min_num_params = 0;                     // SIZE_BASED_WRAP's (launch --fsdp_min_num_params default 1e8); 0 otherwise
   std::string transformer_layer_cls_to_wrap;      // recorded, not checked
   bool activation_checkpointing = false;
   bool cpu_ram_efficient_loading = true;          // --fsdp_cpu_ram_efficient_loading default "true"

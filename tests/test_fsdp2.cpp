@@ -5,10 +5,13 @@
 // accumulation, precision modes, and the accelerate `fsdp_version: 2` reader.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "backends/backend_info.hpp"
 #include "backends/fsdp2/fsdp2_engine.hpp"
+#include "backends/fsdp2/fsdp2_layout.hpp"
+#include "backends/fsdp_family/module_tree.hpp"
 #include "backends/fsdp2/fsdp2_options.hpp"
 #include "reports/report.hpp"
 #include "runtime/errors.hpp"
@@ -563,7 +566,7 @@ TEST(AccelerateFsdp2Config, RefusesWhatAccelerateRefusesOrZerobenchCannotDoWithE
       {"  fsdp_reshard_after_forward: FULL_SHARD\n", "fsdp_reshard_after_forward"},
       {"  fsdp_reshard_after_forward: 2\n", "fsdp_reshard_after_forward"},
       {"  fsdp_state_dict_type: LOCAL_STATE_DICT\n", "LOCAL_STATE_DICT"},
-      {"  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n", "SIZE_BASED_WRAP"},
+      {"  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 1e8\n", "fsdp_min_num_params 1e8"},
       {"  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: false\n", "fsdp_sync_module_states"},
   };
   for (const auto& [line, needle] : bad) {
@@ -587,6 +590,110 @@ TEST(AccelerateFsdp2Config, RefusesWhatAccelerateRefusesOrZerobenchCannotDoWithE
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--reshard-after-forward 3"), std::string::npos) << r.output;
   std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------- SIZE_BASED_WRAP
+
+// tests/data/fsdp_size_based_wrap.json's "fsdp2_presets": the modules accelerate's
+// fsdp2_prepare_model shards before the root under SIZE_BASED_WRAP (more than min_num_params
+// parameters, bottom-up, the root left out), on transformers' own LlamaForCausalLM per preset and
+// threshold (scripts/crossval/size_based_wrap_reference.py). Planted once: the policy's `>` as
+// `>=` fails the thresholds at the decoder's exact size ("model" selected at 631424 on tiny).
+TEST(Fsdp2SizePolicy, SelectedModulesAreAcceleratesPolicyOnTransformersLlama) {
+  std::ifstream in(std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/fsdp_size_based_wrap.json");
+  const auto ref = nlohmann::json::parse(in);
+  int cases = 0;
+  for (const auto& [preset, by_min] : ref["fsdp2_presets"].items())
+    for (const auto& [min, names] : by_min.items()) {
+      // As sets: the tree is zerobench's (scripts/crossval/model.py's) registration order, where HF's
+      // decoder layer registers self_attn and mlp before its norms; only the error message's order differs.
+      auto got = backends::fsdp_family::fsdp2_size_policy_modules(models::preset(preset), std::stoll(min));
+      auto want = names.get<std::vector<std::string>>();
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want) << preset << " min_num_params " << min;
+      ++cases;
+    }
+  EXPECT_EQ(cases, 36);
+}
+
+// What the policy selects decides the run: nothing (accelerate launch's 1e8 on tiny, or
+// min_num_params 0: no policy) is NO_WRAP's groups; anything else is refused naming the modules.
+TEST(Fsdp2SizePolicy, SelectingNothingRunsNoWrapsGroupsAndAnythingElseIsRefused) {
+  using backends::fsdp2::group_specs;
+  using backends::fsdp2::wraps_blocks;
+  const auto tiny = models::preset("tiny");
+  Fsdp2Options no_wrap, size;
+  no_wrap.auto_wrap_policy = "NO_WRAP";
+  size.auto_wrap_policy = "SIZE_BASED_WRAP";
+  for (const char* grouping : {"root", "accelerate"}) {
+    no_wrap.grouping = size.grouping = grouping;
+    for (int64_t min : {int64_t(100000000), int64_t(631424), int64_t(0)}) {
+      size.min_num_params = min;
+      EXPECT_FALSE(wraps_blocks(tiny, size)) << min;
+      const auto a = group_specs(tiny, size), b = group_specs(tiny, no_wrap);
+      ASSERT_EQ(a.size(), b.size()) << grouping << " " << min;
+      for (size_t g = 0; g < a.size(); ++g) {
+        EXPECT_EQ(a[g].label, b[g].label);
+        EXPECT_EQ(a[g].params, b[g].params);
+        EXPECT_EQ(a[g].reshard_after_forward_false, b[g].reshard_after_forward_false);
+      }
+    }
+  }
+  size.min_num_params = 631423;  // one less than the decoder's `model`: that module is selected
+  EXPECT_THROW(wraps_blocks(tiny, size), UsageError);
+  size.min_num_params = 100000000;
+  try {
+    wraps_blocks(models::preset("granite-7b"), size);
+    ADD_FAILURE() << "SIZE_BASED_WRAP 1e8 on granite-7b selects sub-block modules and must be refused";
+  } catch (const UsageError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("selects model.embed_tokens, model.layers.0.mlp, model.layers.0"), std::string::npos) << m;
+    EXPECT_NE(m.find("(68 in all)"), std::string::npos) << m;
+    EXPECT_NE(m.find("at least 6607343616"), std::string::npos) << m;
+  }
+}
+
+// An FSDP2 file with SIZE_BASED_WRAP, as accelerate reads it: fsdp_min_num_params an integer
+// (launch's default 1e8 when absent), read only under that policy; on tiny the policy selects
+// nothing, so the run has NO_WRAP's collectives; on granite-7b it exits 2 before any rank starts.
+TEST(Fsdp2SizePolicy, AnAccelerateFileRunsOnTinyAndIsRefusedOnGranite) {
+  const auto path = test_support::temp_path("fsdp2_size.yaml");
+  const std::string head = "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n";
+  std::ofstream(path) << head << "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n";
+  auto c = backends::fsdp2::read_accelerate_fsdp2_config(path);
+  EXPECT_EQ(c.fsdp2.auto_wrap_policy, "SIZE_BASED_WRAP");
+  EXPECT_EQ(c.fsdp2.min_num_params, 100000000);
+  std::ofstream(path) << head << "  fsdp_min_num_params: 2000000\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n";
+  EXPECT_EQ(backends::fsdp2::read_accelerate_fsdp2_config(path).fsdp2.min_num_params, 2000000);
+  std::ofstream(path) << head << "  fsdp_min_num_params: 2000000\n  fsdp_auto_wrap_policy: NO_WRAP\n";
+  c = backends::fsdp2::read_accelerate_fsdp2_config(path);
+  EXPECT_EQ(c.fsdp2.min_num_params, 0);
+  bool listed = false;
+  for (const auto& k : c.ignored) listed = listed || k.key == "fsdp_min_num_params";
+  EXPECT_TRUE(listed);
+
+  const auto size_out = test_support::temp_path("fsdp2_size.json"), no_wrap_out = test_support::temp_path("fsdp2_nowrap.json");
+  const std::string args = " --model tiny --nproc 2 --steps 2 --warmup 1 --seq-len 16 --micro-batch 1 --quiet --out ";
+  std::ofstream(path) << head << "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n";
+  auto r = test_support::run_zerobench("run --accelerate-config " + path + args + size_out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(path) << head << "  fsdp_auto_wrap_policy: NO_WRAP\n";
+  r = test_support::run_zerobench("run --accelerate-config " + path + args + no_wrap_out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = reports::read_report(size_out), b = reports::read_report(no_wrap_out);
+  EXPECT_EQ(a["config"]["backend"]["options"]["auto_wrap_policy"], "SIZE_BASED_WRAP");
+  EXPECT_EQ(a["config"]["backend"]["options"]["min_num_params"], 100000000);
+  EXPECT_EQ(a["config"]["backend"]["options"]["groups"], b["config"]["backend"]["options"]["groups"]);
+  EXPECT_EQ(a["steps"][1]["comm"], b["steps"][1]["comm"]);  // rank 0's collectives: counts and bytes
+  EXPECT_EQ(a["steps"][1]["loss"], b["steps"][1]["loss"]);
+
+  std::ofstream(path) << head << "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n";
+  r = test_support::run_zerobench("run --accelerate-config " + path + " --model granite-7b --nproc 2 --steps 1 --warmup 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("SIZE_BASED_WRAP with min_num_params 100000000 selects model.embed_tokens"), std::string::npos)
+      << r.output;
+  for (const auto& f : {path, size_out, no_wrap_out}) std::remove(f.c_str());
 }
 
 TEST(AccelerateFsdp2Config, AnFsdpVersion2ConfigRunsTheFsdp2Engine) {

@@ -1,45 +1,14 @@
 // fsdp_wrap.cpp — see fsdp_wrap.hpp.
 #include "backends/fsdp/fsdp_wrap.hpp"
 
+#include "backends/fsdp_family/module_tree.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp {
 
 namespace {
 
-// The reference model's module tree (scripts/crossval/model.py, registration order = zerobench's
-// spec order): what _recursive_wrap walks. `kind` matters only for the policy's type checks
-// (ModuleList is in EXCLUDE_WRAP_MODULES; no module here is a force-leaf MultiheadAttention).
-struct Module {
-  std::string name;  // its path from the root ("" for the root)
-  bool module_list = false;
-  int64_t own = 0;  // numel of the parameters registered on the module itself
-  std::vector<Module> children;
-  int64_t numel() const {
-    int64_t n = own;
-    for (const auto& c : children) n += c.numel();
-    return n;
-  }
-};
-
-Module leaf(const std::string& name, int64_t numel) { return {name, false, numel, {}}; }
-
-Module module_tree(const models::ModelConfig& cfg) {
-  const int64_t H = cfg.hidden, V = cfg.vocab, F = cfg.ffn, KV = cfg.kv_dim();
-  Module layers{"model.layers", true, 0, {}};
-  for (int64_t l = 0; l < cfg.layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l);
-    Module attn{p + ".self_attn", false, 0,
-                {leaf(p + ".self_attn.q_proj", H * H), leaf(p + ".self_attn.k_proj", KV * H),
-                 leaf(p + ".self_attn.v_proj", KV * H), leaf(p + ".self_attn.o_proj", H * H)}};
-    Module mlp{p + ".mlp", false, 0,
-               {leaf(p + ".mlp.gate_proj", F * H), leaf(p + ".mlp.up_proj", F * H), leaf(p + ".mlp.down_proj", H * F)}};
-    layers.children.push_back(
-        {p, false, 0, {leaf(p + ".input_layernorm", H), attn, leaf(p + ".post_attention_layernorm", H), mlp}});
-  }
-  Module model{"model", false, 0, {leaf("model.embed_tokens", V * H), layers, leaf("model.norm", H)}};
-  return {"", false, 0, {model, leaf("lm_head", V * H)}};
-}
+using fsdp_family::Module;
 
 // torch/distributed/fsdp/wrap.py _recursive_wrap with size_based_auto_wrap_policy: recurse into a
 // module whose not-yet-wrapped numel is >= min_num_params, then wrap it if what its children left
@@ -62,7 +31,7 @@ int64_t recursive_wrap(const Module& m, int64_t min_num_params, bool only_wrap_c
 
 std::vector<std::string> size_based_wrapped_modules(const models::ModelConfig& cfg, int64_t min_num_params) {
   std::vector<std::string> out;
-  if (min_num_params > 0) recursive_wrap(module_tree(cfg), min_num_params, /*only_wrap_children=*/true, out);
+  if (min_num_params > 0) recursive_wrap(fsdp_family::module_tree(cfg), min_num_params, /*only_wrap_children=*/true, out);
   return out;
 }
 

@@ -13,6 +13,7 @@ Fsdp2Options options_from_accelerate(const config::AccelerateFsdp2Config& c) {
   o.grouping = "accelerate";
   o.reshard_after_forward = c.reshard_after_forward ? kReshardTrue : kReshardFalse;
   o.auto_wrap_policy = c.auto_wrap_policy;
+  o.min_num_params = c.min_num_params;
   o.transformer_layer_cls_to_wrap = c.transformer_layer_cls_to_wrap;
   o.activation_checkpointing = c.activation_checkpointing;
   o.cpu_ram_efficient_loading = c.cpu_ram_efficient_loading;
@@ -65,6 +66,9 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
     if (name == "fsdp_version") as = "backend fsdp2";
     else if (name == "fsdp_reshard_after_forward") as = "reshard_after_forward " + reshard_after_forward_text(o.reshard_after_forward);
     else if (name == "fsdp_auto_wrap_policy") as = "auto_wrap_policy " + o.auto_wrap_policy;
+    else if (name == "fsdp_min_num_params")
+      as = o.min_num_params > 0 ? "min_num_params " + std::to_string(o.min_num_params)
+                                : "min_num_params <= 0: accelerate passes no auto-wrap policy (NO_WRAP)";
     else if (name == "fsdp_activation_checkpointing")
       as = std::string("train.activation_checkpointing ") + (o.activation_checkpointing ? "true" : "false");
     else if (name == "fsdp_cpu_ram_efficient_loading")
@@ -73,6 +77,9 @@ void read_config(const ConfigInput& in, ResolvedConfig& out) {
     else if (name == "fsdp_activation_checkpointing_offload") as = "activation checkpointing offload off";
     notes.apply(key, value, as);
   }
+  if (o.auto_wrap_policy == "SIZE_BASED_WRAP" && !root["fsdp_config"].contains("fsdp_min_num_params") &&
+      !root["fsdp_config"].contains("min_num_params"))
+    notes.apply("fsdp_config.fsdp_min_num_params", "(absent)", "min_num_params 100000000 (accelerate launch's default)");
   if (root.contains("parallelism_config")) {
     for (const auto& k : cfg.ignored)
       if (k.key.rfind("parallelism_config.", 0) == 0) notes.ignore(k.key, k.value, k.reason);

@@ -22,13 +22,16 @@ std::string not_set_up(const EngineSpec& spec, const Fsdp2Options& o) {
            "is not set up by scripts/crossval/run_fsdp2.py" + way;
   if (o.force_sum_reduction_for_comms)
     return "PyTorch FSDP2 with force_sum_reduction_for_comms is not set up by scripts/crossval/run_fsdp2.py" + way;
-  // NO_WRAP: the blocks stay in the root group on both sides. Activation checkpointing is
-  // accelerate's fsdp2_apply_ac, which finds the blocks through the auto-wrap policy: under
-  // NO_WRAP it has none (it calls None), so that pair has no upstream run to compare with.
-  if (o.auto_wrap_policy == "NO_WRAP" && (o.activation_checkpointing || spec.train.activation_checkpointing.enabled()))
-    return "PyTorch FSDP2 with activation checkpointing and fsdp_auto_wrap_policy NO_WRAP is not set up by "
-           "scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac finds the blocks through the auto-wrap "
-           "policy, and NO_WRAP has none)" + way;
+  // NO_WRAP (and SIZE_BASED_WRAP selecting nothing): the blocks stay in the root group on both
+  // sides. Activation checkpointing is accelerate's fsdp2_apply_ac, which checkpoints the children
+  // of the modules the auto-wrap policy selects: under NO_WRAP it has none (it calls None), under
+  // the size policy not the decoder blocks, so that pair has no upstream run to compare with.
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" &&
+      (o.activation_checkpointing || spec.train.activation_checkpointing.enabled()))
+    return "PyTorch FSDP2 with activation checkpointing and fsdp_auto_wrap_policy " + o.auto_wrap_policy +
+           " is not set up by scripts/crossval/run_fsdp2.py (accelerate's fsdp2_apply_ac checkpoints the children "
+           "of the modules the auto-wrap policy selects: NO_WRAP has no policy, the size policy not the decoder "
+           "blocks)" + way;
   // The runner applies accelerate's fsdp2_apply_ac to the blocks zerobench checkpoints (every block
   // for full; selective-layer:N's blocks N, 2N, ...); torchtitan's op-level policy it does not set up.
   if (spec.train.activation_checkpointing.kind == models::ActivationCheckpointing::Kind::SelectiveOp)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/fsdp2/fsdp2_offload.hpp"
+#include "backends/fsdp_family/module_tree.hpp"
 #include "runtime/errors.hpp"
 
 namespace zb::backends::fsdp2 {
@@ -95,10 +96,26 @@ ParamLayout layout_param(const models::ParamSpec& spec, int unit, int index, int
 
 // ---------------------------------------------------------------- groups (fully_shard calls)
 
+bool wraps_blocks(const models::ModelConfig& cfg, const Fsdp2Options& o) {
+  if (o.auto_wrap_policy != "SIZE_BASED_WRAP") return o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP";
+  const auto selected = fsdp_family::fsdp2_size_policy_modules(cfg, o.min_num_params);
+  if (selected.empty()) return false;  // the root's groups alone, as NO_WRAP
+  std::string list;
+  for (size_t i = 0; i < selected.size() && i < 6; ++i) list += (i ? ", " : "") + selected[i];
+  if (selected.size() > 6) list += ", ... (" + std::to_string(selected.size()) + " in all)";
+  throw UsageError("fsdp2 auto_wrap_policy SIZE_BASED_WRAP with min_num_params " + std::to_string(o.min_num_params) +
+                   " selects " + list + " of " + cfg.preset +
+                   " (accelerate's size policy: every module but the root with more parameters than that): "
+                   "fully_shard groups other than the blocks and the root's are not implemented; zerobench runs "
+                   "SIZE_BASED_WRAP when it selects nothing (as NO_WRAP) — raise min_num_params to at least " +
+                   std::to_string(fsdp_family::module_tree(cfg).children.at(0).numel()) +
+                   " (the decoder's `model`), or use TRANSFORMER_BASED_WRAP");
+}
+
 // FSDP states in the root module's named_modules() order (_fsdp_state.py _lazy_init all_states),
 // which is also the order their pre-forwards run in.
 std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Options& o) {
-  const bool wrap_blocks = o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP";
+  const bool wrap_blocks = wraps_blocks(cfg, o);
   const int L = int(cfg.layers);
   std::vector<GroupSpec> out;
   GroupSpec root;
@@ -154,6 +171,7 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   const auto mesh = resolve_mesh(fsdp2_options(spec.options), topo.world);
+  wraps_blocks(spec.model, fsdp2_options(spec.options));  // refuses, before any rank starts, what it cannot run
   ShardLayout l;
   l.world = topo.world;
   l.ranks_per_node = topo.ranks_per_node;

@@ -77,6 +77,11 @@ struct GroupSpec {
 // gate, up, down).
 inline constexpr int kHfBlockOrder[] = {1, 2, 3, 4, 6, 7, 8, 0, 5};
 
+// Whether the decoder blocks get fully_shard calls of their own: TRANSFORMER_BASED_WRAP yes,
+// NO_WRAP no; SIZE_BASED_WRAP no when accelerate's size policy selects nothing on this model, and
+// anything it selects throws UsageError naming the modules (such groups are not implemented).
+bool wraps_blocks(const models::ModelConfig& cfg, const Fsdp2Options& o);
+
 // FSDP states in the root module's named_modules() order (_fsdp_state.py _lazy_init all_states),
 // which is also the order their pre-forwards run in.
 std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Options& o);

@@ -57,7 +57,7 @@ nlohmann::json to_json(const Fsdp2Options& o) {
     raf = false;
   else
     raf = o.reshard_after_forward;
-  return {{"reshard_after_forward", raf},
+  nlohmann::json j = {{"reshard_after_forward", raf},
           {"reduce_dtype", o.reduce_dtype},
           {"output_dtype", o.output_dtype},
           {"grouping", o.grouping},
@@ -74,6 +74,8 @@ nlohmann::json to_json(const Fsdp2Options& o) {
           {"transformer_layer_cls_to_wrap", o.transformer_layer_cls_to_wrap},
           {"offload_policy", o.offload_policy},
           {"offload_pin_memory", o.offload_pin_memory}};
+  if (o.auto_wrap_policy == "SIZE_BASED_WRAP") j["min_num_params"] = o.min_num_params;
+  return j;
 }
 
 Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
@@ -91,6 +93,7 @@ Fsdp2Options fsdp2_options_from_json(const nlohmann::json& j) {
   o.output_dtype = j.value("output_dtype", o.output_dtype);
   o.grouping = j.value("grouping", o.grouping);
   o.auto_wrap_policy = j.value("auto_wrap_policy", o.auto_wrap_policy);
+  o.min_num_params = j.value("min_num_params", o.min_num_params);
   o.dp_replicate_size = j.value("dp_replicate_size", o.dp_replicate_size);
   o.dp_shard_size = j.value("dp_shard_size", o.dp_shard_size);
   o.modules_to_forward_prefetch = j.value("modules_to_forward_prefetch", o.modules_to_forward_prefetch);
@@ -114,9 +117,11 @@ Fsdp2Options validated(Fsdp2Options o) {
   if (o.grouping != "root" && o.grouping != "accelerate")
     throw UsageError("--fsdp2-grouping must be root or accelerate, got '" + o.grouping + "'");
   o.auto_wrap_policy = upper(o.auto_wrap_policy);
-  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" && o.auto_wrap_policy != "NO_WRAP")
-    throw UsageError("fsdp2 auto_wrap_policy must be TRANSFORMER_BASED_WRAP or NO_WRAP, got '" + o.auto_wrap_policy +
-                     "'");
+  if (o.auto_wrap_policy != "TRANSFORMER_BASED_WRAP" && o.auto_wrap_policy != "NO_WRAP" &&
+      o.auto_wrap_policy != "SIZE_BASED_WRAP")
+    throw UsageError("fsdp2 auto_wrap_policy must be TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP, got '" +
+                     o.auto_wrap_policy + "'");
+  if (o.auto_wrap_policy != "SIZE_BASED_WRAP") o.min_num_params = 0;
   if (o.dp_replicate_size < 0 || o.dp_shard_size < 0 || (o.dp_replicate_size == 0 && o.dp_shard_size == 0))
     throw UsageError("--dp-replicate-size " + std::to_string(o.dp_replicate_size) + " / --dp-shard-size " +
                      std::to_string(o.dp_shard_size) + ": sizes must be >= 0 and not both 0 (0 = world / the other)");

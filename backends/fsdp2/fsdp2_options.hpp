@@ -34,8 +34,11 @@ struct Fsdp2Options {
   //                 group, [final norm, LM head] one group with reshard_after_forward=False, the
   //                 root holds whatever is left (nothing when blocks are wrapped).
   std::string grouping = "root";
-  // TRANSFORMER_BASED_WRAP (one group per decoder block) or NO_WRAP (blocks stay in the root).
+  // TRANSFORMER_BASED_WRAP (one group per decoder block), NO_WRAP (blocks stay in the root) or
+  // SIZE_BASED_WRAP (accelerate's size policy: fully_shard on every module but the root with more
+  // than min_num_params parameters; zerobench runs it when that is none: NO_WRAP's groups).
   std::string auto_wrap_policy = "TRANSFORMER_BASED_WRAP";
+  int64_t min_num_params = 0;  // SIZE_BASED_WRAP's threshold (accelerate launch's default 1e8)
   // 2-D mesh (dp_replicate, dp_shard) as accelerate's ParallelismConfig names it: HSDP when
   // dp_replicate_size > 1. A size of 0 = world size / the other one (not both 0); their product
   // must equal the world size (ParallelismConfig._validate_accelerator).

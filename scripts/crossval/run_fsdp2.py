@@ -21,6 +21,9 @@ Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp
   With auto_wrap_policy NO_WRAP (accelerate's default when the file names none) no block is
   wrapped: the blocks' parameters stay in the root group (fsdp2_prepare_auto_wrap_policy returns
   None; the embedding and [norm, lm_head] are still carved out under the accelerate grouping).
+  SIZE_BASED_WRAP runs accelerate's size policy (fully_shard on every module but the root, bottom-
+  up, with more than min_num_params parameters): zerobench runs it only when that selects nothing,
+  which is then NO_WRAP's setup, and this reference checks it did.
 Activation checkpointing (fsdp_activation_checkpointing) as accelerate 1.15 fsdp2_apply_ac does
 it, before sharding: every child of a module the auto-wrap policy matches (each decoder block's
 self_attn, mlp and two norms) is replaced by checkpoint_wrapper(child, preserve_rng_state=False)
@@ -73,7 +76,7 @@ def _dtype(name, default):
 
 def make_runner(spec, work, device):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
     offload = opts.get("offload_policy", "none") == "cpu"
@@ -106,21 +109,37 @@ def make_runner(spec, work, device):
         policy = MixedPrecisionPolicy(param_dtype=torch.float16,
                                       reduce_dtype=_dtype(opts.get("reduce_dtype", ""), torch.float16),
                                       output_dtype=_dtype(opts.get("output_dtype", ""), torch.float16))
-    wrap_blocks = opts.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
-    if wrap_blocks not in ("TRANSFORMER_BASED_WRAP", "NO_WRAP"):
-        raise SystemExit(f"run_fsdp2.py: fsdp2 option auto_wrap_policy={wrap_blocks!r} is not set up by this reference")
-    wrap_blocks = wrap_blocks == "TRANSFORMER_BASED_WRAP"
+    wrap_policy = opts.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
+    if wrap_policy not in ("TRANSFORMER_BASED_WRAP", "NO_WRAP", "SIZE_BASED_WRAP"):
+        raise SystemExit(f"run_fsdp2.py: fsdp2 option auto_wrap_policy={wrap_policy!r} is not set up by this reference")
+    wrap_blocks = wrap_policy == "TRANSFORMER_BASED_WRAP"
+    size_selected = []
+    if wrap_policy == "SIZE_BASED_WRAP":
+        # accelerate fsdp2_prepare_auto_wrap_policy's size branch, as fsdp2_prepare_model runs it:
+        # every module but the root, bottom-up, with more than min_num_params parameters (none
+        # when min_num_params <= 0: set_auto_wrap_policy passes no policy).
+        min_num_params = int(opts.get("min_num_params", 0))
+        if min_num_params > 0:
+            size_selected = [(n, m) for n, m in reversed(list(_pop_order(net)))
+                             if n and sum(p.numel() for p in m.parameters()) > min_num_params]
     ac_mode = common.activation_checkpointing_mode(t, opts)  # opts: accelerate's fsdp_activation_checkpointing
     if ac_mode != "none":
         if not wrap_blocks:  # fsdp2_apply_ac calls the policy function, None under NO_WRAP
-            raise SystemExit("run_fsdp2.py: activation checkpointing with auto_wrap_policy NO_WRAP: accelerate's "
-                             "fsdp2_apply_ac has no policy to find the blocks by (it calls None)")
+            raise SystemExit(f"run_fsdp2.py: activation checkpointing with auto_wrap_policy {wrap_policy}: "
+                             "accelerate's fsdp2_apply_ac checkpoints the children of the modules its policy "
+                             "selects (it calls None under NO_WRAP), not the decoder blocks zerobench checkpoints")
         apply_activation_checkpointing(net, zbmodel.checkpointed_blocks(len(net.model.layers), ac_mode))
     reshard = opts.get("reshard_after_forward", True)
     mesh = init_device_mesh(device.kind, (dist.get_world_size(),))
     off = CPUOffloadPolicy(pin_memory=pin) if offload else OffloadPolicy()
     for layer in (net.model.layers if wrap_blocks else []):
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
+    for _, module in size_selected:
+        if not isinstance(module, FSDPModule):
+            fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
+    if size_selected:  # zerobench refuses these up front; the reference says so if it is reached
+        raise SystemExit("run_fsdp2.py: SIZE_BASED_WRAP selected " + ", ".join(n for n, _ in size_selected) +
+                         ": units other than the root group's are not compared")
     if opts.get("grouping", "root") == "accelerate":
         fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy,
                     offload_policy=off)
@@ -130,9 +149,13 @@ def make_runner(spec, work, device):
     check_setup(net, reshard if wrap_blocks else None, policy, device, offload)
     runner = Fsdp2Runner(net, t, bool(t.get("sync_each_batch") or opts.get("sync_each_batch")), device,
                          amp=precision == "fp16")
-    if not wrap_blocks:
+    if wrap_policy == "NO_WRAP":
         runner.notes.append("auto_wrap_policy NO_WRAP: no block is wrapped; the blocks' parameters are in the root "
                             "group (accelerate fsdp2_prepare_model)")
+    if wrap_policy == "SIZE_BASED_WRAP":
+        runner.notes.append(f"auto_wrap_policy SIZE_BASED_WRAP, min_num_params {opts.get('min_num_params', 0)}: the "
+                            "size policy (more parameters than that) selects no module but the root, so no block is "
+                            "wrapped (accelerate fsdp2_prepare_auto_wrap_policy, fsdp2_prepare_model)")
     wrapped_blocks = [i + 1 for i, layer in enumerate(net.model.layers)
                       if any(type(m).__name__ == "CheckpointWrapper" for m in layer.children())]
     if wrapped_blocks:
@@ -141,6 +164,17 @@ def make_runner(spec, work, device):
                              f"the self_attn, mlp and norms of blocks {wrapped_blocks} ({ac_mode}: 1-based count a "
                              "multiple of N, torchtitan's _apply_layer_sac; accelerate fsdp2_apply_ac on those blocks)"))
     return runner
+
+
+def _pop_order(net):
+    """accelerate utils/other.py get_module_children_bottom_up(net, return_fqns=True), reversed:
+    the depth-first walk that pushes each module's named_children and pops the last."""
+    stack = [("", net)]
+    while stack:
+        name, module = stack.pop()
+        for child_name, child in module.named_children():
+            stack.append((f"{name}.{child_name}" if name else child_name, child))
+        yield name, module
 
 
 def check_setup(net, reshard, policy, device, offload):
