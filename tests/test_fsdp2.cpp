@@ -693,6 +693,16 @@ TEST(Fsdp2SizePolicy, AnAccelerateFileRunsOnTinyAndIsRefusedOnGranite) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("SIZE_BASED_WRAP with min_num_params 100000000 selects model.embed_tokens"), std::string::npos)
       << r.output;
+  // accelerate's fsdp_activation_checkpointing needs a policy that selects the blocks:
+  // fsdp2_apply_ac calls NO_WRAP's None (TypeError) and checkpoints no block under the size policy.
+  for (const char* policy : {"NO_WRAP", "SIZE_BASED_WRAP"}) {
+    std::ofstream(path) << head << "  fsdp_auto_wrap_policy: " << policy << "\n  fsdp_activation_checkpointing: true\n";
+    r = test_support::run_zerobench("run --accelerate-config " + path + " --model tiny --nproc 2 --steps 1 --warmup 0");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(std::string("fsdp_activation_checkpointing true with auto_wrap_policy ") + policy),
+              std::string::npos)
+        << r.output;
+  }
   for (const auto& f : {path, size_out, no_wrap_out}) std::remove(f.c_str());
 }
 

@@ -171,7 +171,20 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
   const auto mesh = resolve_mesh(fsdp2_options(spec.options), topo.world);
-  wraps_blocks(spec.model, fsdp2_options(spec.options));  // refuses, before any rank starts, what it cannot run
+  // Refused before any rank starts: what wraps_blocks cannot run, and accelerate's
+  // fsdp_activation_checkpointing under a policy that does not select the decoder blocks —
+  // fsdp2_apply_ac checkpoint-wraps each child of a module the policy selects: under NO_WRAP it
+  // calls None (TypeError), under SIZE_BASED_WRAP the root's children or nothing, never the blocks.
+  const auto o = fsdp2_options(spec.options);
+  if (!wraps_blocks(spec.model, o) && o.activation_checkpointing)
+    throw UsageError("fsdp_activation_checkpointing true with auto_wrap_policy " + o.auto_wrap_policy +
+                     (o.auto_wrap_policy == "NO_WRAP"
+                          ? ": accelerate's fsdp2_apply_ac calls the auto-wrap policy, which NO_WRAP leaves None "
+                            "(a TypeError)"
+                          : ": accelerate's fsdp2_apply_ac checkpoints the children of the modules the size policy "
+                            "selects (the root's, or none), not the decoder blocks") +
+                     "; zerobench checkpoints whole decoder blocks (use TRANSFORMER_BASED_WRAP, or "
+                     "--activation-checkpointing, HF's gradient checkpointing, without fsdp_activation_checkpointing)");
   ShardLayout l;
   l.world = topo.world;
   l.ranks_per_node = topo.ranks_per_node;
