@@ -78,21 +78,20 @@ std::vector<KernelSummary> top_kernels(const std::vector<Activity>& activities, 
   return out;
 }
 
-nlohmann::json step_json(const StepProfile& p) {
+reports::ProfileStep step_record(const StepProfile& p) {
   auto s = [](int64_t ns) { return double(ns) / 1e9; };
-  nlohmann::json by_class = nlohmann::json::object();
-  for (const auto& [cls, t] : p.by_class)
-    by_class[kernel_class_name(cls)] = {{"count", t.count}, {"time_s", s(t.total_ns)}};
-  return {{"step", p.step},
-          {"window_s", s(p.window_ns)},
-          {"compute_s", s(p.compute_ns)},
-          {"non_compute_s", s(p.non_compute_ns)},
-          {"idle_s", s(p.idle_ns)},
-          {"comm_s", s(p.comm_ns)},
-          {"comm_overlapped_s", s(p.comm_overlapped_ns)},
-          {"exposed_comm_s", s(p.exposed_comm_ns)},
-          {"overlap_ratio", p.overlap_ratio()},
-          {"by_class", by_class}};
+  reports::ProfileStep r;
+  r.step = p.step;
+  r.window_s = s(p.window_ns);
+  r.compute_s = s(p.compute_ns);
+  r.non_compute_s = s(p.non_compute_ns);
+  r.idle_s = s(p.idle_ns);
+  r.comm_s = s(p.comm_ns);
+  r.comm_overlapped_s = s(p.comm_overlapped_ns);
+  r.exposed_comm_s = s(p.exposed_comm_ns);
+  r.overlap_ratio = p.overlap_ratio();
+  for (const auto& [cls, t] : p.by_class) r.by_class[kernel_class_name(cls)] = {t.count, s(t.total_ns), {}};
+  return r;
 }
 
 UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& w) {
@@ -183,43 +182,56 @@ UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& 
   return t;
 }
 
-nlohmann::json unit_times_json(const UnitTimes& t) {
-  return {{"forward_s", t.forward_s},       {"backward_s", t.backward_s}, {"forward_total_s", t.forward_total_s},
-          {"backward_total_s", t.backward_total_s}, {"optimizer_s", t.optimizer_s}, {"window_s", t.window_s},
-          {"other_s", t.other_s}, {"root_forward_pre_s", t.root_forward_pre_s},
-          {"root_backward_post_s", t.root_backward_post_s}};
+reports::ProfileUnits units_record(const UnitTimes& t) {
+  reports::ProfileUnits u;
+  u.forward_s = t.forward_s;
+  u.backward_s = t.backward_s;
+  u.forward_total_s = t.forward_total_s;
+  u.backward_total_s = t.backward_total_s;
+  u.optimizer_s = t.optimizer_s;
+  u.window_s = t.window_s;
+  u.other_s = t.other_s;
+  u.root_forward_pre_s = t.root_forward_pre_s;
+  u.root_backward_post_s = t.root_backward_post_s;
+  return u;
 }
 
-nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
-                                 size_t top_k) {
-  nlohmann::json steps = nlohmann::json::array();
+reports::RankProfile rank_profile(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                  size_t top_k) {
+  reports::RankProfile out;
   std::vector<UnitTimes> per_step;
   for (const auto& w : windows) per_step.push_back(unit_times(activities, w));
-  std::map<std::string, std::vector<double>> columns;
-  for (const auto& w : windows) {
-    const auto p = analyze_step(activities, w);
-    auto j = step_json(p);
-    for (const char* key : {"window_s", "compute_s", "non_compute_s", "idle_s", "comm_s", "comm_overlapped_s",
-                            "exposed_comm_s", "overlap_ratio"})
-      columns[key].push_back(j[key].get<double>());
-    steps.push_back(std::move(j));
+  for (const auto& w : windows) out.steps.push_back(step_record(analyze_step(activities, w)));
+  // The median over steps of each time (and the overlap ratio); the shares of the median window.
+  using S = reports::ProfileStep;
+  using B = reports::ProfileBreakdown;
+  const std::pair<double S::*, double B::*> columns[] = {
+      {&S::window_s, &B::window_s},       {&S::compute_s, &B::compute_s},
+      {&S::non_compute_s, &B::non_compute_s}, {&S::idle_s, &B::idle_s},
+      {&S::comm_s, &B::comm_s},           {&S::comm_overlapped_s, &B::comm_overlapped_s},
+      {&S::exposed_comm_s, &B::exposed_comm_s}, {&S::overlap_ratio, &B::overlap_ratio}};
+  auto& med = out.median;
+  for (const auto& [step_field, median_field] : columns) {
+    std::vector<double> v;
+    for (const auto& st : out.steps) v.push_back(st.*step_field);
+    med.*median_field = median(v);
   }
-  nlohmann::json med = nlohmann::json::object();
-  for (const auto& [key, values] : columns) med[key] = median(values);
-  const double window = med.value("window_s", 0.0);
-  for (const char* key : {"compute", "non_compute", "idle"})
-    med[std::string(key) + "_pct"] = window > 0 ? 100.0 * med[std::string(key) + "_s"].get<double>() / window : 0.0;
+  const double window = med.window_s;
+  med.compute_pct = window > 0 ? 100.0 * med.compute_s / window : 0.0;
+  med.non_compute_pct = window > 0 ? 100.0 * med.non_compute_s / window : 0.0;
+  med.idle_pct = window > 0 ? 100.0 * med.idle_s / window : 0.0;
   int64_t kernel_total = 0;
   const auto top = top_kernels(activities, windows, std::numeric_limits<size_t>::max());
   for (const auto& t : top) kernel_total += t.total_ns;
-  nlohmann::json top_j = nlohmann::json::array();
   for (size_t i = 0; i < std::min(top_k, top.size()); ++i) {
     const auto& t = top[i];
-    top_j.push_back({{"name", t.name},
-                     {"class", kernel_class_name(t.cls)},
-                     {"count", t.count},
-                     {"time_s", double(t.total_ns) / 1e9},
-                     {"pct_of_kernel_time", kernel_total > 0 ? 100.0 * double(t.total_ns) / double(kernel_total) : 0.0}});
+    reports::ProfileKernel k;
+    k.name = t.name;
+    k.kernel_class = kernel_class_name(t.cls);
+    k.count = t.count;
+    k.time_s = double(t.total_ns) / 1e9;
+    k.pct_of_kernel_time = kernel_total > 0 ? 100.0 * double(t.total_ns) / double(kernel_total) : 0.0;
+    out.top_kernels.push_back(std::move(k));
   }
   // Units: the median over steps of each field (and of each unit's entry).
   UnitTimes units;
@@ -243,7 +255,8 @@ nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const 
     units.root_forward_pre_s = med_of([](const UnitTimes& u) { return u.root_forward_pre_s; });
     units.root_backward_post_s = med_of([](const UnitTimes& u) { return u.root_backward_post_s; });
   }
-  return {{"steps", steps}, {"median", med}, {"top_kernels", top_j}, {"units", unit_times_json(units)}};
+  out.units = units_record(units);
+  return out;
 }
 
 }  // namespace zb::profiler

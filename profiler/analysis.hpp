@@ -1,16 +1,18 @@
 // analysis.hpp — what the profile says about a window of activity: Holistic Trace Analysis'
 // temporal breakdown (compute / non-compute / idle) and communication-computation overlap,
 // exposed communication, time per kernel class and the top kernels. Owns: these definitions
-// (docs/profiling.md); one definition per metric. The interval arithmetic is intervals.hpp.
+// (docs/profiling.md); one definition per metric. The interval arithmetic is intervals.hpp; the
+// results are the report's typed records (reports/run_report.hpp: RankProfile), whose JSON the
+// report maps.
 #pragma once
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "profiler/activity.hpp"
 #include "profiler/intervals.hpp"
+#include "reports/run_report.hpp"
 
 namespace zb::profiler {
 
@@ -72,12 +74,14 @@ struct UnitTimes {
   double root_forward_pre_s = 0, root_backward_post_s = 0;
 };
 UnitTimes unit_times(const std::vector<Activity>& activities, const StepWindow& window);
-nlohmann::json unit_times_json(const UnitTimes& t);
+// Their report record (seconds; the report owns the JSON).
+reports::ProfileUnits units_record(const UnitTimes& t);
+reports::ProfileStep step_record(const StepProfile& p);
 
-// The rank's `profile` entry: per-step profiles, their medians, top kernels, and `units`
-// (unit_times' median over the traced steps, element by element).
-nlohmann::json step_json(const StepProfile& p);
-nlohmann::json rank_profile_json(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
-                                 size_t top_k = 10);
+// The rank's profile: per-step profiles, their medians, top kernels, and `units` (unit_times'
+// median over the traced steps, element by element). The rank and the tracer's counts are the
+// caller's (bench/run/rank_record.cpp).
+reports::RankProfile rank_profile(const std::vector<Activity>& activities, const std::vector<StepWindow>& windows,
+                                  size_t top_k = 10);
 
 }  // namespace zb::profiler

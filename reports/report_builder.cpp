@@ -52,7 +52,7 @@ json build_report(const ReportParts& p) {
             {"summary", to_json(p.summary)},
             {"ranks", ranks},
             {"steps", steps},
-            {"profile", p.profile}};
+            {"profile", p.profile ? to_json(*p.profile) : json(nullptr)}};
   for (const auto& [k, v] : p.sections.items()) r[k] = v;
   return r;
 }

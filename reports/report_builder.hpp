@@ -50,8 +50,8 @@ BatchingSummary batching_summary(const std::string& mode, const Rows& rows) {
   return b;
 }
 
-// A report's parts, typed (reports/run_report.hpp) but for the profile, which the profiler's
-// summary still assembles as JSON; build_report adds the schema header and the creation time.
+// A report's parts, typed (reports/run_report.hpp); build_report adds the schema header and the
+// creation time.
 struct ReportParts {
   std::string run_id;
   Status status;
@@ -60,7 +60,7 @@ struct ReportParts {
   Summary summary;
   std::vector<RankRecord> ranks;
   std::vector<StepRecord> steps;
-  nlohmann::json profile = nullptr;
+  std::optional<Profile> profile;  // none: `profile` is null
   nlohmann::json sections = nlohmann::json::object();  // further top-level sections (projection)
 };
 nlohmann::json build_report(const ReportParts& parts);

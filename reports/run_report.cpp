@@ -381,6 +381,8 @@ json to_json(const RankRecord& r) { return write(r); }
 json to_json(const Summary& s) { return write(s); }
 json to_json(const Status& s) { return write(s); }
 json to_json(const StepRecord& s) { return write(s); }
+json to_json(const RankProfile& p) { return write(p); }
+json to_json(const Profile& p) { return write(p); }
 RankRecord rank_record_from_json(const json& j) {
   RankRecord r;
   parse(j, r);

@@ -387,6 +387,94 @@ struct RankLifecycle {  // ranks[i].lifecycle: the model load and the checkpoint
   template <class V> void fields(V& v) { v("load", load); v("checkpoint", checkpoint); }
 };
 
+struct ProfileUnits {  // profile.units, profile.ranks[i].units: per-unit compute per optimizer step (docs/projection.md)
+  std::vector<double> forward_s, backward_s;  // [0] the root unit, [u >= 1] decoder block u
+  std::optional<double> forward_total_s, backward_total_s, optimizer_s, window_s, other_s, root_forward_pre_s,
+      root_backward_post_s;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("forward_s", forward_s); v("backward_s", backward_s); v("forward_total_s", forward_total_s);
+    v("backward_total_s", backward_total_s); v("optimizer_s", optimizer_s); v("window_s", window_s);
+    v("other_s", other_s); v("root_forward_pre_s", root_forward_pre_s); v("root_backward_post_s", root_backward_post_s);
+  }
+};
+
+// ---- the profile (--profile/--trace; docs/profiling.md): what profiler/analysis measures ----
+
+struct ProfileClassTime {  // profile.ranks[i].steps[j].by_class.<class>: one kernel class in one step
+  int64_t count = 0;
+  double time_s = 0;  // summed durations (concurrent kernels both count)
+  Carried extra;
+  template <class V> void fields(V& v) { v("count", count); v("time_s", time_s); }
+};
+
+struct ProfileStep {  // profile.ranks[i].steps[j]: one traced step on one rank (covered time, HTA's)
+  int64_t step = 0;
+  double window_s = 0, compute_s = 0, non_compute_s = 0, idle_s = 0, comm_s = 0, comm_overlapped_s = 0,
+         exposed_comm_s = 0, overlap_ratio = 0;
+  std::map<std::string, ProfileClassTime> by_class;  // by kernel class name
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("step", step); v("window_s", window_s); v("compute_s", compute_s); v("non_compute_s", non_compute_s);
+    v("idle_s", idle_s); v("comm_s", comm_s); v("comm_overlapped_s", comm_overlapped_s);
+    v("exposed_comm_s", exposed_comm_s); v("overlap_ratio", overlap_ratio); v("by_class", by_class);
+  }
+};
+
+// profile.ranks[i].median (the median over the rank's traced steps of each ProfileStep time, the
+// percentages of the median window), profile.summary (the median over ranks of each).
+struct ProfileBreakdown {
+  ProfileBreakdown() {}  // not an aggregate: g++ -O2 took its `{}` for an uninitialized Carried (-Wmaybe-uninitialized)
+  double window_s = 0, compute_s = 0, non_compute_s = 0, idle_s = 0, comm_s = 0, comm_overlapped_s = 0,
+         exposed_comm_s = 0, overlap_ratio = 0, compute_pct = 0, non_compute_pct = 0, idle_pct = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("window_s", window_s); v("compute_s", compute_s); v("non_compute_s", non_compute_s); v("idle_s", idle_s);
+    v("comm_s", comm_s); v("comm_overlapped_s", comm_overlapped_s); v("exposed_comm_s", exposed_comm_s);
+    v("overlap_ratio", overlap_ratio); v("compute_pct", compute_pct); v("non_compute_pct", non_compute_pct);
+    v("idle_pct", idle_pct);
+  }
+};
+
+struct ProfileKernel {  // profile.ranks[i].top_kernels[j]: kernels of one name over the traced steps
+  std::string name, kernel_class;  // "class": profiler/activity.hpp's kernel_class_name
+  int64_t count = 0;
+  double time_s = 0, pct_of_kernel_time = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("name", name); v("class", kernel_class); v("count", count); v("time_s", time_s);
+    v("pct_of_kernel_time", pct_of_kernel_time);
+  }
+};
+
+struct ProfileSkippedRecords {  // profile.ranks[i].skipped_records: only when one is non-zero (profiler/tracer.hpp)
+  int64_t other_kind = 0, no_timestamp = 0, unreadable_buffers = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("other_kind", other_kind); v("no_timestamp", no_timestamp); v("unreadable_buffers", unreadable_buffers);
+  }
+};
+
+// ranks[i].profile, profile.ranks[i]: one rank's analysis. profiler::rank_profile fills steps,
+// median, top_kernels and units; bench/run/rank_record.cpp the rank and the tracer's counts.
+struct RankProfile {
+  int64_t rank = 0;
+  std::vector<ProfileStep> steps;
+  ProfileBreakdown median;
+  std::vector<ProfileKernel> top_kernels;
+  ProfileUnits units;  // the median over the traced steps of each field (and of each unit's entry)
+  std::vector<double> traced_step_times_s;
+  int64_t dropped_records = 0;
+  std::optional<ProfileSkippedRecords> skipped_records;
+  double buffer_processing_s = 0;
+  Carried extra;
+  template <class V> void fields(V& v) {
+    v("rank", rank); v("steps", steps); v("median", median); v("top_kernels", top_kernels); v("units", units);
+    v("traced_step_times_s", traced_step_times_s); v("dropped_records", dropped_records);
+    v("skipped_records", skipped_records); v("buffer_processing_s", buffer_processing_s);
+  }
+};
+
 struct RankRecord {
   int64_t rank = 0;
   std::optional<std::string> host;
@@ -399,9 +487,9 @@ struct RankRecord {
   std::optional<Offload> offload;
   std::optional<std::vector<double>> step_times_s;
   std::optional<RankLifecycle> lifecycle;
-  // This rank's profile analysis (profiler::rank_profile_json), carried whole: the profiler owns
-  // its shape; the report's profile section is made from every rank's (bench/run/rank_record.hpp).
-  std::optional<nlohmann::json> profile;
+  // This rank's profile analysis (--profile/--trace: profiler::rank_profile, with the tracer's
+  // counts); the report's profile section is made from every rank's (bench/run/rank_record.hpp).
+  std::optional<RankProfile> profile;
   Carried extra;
   template <class V> void fields(V& v) {
     v("rank", rank); v("host", host); v("memory", memory); v("comm", comm); v("comm_total", comm_total);
@@ -440,22 +528,33 @@ struct StepRecord {
   bool skipped() const { return loss_scale && loss_scale->skipped; }
 };
 
-struct ProfileUnits {  // profile.units: per-unit compute per optimizer step (docs/projection.md)
-  std::vector<double> forward_s, backward_s;  // [0] the root unit, [u >= 1] decoder block u
-  std::optional<double> optimizer_s, other_s, root_forward_pre_s, root_backward_post_s;
+struct TracerOverhead {  // profile.tracer_overhead: rank 0's traced vs untraced step time
+  double traced_step_time_s = 0, untraced_step_time_s = 0, overhead_pct = 0, buffer_processing_s = 0;
+  int64_t dropped_records = 0;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("forward_s", forward_s); v("backward_s", backward_s); v("optimizer_s", optimizer_s); v("other_s", other_s);
-    v("root_forward_pre_s", root_forward_pre_s); v("root_backward_post_s", root_backward_post_s);
+    v("traced_step_time_s", traced_step_time_s); v("untraced_step_time_s", untraced_step_time_s);
+    v("overhead_pct", overhead_pct); v("buffer_processing_s", buffer_processing_s);
+    v("dropped_records", dropped_records);
   }
 };
 
-struct Profile {  // profile (null unless --profile/--trace: the null stays in RunReport::extra)
-  std::optional<double> overlap_ratio, exposed_comm_s;
+// profile (null unless --profile/--trace: the null stays in RunReport::extra): every rank's
+// analysis and the median over ranks (bench/run/rank_record.cpp's profile_section).
+struct Profile {
+  std::optional<std::string> source;  // cupti | host
+  std::optional<int64_t> steps_traced;
+  std::optional<double> overlap_ratio, exposed_comm_s;  // summary's
+  std::optional<ProfileBreakdown> summary;
   std::optional<ProfileUnits> units;
+  std::optional<TracerOverhead> tracer_overhead;
+  std::optional<std::string> trace_file;  // "" without --trace
+  std::optional<std::vector<RankProfile>> ranks;
   Carried extra;
   template <class V> void fields(V& v) {
-    v("overlap_ratio", overlap_ratio); v("exposed_comm_s", exposed_comm_s); v("units", units);
+    v("source", source); v("steps_traced", steps_traced); v("overlap_ratio", overlap_ratio);
+    v("exposed_comm_s", exposed_comm_s); v("summary", summary); v("units", units);
+    v("tracer_overhead", tracer_overhead); v("trace_file", trace_file); v("ranks", ranks);
   }
 };
 
@@ -546,6 +645,8 @@ nlohmann::json to_json(const RankRecord& r);
 nlohmann::json to_json(const Summary& s);
 nlohmann::json to_json(const Status& s);
 nlohmann::json to_json(const StepRecord& s);
+nlohmann::json to_json(const RankProfile& p);
+nlohmann::json to_json(const Profile& p);
 RankRecord rank_record_from_json(const nlohmann::json& j);
 
 // Every problem found (empty = valid): missing keys, wrong types, bad status (reports/report.hpp's

@@ -1,7 +1,8 @@
 // The profiler's GPU-independent logic on recorded activity fixtures: kernel classification
 // (real H100/A100 kernel names), interval arithmetic, HTA's temporal breakdown and overlap,
 // exposed communication, top kernels, the host source, the Chrome/Perfetto export; and
-// `zerobench run --profile --trace` end to end on CPU. In a CUDA build also the CUPTI tracer's
+// `zerobench run --profile --trace` end to end on CPU; the report's profile section made from
+// every rank's typed profile (bench/run/rank_record.hpp). In a CUDA build also the CUPTI tracer's
 // record parsing (profiler/cupti_records.hpp) on a synthetic activity buffer built from the
 // CUPTI headers' own record structs and walked by the real libcupti, with no GPU.
 #include <gtest/gtest.h>
@@ -15,10 +16,12 @@
 #include "profiler/cupti_records.hpp"
 #endif
 
+#include "bench/run/rank_record.hpp"
 #include "profiler/activity.hpp"
 #include "profiler/analysis.hpp"
 #include "profiler/chrome_trace.hpp"
 #include "profiler/host_source.hpp"
+#include "reports/report.hpp"
 #include "tests/run_binary.hpp"
 
 using namespace zb::profiler;
@@ -142,13 +145,18 @@ TEST(StepAnalysis, TopKernelsAreGroupedByNameAndOrderedByTime) {
   EXPECT_EQ(top[0].total_ns, 20);
   EXPECT_EQ(top[1].name, kNccl);
   EXPECT_EQ(top[1].cls, KernelClass::kCommunication);
-  const auto j = rank_profile_json(acts, {{0, 0, 100}, {1, 100, 200}}, 5);
-  EXPECT_EQ(j["steps"].size(), 2u);
-  EXPECT_EQ(j["top_kernels"].size(), 3u);
-  EXPECT_DOUBLE_EQ(j["top_kernels"][0]["pct_of_kernel_time"].get<double>(), 100.0 * 20 / 36);
+  const auto p = rank_profile(acts, {{0, 0, 100}, {1, 100, 200}}, 5);
+  EXPECT_EQ(p.steps.size(), 2u);
+  ASSERT_EQ(p.top_kernels.size(), 3u);
+  EXPECT_EQ(p.top_kernels[0].name, kGemm);
+  EXPECT_EQ(p.top_kernels[1].kernel_class, "communication");
+  EXPECT_DOUBLE_EQ(p.top_kernels[0].pct_of_kernel_time, 100.0 * 20 / 36);
   // Step 1 holds only [100,200) of the outside GEMM: nothing; median over the two steps.
-  EXPECT_DOUBLE_EQ(j["steps"][1]["compute_s"].get<double>(), 0.0);
-  EXPECT_DOUBLE_EQ(j["median"]["window_s"].get<double>(), 100e-9);
+  EXPECT_DOUBLE_EQ(p.steps[1].compute_s, 0.0);
+  EXPECT_EQ(p.steps[0].by_class.at("communication").count, 1);
+  EXPECT_DOUBLE_EQ(p.median.window_s, 100e-9);
+  // Step 0: GEMM 20 ns + element-wise 1 ns of compute, NCCL [0,15) beside the GEMM's [0,10).
+  EXPECT_DOUBLE_EQ(p.median.compute_pct, 100.0 * 0.5 * (21e-9 + 0.0) / 100e-9);
 }
 
 TEST(HostSource, TheTrainingThreadComputesExceptWhileBlockedInWait) {
@@ -192,9 +200,9 @@ TEST(UnitTimes, HostComputeInsideEachUnitRangeExcludesWaitsAndTheRootIsTheRest) 
   // Two micro-batches: a unit's ranges add up within the step; the JSON carries the median over steps.
   acts.push_back(range("forward unit1", 210, 220));
   EXPECT_DOUBLE_EQ(unit_times(acts, {0, 0, 1000}).forward_s[1], 80e-9);
-  const auto j = rank_profile_json(acts, {{0, 0, 1000}});
-  EXPECT_DOUBLE_EQ(j["units"]["forward_s"][1].get<double>(), 80e-9);
-  EXPECT_DOUBLE_EQ(j["units"]["optimizer_s"].get<double>(), 100e-9);
+  const auto p = rank_profile(acts, {{0, 0, 1000}});
+  EXPECT_DOUBLE_EQ(p.units.forward_s[1], 80e-9);
+  EXPECT_DOUBLE_EQ(p.units.optimizer_s.value_or(-1), 100e-9);
 }
 
 TEST(UnitTimes, OnCuptiComputeKernelsCountForTheRangeTheirLaunchWasIn) {
@@ -288,6 +296,26 @@ TEST(ProfileCli, ACpuRunWritesAProfileSectionAndAMergedTwoRankTrace) {
   EXPECT_TRUE(saw_range);
   std::remove(report.c_str());
   std::remove(trace.c_str());
+}
+
+// The section is the median over ranks of each rank's medians and unit times, rank 0's traced
+// steps and tracer counts: made again from a committed two-rank report's typed ranks (their
+// profiles, rank 0's untraced step times) it is that report's profile section, byte for byte.
+TEST(ProfileSection, MadeFromACommittedReportsRanksItIsThatReportsProfile) {
+  const auto j = zb::reports::read_report(std::string(ZEROBENCH_SOURCE_DIR) +
+                                          "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json");
+  const auto record = zb::reports::run_report_from_json(j);
+  const auto& ranks = record.rank_records();
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_TRUE(record.profile && record.profile->source && ranks[0].step_times_s);
+  auto section = zb::bench::profile_section(ranks, *ranks[0].step_times_s, *record.profile->source);
+  EXPECT_EQ(section.trace_file, "");  // run sets it with --trace
+  section.trace_file = record.profile->trace_file;
+  EXPECT_EQ(zb::reports::to_json(section).dump(2), j["profile"].dump(2));
+  // The two ranks differ: the section is their median, not one rank's.
+  EXPECT_NE(ranks[0].profile->median.compute_s, ranks[1].profile->median.compute_s);
+  EXPECT_DOUBLE_EQ(*section.overlap_ratio,
+                   0.5 * (ranks[0].profile->median.overlap_ratio + ranks[1].profile->median.overlap_ratio));
 }
 
 TEST(ProfileCli, BadProfileStepsIsAUsageError) {

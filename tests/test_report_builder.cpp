@@ -39,7 +39,7 @@ TEST(ReportBuilder, ACommittedReportRebuiltFromItsPartsIsTheSameValidReport) {
   parts.summary = *record.summary;
   parts.ranks = record.rank_records();
   parts.steps = record.step_records();
-  parts.profile = original["profile"];
+  parts.profile = record.profile;
   auto rebuilt = reports::build_report(parts);
   EXPECT_EQ(rebuilt["created"].get<std::string>().size(), 20u);  // 2026-01-31T12:00:00Z
   const auto problems = reports::validate_report(rebuilt);

@@ -1,11 +1,13 @@
 // test_run_report.cpp — the typed report record (reports/run_report.hpp): every committed report
-// parses and re-serialises to the same JSON, the typed fields hold the values, validation still
+// parses and re-serialises to the same JSON, the typed fields hold the values (a profiled
+// report's profile with nothing left in `extra`), validation still
 // refuses what it refused, and SCHEMA.md documents exactly the record's keys (planted faults).
 #include <dirent.h>
 #include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include <gtest/gtest.h>
 
@@ -89,6 +91,91 @@ TEST(RunReport, EveryCommittedReportRoundTripsByteForByte) {
       EXPECT_EQ(r0.memory.cuda->peak_allocated_bytes, j0["memory"]["cuda"]["peak_allocated_bytes"].get<int64_t>()) << f;
     }
   }
+}
+
+// Every `extra` in a record's tree emptied: what remains is only what the structs type.
+template <class T, class = void>
+struct has_extra : std::false_type {};
+template <class T>
+struct has_extra<T, std::void_t<decltype(std::declval<T&>().extra)>> : std::true_type {};
+template <class T>
+void strip_extra(T& t);
+template <class T>
+void strip_extra(std::optional<T>& t);
+template <class T>
+void strip_extra(std::vector<T>& v);
+template <class T>
+void strip_extra(std::map<std::string, T>& m);
+struct StripExtra {
+  template <class M>
+  void operator()(const char*, M& member) { strip_extra(member); }
+};
+template <class T>
+void strip_extra(std::optional<T>& t) {
+  if (t) strip_extra(*t);
+}
+template <class T>
+void strip_extra(std::vector<T>& v) {
+  for (auto& x : v) strip_extra(x);
+}
+template <class T>
+void strip_extra(std::map<std::string, T>& m) {
+  for (auto& [k, x] : m) strip_extra(x);
+}
+template <class T>
+void strip_extra(T& t) {
+  if constexpr (has_extra<T>::value) {
+    t.extra.keys = json::object();
+    StripExtra s;
+    t.fields(s);
+  }
+}
+
+// A profiled report (--profile: the profile section and every rank's profile) parses into typed
+// fields throughout: JSON -> RunReport -> JSON is byte-identical with every `extra` under the
+// profiles emptied (a key a struct did not name, or a number read as another type, would be lost).
+TEST(RunReport, AProfiledReportsProfileIsTypedThroughoutAndRoundTripsByteForByte) {
+  const std::string path =
+      std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json";
+  const std::string text = slurp(path);
+  const json j = json::parse(text);
+  ASSERT_TRUE(j["profile"].is_object());
+  RunReport r = run_report_from_json(j);
+  EXPECT_EQ(to_json(r).dump(2) + "\n", text);
+  ASSERT_TRUE(r.profile && r.profile->ranks && r.ranks);
+  strip_extra(*r.profile);
+  for (auto& rank : *r.ranks) strip_extra(rank.profile);
+  const json back = to_json(r);
+  EXPECT_EQ(back["profile"].dump(2), j["profile"].dump(2));
+  for (size_t i = 0; i < j["ranks"].size(); ++i) EXPECT_EQ(back["ranks"][i]["profile"].dump(2), j["ranks"][i]["profile"].dump(2));
+  EXPECT_EQ(back.dump(2) + "\n", text);
+  // The typed fields hold the values.
+  const Profile& p = *r.profile;
+  const json& jp = j["profile"];
+  EXPECT_EQ(p.source, jp["source"].get<std::string>());
+  EXPECT_EQ(p.steps_traced, jp["steps_traced"].get<int64_t>());
+  EXPECT_EQ(p.summary->compute_pct, jp["summary"]["compute_pct"].get<double>());
+  EXPECT_EQ(p.tracer_overhead->dropped_records, jp["tracer_overhead"]["dropped_records"].get<int64_t>());
+  EXPECT_EQ(p.units->forward_s, jp["units"]["forward_s"].get<std::vector<double>>());
+  ASSERT_EQ(p.ranks->size(), jp["ranks"].size());
+  const RankProfile& r1 = p.ranks->back();
+  const json& j1 = jp["ranks"].back();
+  EXPECT_EQ(r1.rank, j1["rank"].get<int64_t>());
+  EXPECT_EQ(r1.median.overlap_ratio, j1["median"]["overlap_ratio"].get<double>());
+  EXPECT_EQ(r1.traced_step_times_s, j1["traced_step_times_s"].get<std::vector<double>>());
+  ASSERT_EQ(r1.top_kernels.size(), j1["top_kernels"].size());
+  EXPECT_EQ(r1.top_kernels[0].kernel_class, j1["top_kernels"][0]["class"].get<std::string>());
+  ASSERT_EQ(r1.steps.size(), j1["steps"].size());
+  EXPECT_EQ(r1.steps[0].by_class.at("communication").count, j1["steps"][0]["by_class"]["communication"]["count"].get<int64_t>());
+  EXPECT_EQ(r1.units.window_s, j1["units"]["window_s"].get<double>());
+  EXPECT_FALSE(r1.skipped_records.has_value());  // only when the tracer skipped a record
+  // Every rank's profile is the same object as the section's entry for it.
+  EXPECT_EQ(to_json(r.ranks->back()).at("profile"), to_json(p).at("ranks").back());
+  // skipped_records (CUPTI) is written only when the tracer skipped something, as integers.
+  RankProfile made = r1;
+  EXPECT_FALSE(to_json(made).contains("skipped_records"));
+  made.skipped_records = ProfileSkippedRecords{3, 0, 1, {}};
+  EXPECT_EQ(to_json(made)["skipped_records"].dump(), R"({"no_timestamp":0,"other_kind":3,"unreadable_buffers":1})");
 }
 
 TEST(RunReport, FailedAndHandBuiltReportsRoundTrip) {

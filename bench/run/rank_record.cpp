@@ -7,7 +7,6 @@
 
 namespace zb::bench {
 namespace {
-using json = nlohmann::json;
 using backends::common::CollectiveKind;
 
 // Every kind that is reported in this snapshot: used, or always reported.
@@ -204,15 +203,14 @@ reports::RankRecord rank_record(const TrainResult& result, const RankInputs& in)
   if (!in.comm_timing_error.empty()) r.comm_timing_error = in.comm_timing_error;
   if (result.profile) {
     const auto& p = *result.profile;
-    auto prof = profiler::rank_profile_json(p.activities, p.windows);
-    prof["rank"] = in.rank;
-    prof["traced_step_times_s"] = p.step_times_s;
-    prof["dropped_records"] = p.dropped_records;
+    auto prof = profiler::rank_profile(p.activities, p.windows);
+    prof.rank = in.rank;
+    prof.traced_step_times_s = p.step_times_s;
+    prof.dropped_records = p.dropped_records;
     if (p.skipped_records.total() > 0)
-      prof["skipped_records"] = {{"other_kind", p.skipped_records.other_kind},
-                                 {"no_timestamp", p.skipped_records.no_timestamp},
-                                 {"unreadable_buffers", p.skipped_records.unreadable_buffers}};
-    prof["buffer_processing_s"] = p.processing_s;
+      prof.skipped_records = reports::ProfileSkippedRecords{p.skipped_records.other_kind, p.skipped_records.no_timestamp,
+                                                            p.skipped_records.unreadable_buffers, {}};
+    prof.buffer_processing_s = p.processing_s;
     r.profile = std::move(prof);
   }
   return r;
@@ -253,51 +251,64 @@ std::vector<reports::StepRecord> step_records(const TrainResult& result, bool cu
   return out;
 }
 
-json profile_section(const std::vector<reports::RankRecord>& ranks, const std::vector<double>& untraced_step_times,
-                     const std::string& source) {
-  json per_rank = json::array();
-  std::map<std::string, std::vector<double>> cols;
-  for (const auto& r : ranks) {
-    if (!r.profile) continue;
-    per_rank.push_back(*r.profile);
-    for (const auto& [k, v] : (*r.profile)["median"].items()) cols[k].push_back(v.get<double>());
-  }
-  json summary = json::object();
-  for (auto& [k, v] : cols) summary[k] = reports::summarize(v).median;
-  // Per-unit compute times: the median over ranks of each rank's per-step medians.
-  json units = json::object();
-  for (const char* k : {"forward_total_s", "backward_total_s", "optimizer_s", "window_s", "other_s", "root_forward_pre_s",
-                        "root_backward_post_s"}) {
+namespace {
+// Every member of a breakdown, in its fields() order (all are numbers).
+std::vector<double*> breakdown_fields(reports::ProfileBreakdown& b) {
+  std::vector<double*> out;
+  auto each = [&](const char*, double& field) { out.push_back(&field); };
+  b.fields(each);
+  return out;
+}
+}  // namespace
+
+reports::Profile profile_section(const std::vector<reports::RankRecord>& ranks,
+                                 const std::vector<double>& untraced_step_times, const std::string& source) {
+  std::vector<reports::RankProfile> per_rank;
+  for (const auto& r : ranks)
+    if (r.profile) per_rank.push_back(*r.profile);
+  auto median_over_ranks = [&](auto get) {
     std::vector<double> v;
-    for (const auto& r : per_rank) v.push_back(r["units"].value(k, 0.0));
-    units[k] = reports::summarize(v).median;
-  }
-  for (const char* k : {"forward_s", "backward_s"}) {
-    json arr = json::array();
-    for (size_t u = 0; u < per_rank.front()["units"][k].size(); ++u) {
-      std::vector<double> v;
-      for (const auto& r : per_rank) v.push_back(u < r["units"][k].size() ? r["units"][k][u].get<double>() : 0.0);
-      arr.push_back(reports::summarize(v).median);
-    }
-    units[k] = arr;
-  }
-  const auto& traced = per_rank.front()["traced_step_times_s"];
-  const double traced_median = reports::summarize(traced.get<std::vector<double>>()).median;
+    for (auto& r : per_rank) v.push_back(get(r));
+    return reports::summarize(v).median;
+  };
+  // The median over ranks of each of their per-step medians.
+  reports::ProfileBreakdown summary;
+  const auto summary_fields = breakdown_fields(summary);
+  for (size_t i = 0; i < summary_fields.size(); ++i)
+    *summary_fields[i] = median_over_ranks([i](reports::RankProfile& r) { return *breakdown_fields(r.median)[i]; });
+  // Per-unit compute times: the median over ranks of each rank's per-step medians.
+  reports::ProfileUnits units;
+  using U = reports::ProfileUnits;
+  for (std::optional<double> U::*f : {&U::forward_total_s, &U::backward_total_s, &U::optimizer_s, &U::window_s,
+                                      &U::other_s, &U::root_forward_pre_s, &U::root_backward_post_s})
+    units.*f = median_over_ranks([f](const reports::RankProfile& r) { return (r.units.*f).value_or(0.0); });
+  for (std::vector<double> U::*f : {&U::forward_s, &U::backward_s})
+    for (size_t u = 0; u < (per_rank.front().units.*f).size(); ++u)
+      (units.*f).push_back(median_over_ranks([f, u](const reports::RankProfile& r) {
+        const auto& times = r.units.*f;
+        return u < times.size() ? times[u] : 0.0;
+      }));
+  // The tracer's overhead, rank 0's view: its traced steps against the untraced ones.
+  const auto& first = per_rank.front();
+  const double traced_median = reports::summarize(first.traced_step_times_s).median;
   const double untraced_median = reports::summarize(untraced_step_times).median;
-  return {{"source", source},
-          {"steps_traced", traced.size()},
-          {"overlap_ratio", summary.value("overlap_ratio", 0.0)},
-          {"exposed_comm_s", summary.value("exposed_comm_s", 0.0)},
-          {"summary", summary},
-          {"units", units},
-          {"tracer_overhead",
-           {{"traced_step_time_s", traced_median},
-            {"untraced_step_time_s", untraced_median},
-            {"overhead_pct", untraced_median > 0 ? 100.0 * (traced_median / untraced_median - 1.0) : 0.0},
-            {"buffer_processing_s", per_rank.front()["buffer_processing_s"]},
-            {"dropped_records", per_rank.front()["dropped_records"]}}},
-          {"trace_file", ""},
-          {"ranks", per_rank}};
+  reports::TracerOverhead overhead;
+  overhead.traced_step_time_s = traced_median;
+  overhead.untraced_step_time_s = untraced_median;
+  overhead.overhead_pct = untraced_median > 0 ? 100.0 * (traced_median / untraced_median - 1.0) : 0.0;
+  overhead.buffer_processing_s = first.buffer_processing_s;
+  overhead.dropped_records = first.dropped_records;
+  reports::Profile out;
+  out.source = source;
+  out.steps_traced = int64_t(first.traced_step_times_s.size());
+  out.overlap_ratio = summary.overlap_ratio;
+  out.exposed_comm_s = summary.exposed_comm_s;
+  out.summary = summary;
+  out.units = units;
+  out.tracer_overhead = overhead;
+  out.trace_file = "";
+  out.ranks = std::move(per_rank);
+  return out;
 }
 
 }  // namespace zb::bench

@@ -5,8 +5,6 @@
 // Must not: measure (bench/run/trainer.cpp does), or assemble the report (run_command.cpp does,
 // through reports/report_builder.hpp).
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <map>
 #include <optional>
 #include <string>
@@ -48,8 +46,8 @@ std::vector<reports::StepRecord> step_records(const TrainResult& result, bool cu
 
 // The report's profile section: each rank's analysis, the median over ranks of each rank's
 // per-step medians, and the tracer's overhead (traced vs untraced step time, rank 0's view).
-// Every rank in `ranks` carries its profile.
-nlohmann::json profile_section(const std::vector<reports::RankRecord>& ranks,
-                               const std::vector<double>& untraced_step_times, const std::string& source);
+// Every rank in `ranks` carries its profile; trace_file is "" (run_command sets it with --trace).
+reports::Profile profile_section(const std::vector<reports::RankRecord>& ranks,
+                                 const std::vector<double>& untraced_step_times, const std::string& source);
 
 }  // namespace zb::bench

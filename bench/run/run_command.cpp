@@ -490,7 +490,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
   }
   if (scaled) parts.summary.skipped_steps = skipped;
   parts.steps = step_records(result, device.is_cuda());
-  parts.profile = result.profile ? profile_section(ranks, step_times, result.profile->source) : json(nullptr);
+  if (result.profile) parts.profile = profile_section(ranks, step_times, result.profile->source);
   parts.ranks = std::move(ranks);
   // The run's shard layout (BackendInfo::training.shard_layout): the groups the engine built, the padding.
   if (const auto& info = backends::backend(o.backend); info.training.shard_layout)
@@ -517,7 +517,7 @@ int run_rank_in_world(const RunOptions& o, const runtime::DistEnv& env, const Ru
                                                                    {"source", result.profile->source},
                                                                    {"note", "each rank's time starts at its first "
                                                                             "traced event"}}));
-    parts.profile["trace_file"] = o.trace;
+    if (parts.profile) parts.profile->trace_file = o.trace;
   }
   const json report = reports::build_report(parts);
   const auto problems = reports::validate_report(report);
