@@ -390,6 +390,26 @@ TEST(DeepSpeedConfig, StageZeroInEveryFormSelectsZero0) {
   EXPECT_TRUE(offload_ignored);
 }
 
+// A top-level "fp8" section (LLaVA-NeXT's scripts/zero3_h100_optimized.json): DeepSpeed 0.19.8's
+// DeepSpeedConfig reads no fp8 key, so DeepSpeed ignores the block and trains in the bf16/fp16
+// sections' precision. zerobench runs the file the same way, the block ignored with the reason and a
+// warning that the run is not fp8 (it was refused as "fp8: not implemented in zerobench").
+TEST(DeepSpeedConfig, AnFp8SectionIsIgnoredAsDeepSpeedIgnoresIt) {
+  const auto r = resolve({"--config", kCorpus + "llava-next_zero3_h100_optimized.json", "--precision", "bf16"});
+  EXPECT_EQ(r.backend, "zero3");
+  EXPECT_EQ(r.spec.precision, "bf16");
+  const auto& notes = r.provenance.notes;
+  const auto fp8 = std::find_if(notes.ignored.begin(), notes.ignored.end(), [](const auto& k) { return k.key == "fp8"; });
+  ASSERT_NE(fp8, notes.ignored.end());
+  EXPECT_NE(fp8->note.find("DeepSpeedConfig reads no fp8 key"), std::string::npos) << fp8->note;
+  EXPECT_TRUE(std::any_of(notes.warnings.begin(), notes.warnings.end(),
+                          [](const std::string& w) { return w.find("this run is not fp8") != std::string::npos; }));
+  // Other sections beside it keep their own verdicts: msamp (MS-AMP's fork of DeepSpeed) stays refused.
+  const auto msamp = write_file("msamp.json", R"({"train_micro_batch_size_per_gpu": 1, "msamp": {"enabled": true},
+      "zero_optimization": {"stage": 2}})");
+  EXPECT_NE(usage_error({"--config", msamp}).find("msamp"), std::string::npos);
+}
+
 TEST(DeepSpeedConfig, ExplicitValuesThatContradictAGivenFlagAreRefusedAsTransformersDoes) {
   const auto p = write_file("mismatch.json", R"({"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.3,
       "zero_optimization": {"stage": 3}})");

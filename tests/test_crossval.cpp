@@ -702,6 +702,21 @@ TEST(Crossval, ZeroPlusPlusQuantizationIsRefusedUpFrontNamingTheKey) {
               std::string::npos)
         << r.output;
   }
+  // Both on (LLaVA-NeXT's scripts/zero3pp.json): the line names both, so that one edited copy of the
+  // file gets past it (it named the first only, and the copy without it was refused for the second).
+  const auto both = temp_path("zero3pp.json");
+  std::ofstream(both) << R"({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3, )"
+                      << R"("zero_quantized_weights": true, "zero_hpz_partition_size": 16, "zero_quantized_gradients": true}})";
+  const auto r = run_zerobench("crossval --config " + both + " --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("DeepSpeed ZeRO-3 with zero_optimization.zero_quantized_weights and "
+                          "zero_optimization.zero_quantized_gradients true are not cross-validated"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("a copy of the file without zero_quantized_weights and zero_quantized_gradients"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Crossval, BadInputExitsTwoWithOneClearLine) {

@@ -253,6 +253,27 @@ TEST(TranslateCorpus, UnrunnableSourcesTranslateAndTheRefusedKeysAreNamed) {
   EXPECT_EQ(entry(z2, "zero_optimization.stage")->kind, Kind::kMapped);
   EXPECT_EQ(z2.target_refusal, "");  // zerobench's fsdp runs SHARD_GRAD_OP
 
+  // accelerate's tp_hsdp.yaml (refused: tp 2): the mesh's data-parallel sizes are the HSDP sentence,
+  // its tensor- and context-parallel sizes say what they are (they had the HSDP sentence too).
+  const auto tp = translate_file(kCorpus + "accelerate_tp_hsdp.yaml", Target::kDeepSpeed);
+  EXPECT_NE(tp.source_refusal.find("parallelism_config_tp_size 2"), std::string::npos) << tp.source_refusal;
+  EXPECT_NE(entry(tp, "parallelism_config.parallelism_config_tp_size")->reason.find("tensor parallelism"), std::string::npos);
+  EXPECT_NE(entry(tp, "parallelism_config.parallelism_config_tp_size")->reason.find("tensor_parallel.autotp_size"),
+            std::string::npos);
+  EXPECT_NE(entry(tp, "parallelism_config.parallelism_config_cp_size")->reason.find("context parallelism"), std::string::npos);
+  EXPECT_NE(entry(tp, "parallelism_config.parallelism_config_dp_replicate_size")->reason.find("HSDP"), std::string::npos);
+
+  // LLaVA-NeXT's zero3pp.json (hpZ 16) to FSDP2: accelerate takes fsdp_reshard_after_forward as a bool
+  // only, so the translation writes true and names hpZ as having no accelerate key (it wrote 16,
+  // which accelerate and zerobench's own reader refuse).
+  const auto pp = translate_file(kCorpus + "llava-next_zero3pp.json", Target::kFsdp2);
+  EXPECT_EQ(pp.source_refusal, "");
+  EXPECT_EQ(pp.config["fsdp_config"]["fsdp_reshard_after_forward"], true);
+  EXPECT_EQ(pp.target_refusal, "") << pp.target_refusal;
+  EXPECT_EQ(entry(pp, "zero_optimization.zero_hpz_partition_size")->kind, Kind::kNoCounterpart);
+  EXPECT_NE(entry(pp, "zero_optimization.zero_hpz_partition_size")->reason.find("--reshard-after-forward N"),
+            std::string::npos);
+
   const auto z1 = translate_file(kCorpus + "axolotl_zero1_torch_compile.json", Target::kFsdp);
   EXPECT_EQ(entry(z1, "zero_optimization.stage")->kind, Kind::kApproximate);
 

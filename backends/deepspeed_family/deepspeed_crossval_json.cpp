@@ -100,12 +100,18 @@ std::string deepspeed_reference_refusal(const EngineSpec& spec, const std::strin
                        "checkpoints whole decoder layers (HF's gradient checkpointing, what "
                        "scripts/crossval/run_deepspeed.py sets up: full, selective-layer:N); torchtitan's op-level "
                        "policy is cross-validated on PyTorch FSDP1 (crossval --backend fsdp)";
-  if (!quantized.empty())  // the first key the options turn on
-    return framework + " with zero_optimization." + quantized.front() +
-             " true is not cross-validated: DeepSpeed quantizes with its compiled quantizer op (QuantizerBuilder), "
-             "which scripts/crossval/run_deepspeed.py never builds; crossval a copy of the file without " + quantized.front() +
-             " (zerobench's ZeRO++ quantization is checked against DeepSpeed's arithmetic in tests/test_zeropp.cpp "
-             "and tests/test_qgz.cpp)";
+  if (!quantized.empty()) {  // every key the options turn on, so that one edited copy gets past this
+    std::string keys, bare;
+    for (size_t i = 0; i < quantized.size(); ++i) {
+      keys += (i ? " and zero_optimization." : "zero_optimization.") + quantized[i];
+      bare += (i ? " and " : "") + quantized[i];
+    }
+    return framework + " with " + keys + (quantized.size() > 1 ? " true are" : " true is") +
+           " not cross-validated: DeepSpeed quantizes with its compiled quantizer op (QuantizerBuilder), which "
+           "scripts/crossval/run_deepspeed.py never builds; crossval a copy of the file without " + bare +
+           " (zerobench's ZeRO++ quantization is checked against DeepSpeed's arithmetic in tests/test_zeropp.cpp "
+           "and tests/test_qgz.cpp)";
+  }
   return "";
 }
 

@@ -50,6 +50,12 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
   const auto& ma = sa["memory"]["max"];
   const auto& mb = sb["memory"]["max"];
   std::string out;
+  // Offloaded states are not in the device bytes: say where they went.
+  std::string host;
+  for (const auto& [label, m] : {std::pair{a, &ma}, std::pair{b, &mb}})
+    if (m->contains("host_model_states_total_bytes") && (*m)["host_model_states_total_bytes"].is_number() &&
+        d((*m)["host_model_states_total_bytes"]) > 0)
+      host += (host.empty() ? "" : ", ") + mib((*m)["host_model_states_total_bytes"]) + " MiB for " + label;
   if (c["model_states_ratio"].is_number()) {
     out += b + " holds " + fmt("%.2f", d(c["model_states_ratio"])) + "× " + a + "'s model-state memory per rank (" +
            mib(mb["model_states_total_bytes"]) + " vs " + mib(ma["model_states_total_bytes"]) + " MiB)";
@@ -74,14 +80,18 @@ std::string memory(const json& c, const json& sa, const json& sb, const std::str
     else if (!largest.empty())  // the masters explain the largest category only when they are it
       out += "; the largest difference by category is " + largest + " (" + delta + ")" +
              (master.empty() ? "" : largest == "master_params" ? ": " + master : "; " + master_also);
-    // Offloaded states are not in those device bytes: say where they went.
-    std::string host;
-    for (const auto& [label, m] : {std::pair{a, &ma}, std::pair{b, &mb}})
-      if (m->contains("host_model_states_total_bytes") && (*m)["host_model_states_total_bytes"].is_number() &&
-          d((*m)["host_model_states_total_bytes"]) > 0)
-        host += (host.empty() ? "" : ", ") + mib((*m)["host_model_states_total_bytes"]) + " MiB for " + label;
     if (!host.empty()) out += "; offloaded to the host, not counted in those: " + host;
     out += ". ";
+  } else if (!host.empty()) {
+    // No ratio (the baseline holds no model states on the device: everything offloaded), but the
+    // states exist: name both places rather than say nothing of them.
+    const auto device = [&](const json& m) {
+      return m.contains("model_states_total_bytes") && m["model_states_total_bytes"].is_number()
+                 ? mib(m["model_states_total_bytes"])
+                 : std::string("—");
+    };
+    out += "Model-state memory per rank on the device: " + device(mb) + " MiB for " + b + " vs " + device(ma) +
+           " MiB for " + a + "; offloaded to the host: " + host + ". ";
   }
   if (c["peak_tracked_ratio"].is_number()) {
     const double r = d(c["peak_tracked_ratio"]);

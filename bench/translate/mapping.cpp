@@ -71,6 +71,13 @@ const std::vector<Rule>& rules() {
       {T, "parallelism_config.*", kToDs, "", N,
        "FSDP2's device mesh (HSDP); ZeRO-3 shards over the whole world (ZeRO++ hpZ is the nearest, see "
        "fsdp_reshard_after_forward)"},
+      {T, "parallelism_config.parallelism_config_tp_size", kToDs, "", N,
+       "tensor parallelism (the tp dimension of accelerate's mesh), not a data-parallel mesh: outside the FSDP/ZeRO "
+       "mapping; DeepSpeed's nearest is AutoTP, tensor_parallel.autotp_size (zerobench runs neither above 1)"},
+      {T, "parallelism_config.parallelism_config_cp_size", kToDs, "", N,
+       "context parallelism (the cp dimension of accelerate's mesh), not a data-parallel mesh: outside the FSDP/ZeRO "
+       "mapping; DeepSpeed's sequence parallelism (Ulysses, sequence_parallel_size) splits differently (zerobench "
+       "runs neither above 1)"},
       {T, "megatron_lm_config.*", kToDs, "", I, "read only with distributed_type MEGATRON_LM"},
       {T, "deepspeed_config.*", kToDs, "", I, "read only with distributed_type DEEPSPEED (accelerate ignores it here)"},
       {T, "fsdp_config.*", kToAnyFsdp, "", I, "read only with distributed_type FSDP (accelerate ignores it here)"},
@@ -161,9 +168,11 @@ const std::vector<Rule>& rules() {
       {D, "zero_optimization.zero_hpz_partition_size", kToFsdp, "fsdp_config.fsdp_sharding_strategy", A,
        "ZeRO++ hpZ > 1 -> HYBRID_SHARD (usage_guides/fsdp.md); hpZ keeps a secondary param copy per node while "
        "grads and optimizer states stay sharded over all ranks, HYBRID_SHARD replicates all of them across nodes"},
-      {D, "zero_optimization.zero_hpz_partition_size", kToFsdp2, "fsdp_config.fsdp_reshard_after_forward", A,
-       "hpZ N -> reshard_after_forward N (FSDP2 reshards to N ranks after forward: _fsdp_init.py "
-       "_get_post_forward_mesh_info)"},
+      {D, "zero_optimization.zero_hpz_partition_size", kToFsdp2, "", N,
+       "accelerate's FSDP2 takes fsdp_reshard_after_forward as a bool only (FullyShardedDataParallelPlugin."
+       "__post_init__ raises for an int), so hpZ's nearest, fully_shard(reshard_after_forward=N) (reshard to N "
+       "ranks after forward: _fsdp_init.py _get_post_forward_mesh_info), has no accelerate key; the translation "
+       "writes true (stage 3) and zerobench runs the int with --reshard-after-forward N"},
       {D, "zero_optimization.offload_param.device", kToAnyFsdp, "fsdp_config.fsdp_offload_params", M,
        "FSDP offloads all or nothing (the guide, \"Offloading\"): true if either is offloaded"},
       {D, "zero_optimization.offload_optimizer.device", kToAnyFsdp, "fsdp_config.fsdp_offload_params", M,

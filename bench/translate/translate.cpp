@@ -306,10 +306,9 @@ ojson build_fsdp(const Source& s, const Concepts& c, int version) {
   if (version == 1) {
     f["fsdp_sharding_strategy"] = c.strategy;
   } else {
-    // to_fsdp2.py ARGUMENT_VALUE_MAPPING: FULL_SHARD/HYBRID_SHARD -> true, the others -> false;
-    // hpZ N -> N (reshard to N ranks after forward).
-    if (c.hpz > 1) f["fsdp_reshard_after_forward"] = c.hpz;
-    else f["fsdp_reshard_after_forward"] = c.stage == 3;
+    // to_fsdp2.py ARGUMENT_VALUE_MAPPING: FULL_SHARD/HYBRID_SHARD -> true, the others -> false. hpZ N
+    // stays true: accelerate's FSDP2 plugin refuses an int (the hpZ row of the mapping says so).
+    f["fsdp_reshard_after_forward"] = c.stage == 3;
   }
   f["fsdp_auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP";
   if (version == 1) {
