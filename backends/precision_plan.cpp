@@ -15,6 +15,10 @@ std::string dtype_short_name(at::ScalarType t) {
   }
 }
 
+std::string dtype_long_name(const std::optional<at::ScalarType>& t, const char* if_none) {
+  return t ? std::string(c10::toString(*t)) : std::string(if_none);
+}
+
 std::optional<at::ScalarType> dtype_named(const std::string& n, const std::string& what) {
   if (n.empty() || n == "None") return std::nullopt;
   if (n == "fp32" || n == "Float") return at::kFloat;

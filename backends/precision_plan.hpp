@@ -26,6 +26,10 @@ struct PrecisionPlan {
 
 // "fp32" | "bf16" | "fp16" (any other dtype: c10's name).
 std::string dtype_short_name(at::ScalarType t);
+// c10's name (Float, BFloat16, Half, ...), as the engines' resolved options write their dtypes
+// (the <X>Resolved records' to_json; dtype_key reads it back); `if_none` for a dtype not set or not
+// known ("" for most records, "None" for FSDP2's MixedPrecisionPolicy fields).
+std::string dtype_long_name(const std::optional<at::ScalarType>& t, const char* if_none = "");
 // A dtype by its short or c10 name (fp32/Float, bf16/BFloat16, fp16/Half, fp64/Double), as
 // engines' resolved options and reports write them; nullopt for "" and "None" (a dtype left
 // unset, e.g. a MixedPrecisionPolicy field); UsageError naming `what` for any other name.

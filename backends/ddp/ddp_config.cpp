@@ -16,13 +16,12 @@ DdpOptions ddp_options_from_json(const nlohmann::json& j) {
 const DdpOptions& ddp_options(const BackendOptions& options) { return options.as<DdpOptions>(ddp_options_from_json); }
 
 nlohmann::json to_json(const DdpResolved& r) {
-  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
   auto j = to_json(r.options);
   j["gradient_as_bucket_view"] = true;  // the engine's gradients are views into its buckets
   j["sync_each_batch"] = r.sync_each_batch;
   j["optimizer"] = r.optimizer;
-  j["param_dtype"] = name(r.param_dtype);
-  j["storage_dtype"] = name(r.storage_dtype);
+  j["param_dtype"] = dtype_long_name(r.param_dtype);
+  j["storage_dtype"] = dtype_long_name(r.storage_dtype);
   return j;
 }
 

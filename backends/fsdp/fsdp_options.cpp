@@ -117,15 +117,14 @@ void validate(const FsdpOptions& o) {
 const FsdpOptions& fsdp_options(const BackendOptions& options) { return options.as<FsdpOptions>(fsdp_options_from_json); }
 
 nlohmann::json to_json(const FsdpResolved& r) {
-  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
   auto j = to_json(r.options);
   if (r.sharding_strategy_requested) {
     j["sharding_strategy_requested"] = to_string(*r.sharding_strategy_requested);
     j["sharding_strategy_note"] = "FSDP1 switches to NO_SHARD at world size 1 (_init_utils.py _init_core_state)";
   }
-  j["param_dtype"] = name(r.param_dtype);
-  j["reduce_dtype"] = name(r.reduce_dtype);
-  j["flat_param_dtype"] = name(r.flat_param_dtype);
+  j["param_dtype"] = dtype_long_name(r.param_dtype);
+  j["reduce_dtype"] = dtype_long_name(r.reduce_dtype);
+  j["flat_param_dtype"] = dtype_long_name(r.flat_param_dtype);
   j["shard_group_size"] = r.shard_group_size;
   j["gradient_predivide_factor"] = r.gradient_predivide_factor;
   j["gradient_postdivide_factor"] = r.gradient_postdivide_factor;

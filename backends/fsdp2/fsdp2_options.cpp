@@ -138,17 +138,17 @@ const Fsdp2Options& fsdp2_options(const BackendOptions& options) {
 }
 
 nlohmann::json to_json(const Fsdp2Resolved& r) {
-  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string("None"); };
   auto factor = [](const std::optional<double>& f) { return f ? nlohmann::json(*f) : nlohmann::json(nullptr); };
   auto j = to_json(r.options);
   j["optimizer"] = r.optimizer;
   j["fully_shard_offload_policy"] = offload_policy_text(r.options);
-  j["sharded_param_dtype"] = name(r.sharded_param_dtype);
-  j["mp_param_dtype"] = name(r.mp_param_dtype);
-  j["mp_reduce_dtype"] = name(r.mp_reduce_dtype);
-  j["mp_output_dtype"] = name(r.mp_output_dtype);
-  j["all_gather_dtype"] = name(r.all_gather_dtype);
-  j["reduce_scatter_dtype"] = name(r.reduce_scatter_dtype);
+  // "None": a MixedPrecisionPolicy field left unset, as torch prints it
+  j["sharded_param_dtype"] = dtype_long_name(r.sharded_param_dtype, "None");
+  j["mp_param_dtype"] = dtype_long_name(r.mp_param_dtype, "None");
+  j["mp_reduce_dtype"] = dtype_long_name(r.mp_reduce_dtype, "None");
+  j["mp_output_dtype"] = dtype_long_name(r.mp_output_dtype, "None");
+  j["all_gather_dtype"] = dtype_long_name(r.all_gather_dtype, "None");
+  j["reduce_scatter_dtype"] = dtype_long_name(r.reduce_scatter_dtype, "None");
   j["mesh"] = {{"dp_replicate", r.mesh_dp_replicate}, {"dp_shard", r.mesh_dp_shard}};
   j["reduce_scatter_op"] = r.reduce_scatter_op;
   j["all_reduce_op"] = r.all_reduce_op;

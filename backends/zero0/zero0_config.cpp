@@ -44,6 +44,31 @@ const Zero0Options& zero0_options(const BackendOptions& options) {
   return options.as<Zero0Options>(zero0_options_from_json);
 }
 
+nlohmann::json to_json(const Zero0Resolved& r) {
+  auto j = to_json(r.options);
+  deepspeed_family::write_precision(r.precision, r.options.fp16, j);  // dtypes; fp16 with its scaler
+  j["allreduce_bucket_elements"] = r.allreduce_bucket_elements;
+  j["allreduce_buckets"] = r.allreduce_buckets;
+  j["optimizer_wrapper"] = r.optimizer_wrapper;
+  j["optimizer"] = r.optimizer;
+  return j;
+}
+
+Zero0Resolved zero0_resolved_from_json(const nlohmann::json& j) {
+  Zero0Resolved r;
+  auto o = j.is_object() ? j : nlohmann::json::object();
+  r.precision = deepspeed_family::take_precision(o);  // the dtypes resolved, not the options' bf16 | fp16 | fp32 | ""
+  r.allreduce_bucket_elements = o.value("allreduce_bucket_elements", r.allreduce_bucket_elements);
+  r.allreduce_buckets = o.value("allreduce_buckets", r.allreduce_buckets);
+  r.optimizer_wrapper = o.value("optimizer_wrapper", r.optimizer_wrapper);
+  r.optimizer = o.value("optimizer", r.optimizer);
+  // The record's own keys taken out: what is left are the options (zero0_options_from_json
+  // refuses any other key).
+  for (const char* key : {"allreduce_bucket_elements", "allreduce_buckets", "optimizer_wrapper", "optimizer"}) o.erase(key);
+  r.options = zero0_options_from_json(o);
+  return r;
+}
+
 void check_precision(const Zero0Options& o, const std::string& precision) {
   if (precision != "fp32" && precision != "bf16" && precision != "fp16")
     throw UsageError("--precision for zero0 must be fp32, bf16 or fp16, got '" + precision + "'");

@@ -172,17 +172,18 @@ class Zero0Engine final : public Engine, public models::UnitParamSource {
   }
 
   nlohmann::json resolved_options() const override {
-    auto j = to_json(opts_);
-    j["model_dtype"] = std::string(c10::toString(model_));
-    j["communication_data_type"] = std::string(c10::toString(comm_dtype_));
-    j["grad_accum_dtype"] = std::string(c10::toString(model_));
-    j["allreduce_bucket_elements"] = kAllreduceBucketElements;
-    j["allreduce_buckets"] = int64_t(allreduce_buckets(numels_, kAllreduceBucketElements).size());
-    j["optimizer_wrapper"] = model_ == at::kFloat ? "none (the basic optimizer)" : "FP16_UnfusedOptimizer";
-    j["optimizer"] = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) +
-                     (model_ == at::kFloat ? " on the parameters" : " on per-parameter fp32 masters");
-    if (scaler_) j["fp16"]["scaler"] = scaler_->kind_name();
-    return j;
+    Zero0Resolved r;
+    r.options = opts_;
+    r.precision.model_dtype = model_;
+    r.precision.communication_data_type = comm_dtype_;
+    r.precision.grad_accum_dtype = model_;  // DeepSpeed refuses any other at stage 0 (check_precision)
+    r.allreduce_bucket_elements = kAllreduceBucketElements;
+    r.allreduce_buckets = int64_t(allreduce_buckets(numels_, kAllreduceBucketElements).size());
+    r.optimizer_wrapper = model_ == at::kFloat ? "none (the basic optimizer)" : "FP16_UnfusedOptimizer";
+    r.optimizer = config::adamw_description(spec_.train.adamw_impl, comm_.world().device.is_cuda()) +
+                  (model_ == at::kFloat ? " on the parameters" : " on per-parameter fp32 masters");
+    if (scaler_) r.precision.loss_scaler = scaler_->kind_name();
+    return to_json(r);
   }
 
   std::vector<at::Tensor> full_parameters() override {

@@ -177,9 +177,9 @@ ModelStateBytes Zero12Engine::model_state_bytes() const {
 nlohmann::json Zero12Engine::resolved_options() const {
   Zero12Resolved r;
   r.options = opts_;
-  r.communication_data_type = dtypes_.comm;
-  r.grad_accum_dtype = dtypes_.model;
-  r.model_dtype = dtypes_.model;
+  r.precision.communication_data_type = dtypes_.comm;
+  r.precision.grad_accum_dtype = dtypes_.model;
+  r.precision.model_dtype = dtypes_.model;
   r.flat_numel = layout_.numel;
   r.flat_padded = layout_.padded;
   r.partition_size = layout_.partition;
@@ -188,7 +188,7 @@ nlohmann::json Zero12Engine::resolved_options() const {
                : opts_.host_optimizer == kCpuAdam ? std::string("DeepSpeedCPUAdam(adamw_mode=True) on the host fp32 partition")
                                                   : config::adamw_description(spec_.train.adamw_impl, false) + " on the host fp32 partition";
   r.check_grad_overflow = dtypes_.model == at::kBFloat16 || fp16();
-  if (scaler_) r.loss_scaler = scaler_->kind_name();
+  if (scaler_) r.precision.loss_scaler = scaler_->kind_name();
   return to_json(r);
 }
 

@@ -131,11 +131,8 @@ const Zero12Options& zero12_options(const BackendOptions& options, int stage) {
 }
 
 json to_json(const Zero12Resolved& r) {
-  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
   auto j = to_json(r.options);
-  j["communication_data_type"] = name(r.communication_data_type);
-  j["grad_accum_dtype"] = name(r.grad_accum_dtype);
-  j["model_dtype"] = name(r.model_dtype);
+  deepspeed_family::write_precision(r.precision, r.options.fp16, j);  // dtypes; fp16 with its scaler
   j["flat_numel"] = r.flat_numel;
   j["flat_padded"] = r.flat_padded;
   j["partition_size"] = r.partition_size;
@@ -147,10 +144,6 @@ json to_json(const Zero12Resolved& r) {
   j["allgather_partitions_effect"] = "none (DeepSpeed 0.19.8 does not pass it to DeepSpeedZeroOptimizer)";
   j["optimizer"] = r.optimizer;
   j["check_grad_overflow"] = r.check_grad_overflow;
-  if (r.loss_scaler) {  // the fp16 section's loss scaling in effect, defaults included
-    j["fp16"] = common::to_json(r.options.fp16);
-    j["fp16"]["scaler"] = *r.loss_scaler;
-  }
   j["offload"] = {{"optimizer", r.options.offload_optimizer}};
   if (r.options.offload()) j["offload"]["pinned"] = r.options.offload_pin_memory;
   return j;
@@ -159,15 +152,7 @@ json to_json(const Zero12Resolved& r) {
 Zero12Resolved zero12_resolved_from_json(const json& j, int stage) {
   Zero12Resolved r;
   auto o = j.is_object() ? j : json::object();
-  r.model_dtype = dtype_key(o, "model_dtype");
-  r.communication_data_type = dtype_key(o, "communication_data_type");
-  r.grad_accum_dtype = dtype_key(o, "grad_accum_dtype");
-  o.erase("communication_data_type");  // the dtypes resolved, not the options' bf16 | fp16 | fp32 | ""
-  o.erase("grad_accum_dtype");
-  if (o.contains("fp16") && o["fp16"].is_object() && o["fp16"].contains("scaler")) {
-    r.loss_scaler = o["fp16"]["scaler"].get<std::string>();
-    o["fp16"].erase("scaler");
-  }
+  r.precision = deepspeed_family::take_precision(o);  // the dtypes resolved, not the options' bf16 | fp16 | fp32 | ""
   r.options = zero12_options_from_json(o, stage);
   r.flat_numel = o.value("flat_numel", r.flat_numel);
   r.flat_padded = o.value("flat_padded", r.flat_padded);

@@ -12,6 +12,7 @@
 
 #include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "backends/deepspeed_family/deepspeed_resolved.hpp"
 #include "backends/precision_plan.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
@@ -62,12 +63,11 @@ void check_precision(const Zero12Options& o, const std::string& precision);
 // options' own strings are not in it); the projection program reads the record.
 struct Zero12Resolved {
   Zero12Options options;
-  std::optional<at::ScalarType> model_dtype, communication_data_type, grad_accum_dtype;  // absent: not known
+  deepspeed_family::DeepSpeedPrecisionResolved precision;  // dtypes resolved; fp16's scaler
   int64_t flat_numel = 0, flat_padded = 0, partition_size = 0;  // the flat buffer and one partition
   int ipg_buffers = 1;
   bool check_grad_overflow = false;
   std::string optimizer;            // what steps the partition (a description)
-  std::optional<std::string> loss_scaler;  // fp16: DynamicLossScaler | static (LossScaler)
 };
 nlohmann::json to_json(const Zero12Resolved& r);
 Zero12Resolved zero12_resolved_from_json(const nlohmann::json& j, int stage);

@@ -39,8 +39,8 @@ class Zero12Builder {
     bucket_size_ = r.options.reduce_bucket_size;
     overlap_ = r.options.overlap_comm;
     reduce_scatter_ = r.options.reduce_scatter;
-    model_ = program_dtype_or(r.model_dtype, program_compute_dtype(in.precision));
-    comm_ = program_dtype_or(r.communication_data_type, model_);
+    model_ = program_dtype_or(r.precision.model_dtype, program_compute_dtype(in.precision));
+    comm_ = program_dtype_or(r.precision.communication_data_type, model_);
     layout_ = flat_layout(in.model, W_, r.options.round_robin_gradients);
     // id of (unit, index) in the flat layout
     for (int k = 0; k < int(layout_.params.size()); ++k) {

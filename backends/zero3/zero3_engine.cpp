@@ -154,9 +154,9 @@ ModelStateBytes Zero3Engine::model_state_bytes() const {
 nlohmann::json Zero3Engine::resolved_options() const {
   Zero3Resolved r;
   r.options = opts_;
-  r.communication_data_type = dtypes_.comm;
-  r.grad_accum_dtype = dtypes_.grad_accum;
-  r.model_dtype = dtypes_.model;
+  r.precision.communication_data_type = dtypes_.comm;
+  r.precision.grad_accum_dtype = dtypes_.grad_accum;
+  r.precision.model_dtype = dtypes_.model;
   r.sub_groups = num_sub_groups_;
   for (const auto& l : layout_)
     if (l.persistent) {
@@ -171,7 +171,7 @@ nlohmann::json Zero3Engine::resolved_options() const {
   r.hpz_group_size = hpz_;  // effective: min(zero_hpz_partition_size, W), 1 = off
   if (hpz_ > 1) r.hpz_group = hpz_group_ranks(comm_.rank(), hpz_);
   r.module_granularity = granularity_;  // zero3_granularity.hpp
-  if (scaler_) r.loss_scaler = scaler_->kind_name();
+  if (scaler_) r.precision.loss_scaler = scaler_->kind_name();
   return to_json(r);
 }
 

@@ -161,11 +161,8 @@ const Zero3Options& zero3_options(const BackendOptions& options) {
 }
 
 json to_json(const Zero3Resolved& r) {
-  auto name = [](const std::optional<at::ScalarType>& t) { return t ? std::string(c10::toString(*t)) : std::string(); };
   auto j = to_json(r.options);
-  j["communication_data_type"] = name(r.communication_data_type);
-  j["grad_accum_dtype"] = name(r.grad_accum_dtype);
-  j["model_dtype"] = name(r.model_dtype);
+  deepspeed_family::write_precision(r.precision, r.options.fp16, j);  // dtypes; fp16 with its scaler
   j["sub_groups"] = r.sub_groups;
   j["persistent_params"] = r.persistent_params;
   j["persistent_numel"] = r.persistent_numel;
@@ -176,12 +173,7 @@ json to_json(const Zero3Resolved& r) {
   j["hpz_group_size"] = r.hpz_group_size;
   if (r.hpz_group_size > 1) j["hpz_group"] = r.hpz_group;
   if (!r.module_granularity.is_null()) j["module_granularity"] = r.module_granularity;  // zero3_granularity.hpp
-  if (r.loss_scaler) {  // the fp16 section's loss scaling in effect, defaults included
-    j["fp16"] = to_json(r.options.fp16);
-    j["fp16"]["scaler"] = *r.loss_scaler;
-  } else {
-    j.erase("fp16");  // no loss scaling outside fp16
-  }
+  if (!r.precision.loss_scaler) j.erase("fp16");  // no loss scaling outside fp16
   j["offload"] = {{"optimizer", r.options.offload_optimizer.enabled() ? "cpu" : "none"},
                   {"param", r.options.offload_param.enabled() ? "cpu" : "none"}};
   return j;
@@ -190,15 +182,7 @@ json to_json(const Zero3Resolved& r) {
 Zero3Resolved zero3_resolved_from_json(const json& j) {
   Zero3Resolved r;
   auto o = j.is_object() ? j : json::object();
-  r.model_dtype = dtype_key(o, "model_dtype");
-  r.communication_data_type = dtype_key(o, "communication_data_type");
-  r.grad_accum_dtype = dtype_key(o, "grad_accum_dtype");
-  o.erase("communication_data_type");  // the dtypes resolved, not the options' bf16 | fp16 | fp32 | ""
-  o.erase("grad_accum_dtype");
-  if (o.contains("fp16") && o["fp16"].is_object() && o["fp16"].contains("scaler")) {
-    r.loss_scaler = o["fp16"]["scaler"].get<std::string>();
-    o["fp16"].erase("scaler");
-  }
+  r.precision = deepspeed_family::take_precision(o);  // the dtypes resolved, not the options' bf16 | fp16 | fp32 | ""
   r.options = zero3_options_from_json(o);
   r.sub_groups = o.contains("sub_groups") && o["sub_groups"].is_number_integer() ? o["sub_groups"].get<int64_t>() : -1;
   r.persistent_params = o.value("persistent_params", r.persistent_params);

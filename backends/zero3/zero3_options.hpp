@@ -8,6 +8,7 @@
 
 #include "backends/backend_options.hpp"
 #include "backends/common/loss_scaler.hpp"
+#include "backends/deepspeed_family/deepspeed_resolved.hpp"
 #include "backends/precision_plan.hpp"
 #include "config/deepspeed_zero_config.hpp"
 
@@ -96,7 +97,7 @@ const Zero3Options& zero3_options(const BackendOptions& options);
 // projection program and crossval's rules read the record.
 struct Zero3Resolved {
   Zero3Options options;
-  std::optional<at::ScalarType> model_dtype, communication_data_type, grad_accum_dtype;  // absent: not known
+  deepspeed_family::DeepSpeedPrecisionResolved precision;  // dtypes resolved; fp16's scaler
   int64_t sub_groups = 1;                    // fp32 master / optimizer sub-groups (sub_group_size)
   int64_t persistent_params = 0, persistent_numel = 0;  // never released (persistence threshold)
   int64_t ipg_buffer_bytes = 0;              // the gradient reduce bucket
@@ -104,7 +105,6 @@ struct Zero3Resolved {
   int64_t hpz_group_size = 1;                // effective: min(zero_hpz_partition_size, W), 1 = off
   std::vector<int> hpz_group;                // this rank's hpZ group (hpz_group_size > 1)
   nlohmann::json module_granularity;         // stage3_module_granularity_threshold's check (null: off)
-  std::optional<std::string> loss_scaler;    // fp16: DynamicLossScaler | static (LossScaler)
 };
 nlohmann::json to_json(const Zero3Resolved& r);
 // A report's config.backend.options (a key it lacks: the default); -1 sub-groups when it has none.

@@ -40,8 +40,8 @@ class Zero3Builder {
     contiguous_ = o.contiguous_gradients;
     sub_groups_ = std::max<int64_t>(1, r.sub_groups);  // a report without the engine's count: one
     const int64_t persistence = o.stage3_param_persistence_threshold;
-    model_ = program_dtype_or(r.model_dtype, program_compute_dtype(in.precision));
-    comm_ = program_dtype_or(r.communication_data_type, model_);
+    model_ = program_dtype_or(r.precision.model_dtype, program_compute_dtype(in.precision));
+    comm_ = program_dtype_or(r.precision.communication_data_type, model_);
     cpu_ = in.exec == ExecModel::kHostIsDevice;
     const auto specs = models::unit_param_specs(in.model);
     for (int u = 0; u < int(specs.size()); ++u) {
