@@ -170,12 +170,12 @@ std::vector<GroupSpec> group_specs(const models::ModelConfig& cfg, const Fsdp2Op
 }
 
 ShardLayout shard_layout(const EngineSpec& spec, const Topology& topo) {
-  const auto mesh = resolve_mesh(fsdp2_options(spec.options), topo.world);
+  const auto& o = fsdp2_options(spec.options);
+  const auto mesh = resolve_mesh(o, topo.world);
   // Refused before any rank starts: what wraps_blocks cannot run, and accelerate's
   // fsdp_activation_checkpointing under a policy that does not select the decoder blocks —
   // fsdp2_apply_ac checkpoint-wraps each child of a module the policy selects: under NO_WRAP it
   // calls None (TypeError), under SIZE_BASED_WRAP the root's children or nothing, never the blocks.
-  const auto o = fsdp2_options(spec.options);
   if (!wraps_blocks(spec.model, o) && o.activation_checkpointing)
     throw UsageError("fsdp_activation_checkpointing true with auto_wrap_policy " + o.auto_wrap_policy +
                      (o.auto_wrap_policy == "NO_WRAP"

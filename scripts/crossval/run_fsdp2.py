@@ -21,9 +21,9 @@ Units, as zerobench's fsdp2 backend groups them (backends/fsdp2/fsdp2_engine.cpp
   With auto_wrap_policy NO_WRAP (accelerate's default when the file names none) no block is
   wrapped: the blocks' parameters stay in the root group (fsdp2_prepare_auto_wrap_policy returns
   None; the embedding and [norm, lm_head] are still carved out under the accelerate grouping).
-  SIZE_BASED_WRAP runs accelerate's size policy (fully_shard on every module but the root, bottom-
-  up, with more than min_num_params parameters): zerobench runs it only when that selects nothing,
-  which is then NO_WRAP's setup, and this reference checks it did.
+  SIZE_BASED_WRAP evaluates accelerate's size policy (every module but the root, bottom-up, with
+  more than min_num_params parameters): zerobench runs it only when that selects nothing, which
+  is then NO_WRAP's setup, and this reference fails if it selected any.
 Activation checkpointing (fsdp_activation_checkpointing) as accelerate 1.15 fsdp2_apply_ac does
 it, before sharding: every child of a module the auto-wrap policy matches (each decoder block's
 self_attn, mlp and two norms) is replaced by checkpoint_wrapper(child, preserve_rng_state=False)
@@ -76,7 +76,7 @@ def _dtype(name, default):
 
 def make_runner(spec, work, device):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     precision, opts, t = spec["precision"], spec["options"], spec["train"]
     offload = opts.get("offload_policy", "none") == "cpu"
@@ -120,8 +120,11 @@ def make_runner(spec, work, device):
         # when min_num_params <= 0: set_auto_wrap_policy passes no policy).
         min_num_params = int(opts.get("min_num_params", 0))
         if min_num_params > 0:
-            size_selected = [(n, m) for n, m in reversed(list(_pop_order(net)))
+            size_selected = [n for n, m in reversed(list(_pop_order(net)))
                              if n and sum(p.numel() for p in m.parameters()) > min_num_params]
+        if size_selected:  # zerobench refuses these up front; the reference says so if it is reached
+            raise SystemExit("run_fsdp2.py: SIZE_BASED_WRAP selected " + ", ".join(size_selected) +
+                             ": groups other than the root's are not compared")
     ac_mode = common.activation_checkpointing_mode(t, opts)  # opts: accelerate's fsdp_activation_checkpointing
     if ac_mode != "none":
         if not wrap_blocks:  # fsdp2_apply_ac calls the policy function, None under NO_WRAP
@@ -134,12 +137,6 @@ def make_runner(spec, work, device):
     off = CPUOffloadPolicy(pin_memory=pin) if offload else OffloadPolicy()
     for layer in (net.model.layers if wrap_blocks else []):
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
-    for _, module in size_selected:
-        if not isinstance(module, FSDPModule):
-            fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy, offload_policy=off)
-    if size_selected:  # zerobench refuses these up front; the reference says so if it is reached
-        raise SystemExit("run_fsdp2.py: SIZE_BASED_WRAP selected " + ", ".join(n for n, _ in size_selected) +
-                         ": units other than the root group's are not compared")
     if opts.get("grouping", "root") == "accelerate":
         fully_shard(net.model.embed_tokens, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy,
                     offload_policy=off)
