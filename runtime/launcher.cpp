@@ -1,4 +1,5 @@
-// launcher.cpp — fork/exec of N ranks with torchrun's variables; failure propagation.
+// launcher.cpp — fork/exec of N ranks with torchrun's variables (and, for another program's ranks,
+// torchrun's agent store); failure propagation.
 #include "runtime/launcher.hpp"
 
 #include <fcntl.h>
@@ -16,6 +17,8 @@
 #include <cstring>
 #include <map>
 #include <thread>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/errors.hpp"
 #include "runtime/subprocess.hpp"
@@ -162,16 +165,61 @@ HeldPort hold_rendezvous_port(bool into_env) {
   return h;
 }
 
+std::vector<std::pair<std::string, std::string>> torchrun_worker_env(int rank, int nproc, const std::string& addr,
+                                                                     int port) {
+  const char* async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  return {{"RANK", std::to_string(rank)},
+          {"GROUP_RANK", "0"},
+          {"ROLE_RANK", std::to_string(rank)},
+          {"ROLE_NAME", "default"},
+          {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+          {"WORLD_SIZE", std::to_string(nproc)},
+          {"GROUP_WORLD_SIZE", "1"},
+          {"ROLE_WORLD_SIZE", std::to_string(nproc)},
+          {"MASTER_ADDR", addr},
+          {"MASTER_PORT", std::to_string(port)},
+          {"TORCHELASTIC_RESTART_COUNT", "0"},
+          {"TORCHELASTIC_MAX_RESTARTS", "0"},
+          {"TORCHELASTIC_RUN_ID", "zerobench-" + std::to_string(getpid())},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"TORCH_NCCL_ASYNC_ERROR_HANDLING", async ? async : "1"},
+          {"LOCAL_RANK", std::to_string(rank)}};
+}
+
 LaunchResult launch_local(const LaunchOptions& opts) {
-  const std::string exe = self_executable();
-  // Held until every rank has exited: rank 0's TCPStore serves on it (masterListenFd).
+  const bool other = !opts.program.empty();
+  const std::string exe = other ? opts.program : self_executable();
+  // Held until every rank has exited: rank 0's TCPStore serves on it (masterListenFd), or, for
+  // another program's ranks, the store this launcher hosts (torchrun's agent store).
   const HeldPort held = hold_rendezvous_port(/*into_env=*/false);
   struct CloseOnReturn {
     int fd;
-    ~CloseOnReturn() { ::close(fd); }
+    ~CloseOnReturn() {
+      if (fd >= 0) ::close(fd);
+    }
   } close_held{held.fd};
   const int port = held.port;
   const pid_t launcher_pid = getpid();
+  c10::intrusive_ptr<c10d::Store> agent_store;
+  if (other) {
+    c10d::TCPStoreOptions so;
+    so.port = uint16_t(port);
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.masterListenFd = dup(held.fd);  // the store closes its own copy
+    if (opts.timeout.count() > 0) so.timeout = opts.timeout;
+    try {
+      agent_store = c10::make_intrusive<c10d::TCPStore>(opts.master_addr, so);
+    } catch (const std::exception& e) {
+      throw RunError("launcher: cannot host the ranks' TCPStore on port " + std::to_string(port) + ": " + e.what());
+    }
+  }
+  int output_fd = -1;
+  if (!opts.output_file.empty()) {
+    output_fd = ::open(opts.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (output_fd < 0) throw RunError("launcher: cannot open " + opts.output_file + ": " + strerror(errno));
+  }
+  CloseOnReturn close_output{output_fd};
 
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
@@ -192,17 +240,44 @@ LaunchResult launch_local(const LaunchOptions& opts) {
     int fds[2];
     // O_CLOEXEC: no other rank inherits this pipe (dup2 below clears it on the rank's fd 2).
     if (pipe2(fds, O_CLOEXEC) != 0) throw RunError("launcher: pipe failed: " + std::string(strerror(errno)));
+    // Another program's argv and environment, made here: this process runs the store's threads, so
+    // the child only execs.
+    std::vector<std::string> other_env;
+    std::vector<char*> other_args, other_envp;
+    if (other) {
+      const auto vars = torchrun_worker_env(rank, opts.nproc, opts.master_addr, port);
+      auto replaced = [&](const std::string& entry) {
+        const std::string name = entry.substr(0, entry.find('='));
+        if (name == kMasterListenFdEnv || name == "ZEROBENCH_LAUNCHED" || name == kFailureFdEnv) return true;
+        return std::any_of(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+      };
+      for (char** e = environ; *e; ++e)
+        if (!replaced(*e)) other_env.emplace_back(*e);
+      for (const auto& [name, value] : vars) other_env.push_back(name + "=" + value);
+      for (auto& e : other_env) other_envp.push_back(e.data());
+      other_envp.push_back(nullptr);
+      for (const auto& a : opts.argv) other_args.push_back(const_cast<char*>(a.c_str()));
+      other_args.push_back(nullptr);
+    }
     pid_t pid = fork();
     if (pid < 0) throw RunError("launcher: fork failed: " + std::string(strerror(errno)));
     if (pid == 0) {
       // Child: die with the launcher, take torchrun's variables, exec ourselves.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher_pid) _exit(1);
-      if (dup2(fds[1], STDERR_FILENO) < 0) _exit(127);
-      fcntl(failure_fds[1], F_SETFD, 0);  // kept across exec
-      setenv(kFailureFdEnv, std::to_string(failure_fds[1]).c_str(), 1);
+      if (output_fd >= 0) {
+        if (dup2(output_fd, STDOUT_FILENO) < 0 || dup2(output_fd, STDERR_FILENO) < 0) _exit(127);
+      } else if (dup2(fds[1], STDERR_FILENO) < 0) {
+        _exit(127);
+      }
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      if (other) {  // torchrun's worker, the store in this launcher: built before the fork
+        execvpe(exe.c_str(), other_args.data(), other_envp.data());
+        _exit(127);
+      }
+      fcntl(failure_fds[1], F_SETFD, 0);  // kept across exec
+      setenv(kFailureFdEnv, std::to_string(failure_fds[1]).c_str(), 1);
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);

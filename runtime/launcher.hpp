@@ -1,5 +1,6 @@
 // launcher.hpp — the built-in local launcher behind `zerobench run --nproc N`.
-// Owns: spawning N ranks of this very binary with torchrun's environment on a free port,
+// Owns: spawning N ranks of this very binary (or of another program: a crossval reference's Python
+// ranks, LaunchOptions::program) with torchrun's environment on a free port,
 // watching them, and tearing the whole group down when one fails; each rank's stderr goes through
 // a pipe, passed on to ours as it comes and its tail kept, so the failing rank's own last line
 // (its exception's what()) names the failure in the result — the rank that failed first, told by
@@ -19,7 +20,20 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{3000};            // SIGTERM → SIGKILL delay for survivors
   std::chrono::milliseconds timeout{0};             // 0 = none; else whole-job wall limit
   std::string master_addr = "127.0.0.1";
+  // Another program's ranks (a Python reference's): empty runs this executable as above; else the
+  // ranks exec `program` with `argv` as given (argv[0] kept) and torchrun's whole worker environment
+  // (torchrun_worker_env), and the launcher hosts the job's TCPStore on the held port for the job's
+  // life with TORCHELASTIC_USE_AGENT_STORE=True, as torchrun's agent does — every rank a client.
+  std::string program;
+  // Non-empty: each rank's stdout and stderr are appended to this file instead of passing through.
+  std::string output_file;
 };
+
+// The variables torchrun's agent gives worker `rank` of a one-node job of `nproc` workers
+// (torch/distributed/elastic/agent/server/local_elastic_agent.py, _start_workers), with the
+// job's rendezvous at addr:port and its store in the agent (TORCHELASTIC_USE_AGENT_STORE=True).
+std::vector<std::pair<std::string, std::string>> torchrun_worker_env(int rank, int nproc, const std::string& addr,
+                                                                     int port);
 
 struct LaunchResult {
   int exit_code = 0;      // 0 ok; the failed rank's exit code (1 if killed by a signal); 124 timeout

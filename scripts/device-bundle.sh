@@ -40,6 +40,14 @@ deepspeed_version="${ZEROBENCH_DEEPSPEED:-0.19.8}"
 py_deps=(einops hjson msgpack ninja packaging psutil py-cpuinfo pydantic pydantic-core annotated-types
          typing-extensions typing-inspection tqdm safetensors)
 
+# One fetch at a time: two callers (tests run in parallel by CTest, or a user beside them) filling the
+# same folder would each see the other's half-written wheel. The lock is held to the end.
+if [ "${check_only}" = 0 ]; then
+  mkdir -p "${bundle}"
+  exec 9>"${bundle}/.lock"
+  flock 9
+fi
+
 missing=()
 verify() {
   missing=()
@@ -73,8 +81,12 @@ if ((${#missing[@]})) && [ "${check_only}" = 0 ]; then
         ;;
       wheel:deepspeed)
         echo "[bundle] deepspeed==${deepspeed_version} as a wheel (no compiled ops, no dependencies)"
+        # Built beside, moved in whole: an interrupted build never leaves a wheel verify() accepts.
+        tmp="$(mktemp -d "${bundle}/.wheel.XXXXXX")"
         DS_BUILD_OPS=0 "${venv}/bin/python" -m pip wheel -q --no-deps --no-build-isolation \
-          -w "${bundle}/wheels" "deepspeed==${deepspeed_version}"
+          -w "${tmp}" "deepspeed==${deepspeed_version}"
+        mv "${tmp}"/deepspeed-*.whl "${bundle}/wheels/"
+        rm -rf "${tmp}"
         ;;
       wheels:python-*)
         v="${m#wheels:python-}"

@@ -145,6 +145,36 @@ TEST(Crossval, Fsdp2WithCpuOffloadPolicyAgreesWithPyTorchFsdp2) {
   }
 }
 
+// The reference's launcher changes nothing its ranks compute: the same FSDP2 mode with its ranks
+// under `torchrun --standalone` (--reference-launcher torchrun) and under zerobench's launcher (the
+// default: torchrun's worker environment, the store in the launcher) agrees with zerobench both
+// ways, and the two references' per-step losses and grad norms are equal bit for bit.
+TEST(Crossval, TheReferenceUnderTorchrunComputesWhatItComputesUnderZerobenchsLauncher) {
+  const std::string args = "--backend fsdp2 --precision fp32 --steps 2 --grad-accum 2 --micro-batch 2";
+  const auto under_torchrun = run_case(args + " --reference-launcher torchrun");
+  const auto direct = run_case(args);
+  EXPECT_EQ(under_torchrun["reference_launcher"], "torchrun");
+  EXPECT_EQ(direct["reference_launcher"], "zerobench");
+  expect_agreement(under_torchrun, "FSDP2", 1, 2);
+  expect_agreement(direct, "FSDP2", 1, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto file = "/fp32/upstream/rank" + std::to_string(rank) + ".json";
+    const auto a = read_json(under_torchrun["modes"][0]["work_dir"].get<std::string>() + "/upstream/rank" +
+                             std::to_string(rank) + ".json");
+    const auto b = read_json(direct["modes"][0]["work_dir"].get<std::string>() + "/upstream/rank" + std::to_string(rank) +
+                             ".json");
+    ASSERT_EQ(a["steps"].size(), 2u) << file;
+    for (size_t k = 0; k < 2; ++k)
+      for (const char* key : {"loss", "grad_norm"})
+        EXPECT_EQ(a["steps"][k][key].dump(), b["steps"][k][key].dump()) << file << " step " << k << " " << key;
+  }
+  // A launcher crossval does not know is refused naming it.
+  const auto bad = zb::test_support::run_command(std::string(ZEROBENCH_BIN) +
+                                                 " crossval --backend fsdp2 --reference-launcher mpirun 2>&1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("mpirun"), std::string::npos) << bad.output;
+}
+
 // ZeRO-3 in fp32: DeepSpeed's module hooks reorder a three-term gradient sum (docs/crossval.md):
 // within 1e-5, not bitwise. bf16 (bitwise, the fp64 grad norm too: its squares summed in ds_id
 // order) runs in CI at DeepSpeed's default buckets in PackedBatchesTrainAsEveryFrameworkTrainsThem
@@ -1066,17 +1096,18 @@ INSTANTIATE_TEST_SUITE_P(OneOfEachKind, CrossvalRealFile, ::testing::ValuesIn(re
                            return n;
                          });
 
-// When a reference side fails anyway, its own line reaches the user — never only torchrun's
-// ChildFailedError: recorded by the runner (common.py record_failure), or, when the child died
-// without recording one (planted: os._exit after printing), read from its log.
+// When a reference side fails anyway, its own line reaches the user — never only a launcher's
+// report (torchrun's ChildFailedError): recorded by the runner (common.py record_failure), or, when
+// the child died without recording one (planted: os._exit(3) after printing), read from its log;
+// the exit code is the failed rank's own (torchrun's is always 1).
 TEST(Crossval, AFailingReferenceReportsItsOwnErrorLine) {
   const std::string dir = zb::test_support::make_clean_dir("failing_runners");
   ASSERT_FALSE(dir.empty());
   ASSERT_EQ(std::system(("cp " + zb::bench::crossval_scripts_dir() + "/*.py " + dir + "/").c_str()), 0);
-  const std::vector<std::pair<std::string, std::string>> plants = {
-      {"raise ValueError(\"planted runner failure\")", "ValueError: planted runner failure"},
-      {"print(\"RuntimeError: planted crash\", file=sys.stderr, flush=True); os._exit(3)", "RuntimeError: planted crash"}};
-  for (const auto& [code, line] : plants) {
+  const std::vector<std::tuple<std::string, std::string, int>> plants = {
+      {"raise ValueError(\"planted runner failure\")", "ValueError: planted runner failure", 1},
+      {"print(\"RuntimeError: planted crash\", file=sys.stderr, flush=True); os._exit(3)", "RuntimeError: planted crash", 3}};
+  for (const auto& [code, line, exit_code] : plants) {
     std::ofstream(dir + "/run_fsdp2.py") << "import os\nimport sys\nimport common\n\n\ndef make_runner(spec, work, device):\n"
                                          << "    " << code << "\n\n\nif __name__ == \"__main__\":\n"
                                          << "    common.run(make_runner)\n";
@@ -1085,7 +1116,8 @@ TEST(Crossval, AFailingReferenceReportsItsOwnErrorLine) {
                                                    " crossval --backend fsdp2 --precision fp32 --nproc 2 --model tiny "
                                                    "--steps 1 --threads 1 --quiet --out " + out + " 2>&1");
     EXPECT_EQ(run.exit_code, 1) << run.output;
-    EXPECT_NE(run.output.find("PyTorch FSDP2 failed: exit code 1: " + line), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("PyTorch FSDP2 failed: exit code " + std::to_string(exit_code) + ": " + line),
+              std::string::npos) << run.output;
     const auto doc = read_json(out);
     EXPECT_NE(doc["verdict"]["reasons"][0].get<std::string>().find(line), std::string::npos) << doc["verdict"];
   }

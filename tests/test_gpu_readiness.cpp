@@ -124,10 +124,17 @@ TEST(NcclConfigureCheck, FailsOnAToolkitOfAnotherCudaMajor) {
 // ---- the device bundle: configure with only the bundle's packages ----
 
 namespace {
+// The bundle these tests make and read: outside the clone, with the other caches (a fresh clone's
+// CI run then fetches it once per machine, not once per run); the GPU call's own is <root>/.bundle.
+std::string bundle_dir() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/zerobench/device-bundle-test";
+}
+
 // dpkg -x every bundled .deb except those whose name starts with `leave_out` into a new prefix.
 std::string unpack_bundle(const std::string& name, const std::string& leave_out) {
   const auto prefix = make_clean_dir(name);
-  std::string cmd = "set -e; for d in '" + kSource + "'/.bundle/debs/*.deb; do ";
+  std::string cmd = "set -e; for d in '" + bundle_dir() + "'/debs/*.deb; do ";
   if (!leave_out.empty()) cmd += "case \"$(basename \"$d\")\" in " + leave_out + "_*) continue;; esac; ";
   cmd += "dpkg -x \"$d\" '" + prefix + "'; done";
   const auto script = test_support::temp_path(name + ".sh");
@@ -147,7 +154,7 @@ test_support::BinaryResult configure_with_bundle_only(const std::string& prefix,
 
 void ensure_bundle() {
   // Fetches what is missing (network), else only verifies; exit 1 names what is missing.
-  const auto r = run_command("'" + kSource + "/scripts/device-bundle.sh' 2>&1");
+  const auto r = run_command("BUNDLE_DIR='" + bundle_dir() + "' '" + kSource + "/scripts/device-bundle.sh' 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 }  // namespace
@@ -189,6 +196,19 @@ TEST(DeviceBundle, APackageLeftOutOfTheBundleFailsTheConfigure) {
   EXPECT_EQ(g.output.find("-- Generating done"), std::string::npos) << g.output;
   EXPECT_NE(flat(g.output).find("Gloo's headers (gloo/algorithm.h, Debian libgloo-dev) not found"), std::string::npos)
       << g.output;
+}
+
+// Two fetches into one folder (a user's beside a test's; CI once ran the two tests above at once
+// on a fresh clone and one read the other's half-written wheel — CTest now keeps them apart with
+// RESOURCE_LOCK, tests/CMakeLists.txt) must not mix: the second waits for the first's lock. Held here by
+// flock(1) around the call, the script must still be waiting when `timeout` ends it (exit 124);
+// a script without the lock verifies the complete bundle and exits 0.
+TEST(DeviceBundle, ASecondFetchWaitsForTheFirstsLock) {
+  ensure_bundle();
+  const auto r = run_command("cd '" + kSource + "' && flock '" + bundle_dir() + "/.lock' env BUNDLE_DIR='" + bundle_dir() +
+                              "' timeout 3 scripts/device-bundle.sh 2>&1");
+  EXPECT_EQ(r.exit_code, 124) << r.output;
+  EXPECT_EQ(r.output.find("[bundle] ok"), std::string::npos) << r.output;
 }
 
 // ---- scripts/gpu-first.sh: the cells, their limits, the machinery that survives failures and kills ----

@@ -3,8 +3,10 @@
 // same weights on the same batches with the same hyper-parameters, compared step by step.
 // Owns: the work directory (weights as an HF Llama safetensors checkpoint, the token batches,
 // spec.json, the DeepSpeed JSON both sides read), running both sides as child processes
-// (`zerobench run` through the built-in launcher; `python -m torch.distributed.run` with
-// scripts/crossval/run_<framework>.py --device cpu|cuda: Gloo or NCCL, crossval_device.hpp), and
+// (`zerobench run` through the built-in launcher; scripts/crossval/run_<framework>.py --device
+// cpu|cuda (Gloo or NCCL, crossval_device.hpp) on W ranks that zerobench's launcher starts with
+// torchrun's worker environment and agent store, or under `python -m torch.distributed.run` with
+// --reference-launcher torchrun), and
 // the crossval document (JSON + Markdown + HTML). Every mode is resolved before anything runs, as
 // `zerobench run <the same flags> --precision MODE` resolves it, and checked against what the real
 // framework can run on this machine (BackendInfo::crossval.reference_setup: refused with one
@@ -26,6 +28,7 @@ struct CrossvalOptions {
   std::vector<std::string> precisions;  // one crossval per mode; default: fp32
   std::string python;                   // default: the setup venv's python
   std::string work_dir;                 // default: <out without .json>.work
+  std::string reference_launcher = "zerobench";  // --reference-launcher zerobench|torchrun
   bool logits = false;                  // hidden: the logits parity check of the two models
   std::string table;                    // --table DIR: print the summary table of DIR/*.json, run nothing
 };
