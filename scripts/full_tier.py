@@ -21,10 +21,11 @@ def names(tier):
 
 
 def regex(tier):
-    return "^(" + "|".join(re.escape(n) for n in names(tier)) + ")$"
+    # A value-parameterized test's CTest name carries gtest's "  # GetParam() = ..." after its name.
+    return "^(" + "|".join(re.escape(n) for n in names(tier)) + ")(  # GetParam\\(\\) = .*)?$"
 
 
-RESULT = re.compile(r"Test\s+#\d+: (\S+) \.*\s*(\**\s*[A-Za-z][A-Za-z ]*?)\s+([0-9.]+) sec")
+RESULT = re.compile(r"Test\s+#\d+: (\S+)(?:  # GetParam\(\) = .*?)? \.*\s*(\**\s*[A-Za-z][A-Za-z ]*?)\s+([0-9.]+) sec")
 
 
 def check(tier, doc, listing):
