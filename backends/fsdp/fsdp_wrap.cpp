@@ -46,11 +46,8 @@ Wrapping wrapping(const FsdpOptions& o, const models::ModelConfig& cfg) {
   bool blocks = int64_t(wrapped.size()) == cfg.layers;
   for (size_t i = 0; blocks && i < wrapped.size(); ++i) blocks = wrapped[i] == "model.layers." + std::to_string(i);
   if (blocks) return Wrapping::kPerBlock;
-  std::string list;
-  for (size_t i = 0; i < wrapped.size() && i < 6; ++i) list += (i ? ", " : "") + wrapped[i];
-  if (wrapped.size() > 6) list += ", ... (" + std::to_string(wrapped.size()) + " in all)";
   throw UsageError("fsdp auto_wrap_policy SIZE_BASED_WRAP with min_num_params " + std::to_string(o.min_num_params) +
-                   " wraps " + list + " of " + cfg.preset +
+                   " wraps " + fsdp_family::module_list_text(wrapped) + " of " + cfg.preset +
                    " (torch's size_based_auto_wrap_policy): units smaller or larger than a decoder block are not "
                    "implemented; zerobench runs SIZE_BASED_WRAP when it wraps nothing (as NO_WRAP) or exactly the "
                    "decoder blocks");

@@ -100,11 +100,8 @@ bool wraps_blocks(const models::ModelConfig& cfg, const Fsdp2Options& o) {
   if (o.auto_wrap_policy != "SIZE_BASED_WRAP") return o.auto_wrap_policy == "TRANSFORMER_BASED_WRAP";
   const auto selected = fsdp_family::fsdp2_size_policy_modules(cfg, o.min_num_params);
   if (selected.empty()) return false;  // the root's groups alone, as NO_WRAP
-  std::string list;
-  for (size_t i = 0; i < selected.size() && i < 6; ++i) list += (i ? ", " : "") + selected[i];
-  if (selected.size() > 6) list += ", ... (" + std::to_string(selected.size()) + " in all)";
   throw UsageError("fsdp2 auto_wrap_policy SIZE_BASED_WRAP with min_num_params " + std::to_string(o.min_num_params) +
-                   " selects " + list + " of " + cfg.preset +
+                   " selects " + fsdp_family::module_list_text(selected) + " of " + cfg.preset +
                    " (accelerate's size policy: every module but the root with more parameters than that): "
                    "fully_shard groups other than the blocks and the root's are not implemented; zerobench runs "
                    "SIZE_BASED_WRAP when it selects nothing (as NO_WRAP) — raise min_num_params to at least " +

@@ -57,4 +57,11 @@ std::vector<std::string> fsdp2_size_policy_modules(const models::ModelConfig& cf
   return out;
 }
 
+std::string module_list_text(const std::vector<std::string>& names) {
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 6; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 6) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  return list;
+}
+
 }  // namespace zb::backends::fsdp_family

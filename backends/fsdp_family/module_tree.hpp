@@ -33,4 +33,7 @@ Module module_tree(const models::ModelConfig& cfg);
 // min_num_params <= 0: accelerate then passes no policy (set_auto_wrap_policy).
 std::vector<std::string> fsdp2_size_policy_modules(const models::ModelConfig& cfg, int64_t min_num_params);
 
+// A size policy's selection as a refusal names it: the first six names, then "... (N in all)".
+std::string module_list_text(const std::vector<std::string>& names);
+
 }  // namespace zb::backends::fsdp_family
