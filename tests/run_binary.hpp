@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/build_paths.hpp"
+
 namespace zb::test_support {
 
 struct BinaryResult {
@@ -28,7 +30,7 @@ inline BinaryResult run_command(const std::string& cmd) {
 }
 
 inline BinaryResult run_zerobench(const std::string& args) {
-  return run_command(std::string(ZEROBENCH_BIN) + " " + args + " 2>&1");
+  return run_command(std::string(zb::test_support::zerobench_bin()) + " " + args + " 2>&1");
 }
 
 inline std::string temp_path(const std::string& name) {

@@ -99,7 +99,7 @@ json theirs(const Problem& p, const std::vector<std::string>& impls) {
   }
   const auto path = zb::test_support::temp_path("adamw_reference.in.json");
   std::ofstream(path) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                "/scripts/crossval/adamw_reference.py < " + path + " 2>&1");
   std::remove(path.c_str());
   EXPECT_EQ(r.exit_code, 0) << r.output;

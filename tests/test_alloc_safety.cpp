@@ -174,7 +174,7 @@ TEST(StreamModes, ZerobenchStreamsPicksTheModeAndRefusesOtherValues) {
   }
   unsetenv("ZEROBENCH_STREAMS");
   // The CLI: one line naming the bad value, exit 2.
-  const auto r = test_support::run_command("ZEROBENCH_STREAMS=eagre " + std::string(ZEROBENCH_BIN) +
+  const auto r = test_support::run_command("ZEROBENCH_STREAMS=eagre " + std::string(zb::test_support::zerobench_bin()) +
                                            " run --model tiny --layers 1 --steps 1 --warmup 0 --out " +
                                            test_support::temp_path("bad_mode.json") + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -319,7 +319,7 @@ TEST(Batching, LengthsFileCarriesTheCorpusLengths) {
   const auto path = token_file("lengths_src.bin", lengths);
   for (const char* ext : {".json", ".csv"}) {
     const auto out = temp_path(std::string("lengths") + ext);
-    const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+    const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                  "/scripts/document_lengths.py --data " + spec_of(path) + " --out " + out +
                                                  " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.output;

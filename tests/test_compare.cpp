@@ -27,7 +27,7 @@ using nlohmann::json;
 using test_support::run_zerobench;
 
 namespace {
-const std::string kSrc = ZEROBENCH_SOURCE_DIR;
+const std::string kSrc = zb::bench::source_dir();
 const std::string kSmoke = kSrc + "/reports/baselines/cpu-smoke/";
 
 json smoke(const std::string& cell) { return reports::read_report(kSmoke + cell + ".json"); }

@@ -36,7 +36,7 @@ using test_support::run_zerobench;
 using test_support::temp_path;
 
 namespace {
-const std::string kSource = ZEROBENCH_SOURCE_DIR;
+const std::string kSource = zb::bench::source_dir();
 const std::string kCorpus = kSource + "/tests/configs/real/";
 
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }

@@ -69,7 +69,7 @@ json run_case(const std::string& args, int expected_exit = 0, std::string* outpu
               const std::string& env = "") {
   static int n = 0;
   const auto out = temp_path("crossval_" + std::to_string(n++) + ".json");
-  const auto r = zb::test_support::run_command(env + (env.empty() ? "" : " ") + ZEROBENCH_BIN + " crossval " + args +
+  const auto r = zb::test_support::run_command(env + (env.empty() ? "" : " ") + zb::test_support::zerobench_bin() + " crossval " + args +
                                                " --nproc " + std::to_string(nproc) + " --model tiny --out " + out +
                                                " 2>&1");
   EXPECT_EQ(r.exit_code, expected_exit) << r.output;
@@ -112,7 +112,7 @@ void expect_agreement(const json& doc, const std::string& upstream_name, size_t 
 // backend, the precisions together, 2 steps x 2 micro-batches.
 // FSDP1 through an accelerate config, as `run --config` reads it: the file picks the backend.
 TEST(Crossval, FsdpFromAnAccelerateConfigAgreesWithPyTorchFsdp1InEveryMode) {
-  const auto doc = run_case("--config " + std::string(ZEROBENCH_SOURCE_DIR) +
+  const auto doc = run_case("--config " + std::string(zb::bench::source_dir()) +
                             "/bench/configs/accelerate_fsdp_blog.yaml --precision fp32,mixed,low --steps 2 --grad-accum 2 "
                             "--micro-batch 2");
   EXPECT_EQ(doc["backend"], "fsdp");
@@ -169,7 +169,7 @@ TEST(Crossval, TheReferenceUnderTorchrunComputesWhatItComputesUnderZerobenchsLau
         EXPECT_EQ(a["steps"][k][key].dump(), b["steps"][k][key].dump()) << file << " step " << k << " " << key;
   }
   // A launcher crossval does not know is refused naming it.
-  const auto bad = zb::test_support::run_command(std::string(ZEROBENCH_BIN) +
+  const auto bad = zb::test_support::run_command(std::string(zb::test_support::zerobench_bin()) +
                                                  " crossval --backend fsdp2 --reference-launcher mpirun 2>&1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("mpirun"), std::string::npos) << bad.output;
@@ -544,7 +544,7 @@ TEST(Crossval, PythonModelGivesZerobenchsLogitsOnPackedRows) {
   for (const auto& res : doc["results"]) EXPECT_TRUE(res["agree"].get<bool>()) << res.dump();
   EXPECT_TRUE(doc["results"][0]["bitwise_equal"].get<bool>()) << doc["results"][0].dump();
   const auto dir = planted_scripts("planted_logits", "logits.py", "net.logits(tokens, position_ids)", "net.logits(tokens)");
-  const auto planted = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(ZEROBENCH_BIN) +
+  const auto planted = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(zb::test_support::zerobench_bin()) +
                                                      " crossval" + flags + " --precision fp32 --out " + out + " 2>&1");
   EXPECT_EQ(planted.exit_code, 1) << planted.output;
   EXPECT_FALSE(read_json(out)["results"][0]["agree"].get<bool>());
@@ -634,7 +634,7 @@ TEST(Crossval, DeepSpeedSchedulerSectionsGiveZerobenchsLrEveryStep) {
     noted = noted || n.get<std::string>().find("\"warmup_num_steps\":2") != std::string::npos;
   EXPECT_TRUE(noted) << doc["modes"][0]["notes"].dump(1);
 
-  doc = run_case("--config " + std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/accelerate_tests_ds_config_zero3.json"
+  doc = run_case("--config " + std::string(zb::bench::source_dir()) + "/tests/configs/real/accelerate_tests_ds_config_zero3.json"
                  " --precision fp32 --steps 3 --lr-warmup-steps 3 --seq-len 32");
   EXPECT_TRUE(doc["verdict"]["agree"].get<bool>()) << doc["verdict"].dump(2);
   EXPECT_TRUE(doc["modes"][0]["lr_equal"].get<bool>());
@@ -685,11 +685,11 @@ TEST(Crossval, OneCycleWithMomentumAgreesWithDeepSpeedEveryStep) {
 // ordering holding (`--check` runs no crossval). Planted: the summary with a point dropped and one
 // point's command changed, each named.
 TEST(Crossval, SweepsSummaryRecordsEveryCurrentPointPassing) {
-  const std::string script = std::string(ZEROBENCH_SOURCE_DIR) + "/scripts/crossval-sweeps.sh --check 2>&1";
-  const std::string bin = std::string("ZEROBENCH_BIN=") + ZEROBENCH_BIN + " ";
+  const std::string script = std::string(zb::bench::source_dir()) + "/scripts/crossval-sweeps.sh --check 2>&1";
+  const std::string bin = std::string("ZEROBENCH_BIN=") + zb::test_support::zerobench_bin() + " ";
   auto r = zb::test_support::run_command(bin + script);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  auto summary = read_json(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results/cpu/crossval-sweeps/sweeps.json");
+  auto summary = read_json(std::string(zb::bench::source_dir()) + "/reports/results/cpu/crossval-sweeps/sweeps.json");
   auto& points = summary["points"];
   ASSERT_GT(points.size(), 2u);
   const std::string dropped = points[0]["name"], changed = points[1]["name"];
@@ -773,7 +773,7 @@ TEST(Crossval, BadInputExitsTwoWithOneClearLine) {
   EXPECT_NE(r.output.find("backend 'ddp' (picked by --config " + ddp_yaml + ") has no reference framework"),
             std::string::npos)
       << r.output;
-  r = run_zerobench("crossval --config " + std::string(ZEROBENCH_SOURCE_DIR) +
+  r = run_zerobench("crossval --config " + std::string(zb::bench::source_dir()) +
                     "/bench/configs/deepspeed_zero3_blog.json --python /nonexistent/python --out " + out);
   EXPECT_EQ(r.exit_code, 2) << r.output;  // zero3 picked from the file: only the interpreter is missing
   EXPECT_NE(r.output.find("/nonexistent/python"), std::string::npos) << r.output;
@@ -792,7 +792,7 @@ TEST(Crossval, TheDefaultOutIsNamedAfterTheBackendTheConfigPicks) {
   ASSERT_FALSE(dir.empty());
   std::ofstream(dir + "/fsdp2.yaml") << "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_machines: 1\n"
                                         "num_processes: 2\nfsdp_config:\n  fsdp_version: 2";
-  const auto r = zb::test_support::run_command("cd " + dir + " && " + ZEROBENCH_BIN +
+  const auto r = zb::test_support::run_command("cd " + dir + " && " + zb::test_support::zerobench_bin() +
                                                " crossval --config fsdp2.yaml --model tiny --python /nonexistent/python 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/python"), std::string::npos) << r.output;
@@ -946,7 +946,7 @@ TEST(CrossvalDevice, DeepSpeedReferenceRefusesEveryOpBuild) {
 // (BUILD_DIR/pydeps, next to this build's bin/; scripts/gpu-first.sh sets PYTHONPATH itself): on PYTHONPATH when present.
 TEST(CrossvalCuda, AgreesWithFsdp1Fsdp2AndDeepSpeedAtW1) {
   ZB_REQUIRE_GPU();
-  const std::string bin = ZEROBENCH_BIN;
+  const std::string bin = zb::test_support::zerobench_bin();
   const std::string pydeps = bin.substr(0, bin.rfind("/bin/")) + "/pydeps";
   const std::string env = std::ifstream(pydeps + "/deepspeed/__init__.py").good()
                               ? "PYTHONPATH='" + pydeps + "'${PYTHONPATH:+:$PYTHONPATH} "
@@ -979,7 +979,7 @@ TEST(CrossvalCuda, AgreesWithFsdp1Fsdp2AndDeepSpeedAtW1) {
 // ---- real config files, crossvalidated as `zerobench run --config` resolves them ----
 
 namespace {
-const std::string kRealFiles = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/";
+const std::string kRealFiles = std::string(zb::bench::source_dir()) + "/tests/configs/real/";
 
 // One kind of real file (scripts/crossval-real-files.sh runs them all): the file, extra flags, and
 // what the crossval must show.
@@ -1112,7 +1112,7 @@ TEST(Crossval, AFailingReferenceReportsItsOwnErrorLine) {
                                          << "    " << code << "\n\n\nif __name__ == \"__main__\":\n"
                                          << "    common.run(make_runner)\n";
     const auto out = temp_path("failing_runner.json");
-    const auto run = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(ZEROBENCH_BIN) +
+    const auto run = zb::test_support::run_command("ZEROBENCH_CROSSVAL_DIR=" + dir + " " + std::string(zb::test_support::zerobench_bin()) +
                                                    " crossval --backend fsdp2 --precision fp32 --nproc 2 --model tiny "
                                                    "--steps 1 --threads 1 --quiet --out " + out + " 2>&1");
     EXPECT_EQ(run.exit_code, 1) << run.output;

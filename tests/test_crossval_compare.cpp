@@ -397,7 +397,7 @@ TEST(CrossvalCompare, RendersMarkdownAndHtml) {
 // ---- the committed documents and the tables generated from them ----
 
 namespace {
-const std::string kResults = std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results/cpu/crossval";
+const std::string kResults = std::string(zb::bench::source_dir()) + "/reports/results/cpu/crossval";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -423,13 +423,13 @@ TEST(CrossvalTable, ReadmeAndDocsTablesRegenerateFromTheCommittedDocuments) {
   const std::string table = zb::reports::crossval_tables(kResults);  // the documents' rows, then the real files'
   EXPECT_EQ(table.rfind(zb::reports::crossval_results_table(docs), 0), 0u);
   for (const auto* file : {"/README.md", "/docs/crossval.md"}) {
-    const std::string path = std::string(ZEROBENCH_SOURCE_DIR) + file;
+    const std::string path = std::string(zb::bench::source_dir()) + file;
     EXPECT_EQ(between_markers(read_file(path), path), table)
         << path << " is out of date: run scripts/crossval-table.sh";
   }
   // Every committed mode agrees, and the CLI prints the same bytes.
   for (const auto& d : docs) EXPECT_TRUE(d["verdict"]["agree"].get<bool>()) << d["_file"];
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_BIN) + " crossval --table " + kResults);
+  const auto r = zb::test_support::run_command(std::string(zb::test_support::zerobench_bin()) + " crossval --table " + kResults);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.output, table);
 }

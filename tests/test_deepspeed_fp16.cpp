@@ -98,7 +98,7 @@ std::pair<std::vector<double>, std::vector<bool>> deepspeed_reference(const Deep
                                                                       const std::vector<bool>& overflow) {
   const auto in = test_support::temp_path("ds_fp16_scaler_in.json");
   std::ofstream(in) << json{{"fp16", fp16_section(o)}, {"overflow", overflow}}.dump();
-  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                            "/scripts/crossval/loss_scaler_reference.py < " + in + " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   auto text = r.output;
@@ -274,7 +274,7 @@ TEST_P(DeepSpeedFp16Report, ReportCarriesTheLossScaleAndTheSkippedStep) {
                             {"fp16", {{"enabled", "auto"}, {"initial_scale_power", 8}, {"hysteresis", 1}}}}
                            .dump();
   const auto out = test_support::temp_path("ds_fp16_report.json");
-  const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1 " + std::string(ZEROBENCH_BIN) +
+  const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1 " + std::string(zb::test_support::zerobench_bin()) +
                                            " run --nproc 2 --model tiny --layers 2 --seq-len 32 --micro-batch 2 "
                                            "--steps 4 --warmup 1 --precision fp16 --config " + ds + " --out " + out +
                                            " 2>&1");
@@ -309,7 +309,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, DeepSpeedFp16Report, ::testing::Values(3, 2, 1)
 // does not advance; the steps without overflow carry no loss-scale record.
 TEST(DeepSpeedBf16, Zero2SkipsAStepWhoseGradientsOverflow) {
   const auto out = test_support::temp_path("ds_bf16_skip_report.json");
-  const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1@1 " + std::string(ZEROBENCH_BIN) +
+  const auto r = test_support::run_command("ZEROBENCH_TEST_FP16_PLANT_INF=1@1 " + std::string(zb::test_support::zerobench_bin()) +
                                            " run --backend zero2 --precision bf16 --nproc 2 --model tiny --layers 2 "
                                            "--seq-len 32 --micro-batch 2 --steps 4 --warmup 1 --out " + out + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -155,7 +155,7 @@ TEST_P(CheckpointDisk, ClosedFormBoundsWhatTheSavesWriteAndOneByteShortExitsTwo)
   const std::string env = std::string(bench::lifecycle::kTestFreeBytesEnv) + "=";
   if (c.check_refusal) {
     std::remove(out.c_str());
-    const auto r = test_support::run_command(env + std::to_string(need.total() - 1) + " " + ZEROBENCH_BIN + " " + args +
+    const auto r = test_support::run_command(env + std::to_string(need.total() - 1) + " " + zb::test_support::zerobench_bin() + " " + args +
                                              " 2>&1");
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(lines(r.output), 1) << r.output;
@@ -168,7 +168,7 @@ TEST_P(CheckpointDisk, ClosedFormBoundsWhatTheSavesWriteAndOneByteShortExitsTwo)
   }
   std::remove(out.c_str());
   const auto r =
-      test_support::run_command(env + std::to_string(need.total()) + " " + ZEROBENCH_BIN + " " + args + " 2>&1");
+      test_support::run_command(env + std::to_string(need.total()) + " " + zb::test_support::zerobench_bin() + " " + args + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto report = reports::read_report(out);
   int64_t written = 0;

@@ -493,7 +493,7 @@ TEST(FsdpWorldSizeOne, SwitchesToNoShardAsFsdp1Does) {
 // and threshold (scripts/crossval/size_based_wrap_reference.py wrote it). Planted once: a wrong
 // reference list for tiny at 50000 fails this test.
 TEST(FsdpWrap, SizeBasedWrappedModulesAreTorchsRecursiveWrap) {
-  std::ifstream in(std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/fsdp_size_based_wrap.json");
+  std::ifstream in(std::string(zb::bench::source_dir()) + "/tests/data/fsdp_size_based_wrap.json");
   const auto ref = nlohmann::json::parse(in);
   int cases = 0;
   for (const auto& [preset, by_min] : ref["presets"].items())

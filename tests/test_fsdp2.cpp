@@ -600,7 +600,7 @@ TEST(AccelerateFsdp2Config, RefusesWhatAccelerateRefusesOrZerobenchCannotDoWithE
 // threshold (scripts/crossval/size_based_wrap_reference.py). Planted once: the policy's `>` as
 // `>=` fails the thresholds at the decoder's exact size ("model" selected at 631424 on tiny).
 TEST(Fsdp2SizePolicy, SelectedModulesAreAcceleratesPolicyOnTransformersLlama) {
-  std::ifstream in(std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/fsdp_size_based_wrap.json");
+  std::ifstream in(std::string(zb::bench::source_dir()) + "/tests/data/fsdp_size_based_wrap.json");
   const auto ref = nlohmann::json::parse(in);
   int cases = 0;
   for (const auto& [preset, by_min] : ref["fsdp2_presets"].items())

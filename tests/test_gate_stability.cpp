@@ -67,7 +67,7 @@ const std::string kCell =
     "--threads 1 --quiet";
 
 json run_cell(const std::string& env, const std::string& out) {
-  const auto r = run_command(env + " " + std::string(ZEROBENCH_BIN) + " " + kCell + " --out " + out + " 2>&1");
+  const auto r = run_command(env + " " + std::string(zb::test_support::zerobench_bin()) + " " + kCell + " --out " + out + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << env << "\n" << r.output;
   return r.exit_code == 0 ? reports::read_report(out) : json();
 }
@@ -167,7 +167,7 @@ TEST(GateStability, APlantedBufferHeldAcrossTheStepFailsTheGate) {
     }
   EXPECT_EQ(flagged, 2) << r.output;  // both ranks, nothing else
   // A bad value is refused with one line naming it.
-  r = run_command("ZEROBENCH_TEST_PLANT_STEP_ALLOC=lots " + std::string(ZEROBENCH_BIN) + " " + kCell + " --out " + dir +
+  r = run_command("ZEROBENCH_TEST_PLANT_STEP_ALLOC=lots " + std::string(zb::test_support::zerobench_bin()) + " " + kCell + " --out " + dir +
                   "/bad.json 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("ZEROBENCH_TEST_PLANT_STEP_ALLOC 'lots'"), std::string::npos) << r.output;
@@ -232,7 +232,7 @@ TEST(CpuBlockCache, FsdpAtW1ReusesItsFlatGradientsAndTrainsAndCountsAsWithoutThe
       "run --nproc 1 --model small --steps 3 --warmup 1 --seq-len 32 --micro-batch 1 --backend fsdp --precision fp32 "
       "--threads 1 --quiet";
   auto run = [&](const std::string& env, const std::string& out) {
-    const auto r = run_command(env + " " + std::string(ZEROBENCH_BIN) + " " + cell + " --out " + out + " 2>&1");
+    const auto r = run_command(env + " " + std::string(zb::test_support::zerobench_bin()) + " " + cell + " --out " + out + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << env << "\n" << r.output;
     return r.exit_code == 0 ? reports::read_report(out) : json();
   };
@@ -252,7 +252,7 @@ TEST(CpuBlockCache, FsdpAtW1ReusesItsFlatGradientsAndTrainsAndCountsAsWithoutThe
     EXPECT_EQ(cached["steps"][i]["grad_norm"], uncached["steps"][i]["grad_norm"]) << "step " << i;
   }
   // A bad limit: one line naming it, exit 2, before anything runs.
-  const auto r = run_command("ZEROBENCH_CPU_BLOCK_CACHE_MB=lots " + std::string(ZEROBENCH_BIN) + " " + cell + " --out " +
+  const auto r = run_command("ZEROBENCH_CPU_BLOCK_CACHE_MB=lots " + std::string(zb::test_support::zerobench_bin()) + " " + cell + " --out " +
                              dir + "/bad.json 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("ZEROBENCH_CPU_BLOCK_CACHE_MB 'lots'"), std::string::npos) << r.output;

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "backends/backend_info.hpp"
@@ -37,7 +38,7 @@ using test_support::make_clean_dir;
 using test_support::run_command;
 
 namespace {
-const std::string kSource = ZEROBENCH_SOURCE_DIR;
+const std::string kSource = zb::bench::source_dir();
 const std::string kPython = ZEROBENCH_PYTHON_EXE;
 const std::string kCmake = ZEROBENCH_CMAKE_COMMAND;
 
@@ -672,4 +673,31 @@ TEST(BuildScript, ReconfiguresWhenTheCudaOptionOrTheTorchChanges) {
   EXPECT_NE(calls.find("-DZEROBENCH_UNITY=OFF"), std::string::npos) << calls;
   EXPECT_NE(calls.find("-DZEROBENCH_DEBUG_INFO=lines"), std::string::npos) << calls;  // the default
   EXPECT_NE(calls.find("-DZEROBENCH_DEBUG_INFO=full"), std::string::npos) << calls;
+}
+
+// A clone at another path (CI's fresh checkout) hits ccache only if every compile command is the
+// same there: ccache rewrites the clone's paths in a command's path arguments (CCACHE_BASEDIR,
+// scripts/build.sh) but hashes a -D value as it is. On 2026-11-29 the source tree's and zerobench's
+// paths were compile definitions of zb_bench and of every test file: a fresh clone missed 47 of 102
+// compiles and built for 731 s. They now live in generated files (bench/build_info.cpp.in,
+// tests/CMakeLists.txt's test_paths.cpp), and no definition may carry this clone's path again.
+TEST(BuildScript, NoCompileDefinitionCarriesThisClonesPath) {
+  const std::string bin = test_support::zerobench_bin();
+  const std::string build = bin.substr(0, bin.rfind("/bin/"));
+  std::ifstream in(build + "/compile_commands.json");
+  ASSERT_TRUE(in.good()) << build << "/compile_commands.json";
+  const auto commands = nlohmann::json::parse(in);
+  ASSERT_GT(commands.size(), 20u);
+  const std::regex define(R"((?:^|\s)-D(\S+))");
+  int defines = 0;
+  for (const auto& c : commands) {
+    const std::string cmd = c.at("command");
+    for (std::sregex_iterator m(cmd.begin(), cmd.end(), define), end; m != end; ++m) {
+      ++defines;
+      const std::string d = (*m)[1];
+      EXPECT_EQ(d.find(kSource), std::string::npos) << c.at("file").get<std::string>() << ": -D" << d;
+      EXPECT_EQ(d.find(build), std::string::npos) << c.at("file").get<std::string>() << ": -D" << d;
+    }
+  }
+  EXPECT_GT(defines, 0) << "the pattern must see the definitions there are (USE_C10D_GLOO, ...)";
 }

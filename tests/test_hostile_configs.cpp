@@ -34,7 +34,7 @@ using namespace zb;
 using test_support::temp_path;
 
 namespace {
-const std::string kSource = ZEROBENCH_SOURCE_DIR;
+const std::string kSource = zb::bench::source_dir();
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -149,9 +149,9 @@ TEST(AliasBomb, IssueBombThroughTheBinaryExitsTwoUnder100MB) {
   const auto path = temp_path("bomb_bin.yaml");
   write_text(path, bomb_yaml(11));
   // The binary's own footprint (libtorch loaded) for comparison: a run refused at its first flag.
-  const auto base = run_child({ZEROBENCH_BIN, "run", "--config", temp_path("no_such_file.yaml"), "--model", "tiny"});
+  const auto base = run_child({zb::test_support::zerobench_bin(), "run", "--config", temp_path("no_such_file.yaml"), "--model", "tiny"});
   ASSERT_EQ(base.exit_code, 2) << base.output;
-  const auto r = run_child({ZEROBENCH_BIN, "run", "--config", path, "--model", "tiny"});
+  const auto r = run_child({zb::test_support::zerobench_bin(), "run", "--config", path, "--model", "tiny"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("kMaxDocumentNodes"), std::string::npos) << r.output;
@@ -162,13 +162,13 @@ TEST(AliasBomb, IssueBombThroughTheBinaryExitsTwoUnder100MB) {
   // The accelerate and fsdp2 readers of the same file (fsdp_version 2 takes backends/fsdp2's path).
   const auto v2 = temp_path("bomb_v2.yaml");
   write_text(v2, std::regex_replace(bomb_yaml(11), std::regex("fsdp_config:\n"), "fsdp_config:\n  fsdp_version: 2\n"));
-  const auto r2 = run_child({ZEROBENCH_BIN, "run", "--accelerate-config", v2, "--model", "tiny"});
+  const auto r2 = run_child({zb::test_support::zerobench_bin(), "run", "--accelerate-config", v2, "--model", "tiny"});
   EXPECT_EQ(r2.exit_code, 2) << r2.output;
   EXPECT_NE(r2.output.find("kMaxDocumentNodes"), std::string::npos) << r2.output;
   // The matrix reader.
   const auto m = temp_path("bomb_matrix.yaml");
   write_text(m, "name: bomb\nbase:\n  model: tiny\naxes:\n  backend: " + alias_bomb(11) + "\n");
-  const auto r3 = run_child({ZEROBENCH_BIN, "matrix", m, "--dry-run", "--out", temp_path("bomb_matrix_out")});
+  const auto r3 = run_child({zb::test_support::zerobench_bin(), "matrix", m, "--dry-run", "--out", temp_path("bomb_matrix_out")});
   EXPECT_EQ(r3.exit_code, 2) << r3.output;
   EXPECT_NE(r3.output.find("kMaxDocumentNodes"), std::string::npos) << r3.output;
 }
@@ -404,9 +404,9 @@ TEST(MutationTest, EveryMutationOfTheRealFilesIsAcceptedOrRefusedWithExitTwo) {
   // The sample through the real binary: exit 2 with one line, memory bounded (growth over a run
   // refused before reading anything, which holds libtorch's ~600 MB already).
   ASSERT_GE(t.refused_samples.size(), 10u);
-  const auto base = run_child({ZEROBENCH_BIN, "run", "--config", temp_path("no_such_file.yaml"), "--model", "tiny"});
+  const auto base = run_child({zb::test_support::zerobench_bin(), "run", "--config", temp_path("no_such_file.yaml"), "--model", "tiny"});
   for (const auto& f : t.refused_samples) {
-    const auto r = run_child({ZEROBENCH_BIN, "run", "--config", f, "--model", "tiny", "--nproc", "2", "--steps", "1"});
+    const auto r = run_child({zb::test_support::zerobench_bin(), "run", "--config", f, "--model", "tiny", "--nproc", "2", "--steps", "1"});
     EXPECT_EQ(r.exit_code, 2) << f << ": " << r.output;
     EXPECT_EQ(lines(r.output), 1) << f << ": " << r.output;
     EXPECT_LT(r.max_rss_bytes - base.max_rss_bytes, int64_t(100) << 20) << f;

@@ -47,7 +47,7 @@ json fp16_section(const DeepSpeedLossScaleOptions& o) { return zb::backends::com
 Sequence run_deepspeed(const json& fp16, const std::vector<bool>& overflow) {
   const auto in = zb::test_support::temp_path("loss_scaler_in.json");
   std::ofstream(in) << json{{"fp16", fp16}, {"overflow", overflow}}.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                "/scripts/crossval/loss_scaler_reference.py < " + in + " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // DeepSpeed's import prints its accelerator warning on stdout: the answer is the last line.

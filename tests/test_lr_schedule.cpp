@@ -79,7 +79,7 @@ Result ours(const Case& c, const SchedulerFill& f = fill()) {
 json run_reference(const std::string& script, const json& in) {
   const auto path = zb::test_support::temp_path(script + ".in.json");
   std::ofstream(path) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                "/scripts/crossval/" + script + " < " + path + " 2>/dev/null");
   std::remove(path.c_str());
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -412,7 +412,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 // that step (the one the optimizer update used); the file's "auto" warm-up follows --lr-warmup-steps
 // or --lr-warmup-ratio (ceil(steps x ratio)); without either DeepSpeed would refuse the filled 0.
 TEST(LrSchedule, ARunReportsTheLrDeepSpeedGivesEachStep) {
-  const std::string qwen = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/qwen_ds_config_zero2.json";  // WarmupLR auto
+  const std::string qwen = std::string(zb::bench::source_dir()) + "/tests/configs/real/qwen_ds_config_zero2.json";  // WarmupLR auto
   const auto report = run_report("--config " + qwen + " --steps 4 --warmup 1 --lr 2e-3 --lr-warmup-steps 3", 0);
   const json warmup_lr = {{"type", "WarmupLR"},
                           {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 2e-3}, {"warmup_num_steps", 3}}}};
@@ -496,7 +496,7 @@ TEST(LrSchedule, OneCycleWithMomentumRunsAndReportsEachStepsBetas) {
 // README: DeepSpeed refuses the filled 0), each step at the lr DeepSpeed gives it — a step the
 // fp16 loss scaler skipped (accelerate's zero_stage3_config is fp16) does not advance the schedule.
 TEST(LrSchedule, RealFilesWithAScheduleRunWithAWarmUp) {
-  const std::string real = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/";
+  const std::string real = std::string(zb::bench::source_dir()) + "/tests/configs/real/";
   struct File {
     std::string name;
     json section;  // the file's section as transformers fills it for --lr 1e-3 --lr-warmup-steps 2 --steps 4

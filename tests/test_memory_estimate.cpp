@@ -132,7 +132,7 @@ bool cell_matches(const YAML::Node& cell, const std::map<std::string, std::strin
 // rank within [0.95, 1.05]. The matrix's other cells are in docs/metrics.md's generated table,
 // including the one outside this band (fsdp fp32 with activation checkpointing, overestimated).
 TEST(MemoryEstimateHeldOut, EveryRanksPeakIsWithinFivePercentOfItsEstimate) {
-  const auto m = YAML::LoadFile(std::string(ZEROBENCH_SOURCE_DIR) + "/bench/matrices/memory-estimate-heldout.yaml");
+  const auto m = YAML::LoadFile(std::string(zb::bench::source_dir()) + "/bench/matrices/memory-estimate-heldout.yaml");
   const std::vector<std::map<std::string, std::string>> chosen = {
       {{"nproc", "3"}, {"backend", "fsdp2"}},
       {{"layers", "3"}, {"backend", "fsdp2"}},
@@ -180,7 +180,7 @@ TEST(MemoryEstimateTwoNodes, HybridShardEstimateParamsTermEqualsTheMeasuredParam
   const auto out = temp_path("two_nodes.json");
   std::remove(out.c_str());
   const int port = runtime::find_free_port();
-  const std::string run = std::string(ZEROBENCH_BIN) +
+  const std::string run = std::string(zb::test_support::zerobench_bin()) +
                           " run --model tiny --backend fsdp --precision fp32 --sharding-strategy HYBRID_SHARD "
                           "--micro-batch 2 --seq-len 64 --steps 2 --warmup 1 --threads 1 --quiet --out " + out;
   auto agent = [&](int node) {
@@ -339,7 +339,7 @@ TEST(ModelInfoPeaks, OnePeakPerModeAndDeviceAndTheOffloadTablesNoneRowIsTheGpuRu
 // estimate 0.83) and 1.4% high at the default 4 x 128 (the offload terms counted transients that
 // never coexist). Every rank within [0.95, 1.05] on both cells.
 TEST(MemoryEstimateHeldOut, Zero3BothOffloadsWithAutoBucketsIsWithinFivePercent) {
-  const std::string config = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/configs/real/llamafactory_ds_z3_offload_config.json";
+  const std::string config = std::string(zb::bench::source_dir()) + "/tests/configs/real/llamafactory_ds_z3_offload_config.json";
   const auto out = temp_path("z3_offload_auto.json");
   for (const std::string cell : {"--micro-batch 1 --seq-len 64", "--micro-batch 4 --seq-len 128"}) {
     const auto r = run_zerobench("run --config " + config + " --model tiny --nproc 2 --steps 3 --threads 1 " + cell +

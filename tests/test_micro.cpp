@@ -213,7 +213,7 @@ TEST(RegressGoogleBenchmark, FewRepetitionsAreNotGatedAndMissingOrChangedBenchma
   // Mixing a Google Benchmark file with a zerobench report is a usage error.
   const auto gb = test_support::temp_path("gb.json");
   reports::write_json_atomic(gb, gb_fixture(3, 1.0));
-  const auto res = test_support::run_zerobench("regress --baseline " + gb + " --current " + ZEROBENCH_SOURCE_DIR +
+  const auto res = test_support::run_zerobench("regress --baseline " + gb + " --current " + zb::bench::source_dir() +
                                                "/reports/baselines/cpu-smoke");
   EXPECT_EQ(res.exit_code, 2) << res.output;
   std::remove(gb.c_str());

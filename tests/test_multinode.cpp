@@ -32,7 +32,7 @@ std::string venv_bin(const std::string& tool) {
 }
 
 std::string run_flags(const std::string& backend_flags, const std::string& out) {
-  return std::string(ZEROBENCH_BIN) + " run --model tiny " + backend_flags +
+  return std::string(zb::test_support::zerobench_bin()) + " run --model tiny " + backend_flags +
          " --precision fp32 --micro-batch 2 --seq-len 64 --steps 2 --warmup 1 --threads 1 --quiet --out " + out;
 }
 

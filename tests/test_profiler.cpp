@@ -302,7 +302,7 @@ TEST(ProfileCli, ACpuRunWritesAProfileSectionAndAMergedTwoRankTrace) {
 // steps and tracer counts: made again from a committed two-rank report's typed ranks (their
 // profiles, rank 0's untraced step times) it is that report's profile section, byte for byte.
 TEST(ProfileSection, MadeFromACommittedReportsRanksItIsThatReportsProfile) {
-  const auto j = zb::reports::read_report(std::string(ZEROBENCH_SOURCE_DIR) +
+  const auto j = zb::reports::read_report(std::string(zb::bench::source_dir()) +
                                           "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json");
   const auto record = zb::reports::run_report_from_json(j);
   const auto& ranks = record.rank_records();

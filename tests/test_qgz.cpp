@@ -109,7 +109,7 @@ TEST(QgzQuantizer, FourRankReductionEqualsThePythonReferenceBitwise) {
   }
   const json spec = {{"dir", dir}, {"rows", rows}, {"cols", cols}, {"nodes", nodes}, {"devices", devices}};
   std::ofstream(dir + "/spec.json") << spec.dump();
-  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                            "/scripts/crossval/qgz_reference.py < " + dir + "/spec.json 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // This side: the same steps as zero3_qgz.cpp, the all-to-alls done by hand.

@@ -20,7 +20,7 @@ using namespace zb::analysis::projection;
 using nlohmann::json;
 
 namespace {
-const std::string kData = std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/replay/";
+const std::string kData = std::string(zb::bench::source_dir()) + "/tests/data/replay/";
 
 json load(const std::string& path) {
   std::ifstream f(path);

@@ -5,6 +5,7 @@
 
 #include "reports/report.hpp"
 #include "reports/report_builder.hpp"
+#include "tests/build_paths.hpp"
 
 using namespace zb;
 using nlohmann::json;
@@ -28,7 +29,7 @@ reports::ThroughputInputs throughput() {
 // A committed run report taken apart and rebuilt is the same report (but its creation time),
 // valid; an extra section lands at the top level.
 TEST(ReportBuilder, ACommittedReportRebuiltFromItsPartsIsTheSameValidReport) {
-  const auto original = reports::read_report(std::string(ZEROBENCH_SOURCE_DIR) +
+  const auto original = reports::read_report(std::string(zb::bench::source_dir()) +
                                              "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json");
   const auto record = reports::run_report_from_json(original);
   reports::ReportParts parts;

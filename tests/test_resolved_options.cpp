@@ -17,18 +17,19 @@
 #include "backends/zero12/zero12_options.hpp"
 #include "backends/zero0/zero0_config.hpp"
 #include "backends/zero3/zero3_options.hpp"
+#include "tests/build_paths.hpp"
 #include "tests/thread_world.hpp"
 
 using namespace zb::backends;
 using json = nlohmann::json;
 
 namespace {
-const std::string kResolvedSmoke = std::string(ZEROBENCH_SOURCE_DIR) + "/reports/baselines/cpu-smoke/";
+const std::string kResolvedSmoke = std::string(zb::bench::source_dir()) + "/reports/baselines/cpu-smoke/";
 
 // zero0's reports (config.backend of `zerobench run` reports, the command in the file's "source").
 const json& zero0_reports() {
   static const json reports = [] {
-    std::ifstream in(std::string(ZEROBENCH_SOURCE_DIR) + "/tests/data/resolved/zero0_reports.json");
+    std::ifstream in(std::string(zb::bench::source_dir()) + "/tests/data/resolved/zero0_reports.json");
     EXPECT_TRUE(in.good());
     return json::parse(in)["reports"];
   }();

@@ -13,6 +13,7 @@
 
 #include "reports/report.hpp"
 #include "reports/run_report.hpp"
+#include "tests/build_paths.hpp"
 
 namespace {
 using json = nlohmann::json;
@@ -49,8 +50,8 @@ void find_reports(const std::string& dir, std::vector<std::string>& out) {
 
 std::vector<std::string> committed_reports() {
   std::vector<std::string> out;
-  find_reports(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/baselines", out);
-  find_reports(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results", out);
+  find_reports(std::string(zb::bench::source_dir()) + "/reports/baselines", out);
+  find_reports(std::string(zb::bench::source_dir()) + "/reports/results", out);
   return out;
 }
 
@@ -136,7 +137,7 @@ void strip_extra(T& t) {
 // profiles emptied (a key a struct did not name, or a number read as another type, would be lost).
 TEST(RunReport, AProfiledReportsProfileIsTypedThroughoutAndRoundTripsByteForByte) {
   const std::string path =
-      std::string(ZEROBENCH_SOURCE_DIR) + "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json";
+      std::string(zb::bench::source_dir()) + "/reports/results/cpu/compare-blog/runs/a_accelerate_fsdp_blog_r5.json";
   const std::string text = slurp(path);
   const json j = json::parse(text);
   ASSERT_TRUE(j["profile"].is_object());
@@ -242,7 +243,7 @@ TEST(RunReport, ValidationRefusesWhatItRefused) {
 }
 
 TEST(RunReport, SchemaDocMatchesTheRecord) {
-  const std::string md = slurp(std::string(ZEROBENCH_SOURCE_DIR) + "/reports/SCHEMA.md");
+  const std::string md = slurp(std::string(zb::bench::source_dir()) + "/reports/SCHEMA.md");
   const auto problems = check_schema_doc(md);
   EXPECT_TRUE(problems.empty()) << problems.front();
   // Planted: the loss_scale row removed -> its typed keys are undocumented.

@@ -275,10 +275,10 @@ TEST(WorkloadStudy, ChecksFlagAPlantedFault) {
 // The committed results: re-running the command on a copy of the committed reports reuses every
 // cell and writes the committed summary again, byte for byte; the docs hold that table.
 TEST(WorkloadStudy, CommittedResultsRegenerateFromTheirReports) {
-  const std::string src = ZEROBENCH_SOURCE_DIR, committed = src + "/reports/results/cpu/workload";
+  const std::string src = zb::bench::source_dir(), committed = src + "/reports/results/cpu/workload";
   const auto dir = zb::test_support::make_clean_dir("workload_committed");
   ASSERT_EQ(system(("cp " + committed + "/*.json " + dir + "/").c_str()), 0);
-  const auto r = zb::test_support::run_command("cd " + src + " && " + ZEROBENCH_BIN + " study workload --out " + dir +
+  const auto r = zb::test_support::run_command("cd " + src + " && " + zb::test_support::zerobench_bin() + " study workload --out " + dir +
                                                " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("ok    "), std::string::npos);  // nothing ran: every cell "(ok)"

@@ -389,12 +389,12 @@ TEST(Matrix, AFailingCellIsRecordedTheNextRunsAndARerunResumes) {
 // one changed digit).
 TEST(ReadmeBenchTable, IsGeneratedFromTheCommittedBaselineAndAStaleCopyFails) {
   using test_support::run_command;
-  const std::string src = ZEROBENCH_SOURCE_DIR;
-  const auto ok = run_command("ZEROBENCH_BIN=" + std::string(ZEROBENCH_BIN) + " " + src +
+  const std::string src = zb::bench::source_dir();
+  const auto ok = run_command("ZEROBENCH_BIN=" + std::string(zb::test_support::zerobench_bin()) + " " + src +
                               "/scripts/bench-table.sh --check 2>&1");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 
-  const auto table = run_command(std::string(ZEROBENCH_BIN) + " table " + src +
+  const auto table = run_command(std::string(zb::test_support::zerobench_bin()) + " table " + src +
                                  "/reports/baselines/cpu-smoke --baseline fsdp_mixed 2>/dev/null");
   ASSERT_EQ(table.exit_code, 0);
   const auto dir = test_support::make_clean_dir("readme_table");

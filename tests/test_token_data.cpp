@@ -36,7 +36,7 @@ void write_megatron(const std::string& prefix, const std::string& dtype, const s
   const json in = {{"prefix", prefix}, {"dtype", dtype}, {"documents", docs}};
   const auto path = prefix + ".json";
   std::ofstream(path) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                "/scripts/write_megatron_dataset.py < " + path + " 2>&1");
   std::remove(path.c_str());
   ASSERT_EQ(r.exit_code, 0) << r.output;

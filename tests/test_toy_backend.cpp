@@ -16,7 +16,7 @@ using zb::test_support::make_clean_dir;
 using zb::test_support::run_command;
 
 zb::test_support::BinaryResult toy(const std::string& args) {
-  return run_command(std::string(ZEROBENCH_TOY_BIN) + " " + args + " 2>&1");
+  return run_command(std::string(zb::test_support::toy_bin()) + " " + args + " 2>&1");
 }
 
 json read_json(const std::string& path) {

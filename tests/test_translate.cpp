@@ -28,7 +28,7 @@ using nlohmann::json;
 using test_support::temp_path;
 
 namespace {
-const std::string kSource = ZEROBENCH_SOURCE_DIR;
+const std::string kSource = zb::bench::source_dir();
 const std::string kCorpus = kSource + "/tests/configs/real/";
 
 std::string write_translation(const Translation& t, const std::string& name) {
@@ -436,7 +436,7 @@ TEST(TranslateCli, WritesTheConfigAndTheMappingAndRefusesBadInput) {
 // docs/configs.md's key table is the code's (`translate --list-mapping`), and the check that says
 // so fails on a doctored copy.
 TEST(TranslateDocs, TheKeyTableInDocsIsGeneratedFromTheCode) {
-  const auto bin = std::string(ZEROBENCH_BIN);
+  const auto bin = std::string(zb::test_support::zerobench_bin());
   auto r = test_support::run_command("ZEROBENCH_BIN=" + bin + " " + kSource + "/scripts/translate-table.sh --check 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output << " (run scripts/translate-table.sh)";
   const auto table = temp_path("mapping_table.md"), doc = temp_path("configs.md");

@@ -181,7 +181,7 @@ json upstream_verdicts(const std::vector<Case>& all) {
   for (const auto& c : all) in.push_back({{"id", c.id}, {"where", c.where}, {"config", c.config}});
   const auto file = zb::test_support::temp_path("upstream_refusal_cases.json");
   std::ofstream(file) << in.dump();
-  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = zb::test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                                "/scripts/crossval/upstream_config_verdicts.py < " + file + " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto at = r.output.find("{\"");

@@ -388,7 +388,7 @@ TEST(Zero12OffloadBinary, ConfigFilesAndFlagsRun) {
     std::ifstream in(out);
     return nlohmann::json::parse(in);
   };
-  auto r = test_support::run_zerobench("run --config " + std::string(ZEROBENCH_SOURCE_DIR) +
+  auto r = test_support::run_zerobench("run --config " + std::string(zb::bench::source_dir()) +
                                        "/tests/configs/real/llamafactory_ds_z2_offload_config.json --model tiny --steps 2 "
                                        "--warmup 1 --zero-reduce-bucket-size 100000 --quiet --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;

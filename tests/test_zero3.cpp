@@ -370,7 +370,7 @@ nlohmann::json granularity_reference(const models::ModelConfig& c) {
                                       {"layers", c.layers}}
                            .dump();
   const auto r = test_support::run_command("DS_ACCELERATOR=cpu " + std::string(ZEROBENCH_PYTHON_EXE) + " " +
-                                           ZEROBENCH_SOURCE_DIR + "/scripts/crossval/granularity_reference.py < " + in +
+                                           zb::bench::source_dir() + "/scripts/crossval/granularity_reference.py < " + in +
                                            " 2>/dev/null");
   std::remove(in.c_str());
   EXPECT_EQ(r.exit_code, 0) << r.output;

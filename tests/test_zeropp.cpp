@@ -66,7 +66,7 @@ std::vector<RefOut> run_reference(const std::vector<RefCase>& cases) {
                              {"groups", cases[i].groups ? json(cases[i].groups) : json(nullptr)}});
   }
   std::ofstream(dir + "/spec.json") << spec.dump();
-  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + ZEROBENCH_SOURCE_DIR +
+  const auto r = test_support::run_command(std::string(ZEROBENCH_PYTHON_EXE) + " " + zb::bench::source_dir() +
                                            "/scripts/crossval/quantizer_reference.py < " + dir + "/spec.json 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   auto out = r.output;

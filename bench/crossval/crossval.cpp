@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "backends/engine.hpp"
+#include "bench/build_info.hpp"
 #include "bench/crossval/crossval_compare.hpp"
 #include "bench/crossval/crossval_device.hpp"
 #include "models/checkpoint/hf_llama.hpp"
@@ -32,10 +33,6 @@
 #include "runtime/errors.hpp"
 #include "runtime/launcher.hpp"
 #include "runtime/subprocess.hpp"
-
-#ifndef ZEROBENCH_SOURCE_DIR
-#define ZEROBENCH_SOURCE_DIR "."
-#endif
 
 namespace zb::bench {
 
@@ -420,7 +417,7 @@ std::string default_python() {
 
 std::string crossval_scripts_dir() {
   if (const char* d = std::getenv("ZEROBENCH_CROSSVAL_DIR"); d && *d) return d;
-  return std::string(ZEROBENCH_SOURCE_DIR) + "/scripts/crossval";
+  return std::string(source_dir()) + "/scripts/crossval";
 }
 
 void add_crossval_options(CLI::App& cmd, CrossvalOptions& o) {

@@ -18,6 +18,7 @@
 
 #include "backends/backend_info.hpp"
 #include "backends/engine.hpp"
+#include "bench/build_info.hpp"
 #include "bench/commands.hpp"
 #include "bench/lifecycle/checkpoint.hpp"
 #include "bench/lifecycle/checkpoint_preflight.hpp"
@@ -47,8 +48,6 @@
 #include "runtime/world.hpp"
 
 namespace zb::bench {
-
-const char* git_sha();  // bench/git_sha.cpp.in (generated)
 
 namespace {
 using json = nlohmann::json;

@@ -17,15 +17,12 @@
 
 #include "bench/matrix/matrix.hpp"
 #include "models/activation_checkpointing.hpp"
+#include "bench/build_info.hpp"
 #include "reports/columns.hpp"
 #include "reports/report.hpp"
 #include "reports/stats.hpp"
 #include "reports/svg.hpp"
 #include "runtime/errors.hpp"
-
-#ifndef ZEROBENCH_SOURCE_DIR
-#define ZEROBENCH_SOURCE_DIR "."
-#endif
 
 namespace zb::bench::workload {
 
@@ -49,7 +46,7 @@ bool exists(const std::string& path) {
 // the source tree this binary was built from; as given otherwise (the run names it missing).
 std::string locate(const std::string& path) {
   if (path.empty() || path[0] == '/' || exists(path)) return path;
-  const std::string in_source = std::string(ZEROBENCH_SOURCE_DIR) + "/" + path;
+  const std::string in_source = std::string(source_dir()) + "/" + path;
   return exists(in_source) ? in_source : path;
 }
 
