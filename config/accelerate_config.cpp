@@ -168,8 +168,10 @@ AccelerateLaunch read_accelerate_launch(const json& root, int world_size, bool n
   if (root.contains("num_processes") && !root["num_processes"].is_null())
     notes.apply("num_processes", text(root["num_processes"]),
                 "world size " + std::to_string(world_size) + (nproc_given ? " (--nproc)" : ""));
-  if (root.contains("num_processes") && root["num_processes"].is_number_integer()) {
-    const int64_t np = root["num_processes"].get<int64_t>();
+  // Ranks per node as accelerate launch computes torchrun's --nproc_per_node: num_processes //
+  // num_machines, where --num_processes (zerobench: --nproc) replaces the file's num_processes.
+  if (nproc_given || (root.contains("num_processes") && root["num_processes"].is_number_integer())) {
+    const int64_t np = nproc_given ? world_size : root["num_processes"].get<int64_t>();
     const int64_t nm = root.contains("num_machines") && root["num_machines"].is_number_integer()
                            ? root["num_machines"].get<int64_t>() : 1;
     if (np > 0 && nm > 0 && np % nm == 0) l.ranks_per_node = int(np / nm);

@@ -540,6 +540,15 @@ TEST(AccelerateConfig, FsdpBlockFollowsAccelerate115) {
   const auto r3 = resolve({"--config", p3});
   EXPECT_EQ(r3.spec.options["sharding_strategy"], "HYBRID_SHARD_ZERO2");
   EXPECT_EQ(r3.spec.options["hybrid_shard_group_size"], 4);
+  // --nproc replaces num_processes, as accelerate launch's --num_processes does: the ranks per node
+  // (torchrun's --nproc_per_node) are --nproc / num_machines, not the file's 8 / 2 (oumi's recipe,
+  // num_processes 4 and HYBRID_SHARD, refused "shard group size 4 does not divide world size 2").
+  EXPECT_EQ(resolve({"--config", p3, "--nproc", "4"}).spec.options["hybrid_shard_group_size"], 2);
+  EXPECT_EQ(resolve({"--config", p3, "--nproc", "2"}).spec.options["hybrid_shard_group_size"], 1);
+  std::ofstream(p3) << "distributed_type: FSDP\nnum_processes: 4\nnum_machines: 1\nfsdp_config:\n"
+                       "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_sharding_strategy: HYBRID_SHARD\n";
+  EXPECT_EQ(resolve({"--config", p3}).spec.options["hybrid_shard_group_size"], 4);
+  EXPECT_EQ(resolve({"--config", p3, "--nproc", "2"}).spec.options["hybrid_shard_group_size"], 2);
   // fsdp_auto_wrap_policy as accelerate resolves it: absent is NO_WRAP; SIZE_BASED_WRAP takes
   // fsdp_min_num_params (launch's default 1e8 when absent), read only under SIZE_BASED_WRAP.
   const auto p4 = write_file("acc_wrap.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 1\n"
