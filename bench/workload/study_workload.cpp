@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "bench/build_info.hpp"
 #include "bench/matrix/matrix.hpp"
 #include "models/activation_checkpointing.hpp"
-#include "bench/build_info.hpp"
 #include "reports/columns.hpp"
 #include "reports/report.hpp"
 #include "reports/stats.hpp"
