@@ -3,9 +3,13 @@
 // the U test, the GEMM shapes, and the calibration: alpha/busbw fits and the datasheet presets.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
+#include <tuple>
+#include <utility>
 
 #include "backends/common/comm.hpp"
 #include "analysis/micro/gemm.hpp"
@@ -222,24 +226,60 @@ TEST(RegressGoogleBenchmark, FewRepetitionsAreNotGatedAndMissingOrChangedBenchma
 TEST(GemmShapes, EveryLinearOfTheModelInThreePassesOnceEach) {
   auto cfg = models::preset("tiny");  // H 128, KV 64, F 352, V 2048
   const auto shapes = analysis::micro::model_gemm_shapes(cfg, 256);
-  std::map<std::string, std::array<int64_t, 3>> by_name;
-  for (const auto& s : shapes) by_name[s.name] = {s.m, s.n, s.k};
-  EXPECT_EQ((by_name.at("lm_head.fwd")), (std::array<int64_t, 3>{256, 2048, 128}));
-  EXPECT_EQ((by_name.at("lm_head.wgrad")), (std::array<int64_t, 3>{2048, 128, 256}));
-  EXPECT_EQ((by_name.at("wq.fwd")), (std::array<int64_t, 3>{256, 128, 128}));
-  EXPECT_EQ((by_name.at("wk.fwd")), (std::array<int64_t, 3>{256, 64, 128}));
-  EXPECT_EQ((by_name.at("w_gate.fwd")), (std::array<int64_t, 3>{256, 352, 128}));
-  EXPECT_EQ((by_name.at("w_gate.dgrad")), (std::array<int64_t, 3>{256, 128, 352}));
-  EXPECT_EQ(by_name.count("w_down.fwd"), 0u);    // the same shape as w_gate.dgrad
-  EXPECT_EQ(by_name.count("w_down.dgrad"), 0u);  // the same shape as w_gate.fwd
-  EXPECT_EQ(by_name.count("wq.dgrad"), 0u);      // square: the same as wq.fwd
-  EXPECT_EQ(by_name.count("wo.fwd"), 0u);  // the same shape as wq.fwd
+  std::map<std::string, analysis::micro::GemmShape> by_name;
+  for (const auto& s : shapes) by_name[s.name] = s;
+  auto mnk = [&](const std::string& n) {
+    const auto& s = by_name.at(n);
+    return std::array<int64_t, 3>{s.m, s.n, s.k};
+  };
+  // (a_transposed, b_transposed): forward x·Wᵀ, dgrad dy·W, wgrad dyᵀ·x, as autograd runs them.
+  auto layout = [&](const std::string& n) { return std::pair<bool, bool>{by_name.at(n).a_transposed, by_name.at(n).b_transposed}; };
+  EXPECT_EQ(mnk("lm_head.fwd"), (std::array<int64_t, 3>{256, 2048, 128}));
+  EXPECT_EQ(layout("lm_head.fwd"), (std::pair<bool, bool>{false, true}));
+  EXPECT_EQ(mnk("lm_head.dgrad"), (std::array<int64_t, 3>{256, 128, 2048}));
+  EXPECT_EQ(layout("lm_head.dgrad"), (std::pair<bool, bool>{false, false}));
+  EXPECT_EQ(mnk("lm_head.wgrad"), (std::array<int64_t, 3>{2048, 128, 256}));
+  EXPECT_EQ(layout("lm_head.wgrad"), (std::pair<bool, bool>{true, false}));
+  EXPECT_EQ(mnk("wq.fwd"), (std::array<int64_t, 3>{256, 128, 128}));
+  EXPECT_EQ(mnk("wk.fwd"), (std::array<int64_t, 3>{256, 64, 128}));
+  EXPECT_EQ(mnk("w_gate.fwd"), (std::array<int64_t, 3>{256, 352, 128}));
+  EXPECT_EQ(mnk("w_gate.dgrad"), (std::array<int64_t, 3>{256, 128, 352}));
+  // w_down's forward has w_gate's dgrad's shape but not its layout: a kernel of its own.
+  EXPECT_EQ(mnk("w_down.fwd"), (std::array<int64_t, 3>{256, 128, 352}));
+  EXPECT_EQ(layout("w_down.fwd"), (std::pair<bool, bool>{false, true}));
+  EXPECT_EQ(mnk("w_down.dgrad"), (std::array<int64_t, 3>{256, 352, 128}));  // w_gate.fwd's shape, as stored
+  EXPECT_EQ(layout("w_down.dgrad"), (std::pair<bool, bool>{false, false}));
+  EXPECT_EQ(mnk("wq.dgrad"), (std::array<int64_t, 3>{256, 128, 128}));  // square: wq.fwd's shape, as stored
+  EXPECT_EQ(by_name.count("w_down.wgrad"), 1u);
+  EXPECT_EQ(by_name.count("wo.fwd"), 0u);  // wq.fwd's shape and layout
   EXPECT_EQ(by_name.count("embedding.fwd"), 0u);
-  // lm_head, wq, wk, w_gate, w_down: 3 passes each, minus shapes that coincide.
-  std::set<std::array<int64_t, 3>> distinct;
-  for (const auto& s : shapes) distinct.insert({s.m, s.n, s.k});
+  // No shape repeats in the same layout.
+  std::set<std::tuple<int64_t, int64_t, int64_t, bool, bool>> distinct;
+  for (const auto& s : shapes) distinct.insert({s.m, s.n, s.k, s.a_transposed, s.b_transposed});
   EXPECT_EQ(distinct.size(), shapes.size());
   EXPECT_DOUBLE_EQ(shapes.front().flops(), 2.0 * 256 * 2048 * 128);
+}
+
+TEST(GemmShapes, TheProbeComputesItsProductInEachLayout) {
+  const at::Device cpu(at::kCPU);
+  // The peak probe multiplies as a Linear's forward does: B held as [n, k], read transposed.
+  const auto probe = analysis::micro::peak_probe_shape(cpu, at::kBFloat16);
+  EXPECT_EQ(probe.n, 512);
+  EXPECT_FALSE(probe.a_transposed);
+  EXPECT_TRUE(probe.b_transposed);
+  for (const bool a_t : {false, true})
+    for (const bool b_t : {false, true}) {
+      analysis::micro::GemmShape s{"t", 24, 40, 16};
+      s.a_transposed = a_t;
+      s.b_transposed = b_t;
+      analysis::micro::Gemm g(cpu, at::kFloat, s);
+      EXPECT_EQ(g.a().sizes(), (at::IntArrayRef{24, 16}));
+      EXPECT_EQ(g.b().sizes(), (at::IntArrayRef{16, 40}));
+      EXPECT_EQ(g.a().is_contiguous(), !a_t);  // a transposed view of a [k, m] tensor
+      EXPECT_EQ(g.b().is_contiguous(), !b_t);
+      g.run();
+      EXPECT_TRUE(at::allclose(g.c(), at::mm(g.a().contiguous(), g.b().contiguous()), 1e-5, 1e-5)) << a_t << b_t;
+    }
 }
 
 TEST(Calibration, AFitRecoversAlphaAndBusBandwidthFromNoiselessPoints) {

@@ -8,10 +8,10 @@
 
 namespace zb::bench {
 
-double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n) {
+double measure_gemm_tflops(at::Device device, at::ScalarType dtype) {
   double tflops = 0;
   {
-    analysis::micro::Gemm gemm(device, dtype, {"square", n, n, n});
+    analysis::micro::Gemm gemm(device, dtype, analysis::micro::peak_probe_shape(device, dtype));
     tflops = analysis::micro::measure_tflops(gemm, device);
   }
   // The operands (3 x 8192^2 on a GPU, 384 MiB in bf16) and cuBLAS's workspace go back to the
@@ -28,12 +28,12 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
     return p;
   }
   const std::string name = runtime::device_name(device);
-  const int64_t n = analysis::micro::peak_probe_shape(device, compute_dtype).n;
+  const auto probe = analysis::micro::peak_probe_shape(device, compute_dtype);
   // Always probe a large GEMM in the compute dtype: on a GPU, MFU against the datasheet and
   // against what this device's cuBLAS actually reaches are both reported. An fp32 cell's matmuls
   // run on TF32 tensor cores only when cuBLAS may use TF32
   // (torch.backends.cuda.matmul.allow_tf32 / float32_matmul_precision; off by default).
-  p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype, n);
+  p.measured_gemm_tflops = measure_gemm_tflops(device, compute_dtype);
   if (device.is_cuda()) {
     // The datasheet figure by exact SKU (runtime/gpu_skus.hpp: name and memory size); a MIG slice
     // or an unknown GPU falls through to the measured GEMM.
@@ -46,7 +46,7 @@ Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_
     }
   }
   p.tflops = p.measured_gemm_tflops;
-  p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(n) + "^3 on " + name +
+  p.source = "measured: " + std::string(c10::toString(compute_dtype)) + " GEMM " + std::to_string(probe.n) + "^3 x.W^T on " + name +
              (device.is_cuda() ? " (no datasheet figure: MIG slice or unknown SKU)" : "");
   return p;
 }

@@ -11,12 +11,13 @@ namespace zb::bench {
 
 struct Peak {
   double tflops = 0;
-  std::string source;              // "flag", "datasheet: NVIDIA A100...", "measured: bf16 GEMM 1024^3"
+  std::string source;              // "flag", "datasheet: NVIDIA A100...", "measured: BFloat16 GEMM 512^3 x.W^T on cpu"
   double measured_gemm_tflops = 0; // 0 if not measured
 };
 
-// Dense square GEMM throughput on `device` in `dtype` (warm-up, then ~0.3 s of repeats).
-double measure_gemm_tflops(at::Device device, at::ScalarType dtype, int64_t n);
+// The peak probe's GEMM throughput on `device` in `dtype` (micro::peak_probe_shape: square, a
+// Linear's forward layout; warm-up, then ~0.3 s of repeats).
+double measure_gemm_tflops(at::Device device, at::ScalarType dtype);
 
 Peak resolve_peak(double flag_tflops, at::Device device, at::ScalarType compute_dtype);
 
