@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "backends/backend_info.hpp"
@@ -388,6 +390,39 @@ TEST(CompareAnalysis, ConfigDifferencesHaveEffects) {
   EXPECT_TRUE(bucket);
   EXPECT_EQ(config_effect("options.some_future_key"), "no description");
   EXPECT_TRUE(is_workload_key("train.micro_batch"));
+}
+
+// Every option a built-in backend writes into a report has an effect sentence: compare's config
+// diff never says "no description" for one. The options of every committed cpu-smoke baseline cell
+// (every backend but zero0, each precision, the offload variants) and of zero0's reports
+// (tests/data/resolved/zero0_reports.json). A dotted key is described at its own path first
+// (offload_optimizer.device) and else by its last name (reduce_bucket_size).
+TEST(CompareAnalysis, EveryOptionABuiltInBackendReportsHasAnEffect) {
+  std::vector<std::pair<std::string, json>> options;  // (where from, config.backend.options)
+  const auto index = json::parse(std::ifstream(kSmoke + "index.json"));
+  for (const auto& cell : index["cells"]) {
+    const std::string name = cell["id"];
+    options.push_back({name, smoke(name)["config"]["backend"]["options"]});
+  }
+  const auto zero0 = json::parse(std::ifstream(kSrc + "/tests/data/resolved/zero0_reports.json"));
+  for (const auto& [name, report] : zero0["reports"].items())
+    options.push_back({"zero0 " + name, report["config"]["backend"]["options"]});
+  ASSERT_GE(options.size(), 25u);
+  std::set<std::string> undescribed;
+  std::function<void(const json&, const std::string&)> walk = [&](const json& j, const std::string& path) {
+    if (j.is_object() && !j.empty()) {
+      for (const auto& [k, v] : j.items()) walk(v, path + "." + k);
+      return;
+    }
+    if (config_effect(path) == "no description") undescribed.insert(path);
+  };
+  for (const auto& [from, o] : options) {
+    ASSERT_TRUE(o.is_object()) << from;
+    walk(o, "options");
+  }
+  std::string list;
+  for (const auto& k : undescribed) list += " " + k;
+  EXPECT_TRUE(undescribed.empty()) << undescribed.size() << " option keys without an effect:" << list;
 }
 
 TEST(CompareAnalysis, PrecisionPlanIsReadNeverGuessed) {

@@ -75,7 +75,9 @@ void apply_flags(const FlagValues& given, bool /*from_file*/, EngineSpec& spec, 
 
 // torch/nn/parallel/distributed.py (DistributedDataParallel's bucket_cap_mb).
 std::vector<OptionEffect> option_effects() {
-  return {{"bucket_cap_mb", "DDP all-reduce bucket size: how many all-reduces a step issues"}};
+  return {{"bucket_cap_mb", "DDP all-reduce bucket size: how many all-reduces a step issues"},
+          {"gradient_as_bucket_view", "gradients are views into the all-reduce buckets: one gradient-sized copy less per rank"},
+          {"storage_dtype", "dtype the parameters, gradients and optimizer states are held in"}};
 }
 
 }  // namespace zb::backends::ddp

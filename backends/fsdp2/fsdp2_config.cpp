@@ -202,6 +202,28 @@ std::vector<OptionEffect> option_effects() {
       {"modules_to_forward_prefetch", "FSDP2: explicit forward prefetch depth"},
       {"modules_to_backward_prefetch", "FSDP2: explicit backward prefetch depth"},
       {"force_sum_reduction_for_comms", "FSDP2: SUM collectives with a post-divide instead of AVG; numerics only"},
+      // MixedPrecisionPolicy and what fully_shard resolves from it
+      {"mp_param_dtype", "FSDP2 MixedPrecisionPolicy.param_dtype: dtype of the gathered parameters and of the compute"},
+      {"mp_reduce_dtype", "FSDP2 MixedPrecisionPolicy.reduce_dtype: dtype of the gradient reduce-scatter (None = param_dtype)"},
+      {"mp_output_dtype", "FSDP2 MixedPrecisionPolicy.output_dtype: dtype the outputs are cast to"},
+      {"all_gather_dtype", "FSDP2: dtype of the parameter all-gather (bytes on the wire)"},
+      {"reduce_scatter_dtype", "FSDP2: dtype of the gradient reduce-scatter: bytes on the wire and rounding of the reduction"},
+      {"reduce_scatter_op", "FSDP2: the reduce-scatter's op (AVG, or SUM with a divide); numerics only"},
+      {"all_reduce_op", "FSDP2 HSDP: the replicas' all-reduce op (AVG, or SUM with a divide); numerics only"},
+      {"sharded_param_dtype", "FSDP2: dtype of the sharded parameters the optimizer updates (fp32 masters or not)"},
+      // the device mesh (accelerate's ParallelismConfig dp_shard_size / dp_replicate_size)
+      {"dp_shard_size", "ranks each parameter is sharded over (0 = all the ranks a replica has)"},
+      {"dp_replicate_size", "HSDP: replicas of the sharded model; gradients all-reduced across them"},
+      {"mesh.dp_shard", "the mesh's shard dimension as resolved: the per-rank share of model states"},
+      {"mesh.dp_replicate", "the mesh's replicate dimension as resolved (HSDP when above 1)"},
+      // offload
+      {"offload_policy", "FSDP2 offload as resolved (none|cpu): sharded parameters, gradients and the optimizer step on the host"},
+      {"fully_shard_offload_policy", "the offload_policy fully_shard is given (CPUOffloadPolicy or OffloadPolicy)"},
+      {"offload_pin_memory", "CPUOffloadPolicy.pin_memory: the host shards page-locked (faster copies)"},
+      // grouping
+      {"grouping", "FSDP2: the rule that forms the parameter groups (one all-gather and reduce-scatter each)"},
+      {"groups", "FSDP2: the resolved parameter groups: how many collectives a step issues and how much is gathered at once"},
+      {"transformer_layer_cls_to_wrap", "the module class each fully_shard call wraps: the groups' granularity"},
   };
 }
 

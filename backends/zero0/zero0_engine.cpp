@@ -333,6 +333,23 @@ PrecisionPlan precision_plan(const EngineSpec& spec) {
   return p;
 }
 
+// BackendInfo::analysis.option_effects: the DeepSpeed family's sentences and stage 0's own keys
+// (runtime/engine.py: no ZeRO optimizer; allreduce_gradients buckets the gradients).
+std::vector<OptionEffect> zero0_option_effects() {
+  std::vector<OptionEffect> e = deepspeed_family::deepspeed_option_effects();
+  e.insert(e.end(), {
+      {"allreduce_bucket_elements",
+       "elements per gradient all-reduce bucket (DeepSpeed's fixed 5e8): how many all-reduces a step issues"},
+      {"allreduce_buckets", "gradient all-reduces one step issues (the buckets)"},
+      {"fused_adam",
+       "DeepSpeed's FusedAdam (an optimizer section without torch_adam) instead of torch AdamW: another "
+       "kernel, the same update up to rounding"},
+      {"optimizer_wrapper",
+       "the wrapper DeepSpeed puts around the optimizer (fp16: FP16_UnfusedOptimizer's masters and loss scaling)"},
+  });
+  return e;
+}
+
 }  // namespace
 
 // Stage 0 shards nothing: every rank holds a whole replica and the gradient all-reduce runs over
@@ -378,8 +395,8 @@ BackendInfo backend_info() {
     check_precision(o, spec.precision);
     spec.options = o;
   };
-  // -- analysis: the keys every DeepSpeed stage shares
-  info.analysis.option_effects = deepspeed_family::deepspeed_option_effects();
+  // -- analysis: the keys every DeepSpeed stage shares and stage 0's own (zero0_option_effects)
+  info.analysis.option_effects = zero0_option_effects();
   // -- crossval (zero0_crossval.cpp): real DeepSpeed stage 0 through run_deepspeed.py
   info.crossval = crossval_reference();
   return info;

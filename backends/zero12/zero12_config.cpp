@@ -171,8 +171,33 @@ std::function<void(const FlagValues&, bool, EngineSpec&, config::ConfigNotes&)> 
   };
 }
 
-// The keys every DeepSpeed stage shares (backends/deepspeed_family/deepspeed_option_effects.cpp); ZeRO-1/2's own
-// (reduce_scatter, allgather_bucket_size, ...) are not described yet.
-std::vector<OptionEffect> option_effects() { return deepspeed_family::deepspeed_option_effects(); }
+// The keys every DeepSpeed stage shares (backends/deepspeed_family/deepspeed_option_effects.cpp), then
+// ZeRO-1/2's own: the stage-1/2 keys of runtime/zero/config.py and what DeepSpeedZeroOptimizer
+// (runtime/zero/stage_1_and_2.py) derives from them.
+std::vector<OptionEffect> option_effects() {
+  std::vector<OptionEffect> e = deepspeed_family::deepspeed_option_effects();
+  e.insert(e.end(), {
+      {"reduce_scatter",
+       "gradients averaged with reduces to each partition's owner (true) or all-reduced whole (false): bytes on "
+       "the wire per step"},
+      {"use_multi_rank_bucket_allreduce",
+       "a bucket spanning several owners' partitions is all-reduced once instead of one reduce per owner: fewer, "
+       "larger collectives"},
+      {"allgather_bucket_size", "DeepSpeed's all-gather bucket; 0.19.8's ZeRO-1/2 gathers the flat buffer whole: no effect"},
+      {"allgather_partitions", "all-gather (true) or broadcast the updated partitions; DeepSpeed 0.19.8 does not pass it: no effect"},
+      {"allgather_partitions_effect", "what allgather_partitions changes in DeepSpeed 0.19.8 (nothing)"},
+      {"allgather", "the collective that gathers the updated fp16/bf16 partitions after the optimizer step"},
+      {"round_robin_gradients",
+       "gradients assigned to partitions round robin (for parallel gradient copies under CPU offload): which rank "
+       "reduces and owns which gradients"},
+      {"check_grad_overflow", "gradients checked for inf/NaN before each step (a step with one is skipped)"},
+      {"ipg_buffers", "gradient buckets allocated per rank: 2 with overlap_comm (one fills while one reduces), else 1"},
+      {"flat_numel", "elements of the flat fp16/bf16 parameter buffer the ranks partition"},
+      {"flat_padded", "the flat buffer's elements after padding to a multiple of the world size"},
+      {"partition_size", "elements of the flat buffer each rank owns: its fp32 masters, optimizer states and gradients"},
+      {"offload.pinned", "the host copies of offloaded states page-locked (pin_memory)"},
+  });
+  return e;
+}
 
 }  // namespace zb::backends::zero12

@@ -212,6 +212,28 @@ std::vector<OptionEffect> option_effects() {
        "elements per fp32 optimizer sub-group: the optimizer step's granularity and its "
        "temporary memory"},
       {"sub_groups", "how many fp32 optimizer sub-groups the parameters form"},
+      // ZeRO++ (runtime/zero/config.py)
+      {"zero_hpz_partition_size",
+       "ZeRO++ hpZ: a secondary copy of the parameters sharded within groups of this many ranks, so backward "
+       "all-gathers stay in the group: less inter-node traffic, more memory"},
+      {"hpz_group_size", "ZeRO++ hpZ's secondary group as resolved (1 = off)"},
+      {"zero_quantized_weights", "ZeRO++ qwZ: parameters all-gathered quantized to int8: half the gather bytes, rounding"},
+      {"zero_quantized_nontrainable_weights", "ZeRO++: frozen parameters kept and gathered quantized"},
+      {"zero_quantized_gradients", "ZeRO++ qgZ: gradients reduce-scattered quantized (int4 all-to-all): fewer bytes, rounding"},
+      // offload_param and offload_optimizer (runtime/zero/offload_config.py)
+      {"offload_param.device",
+       "where the partitioned parameters live: cpu keeps them in host memory and copies each in before use "
+       "(less device memory, host-device traffic every forward and backward)"},
+      {"offload.param", "parameter offload as resolved (none|cpu): where the partitioned parameters live"},
+      {"offload_param.pin_memory", "the parameters' host copies page-locked: faster, asynchronous copies"},
+      {"offload_param.buffer_count", "NVMe parameter offload's buffer pool size; no effect without device nvme"},
+      {"offload_param.buffer_size", "NVMe parameter offload's buffer size; no effect without device nvme"},
+      {"offload_param.max_in_cpu", "parameter elements kept in host memory under NVMe offload; no effect without device nvme"},
+      {"offload_optimizer.buffer_count", "NVMe optimizer offload's buffer pool size; no effect without device nvme"},
+      {"offload_optimizer.fast_init", "fast optimizer initialisation under NVMe offload; no effect without device nvme"},
+      {"offload_optimizer.pipeline_read", "ZeRO-Infinity: the next tile's read overlapped with the optimizer step (NVMe)"},
+      {"offload_optimizer.pipeline_write", "ZeRO-Infinity: the previous tile's write overlapped with the optimizer step (NVMe)"},
+      {"offload_optimizer.ratio", "the share of the optimizer states offloaded (and stepped on the host); the rest stays on the device"},
   });
   return e;
 }

@@ -103,10 +103,17 @@ std::map<std::string, json> flat_config(const reports::RunConfig& config) {
 }  // namespace
 
 std::string config_effect(const std::string& key) {
-  const auto dot = key.rfind('.');
-  const std::string last = dot == std::string::npos ? key : key.substr(dot + 1);
+  // "options.offload_optimizer.device": offload_optimizer.device, then device (a sentence at the
+  // longer path wins: `device` means another thing under offload_param).
   const auto e = effects();
-  const auto it = e.find(last);
+  const auto first = key.find('.');
+  for (auto at = first == std::string::npos ? std::string::npos : first + 1; at != std::string::npos;) {
+    const auto it = e.find(key.substr(at));
+    if (it != e.end()) return it->second;
+    const auto dot = key.find('.', at);
+    at = dot == std::string::npos ? std::string::npos : dot + 1;
+  }
+  const auto it = e.find(key);  // a key of no section: backend, precision
   return it == e.end() ? "no description" : it->second;
 }
 
