@@ -425,7 +425,19 @@ std::string hf_or_own_schedule(const std::string& s) { return is_hf_schedule(s) 
 // scheduler: config/deepspeed_scheduler.cpp (runtime/lr_schedules.py; "auto" as
 // trainer_config_process / trainer_config_finalize fill it).
 void read_scheduler(const json& root, const TrainerArgs& args, DeepSpeedConfig& c, Resolver& r) {
-  if (!root.contains("scheduler") || root["scheduler"].is_null()) return;
+  if (!root.contains("scheduler") || root["scheduler"].is_null()) {
+    // No section: the file does not say what the lr does, the training script does. Said in the
+    // report, beside the flags that pick each framework's behaviour.
+    const std::string schedule = hf_or_own_schedule(args.train.lr_schedule);
+    const std::string used = args.given_flag("--lr-scheduler-type") ? "--lr-scheduler-type " + schedule
+                             : args.given_flag("--lr-schedule")     ? "--lr-schedule " + schedule
+                                                                    : "zerobench's default --lr-schedule " + schedule;
+    c.notes.apply("scheduler", "(absent)",
+                  "lr follows " + used + "; DeepSpeed without a scheduler keeps the optimizer's lr constant "
+                  "(--lr-schedule constant), an HF Trainer builds its lr_scheduler_type (default linear: "
+                  "--lr-scheduler-type linear)");
+    return;
+  }
   const auto& s = root["scheduler"];
   auto& t = c.train;
   for (const char* flag : {"--lr-schedule", "--lr-scheduler-type"})
