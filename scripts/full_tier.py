@@ -6,6 +6,9 @@
                                           LISTING (`ctest -N` output) or not "Passed" in DOC
   full_tier.py document TIER LOG OUT      OUT (Markdown) from a `ctest -R <regex>` log of the tier
 
+A name ending in '*' is every test whose name starts with the rest (a value-parameterized
+instantiation: `CorpusRest/RealConfig.*`); it must match at least one test, and each must pass.
+
 Used by scripts/test.sh (regex, check) and scripts/test-full-tier.sh (regex, document).
 """
 import datetime
@@ -20,9 +23,18 @@ def names(tier):
     return [n for n in (line.split("#", 1)[0].strip() for line in open(tier, encoding="utf-8")) if n]
 
 
+def pattern(n):
+    return re.escape(n[:-1]) + ".*" if n.endswith("*") else re.escape(n)
+
+
+def matching(n, tests):
+    """The tests a tier name stands for: itself, or with a trailing '*' every test it prefixes."""
+    return sorted(t for t in tests if t.startswith(n[:-1])) if n.endswith("*") else [n] if n in tests else []
+
+
 def regex(tier):
     # A value-parameterized test's CTest name carries gtest's "  # GetParam() = ..." after its name.
-    return "^(" + "|".join(re.escape(n) for n in names(tier)) + ")(  # GetParam\\(\\) = .*)?$"
+    return "^(" + "|".join(pattern(n) for n in names(tier)) + ")(  # GetParam\\(\\) = .*)?$"
 
 
 RESULT = re.compile(r"Test\s+#\d+: (\S+)(?:  # GetParam\(\) = .*?)? \.*\s*(\**\s*[A-Za-z][A-Za-z ]*?)\s+([0-9.]+) sec")
@@ -37,10 +49,12 @@ def check(tier, doc, listing):
     passed = set(re.findall(r"^\| `([^`]+)` \| Passed \|", text, re.M))
     bad = []
     for n in names(tier):
-        if n not in tests:
+        found = matching(n, tests)
+        if not found:
             bad.append(f"{n}: not a test (renamed or removed? edit tests/full_tier.txt)")
-        elif n not in passed:
-            bad.append(f"{n}: not Passed in {doc} (run scripts/test-full-tier.sh)")
+        for t in found:
+            if t not in passed:
+                bad.append(f"{t}: not Passed in {doc} (run scripts/test-full-tier.sh)")
     for b in bad:
         print("full tier: " + b, file=sys.stderr)
     return 1 if bad else 0
@@ -57,7 +71,7 @@ def document(tier, log, out):
              f"Written by scripts/test-full-tier.sh on {datetime.date.today().isoformat()} at commit {commit} "
              "(the working tree it built); scripts/test.sh fails while a tier test is not Passed here.", "",
              "| test | result | seconds |", "|---|---|---:|"]
-    tier_names = names(tier)
+    tier_names = [t for n in names(tier) for t in (matching(n, results) or [n])]
     total = 0.0
     for n in tier_names:
         result, secs = results.get(n, ("not run", 0.0))

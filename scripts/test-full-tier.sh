@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test-full-tier.sh — runs the full tier (tests/full_tier.txt: the long tests CI leaves out, each
 # with its kind's representative still in CI) and writes reports/results/cpu/full-tier.md, which
-# scripts/test.sh checks. Builds first unless ZEROBENCH_PREPARED=1. About 15 min on 2 cores (42 tests, 2026-11-29).
+# scripts/test.sh checks. Builds first unless ZEROBENCH_PREPARED=1. About 17 min on 2 cores (92 tests, 1014 s, 2026-11-29).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${ZEROBENCH_PREPARED:-0}" != 1 ]; then

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -175,13 +176,85 @@ TEST_P(RealConfig, RunsWithEveryKeyAccountedForOrExits2NamingTheKey) {
   std::remove(out.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Corpus, RealConfig, ::testing::ValuesIn(corpus()),
-                         [](const ::testing::TestParamInfo<CorpusFile>& info) {
-                           std::string n = info.param.file;
-                           for (auto& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+namespace {
+// Anything offloaded in a backend's options: a key naming offload whose value (or a value below
+// it) is cpu, nvme or true.
+bool offloads(const json& j, bool under_offload = false) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items())
+      if (offloads(v, under_offload || k.find("offload") != std::string::npos)) return true;
+    return false;
+  }
+  return under_offload && (j == true || j == "cpu" || j == "nvme");
+}
+
+// What kind of run a corpus file that runs is, as `zerobench run` resolves it under RealConfig's
+// flags (no process started): backend, precision, offload or not, accelerate YAML or DeepSpeed JSON.
+std::string run_kind(const CorpusFile& c) {
+  std::ifstream in(kCorpus + c.file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const bool is_json = first != std::string::npos && text[first] == '{';
+  try {
+    const auto r = resolve({"--config", kCorpus + c.file, "--model", "tiny", "--nproc", "2", "--steps", "2", "--warmup",
+                            "1", "--seq-len", "32", "--threads", "1"});
+    return r.backend + " " + r.spec.precision + (offloads(r.spec.options.json()) ? " offload" : "") +
+           (is_json ? " json" : " yaml");
+  } catch (const std::exception&) {
+    return c.file;  // does not resolve in-process: a kind of its own (RealConfig says why)
+  }
+}
+
+// CI runs every refusal (each exits at resolution, about a second) and, of the files that run, the
+// first of each kind in the README's order; the full tier (tests/full_tier.txt) runs the others.
+// RealConfigCorpus.TheCiFilesCoverEveryKind checks the split.
+const std::pair<std::vector<CorpusFile>, std::vector<CorpusFile>>& corpus_split() {
+  static const auto split = [] {
+    std::pair<std::vector<CorpusFile>, std::vector<CorpusFile>> out;
+    std::set<std::string> kinds;
+    for (const auto& c : corpus()) {
+      const bool first_of_kind = c.outcome != "runs" || kinds.insert(run_kind(c)).second;
+      (first_of_kind ? out.first : out.second).push_back(c);
+    }
+    return out;
+  }();
+  return split;
+}
+
+std::string corpus_test_name(const ::testing::TestParamInfo<CorpusFile>& info) {
+  std::string n = info.param.file;
+  for (auto& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Corpus, RealConfig, ::testing::ValuesIn(corpus_split().first), corpus_test_name);
+INSTANTIATE_TEST_SUITE_P(CorpusRest, RealConfig, ::testing::ValuesIn(corpus_split().second), corpus_test_name);
+
+TEST(RealConfigCorpus, TheCiFilesCoverEveryKind) {
+  const auto& [ci, rest] = corpus_split();
+  EXPECT_EQ(ci.size() + rest.size(), corpus().size());
+  std::set<std::string> ci_kinds, rest_kinds, backends;
+  int refusals = 0;
+  for (const auto& c : ci) {
+    if (c.outcome != "runs") {
+      ++refusals;
+      continue;
+    }
+    const auto k = run_kind(c);
+    EXPECT_TRUE(ci_kinds.insert(k).second) << c.file << ": a second CI file of kind " << k;
+    backends.insert(k.substr(0, k.find(' ')));
+  }
+  for (const auto& c : rest) {
+    EXPECT_EQ(c.outcome, "runs") << c.file << ": every refusal runs in CI";
+    EXPECT_EQ(ci_kinds.count(run_kind(c)), 1u) << c.file << ": its kind " << run_kind(c) << " has no CI file";
+  }
+  // Every refusal, and every backend a real file picks, in CI.
+  EXPECT_GE(refusals, 25);
+  for (const char* b : {"ddp", "fsdp", "fsdp2", "zero0", "zero1", "zero2", "zero3"}) EXPECT_EQ(backends.count(b), 1u) << b;
+  EXPECT_GE(rest.size(), 30u) << "most files that run are of a kind already in CI";
+}
 
 TEST(RealConfigCorpus, HasAtLeastTwelveFilesFromSeveralRepositories) {
   const auto files = corpus();
